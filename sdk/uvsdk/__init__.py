@@ -1,3 +1,45 @@
-"""uvsdk: on-device enrollment and verification of users with federatedly trained models."""
+"""uvsdk: on-device enrollment and verification of users with federatedly trained models.
+
+The SDK needs numpy, onnxruntime and cryptography (plus soundfile, soxr and Pillow for decoding):
+never torch or the trainer. Start with :class:`Verifier`.
+"""
+
+from .backoff import BackoffPolicy
+from .bundle import Bundle, Manifest
+from .errors import (
+    BundleError,
+    EnrollmentError,
+    KeyUnavailableError,
+    LockedOutError,
+    MediaError,
+    ModelMismatchError,
+    NotEnrolledError,
+    SignatureError,
+    TemplateError,
+    UvsdkError,
+    WrongKeyError,
+)
+from .verifier import Decision, EnrollmentReport, SampleReport, Verifier
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "BackoffPolicy",
+    "Bundle",
+    "BundleError",
+    "Decision",
+    "EnrollmentError",
+    "EnrollmentReport",
+    "KeyUnavailableError",
+    "LockedOutError",
+    "Manifest",
+    "MediaError",
+    "ModelMismatchError",
+    "NotEnrolledError",
+    "SampleReport",
+    "SignatureError",
+    "TemplateError",
+    "UvsdkError",
+    "Verifier",
+    "WrongKeyError",
+]

@@ -1,0 +1,123 @@
+"""The SDK end to end on synthetic voices, with the real ``uvsdk`` commands.
+
+It writes, under ``--out``:
+
+- ``reference-voice.uvb``: a small reference bundle (a log-mel embedding built as an ONNX graph,
+  centred on a background set of voices) standing in for a trained model until the trainer's
+  default bundle lands;
+- ``enroll/``: 8 clips of one synthetic speaker; ``test/``: 3 other clips of that speaker and
+  clips of 5 speakers never seen before;
+- ``store/``: the encrypted template.
+
+Then it runs ``uvsdk enroll`` and ``uvsdk verify --json`` as a person would and prints an
+accept/reject table.
+
+    python examples/sdk_demo.py --out demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import soundfile as sf
+
+from uvexport.bundle import make_manifest, write_bundle
+from uvexport.reference import centred_spectral_embedding_model
+from uvsdk.bundle import AudioInput
+from uvtrain.data.formant import voice_corpus
+
+SAMPLE_RATE = 16000
+
+
+def build_bundle(path: Path) -> Path:
+    """A reference voice bundle, its embedding centred on 40 background speakers."""
+    background = voice_corpus(40, 4, 2.0, SAMPLE_RATE, seed=1000)
+    clips = [clip for speaker in background for clip in speaker]
+    model = centred_spectral_embedding_model(clips, SAMPLE_RATE, n_bands=40)
+    manifest = make_manifest(
+        model,
+        name="reference-voice",
+        method="reference",
+        source=AudioInput(SAMPLE_RATE, window_seconds=2.0, hop_seconds=1.0, min_seconds=0.5),
+        output_kind="embedding",
+        dim=40,
+        extra={"description": "log-mel reference embedding for demos; not a trained model"},
+    )
+    return write_bundle(path, model, manifest)
+
+
+def write_clips(out: Path) -> tuple[Path, Path]:
+    """Enrollment clips of speaker 0, and test clips of speaker 0 and of 5 strangers."""
+    speakers = voice_corpus(6, 11, 3.0, SAMPLE_RATE, seed=2026)
+    enroll, test = out / "enroll", out / "test"
+    for folder in (enroll, test):
+        folder.mkdir(parents=True)
+    for index, clip in enumerate(speakers[0][:8]):
+        sf.write(enroll / f"me-{index}.wav", clip, SAMPLE_RATE, subtype="PCM_16")
+    for index, clip in enumerate(speakers[0][8:]):
+        sf.write(test / f"me-{index}.wav", clip, SAMPLE_RATE, subtype="PCM_16")
+    for speaker in range(1, 6):
+        for index, clip in enumerate(speakers[speaker][:2]):
+            sf.write(test / f"stranger{speaker}-{index}.wav", clip, SAMPLE_RATE, subtype="PCM_16")
+    return enroll, test
+
+
+def uvsdk(*args: str | Path) -> subprocess.CompletedProcess:
+    """Run the installed ``uvsdk`` command, echoing it."""
+    command = [sys.executable, "-m", "uvsdk.cli", *map(str, args)]
+    print("$ uvsdk " + " ".join(map(str, args)), flush=True)
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("demo"), help="output folder")
+    args = parser.parse_args()
+    out: Path = args.out
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    os.environ.setdefault("UVSDK_PASSPHRASE", "demo passphrase: use your own")
+
+    bundle = build_bundle(out / "reference-voice.uvb")
+    enroll, test = write_clips(out)
+    store = out / "store"
+
+    enrolled = uvsdk("enroll", "--samples", enroll, "--bundle", bundle, "--store", store)
+    print(enrolled.stdout + enrolled.stderr, end="")
+    if enrolled.returncode != 0:
+        return enrolled.returncode
+    clips = sorted(test.glob("*.wav"))
+    verified = uvsdk(
+        "verify", *clips, "--json", "--no-backoff", "--bundle", bundle, "--store", store
+    )
+    if verified.returncode == 2:
+        print(verified.stderr, end="")
+        return 2
+    decisions = json.loads(verified.stdout)
+
+    print(f"\n{'clip':<22} {'who':<10} {'score':>7}  decision")
+    right = 0
+    for decision in decisions:
+        name = Path(decision["file"]).name
+        genuine = name.startswith("me-")
+        correct = decision["accepted"] == genuine
+        right += correct
+        verdict = "ACCEPT" if decision["accepted"] else "REJECT"
+        print(
+            f"{name:<22} {'owner' if genuine else 'stranger':<10} {decision['score']:>7.3f}  "
+            f"{verdict}{'' if correct else '  (wrong)'}"
+        )
+    print(f"\n{right} of {len(decisions)} decisions right.")
+    print(f"bundle: {bundle}\nclips: {enroll}, {test}\nencrypted template: {store}")
+    return 0 if right >= len(decisions) - 1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

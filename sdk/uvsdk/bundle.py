@@ -1,0 +1,364 @@
+"""Model bundles (``.uvb``): manifest schema, integrity, signatures and the ONNX Runtime session.
+
+A bundle is a zip archive, or an unpacked directory, holding ``model.onnx``, ``manifest.json`` and
+optionally ``signature.ed25519`` (Ed25519 over the exact bytes of ``manifest.json``). The manifest
+names the SHA-256 of the model, so a signature over the manifest covers the model too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import zipfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .codeword import code_fingerprint, pack_generator, unpack_generator
+from .errors import BundleError, SignatureError
+
+FORMAT = "uvsdk-bundle/1"
+METHODS = ("feduv", "fedhide", "fedaws", "softmax", "fedface", "fedgn", "fedcs", "reference")
+MODEL_FILE = "model.onnx"
+MANIFEST_FILE = "manifest.json"
+SIGNATURE_FILE = "signature.ed25519"
+MAX_MEMBER_BYTES = 512 * 1024 * 1024  # refuse zip members larger than this (zip bombs)
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class AudioInput:
+    """Raw mono audio in [-1, 1] at ``sample_rate``, cut into windows (seconds)."""
+
+    sample_rate: int
+    window_seconds: float
+    hop_seconds: float
+    min_seconds: float
+
+    def __post_init__(self) -> None:
+        if not 1000 <= self.sample_rate <= 384_000:
+            raise BundleError(f"manifest: input.sample_rate {self.sample_rate} is not plausible")
+        if not 0 < self.min_seconds <= self.window_seconds and self.hop_seconds > 0:
+            raise BundleError(
+                "manifest: input needs 0 < min_seconds <= window_seconds and hop_seconds > 0"
+            )
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """Raw ``uint8`` pixels, ``height × width × channels``."""
+
+    height: int
+    width: int
+    channels: int
+
+    def __post_init__(self) -> None:
+        if not (0 < self.height <= 4096 and 0 < self.width <= 4096 and self.channels in (1, 3, 4)):
+            raise BundleError(
+                "manifest: image input needs 0 < height, width <= 4096, channels 1/3/4"
+            )
+
+
+@dataclass(frozen=True)
+class Code:
+    """A binary linear code: ``n``, ``k``, minimum distance, id bits and generator ``G`` (k × n)."""
+
+    family: str
+    n: int
+    k: int
+    d_min: int
+    id_bits: int
+    generator: np.ndarray = field(repr=False, compare=False)
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 naming this code; a codeword is bound to it."""
+        return code_fingerprint(self.generator)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The validated content of ``manifest.json``."""
+
+    name: str
+    method: str
+    modality: str
+    input: AudioInput | ImageInput
+    output_kind: str
+    dim: int
+    model_sha256: str
+    code: Code | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Manifest:
+        """Validate a parsed manifest; every problem is a :class:`BundleError` naming the key."""
+        if not isinstance(data, dict):
+            raise BundleError("manifest: not a JSON object")
+        fmt = data.get("format")
+        if fmt != FORMAT:
+            raise BundleError(f"unknown bundle format {fmt!r}: this SDK reads {FORMAT!r}")
+        name = _get(data, "name", str)
+        method = _get(data, "method", str)
+        if method not in METHODS:
+            raise BundleError(f"manifest: unknown method {method!r} (one of {', '.join(METHODS)})")
+        modality = _get(data, "modality", str)
+        spec = _get(data, "input", dict)
+        if modality == "audio":
+            source: AudioInput | ImageInput = AudioInput(
+                sample_rate=_get(spec, "sample_rate", int, "input."),
+                window_seconds=_get(spec, "window_seconds", float, "input."),
+                hop_seconds=_get(spec, "hop_seconds", float, "input."),
+                min_seconds=_get(spec, "min_seconds", float, "input."),
+            )
+        elif modality == "image":
+            source = ImageInput(
+                height=_get(spec, "height", int, "input."),
+                width=_get(spec, "width", int, "input."),
+                channels=_get(spec, "channels", int, "input."),
+            )
+        else:
+            raise BundleError(f"manifest: unknown modality {modality!r} (audio or image)")
+        output = _get(data, "output", dict)
+        kind = _get(output, "kind", str, "output.")
+        dim = _get(output, "dim", int, "output.")
+        if kind not in ("codeword", "embedding") or not 0 < dim <= 65536:
+            raise BundleError("manifest: output needs kind codeword|embedding and 0 < dim <= 65536")
+        sha = _get(data, "model_sha256", str)
+        if not _SHA256.match(sha):
+            raise BundleError("manifest: model_sha256 is not 64 lowercase hex digits")
+        code = _parse_code(data.get("code"), kind, dim)
+        known = {"format", "name", "method", "modality", "input", "output", "code", "model_sha256"}
+        extra = {key: value for key, value in data.items() if key not in known}
+        return cls(name, method, modality, source, kind, dim, sha, code, extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``format`` first); ``from_dict(to_dict())`` is the identity."""
+        source = self.input
+        data: dict[str, Any] = {
+            "format": FORMAT,
+            "name": self.name,
+            "method": self.method,
+            "modality": self.modality,
+            "input": {k: getattr(source, k) for k in source.__dataclass_fields__},
+            "output": {"kind": self.output_kind, "dim": self.dim},
+        }
+        if self.code is not None:
+            code = self.code
+            data["code"] = {
+                "family": code.family,
+                "n": code.n,
+                "k": code.k,
+                "d_min": code.d_min,
+                "id_bits": code.id_bits,
+                "generator": pack_generator(code.generator),
+            }
+        data["model_sha256"] = self.model_sha256
+        data.update(self.extra)
+        return data
+
+
+def _get(data: dict, key: str, kind: type, prefix: str = "") -> Any:
+    value = data.get(key)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BundleError(f"manifest: {prefix}{key} must be a {kind.__name__}, not {value!r:.40}")
+    if kind is float and not math.isfinite(value):
+        raise BundleError(f"manifest: {prefix}{key} must be finite")
+    return value
+
+
+def _parse_code(spec: Any, kind: str, dim: int) -> Code | None:
+    if kind != "codeword":
+        if spec is not None:
+            raise BundleError("manifest: 'code' is present but output.kind is not 'codeword'")
+        return None
+    if not isinstance(spec, dict):
+        raise BundleError("manifest: a codeword bundle needs a 'code' object")
+    n, k = _get(spec, "n", int, "code."), _get(spec, "k", int, "code.")
+    id_bits, d_min = _get(spec, "id_bits", int, "code."), _get(spec, "d_min", int, "code.")
+    if n != dim or not 0 < k <= n or not 0 < id_bits < k or not 0 < d_min <= n:
+        raise BundleError(
+            "manifest: code needs n = output.dim, 0 < id_bits < k <= n, 0 < d_min <= n"
+        )
+    generator = unpack_generator(_get(spec, "generator", str, "code."), k, n)
+    return Code(_get(spec, "family", str, "code."), n, k, d_min, id_bits, generator)
+
+
+def _read_members(path: Path) -> dict[str, bytes]:
+    """The bundle's files, from a zip archive or a directory."""
+    names = (MODEL_FILE, MANIFEST_FILE, SIGNATURE_FILE)
+    members: dict[str, bytes] = {}
+    try:
+        if path.is_dir():
+            for name in names:
+                if (path / name).is_file():
+                    members[name] = (path / name).read_bytes()
+            return members
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.filename in names:
+                    if info.file_size > MAX_MEMBER_BYTES:
+                        raise BundleError(f"{path.name}: {info.filename} is implausibly large")
+                    members[info.filename] = archive.read(info)
+    except FileNotFoundError:
+        raise BundleError(f"bundle not found: {path}") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as error:
+        raise BundleError(
+            f"{path.name}: not a readable bundle (truncated or corrupt: {error})"
+        ) from None
+    except OSError as error:
+        raise BundleError(
+            f"{path.name}: cannot read the bundle ({error.strerror or error})"
+        ) from None
+    return members
+
+
+def load_public_keys(sources: Iterable[str | Path | bytes]) -> list[Any]:
+    """Ed25519 public keys from PEM files (paths) or PEM bytes."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    keys = []
+    for source in sources:
+        try:
+            pem = source if isinstance(source, bytes) else Path(source).read_bytes()
+            key = load_pem_public_key(pem)
+        except (OSError, ValueError) as error:
+            raise SignatureError(f"cannot read trusted key {source!s:.80}: {error}") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise SignatureError(f"trusted key {source!s:.80} is not an Ed25519 public key")
+        keys.append(key)
+    return keys
+
+
+def key_fingerprint(public_key: Any) -> str:
+    """First 16 hex digits of the SHA-256 of the raw public key."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    raw = public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+class Bundle:
+    """A loaded, checked bundle and (lazily) its ONNX Runtime session.
+
+    Parameters
+    ----------
+    path:
+        A ``.uvb`` zip archive or a directory with the same files.
+    trusted_keys:
+        Ed25519 public keys (objects, PEM paths or PEM bytes). When given, the bundle must carry
+        a signature made by one of them.
+    threads:
+        ONNX Runtime intra-op threads (``None``: its default).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        trusted_keys: Sequence[Any] | None = None,
+        threads: int | None = None,
+    ) -> None:
+        self.path = Path(path)
+        members = _read_members(self.path)
+        for name in (MANIFEST_FILE, MODEL_FILE):
+            if name not in members:
+                raise BundleError(f"{self.path.name}: the bundle has no {name}")
+        try:
+            data = json.loads(members[MANIFEST_FILE].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise BundleError(
+                f"{self.path.name}: manifest.json is not valid JSON ({error})"
+            ) from None
+        self.manifest = Manifest.from_dict(data)
+        self.model_bytes = members[MODEL_FILE]
+        if hashlib.sha256(self.model_bytes).hexdigest() != self.manifest.model_sha256:
+            raise BundleError(
+                f"{self.path.name}: model.onnx does not match the manifest's model_sha256 "
+                "(the bundle was modified or damaged)"
+            )
+        self.signature = members.get(SIGNATURE_FILE)
+        self.signed_by: str | None = None
+        if trusted_keys:
+            self.signed_by = self._check_signature(members[MANIFEST_FILE], trusted_keys)
+        self.threads = threads
+        self._session: Any = None
+
+    def _check_signature(self, manifest_bytes: bytes, trusted_keys: Sequence[Any]) -> str:
+        from cryptography.exceptions import InvalidSignature
+
+        if self.signature is None:
+            raise SignatureError(
+                f"{self.path.name}: the bundle is not signed, and trusted keys are set"
+            )
+        paths_or_pem = [key for key in trusted_keys if isinstance(key, str | Path | bytes)]
+        keys = [key for key in trusted_keys if not isinstance(key, str | Path | bytes)]
+        for key in keys + load_public_keys(paths_or_pem):
+            try:
+                key.verify(self.signature, manifest_bytes)
+            except InvalidSignature:
+                continue
+            return key_fingerprint(key)
+        raise SignatureError(
+            f"{self.path.name}: the signature does not verify with any trusted key"
+        )
+
+    @property
+    def session(self) -> Any:
+        """The ONNX Runtime session, created on first use and checked against the contract."""
+        if self._session is None:
+            self._session = self._open_session()
+        return self._session
+
+    def _open_session(self) -> Any:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        if self.threads:
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+        try:
+            session = ort.InferenceSession(
+                self.model_bytes, options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as error:  # onnxruntime raises its own unexported exception types
+            message = str(error).splitlines()[0][:200]
+            raise BundleError(f"{self.path.name}: model.onnx does not load ({message})") from None
+        inputs, outputs = session.get_inputs(), session.get_outputs()
+        audio = self.manifest.modality == "audio"
+        expected = ("tensor(float)", 2) if audio else ("tensor(uint8)", 4)
+        if [i.name for i in inputs] != ["input"] or "output" not in [o.name for o in outputs]:
+            raise BundleError(
+                f"{self.path.name}: the model needs one input 'input' and an 'output'"
+            )
+        if (inputs[0].type, len(inputs[0].shape)) != expected:
+            raise BundleError(
+                f"{self.path.name}: the model's input is {inputs[0].type} of rank "
+                f"{len(inputs[0].shape)}, the {self.manifest.modality} contract is {expected}"
+            )
+        return session
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        """Model outputs ``[batch, dim]`` for a batch of windows or images."""
+        dtype = np.float32 if self.manifest.modality == "audio" else np.uint8
+        try:
+            (output,) = self.session.run(["output"], {"input": np.ascontiguousarray(batch, dtype)})
+        except Exception as error:  # onnxruntime's own exception types
+            message = str(error).splitlines()[0][:200]
+            raise BundleError(f"{self.path.name}: the model failed to run ({message})") from None
+        if output.ndim != 2 or output.shape != (batch.shape[0], self.manifest.dim):
+            raise BundleError(
+                f"{self.path.name}: the model returned shape {output.shape}, "
+                f"the manifest promises [{batch.shape[0]}, {self.manifest.dim}]"
+            )
+        if not np.all(np.isfinite(output)):
+            raise BundleError(f"{self.path.name}: the model returned non-finite values")
+        return output.astype(np.float32)

@@ -1,0 +1,269 @@
+"""The ``uvsdk`` command: a thin layer over :class:`uvsdk.Verifier`.
+
+Exit codes: 0 done (every file accepted), 1 at least one file rejected, 2 any error. Errors are
+one line on stderr, never a traceback (set ``UVSDK_DEBUG=1`` to see one).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from .errors import UvsdkError
+
+app = typer.Typer(
+    name="uvsdk",
+    help="Enroll and verify users on this device with a federatedly trained model.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+codeword_app = typer.Typer(help="FedUV codewords (secret, made and kept on this device).")
+app.add_typer(codeword_app, name="codeword")
+
+User = Annotated[str, typer.Option("--user", help="User name (letters, digits, . _ -).")]
+BundlePath = Annotated[
+    Path | None,
+    typer.Option(
+        "--bundle",
+        help="Model bundle (.uvb or folder). Default: $UVSDK_BUNDLE, else the shipped one.",
+    ),
+]
+StoreDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--store", help="Template folder. Default: $UVSDK_STORE, else the user data folder."
+    ),
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"uvsdk: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _errors_to_exit(command: F) -> F:
+    """Turn the SDK's errors (and anything unexpected) into one line on stderr and exit 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except UvsdkError as error:
+            raise _fail(str(error), error.exit_code) from None
+        except KeyboardInterrupt:
+            raise _fail("interrupted", 130) from None
+        except Exception as error:
+            if os.environ.get("UVSDK_DEBUG"):
+                raise
+            raise _fail(f"unexpected {type(error).__name__}: {error}".splitlines()[0]) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _verifier(bundle: Path | None, store: Path | None) -> Any:
+    from .verifier import Verifier
+
+    keyring_wanted = os.environ.get("UVSDK_KEYRING", "").lower() in ("1", "true", "yes")
+    return Verifier(bundle, store=store, use_keyring=keyring_wanted)
+
+
+@app.command()
+@_errors_to_exit
+def enroll(
+    samples: Annotated[
+        Path, typer.Option("--samples", help="Folder of enrollment clips or images.")
+    ],
+    user: User = "default",
+    bundle: BundlePath = None,
+    tpr: Annotated[float, typer.Option("--tpr", help="Target true-positive rate q.")] = 0.95,
+    store: StoreDir = None,
+) -> None:
+    """Enroll a user from a folder of samples (at least 5 usable), with the warm-up threshold."""
+    verifier = _verifier(bundle, store)
+
+    def show(sample: Any) -> None:
+        if sample.used:
+            extent = (
+                f"{sample.seconds:.1f} s, {sample.windows} window(s)" if sample.seconds else "image"
+            )
+            typer.echo(f"  used     {Path(sample.file).name}  ({extent})")
+        else:
+            typer.echo(f"  skipped  {sample.detail}")
+
+    report = verifier.enroll(samples, user=user, target_tpr=tpr, on_sample=show)
+    typer.echo(
+        f"enrolled {user!r} in {report.mode} mode from {report.used} of {len(report.samples)} "
+        f"samples (target TPR {report.target_tpr:g}); template: {report.template}"
+    )
+
+
+@app.command()
+@_errors_to_exit
+def verify(
+    files: Annotated[list[Path], typer.Argument(help="Clips or images to verify.")],
+    user: User = "default",
+    bundle: BundlePath = None,
+    store: StoreDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    no_backoff: Annotated[
+        bool,
+        typer.Option("--no-backoff", help="Do not count attempts (the owner evaluating files)."),
+    ] = False,
+) -> None:
+    """Score files against a user's template: ACCEPT or REJECT for each."""
+    verifier = _verifier(bundle, store)
+    results, failed = [], False
+    for file in files:
+        try:
+            decision = verifier.verify(file, user=user, backoff=not no_backoff)
+        except UvsdkError as error:
+            typer.echo(f"uvsdk: error: {error}", err=True)
+            failed = True
+            if _stops_the_batch(error):
+                break
+            continue
+        results.append(decision)
+        if not as_json:
+            verdict = "ACCEPT" if decision.accepted else "REJECT"
+            typer.echo(
+                f"{verdict}  score={decision.score:.4f}  threshold={decision.threshold:.4f}  {file}"
+            )
+    if as_json:
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "file": d.file,
+                        "score": round(d.score, 6),
+                        "threshold": round(d.threshold, 6),
+                        "accepted": bool(d.accepted),
+                    }
+                    for d in results
+                ],
+                indent=2,
+            )
+        )
+    if failed:
+        raise typer.Exit(2)
+    raise typer.Exit(0 if all(d.accepted for d in results) else 1)
+
+
+def _stops_the_batch(error: UvsdkError) -> bool:
+    """Errors about the user, key or model end a batch; errors about one file do not."""
+    from .errors import MediaError
+
+    return not isinstance(error, MediaError)
+
+
+@codeword_app.command("new")
+@_errors_to_exit
+def codeword_new(
+    user: User = "default",
+    user_id: Annotated[
+        int | None,
+        typer.Option("--user-id", help="Id assigned by the training server (default: random)."),
+    ] = None,
+    bundle: BundlePath = None,
+    store: StoreDir = None,
+) -> None:
+    """Make this user's secret codeword; it is stored encrypted and never leaves the device."""
+    verifier = _verifier(bundle, store)
+    chosen = verifier.new_codeword(user=user, user_id=user_id)
+    code = verifier.bundle.manifest.code
+    typer.echo(
+        f"made a secret {code.family.upper()}({code.n},{code.k}) codeword for {user!r} "
+        f"with user id {chosen}; it is kept encrypted in {verifier.store.path(user)}. "
+        "Give the training server the user id only."
+    )
+
+
+@app.command()
+@_errors_to_exit
+def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
+    """Describe the bundle and list the store's users (no secret is shown)."""
+    from .bundle import AudioInput, key_fingerprint
+    from .errors import BundleError
+
+    verifier = _verifier(bundle, store)
+    try:
+        loaded = verifier.bundle
+    except BundleError as error:
+        if bundle is not None or os.environ.get("UVSDK_BUNDLE"):
+            raise
+        typer.echo(f"bundle: none ({error})")
+    else:
+        manifest = loaded.manifest
+        typer.echo(f"bundle: {loaded.path}")
+        typer.echo(
+            f"  name: {manifest.name}   method: {manifest.method}   modality: {manifest.modality}"
+        )
+        source = manifest.input
+        if isinstance(source, AudioInput):
+            typer.echo(
+                f"  input: audio at {source.sample_rate} Hz, windows of {source.window_seconds:g} s "
+                f"every {source.hop_seconds:g} s, at least {source.min_seconds:g} s"
+            )
+        else:
+            typer.echo(f"  input: images {source.height}x{source.width}x{source.channels} (uint8)")
+        typer.echo(f"  output: {manifest.output_kind}, dim {manifest.dim}")
+        if manifest.code is not None:
+            code = manifest.code
+            typer.echo(
+                f"  code: {code.family.upper()}({code.n},{code.k}), d_min {code.d_min}, "
+                f"{code.id_bits} id bits"
+            )
+        typer.echo(f"  model sha256: {manifest.model_sha256}")
+        if loaded.signed_by:
+            typer.echo(f"  signature: verified (key {loaded.signed_by})")
+        elif loaded.signature is not None:
+            typer.echo(
+                "  signature: present, not checked (no trusted keys: set UVSDK_TRUSTED_KEYS)"
+            )
+        else:
+            typer.echo("  signature: none")
+        if verifier.trusted_keys:
+            from .bundle import load_public_keys
+
+            prints = ", ".join(key_fingerprint(k) for k in load_public_keys(verifier.trusted_keys))
+            typer.echo(f"  trusted keys: {prints}")
+    users = verifier.store.users()
+    typer.echo(f"store: {verifier.store.directory} ({len(users)} template(s))")
+    for name in users:
+        stamp = verifier.store.path(name).stat().st_mtime
+        when = datetime.datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="seconds")
+        typer.echo(f"  {name}  (updated {when})")
+
+
+@app.command()
+@_errors_to_exit
+def delete(
+    user: Annotated[str, typer.Option("--user", help="The user whose template to remove.")],
+    store: StoreDir = None,
+) -> None:
+    """Remove a user's template (their codeword and enrollment) from this device."""
+    verifier = _verifier(None, store)
+    path = verifier.store.path(user)
+    verifier.delete(user)
+    typer.echo(f"deleted {user!r} ({path})")
+
+
+def main() -> None:
+    """Console entry point."""
+    app(prog_name="uvsdk")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""Decoding of the SDK's inputs: audio files to mono float32, images to uint8 pixels.
+
+This is the only preprocessing outside the model (feature extraction lives inside the ONNX graph):
+decode, mix to mono, resample, window (audio); decode, orient, convert, resize and crop (images).
+The trainer reads its files through these same functions, so training and the device see the same
+samples. Every failure is a :class:`~uvsdk.errors.MediaError` whose one-line message names the file
+and whose ``reason`` says what was wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+from PIL import Image, ImageOps
+
+from uvsdk.errors import MediaError
+
+__all__ = [
+    "DEFAULT_MAX_SECONDS",
+    "audio_windows",
+    "check_audio",
+    "load_audio",
+    "load_image",
+]
+
+DEFAULT_MAX_SECONDS = 60.0
+"""Longest audio file accepted by default, in seconds."""
+
+MAX_SAMPLE_RATE = 768_000
+"""Highest input sample rate accepted (anything above is a corrupt or hostile header)."""
+
+SILENCE_RMS = 1e-3
+"""RMS level below which audio counts as silent (-60 dBFS)."""
+
+CLIP_LEVEL = 0.999
+"""Magnitude at or above which a sample counts as clipped."""
+
+MAX_CLIPPED_FRACTION = 0.01
+"""Largest fraction of clipped samples tolerated."""
+
+_BLOCK_VALUES = 1 << 18  # samples (frames x channels) decoded per read: about 1 MiB of float32
+_SHORTFALL = re.compile(r"^\s*(.+?)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+_STREAMING_SIZE = 0xFFFFFFFF  # size placeholder written by streaming encoders; not a truncation
+_UNKNOWN_FRAMES = 2**63 - 1  # what libsndfile reports when the header does not give the length
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise MediaError(f"{path.name}: no such file", reason="undecodable")
+    if not path.is_file():
+        raise MediaError(f"{path.name}: not a regular file", reason="undecodable")
+
+
+def _truncation(extra_info: str) -> str | None:
+    """Describe the last chunk libsndfile found to claim more bytes than the file holds, if any.
+
+    libsndfile reads such files silently, only logging e.g. ``data : 64000 (should be 31978)``.
+    """
+    short = [
+        f"{chunk.strip()} chunk: {declared} bytes announced, {actual} present"
+        for chunk, declared, actual in _SHORTFALL.findall(extra_info)
+        if int(actual) < int(declared) < _STREAMING_SIZE
+    ]
+    return short[-1] if short else None
+
+
+def load_audio(
+    path: str | os.PathLike[str], sample_rate: int, *, max_seconds: float = DEFAULT_MAX_SECONDS
+) -> np.ndarray:
+    """Decode an audio file to mono float32 samples at ``sample_rate``.
+
+    Any format and sample encoding libsndfile reads (WAV, FLAC, Ogg Vorbis, AIFF, ...; 8- to 32-bit
+    integer or float; any channel count) is accepted. Channels are averaged to mono, then the signal
+    is resampled with soxr (``"HQ"``) when its rate differs from ``sample_rate``.
+
+    Memory stays bounded whatever the file: it is decoded in small blocks, and never more than
+    ``ceil(max_seconds * rate) + 1`` frames are read, so a long file (or one whose header lies about
+    its length) is refused without being read whole.
+
+    Parameters
+    ----------
+    path
+        The audio file.
+    sample_rate
+        Sample rate of the returned signal, in Hz.
+    max_seconds
+        Longest duration accepted.
+
+    Returns
+    -------
+    numpy.ndarray
+        1-D float32 samples, nominally in [-1, 1].
+
+    Raises
+    ------
+    MediaError
+        ``undecodable`` (missing file, not audio, decoder error), ``truncated`` (the file is shorter
+        than its header says), ``too_long``, ``empty`` (no samples), ``non_finite`` (NaN or
+        infinite samples) or ``too_short`` (too few samples to resample to a single one).
+    """
+    path = Path(path)
+    name = path.name
+    _check_file(path)
+    try:
+        with sf.SoundFile(path) as f:
+            rate, channels = f.samplerate, f.channels
+            shortfall = _truncation(f.extra_info)
+            if shortfall:
+                raise MediaError(
+                    f"{name}: truncated: the file is shorter than its header says ({shortfall})",
+                    reason="truncated",
+                )
+            if not 0 < rate <= MAX_SAMPLE_RATE:
+                raise MediaError(f"{name}: unsupported sample rate {rate} Hz", reason="undecodable")
+            if f.frames != _UNKNOWN_FRAMES and f.frames > max_seconds * rate:
+                raise MediaError(
+                    f"{name}: {f.frames / rate:.1f} s long, at most {max_seconds:g} s accepted",
+                    reason="too_long",
+                )
+            limit = math.ceil(max_seconds * rate) + 1
+            block_frames = max(1, _BLOCK_VALUES // channels)
+            parts: list[np.ndarray] = []
+            count = 0
+            while count < limit:
+                block = f.read(min(block_frames, limit - count), dtype="float32", always_2d=True)
+                if len(block) == 0:
+                    break
+                if not np.isfinite(block).all():
+                    raise MediaError(f"{name}: contains NaN or infinite samples", "non_finite")
+                mono = block[:, 0] if channels == 1 else block.mean(axis=1, dtype=np.float64)
+                parts.append(mono.astype(np.float32))
+                count += len(block)
+    except (RuntimeError, OSError, ValueError, TypeError, EOFError) as e:
+        detail = str(getattr(e, "error_string", "") or e).strip().rstrip(".")
+        raise MediaError(f"{name}: not a readable audio file ({detail})", "undecodable") from e
+
+    if count == 0:
+        raise MediaError(f"{name}: empty: the file holds no audio samples", reason="empty")
+    if count > max_seconds * rate:
+        raise MediaError(
+            f"{name}: longer than {max_seconds:g} s, which is the most accepted", "too_long"
+        )
+    samples = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    if rate != sample_rate:
+        samples = soxr.resample(samples, rate, sample_rate, "HQ")
+        if len(samples) == 0:
+            raise MediaError(
+                f"{name}: too short to use: {count} sample(s) at {rate} Hz", "too_short"
+            )
+    return np.ascontiguousarray(samples, dtype=np.float32)
+
+
+def check_audio(
+    samples: np.ndarray, sample_rate: int, *, min_seconds: float, name: str = "audio"
+) -> None:
+    """Check that decoded audio is usable, raising on the first problem found.
+
+    The checks run in this order: non-finite samples, too short, silent, clipped. ``clipped`` comes
+    last so that a caller that tolerates clipping (verification does) knows every other check passed
+    when it catches it.
+
+    Parameters
+    ----------
+    samples
+        1-D samples, as returned by :func:`load_audio`.
+    sample_rate
+        Their sample rate, in Hz.
+    min_seconds
+        Shortest duration accepted.
+    name
+        What to call the audio in messages (usually the file name).
+
+    Raises
+    ------
+    MediaError
+        ``non_finite``, ``too_short``, ``silent`` (RMS below -60 dBFS) or ``clipped`` (more than 1 %
+        of samples at or above 0.999 in magnitude).
+    """
+    x = np.asarray(samples)
+    if x.ndim != 1:
+        raise ValueError(f"expected 1-D samples, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise MediaError(f"{name}: contains NaN or infinite samples", reason="non_finite")
+    seconds = len(x) / sample_rate
+    if seconds < min_seconds:
+        raise MediaError(
+            f"{name}: too short: {seconds:.2f} s of audio, at least {min_seconds:.2f} s needed",
+            reason="too_short",
+        )
+    rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if len(x) else 0.0
+    if rms < SILENCE_RMS:
+        level = f"{20 * math.log10(rms):.0f} dBFS" if rms > 0 else "digital silence"
+        raise MediaError(f"{name}: silent: level {level}, below -60 dBFS", reason="silent")
+    clipped = float(np.mean(np.abs(x) >= CLIP_LEVEL))
+    if clipped > MAX_CLIPPED_FRACTION:
+        raise MediaError(
+            f"{name}: clipped: {clipped:.1%} of samples at full scale, at most 1% tolerated",
+            reason="clipped",
+        )
+
+
+def audio_windows(
+    samples: np.ndarray, sample_rate: int, window_seconds: float, hop_seconds: float
+) -> np.ndarray:
+    """Cut a clip into fixed-length windows covering all of it.
+
+    Windows start at 0, hop, 2·hop, ... while they fit; when the last of them stops short of the
+    end, one more window aligned to the end of the clip is added, so the tail is always covered.
+
+    A clip shorter than one window is repeat-padded (tiled from its start) to exactly one window.
+    Repetition rather than zero padding is the usual choice in speaker-verification toolkits: it
+    keeps the window's spectral statistics those of speech instead of diluting them with silence.
+    Checking that a clip is long enough to use at all is :func:`check_audio`'s job, not this one's.
+
+    Parameters
+    ----------
+    samples
+        1-D samples, not empty.
+    sample_rate
+        Their sample rate, in Hz.
+    window_seconds, hop_seconds
+        Window length and hop, in seconds.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 array of shape ``[n_windows, round(window_seconds * sample_rate)]``.
+    """
+    x = np.asarray(samples, dtype=np.float32)
+    width = round(window_seconds * sample_rate)
+    hop = round(hop_seconds * sample_rate)
+    if x.ndim != 1 or len(x) == 0:
+        raise ValueError(f"expected non-empty 1-D samples, got shape {x.shape}")
+    if width < 1 or hop < 1:
+        raise ValueError("window and hop must each be at least one sample long")
+    if len(x) <= width:
+        return np.resize(x, width)[None, :]
+    starts = list(range(0, len(x) - width + 1, hop))
+    if starts[-1] + width < len(x):
+        starts.append(len(x) - width)
+    return np.stack([x[s : s + width] for s in starts])
+
+
+_TARGET_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+
+def _to_mode(img: Image.Image, mode: str) -> Image.Image:
+    """Convert any Pillow image to ``mode``, compositing transparency over white."""
+    if img.mode.startswith("I"):
+        # 16/32-bit greyscale: Pillow's own conversion clips to 255; scale the 16-bit range instead.
+        values = np.asarray(img, dtype=np.float64)
+        if img.mode.startswith("I;16") or values.max(initial=0) > 255:
+            values = values / 257.0
+        img = Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), "L")
+    elif img.mode == "F":
+        img = Image.fromarray(np.clip(np.rint(np.asarray(img)), 0, 255).astype(np.uint8), "L")
+    has_alpha = img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
+    if has_alpha and mode != "RGBA":
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(white, rgba)
+    return img if img.mode == mode else img.convert(mode)
+
+
+def load_image(path: str | os.PathLike[str], height: int, width: int, channels: int) -> np.ndarray:
+    """Decode an image to uint8 pixels of the given size.
+
+    The image is rotated upright by its EXIF orientation, converted from any mode (greyscale,
+    palette, 16-bit, CMYK, with or without alpha) to ``L``, ``RGB`` or ``RGBA`` for 1, 3 or 4
+    channels, with transparency composited over white when the target has no alpha, then resized
+    to cover ``width`` x ``height`` keeping its aspect ratio (bicubic) and centre-cropped.
+
+    Parameters
+    ----------
+    path
+        The image file (any format Pillow reads).
+    height, width
+        Output size, in pixels.
+    channels
+        1 (greyscale), 3 (RGB) or 4 (RGBA).
+
+    Returns
+    -------
+    numpy.ndarray
+        uint8 array of shape ``[height, width, channels]``.
+
+    Raises
+    ------
+    MediaError
+        ``not_image`` when the file is not an image Pillow recognises, ``truncated`` when its data
+        stops early, ``undecodable`` when it is missing, corrupt or too large to decode safely
+        (Pillow's decompression-bomb limit).
+    """
+    if channels not in _TARGET_MODES:
+        raise ValueError(f"channels must be 1, 3 or 4, got {channels}")
+    if height < 1 or width < 1:
+        raise ValueError(f"image size must be positive, got {height}x{width}")
+    path = Path(path)
+    name = path.name
+    _check_file(path)
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode now, so truncated or corrupt data fails here
+            img = ImageOps.exif_transpose(img)
+            img = _to_mode(img, _TARGET_MODES[channels])
+            img = ImageOps.fit(img, (width, height), method=Image.Resampling.BICUBIC)
+            pixels = np.array(img, dtype=np.uint8)
+    except Image.UnidentifiedImageError as e:
+        raise MediaError(f"{name}: not an image (format not recognised)", "not_image") from e
+    except Image.DecompressionBombError as e:
+        raise MediaError(f"{name}: image too large to decode safely ({e})", "undecodable") from e
+    except Exception as e:  # Pillow's decoders raise many exception types on corrupt input
+        detail = " ".join(str(e).split()) or type(e).__name__
+        why = "truncated" if "truncated" in detail.lower() else "undecodable"
+        raise MediaError(f"{name}: cannot decode image ({detail})", why) from e
+    return pixels.reshape(height, width, channels)

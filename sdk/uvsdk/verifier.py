@@ -1,0 +1,415 @@
+"""The SDK's Python API: :class:`Verifier` loads a bundle, enrolls users and verifies them.
+
+The ``uvsdk`` command is a thin layer over this class, so an app that embeds the SDK gets exactly
+what the command does::
+
+    from uvsdk import Verifier
+
+    verifier = Verifier("voice.uvb", store="~/.myapp/templates", passphrase=ask_user)
+    report = verifier.enroll("enrollment_clips/", user="alice")
+    decision = verifier.verify("attempt.wav", user="alice")
+    if decision.accepted:
+        ...
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import backoff as backoff_rules
+from .bundle import AudioInput, Bundle, ImageInput
+from .codeword import bipolar, encode, new_message, random_user_id
+from .errors import (
+    BundleError,
+    EnrollmentError,
+    MediaError,
+    ModelMismatchError,
+    NotEnrolledError,
+    UvsdkError,
+)
+from .media import DEFAULT_MAX_SECONDS, audio_windows, check_audio, load_audio, load_image
+from .scoring import (
+    codeword_scores,
+    cosine_scores,
+    leave_one_out_scores,
+    prototype,
+    warmup_threshold,
+)
+from .template import PassphraseSource, Template, TemplateStore
+
+MIN_ENROLLMENT_SAMPLES = 5
+DEFAULT_TARGET_TPR = 0.95
+WINDOW_BATCH = 16  # windows per model call: bounds memory for long clips
+_SEARCH_ORDER = "pass a bundle (--bundle PATH) or set UVSDK_BUNDLE"
+
+
+@dataclass(frozen=True)
+class SampleReport:
+    """What enrollment did with one file: used, or skipped and why (``reason``)."""
+
+    file: str
+    used: bool
+    reason: str | None = None
+    detail: str = ""
+    seconds: float | None = None
+    windows: int = 0
+
+
+@dataclass(frozen=True)
+class EnrollmentReport:
+    """The outcome of :meth:`Verifier.enroll` (it holds no secret)."""
+
+    user: str
+    mode: str
+    target_tpr: float
+    samples: tuple[SampleReport, ...]
+    template: Path
+
+    @property
+    def used(self) -> int:
+        """How many samples were used."""
+        return sum(sample.used for sample in self.samples)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One verification: the score, the user's threshold and whether ``score >= threshold``."""
+
+    file: str
+    score: float
+    threshold: float
+    accepted: bool
+
+
+def default_bundle_path() -> Path:
+    """``$UVSDK_BUNDLE``, else the bundle shipped in the package, else a :class:`BundleError`."""
+    from_environment = os.environ.get("UVSDK_BUNDLE")
+    if from_environment:
+        return Path(from_environment).expanduser()
+    shipped = Path(__file__).parent / "data" / "default.uvb"
+    if shipped.is_file():
+        return shipped
+    raise BundleError(f"no model bundle: {_SEARCH_ORDER} (this version ships no default bundle)")
+
+
+def default_store_dir() -> Path:
+    """``$UVSDK_STORE``, else the platform's user data folder (``.../uvsdk/templates``)."""
+    from_environment = os.environ.get("UVSDK_STORE")
+    if from_environment:
+        return Path(from_environment).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("uvsdk", appauthor=False)) / "templates"
+
+
+def trusted_keys_from_environment() -> list[str]:
+    """PEM paths from ``$UVSDK_TRUSTED_KEYS`` (separated by ``os.pathsep``)."""
+    value = os.environ.get("UVSDK_TRUSTED_KEYS", "")
+    return [part for part in value.split(os.pathsep) if part.strip()]
+
+
+class Verifier:
+    """Enroll and verify users with one model bundle and one template store.
+
+    Parameters
+    ----------
+    bundle:
+        A ``.uvb`` path, an unpacked bundle folder, or a loaded :class:`Bundle`. Default:
+        ``$UVSDK_BUNDLE``, else the bundle shipped with the package. Loaded on first use.
+    store:
+        The template folder (default ``$UVSDK_STORE``, else the platform's user data folder).
+    passphrase:
+        A string or a callable ``(confirm) -> str`` (default: ``$UVSDK_PASSPHRASE``, else a hidden
+        prompt on a terminal). Asked only when a template is opened or created.
+    use_keyring:
+        Protect new templates with a random key in the OS keyring instead of a passphrase.
+    trusted_keys:
+        Ed25519 public keys (PEM paths or key objects); when set, unsigned or wrongly signed
+        bundles are refused. Default: ``$UVSDK_TRUSTED_KEYS``.
+    threads:
+        ONNX Runtime intra-op threads (default: its own choice).
+    backoff:
+        Lock-out policy written into templates at enrollment (see :mod:`uvsdk.backoff`).
+    max_seconds:
+        Longest audio clip accepted (memory stays bounded whatever the file).
+    clock:
+        Returns Unix time; replaceable for tests.
+    """
+
+    def __init__(
+        self,
+        bundle: str | Path | Bundle | None = None,
+        *,
+        store: str | Path | TemplateStore | None = None,
+        passphrase: PassphraseSource = None,
+        use_keyring: bool = False,
+        trusted_keys: Sequence[Any] | None = None,
+        threads: int | None = None,
+        backoff: backoff_rules.BackoffPolicy | None = None,
+        max_seconds: float = DEFAULT_MAX_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._bundle = bundle if isinstance(bundle, Bundle) else None
+        self._bundle_path = None if isinstance(bundle, Bundle) else bundle
+        if isinstance(store, TemplateStore):
+            self.store = store
+        else:
+            directory = Path(store).expanduser() if store else default_store_dir()
+            self.store = TemplateStore(directory, passphrase=passphrase, use_keyring=use_keyring)
+        self.trusted_keys = (
+            list(trusted_keys) if trusted_keys is not None else trusted_keys_from_environment()
+        )
+        self.threads = threads
+        self.backoff_policy = backoff or backoff_rules.BackoffPolicy()
+        self.max_seconds = max_seconds
+        self.clock = clock
+
+    @property
+    def bundle(self) -> Bundle:
+        """The model bundle, loaded and checked on first use."""
+        if self._bundle is None:
+            path = Path(self._bundle_path) if self._bundle_path else default_bundle_path()
+            self._bundle = Bundle(path, trusted_keys=self.trusted_keys, threads=self.threads)
+        return self._bundle
+
+    # -- embeddings ------------------------------------------------------------------------
+
+    def embed(self, source: str | Path | np.ndarray, *, allow_clipped: bool = True) -> np.ndarray:
+        """The model's vector for one file or one decoded input (windows averaged).
+
+        ``source`` is a path, or an array: mono float32 audio at the bundle's sample rate, or a
+        ``uint8`` image already at the bundle's size. Raises :class:`MediaError` on bad input.
+        """
+        vector, _ = self._embed(source, allow_clipped=allow_clipped)
+        return vector
+
+    def _embed(
+        self, source: str | Path | np.ndarray, *, allow_clipped: bool
+    ) -> tuple[np.ndarray, dict]:
+        spec = self.bundle.manifest.input
+        name = Path(source).name if isinstance(source, str | Path) else "input"
+        if isinstance(spec, AudioInput):
+            if isinstance(source, np.ndarray):
+                samples = np.asarray(source, dtype=np.float32).reshape(-1)
+            else:
+                samples = load_audio(source, spec.sample_rate, max_seconds=self.max_seconds)
+            try:
+                check_audio(samples, spec.sample_rate, min_seconds=spec.min_seconds, name=name)
+            except MediaError as error:
+                if not (allow_clipped and error.reason == "clipped"):
+                    raise
+            windows = audio_windows(
+                samples, spec.sample_rate, spec.window_seconds, spec.hop_seconds
+            )
+            outputs = [
+                self.bundle.run(windows[start : start + WINDOW_BATCH])
+                for start in range(0, len(windows), WINDOW_BATCH)
+            ]
+            vector = np.concatenate(outputs).mean(axis=0)
+            info = {"seconds": samples.size / spec.sample_rate, "windows": len(windows)}
+        else:
+            assert isinstance(spec, ImageInput)
+            if isinstance(source, np.ndarray):
+                image = np.asarray(source, dtype=np.uint8)
+                if image.shape != (spec.height, spec.width, spec.channels):
+                    raise MediaError(
+                        f"{name}: image of shape {image.shape} is not the model's", "not_image"
+                    )
+            else:
+                image = load_image(source, spec.height, spec.width, spec.channels)
+            vector = self.bundle.run(image[None])[0]
+            info = {"seconds": None, "windows": 1}
+        return vector.astype(np.float32), info
+
+    # -- codewords -------------------------------------------------------------------------
+
+    def new_codeword(self, user: str = "default", user_id: int | None = None) -> int:
+        """Make the user's secret FedUV codeword and keep it, encrypted, in the store.
+
+        The message is the user id bits (server-assigned; random when ``None``) followed by random
+        bits from :mod:`secrets`; the codeword is ``m·G mod 2`` with the bundle's generator.
+        Returns the user id (not secret: it is what the server assigned). The codeword itself is
+        never returned, printed or written in clear.
+        """
+        code = self.bundle.manifest.code
+        if code is None:
+            raise BundleError(
+                f"{self.bundle.path.name} outputs embeddings, not codewords: "
+                "codeword new needs a codeword bundle"
+            )
+        with self.store.locked(user):
+            existing = self.store.load(user) if self.store.exists(user) else None
+            if existing is not None and existing.codeword is not None:
+                raise UvsdkError(
+                    f"user {user!r} already has a codeword; delete the template first "
+                    f"(uvsdk delete --user {user}) if you really mean to replace it"
+                )
+            chosen_id = random_user_id(code.id_bits) if user_id is None else int(user_id)
+            bits = encode(new_message(chosen_id, code.id_bits, code.k), code.generator)
+            base = existing or Template(user=user, created=self.clock())
+            self.store.save(
+                base.replace(codeword=bits, user_id=chosen_id, code_sha256=code.fingerprint)
+            )
+        return chosen_id
+
+    # -- enrollment ------------------------------------------------------------------------
+
+    def enroll(
+        self,
+        samples: str | Path | Iterable[str | Path],
+        user: str = "default",
+        target_tpr: float = DEFAULT_TARGET_TPR,
+        *,
+        on_sample: Callable[[SampleReport], None] | None = None,
+    ) -> EnrollmentReport:
+        """Enroll a user from at least five usable samples, with the warm-up threshold.
+
+        Codeword mode when the user already holds a codeword (``new_codeword``) and the bundle is
+        a codeword bundle of the same code; prototype mode otherwise. Unusable files (too short,
+        silent, clipped, undecodable, ...) are skipped and reported through ``on_sample`` and the
+        report; fewer than five usable ones is an :class:`EnrollmentError` and nothing is written.
+        """
+        if not 0.0 < target_tpr <= 1.0:
+            raise UvsdkError(f"the target TPR must be in (0, 1], not {target_tpr}")
+        self.store.path(user)  # validates the name before any work
+        files = _list_samples(samples)
+        manifest = self.bundle.manifest
+        reports, vectors = [], []
+        for file in files:
+            try:
+                vector, info = self._embed(file, allow_clipped=False)
+            except MediaError as error:
+                report = SampleReport(str(file), False, error.reason, str(error))
+            else:
+                vectors.append(vector)
+                report = SampleReport(
+                    str(file), True, seconds=info["seconds"], windows=info["windows"]
+                )
+            reports.append(report)
+            if on_sample:
+                on_sample(report)
+        if len(vectors) < MIN_ENROLLMENT_SAMPLES:
+            raise EnrollmentError(
+                f"only {len(vectors)} usable sample(s) of {len(files)}: at least "
+                f"{MIN_ENROLLMENT_SAMPLES} are needed; nothing was enrolled"
+            )
+        matrix = np.stack(vectors)
+        with self.store.locked(user):
+            existing = self.store.load(user) if self.store.exists(user) else None
+            base = existing or Template(user=user, created=self.clock())
+            if base.codeword is not None and manifest.code is not None:
+                if base.code_sha256 != manifest.code.fingerprint:
+                    raise ModelMismatchError(
+                        f"user {user!r}'s codeword was made for another code than "
+                        f"{self.bundle.path.name}'s; make a new one with uvsdk codeword new"
+                    )
+                mode, reference = "codeword", None
+                scores = codeword_scores(bipolar(base.codeword), matrix)
+            else:
+                mode, reference = "prototype", prototype(matrix).astype(np.float32)
+                scores = leave_one_out_scores(matrix)
+            template = base.replace(
+                mode=mode,
+                prototype=reference,
+                threshold=warmup_threshold(scores, target_tpr),
+                target_tpr=target_tpr,
+                model_sha256=manifest.model_sha256,
+                enrolled=self.clock(),
+                samples=len(vectors),
+                policy=self.backoff_policy,
+                backoff=backoff_rules.BackoffState(),
+            )
+            path = self.store.save(template)
+        return EnrollmentReport(user, mode, target_tpr, tuple(reports), path)
+
+    # -- verification ----------------------------------------------------------------------
+
+    def _enrolled_template(self, user: str) -> Template:
+        bundle = self.bundle  # a missing or broken model is reported before the template
+        template = self.store.load(user)
+        if not template.is_enrolled:
+            raise NotEnrolledError(
+                f"user {user!r} has a codeword but is not enrolled yet (run uvsdk enroll)"
+            )
+        if template.model_sha256 != bundle.manifest.model_sha256:
+            raise ModelMismatchError(
+                f"user {user!r} was enrolled with another model than {bundle.path.name}: "
+                "re-enroll with uvsdk enroll"
+            )
+        return template
+
+    def _score(self, template: Template, vector: np.ndarray) -> float:
+        if template.mode == "codeword":
+            if template.codeword is None:
+                raise NotEnrolledError(f"user {template.user!r}'s template has no codeword")
+            value = codeword_scores(bipolar(template.codeword), vector[None])[0]
+        else:
+            if template.prototype is None:
+                raise NotEnrolledError(f"user {template.user!r}'s template has no prototype")
+            value = cosine_scores(template.prototype, vector[None])[0]
+        return float(value)
+
+    def score(self, source: str | Path | np.ndarray, user: str = "default") -> float:
+        """The user's score for one input, with no decision and no back-off bookkeeping.
+
+        Meant for the template's owner (evaluation); apps deciding access use :meth:`verify`.
+        """
+        template = self._enrolled_template(user)
+        return self._score(template, self.embed(source))
+
+    def verify(
+        self, source: str | Path | np.ndarray, user: str = "default", *, backoff: bool = True
+    ) -> Decision:
+        """Accept iff the score reaches the user's warm-up threshold.
+
+        With ``backoff`` (the default) the attempt is counted in the encrypted template and a
+        locked-out user gets :class:`LockedOutError` before anything is computed.
+        """
+        name = str(source) if isinstance(source, str | Path) else "input"
+        if not backoff:
+            template = self._enrolled_template(user)
+            value = self._score(template, self.embed(source))
+            return Decision(name, value, float(template.threshold), value >= template.threshold)
+        with self.store.locked(user):
+            template = self._enrolled_template(user)
+            backoff_rules.check(template.backoff, user, self.clock())
+            value = self._score(template, self.embed(source))
+            accepted = value >= template.threshold
+            state = backoff_rules.record(template.backoff, template.policy, accepted, self.clock())
+            if state != template.backoff:
+                self.store.save(template.replace(backoff=state))
+        return Decision(name, value, float(template.threshold), accepted)
+
+    def delete(self, user: str = "default") -> None:
+        """Remove the user's template."""
+        with self.store.locked(user):
+            self.store.delete(user)
+
+
+def _list_samples(samples: str | Path | Iterable[str | Path]) -> list[Path]:
+    if isinstance(samples, str | Path):
+        folder = Path(samples).expanduser()
+        if not folder.exists():
+            raise EnrollmentError(f"samples folder not found: {folder}")
+        if not folder.is_dir():
+            raise EnrollmentError(f"not a folder: {folder}")
+        try:
+            files = sorted(
+                p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
+            )
+        except OSError as error:
+            raise EnrollmentError(f"cannot read {folder} ({error.strerror or error})") from None
+        if not files:
+            raise EnrollmentError(f"the samples folder {folder} is empty")
+        return files
+    files = [Path(p) for p in samples]
+    if not files:
+        raise EnrollmentError("no samples given")
+    return files

@@ -1,0 +1,157 @@
+"""Shared fixtures: synthetic voices on disk, and small but real ONNX bundles built without torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import uvsdk.template
+from uvexport.bundle import make_manifest, write_bundle
+from uvexport.reference import (
+    centred_spectral_embedding_model,
+    codeword_model,
+)
+from uvsdk.bundle import AudioInput, Code
+from uvsdk.codeword import unpack_generator
+from uvtrain.data.formant import voice_corpus
+
+SAMPLE_RATE = 16000
+N_SPEAKERS = 10
+CLIPS = 8
+FIXTURES = Path(__file__).parent / "fixtures"
+AUDIO = AudioInput(sample_rate=SAMPLE_RATE, window_seconds=2.0, hop_seconds=1.0, min_seconds=0.5)
+PASSPHRASE = "correct horse battery staple"
+
+
+@pytest.fixture(autouse=True)
+def _fast_scrypt_and_clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cheaper scrypt in-process (the cost is a parameter stored in each file), and no
+    configuration leaking in from the developer's shell."""
+    monkeypatch.setattr(uvsdk.template, "SCRYPT_LOG2_N", 12)
+    for name in ("UVSDK_BUNDLE", "UVSDK_STORE", "UVSDK_PASSPHRASE", "UVSDK_TRUSTED_KEYS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("UVSDK_KEYRING", raising=False)
+
+
+@pytest.fixture(scope="session")
+def bch127() -> Code:
+    """BCH(127, 64) with its generator from the committed fixture (checked against galois)."""
+    spec = json.loads((FIXTURES / "bch_127_64.json").read_text())
+    generator = unpack_generator(spec["generator"], spec["k"], spec["n"])
+    return Code("bch", spec["n"], spec["k"], spec["d_min"], 32, generator)
+
+
+@pytest.fixture(scope="session")
+def corpus() -> list[list[np.ndarray]]:
+    """Ten synthetic speakers, eight 2.5-second clips each."""
+    return voice_corpus(N_SPEAKERS, CLIPS, 2.5, SAMPLE_RATE, seed=7)
+
+
+@pytest.fixture(scope="session")
+def voice_dir(tmp_path_factory: pytest.TempPathFactory, corpus: list) -> Path:
+    """``speaker{i}/clip{j}.wav`` for every clip of the corpus."""
+    root = tmp_path_factory.mktemp("voices")
+    for speaker, clips in enumerate(corpus):
+        folder = root / f"speaker{speaker}"
+        folder.mkdir()
+        for index, clip in enumerate(clips):
+            sf.write(folder / f"clip{index}.wav", clip, SAMPLE_RATE, subtype="PCM_16")
+    return root
+
+
+def enrollment_dir(voice_dir: Path, speaker: int, tmp_path: Path, count: int = 6) -> Path:
+    """A samples folder with the first ``count`` clips of one speaker."""
+    folder = tmp_path / f"enroll{speaker}"
+    folder.mkdir()
+    for index in range(count):
+        source = voice_dir / f"speaker{speaker}" / f"clip{index}.wav"
+        (folder / source.name).write_bytes(source.read_bytes())
+    return folder
+
+
+def enrolled_clip(voice_dir: Path, speaker: int, index: int = 0) -> Path:
+    """One of the speaker's enrollment clips. In prototype mode it is always accepted: its cosine
+    with the mean of all enrollment vectors is at least its leave-one-out cosine, which is at least
+    the threshold (the smallest of those at q = 0.95 with 6 samples)."""
+    return voice_dir / f"speaker{speaker}" / f"clip{index}.wav"
+
+
+def held_out(voice_dir: Path, speaker: int, first: int = 6) -> list[Path]:
+    """The speaker's clips not used for enrollment."""
+    return [voice_dir / f"speaker{speaker}" / f"clip{i}.wav" for i in range(first, CLIPS)]
+
+
+def audio_bundle(
+    path: Path, model: bytes, kind: str, dim: int, code: Code | None = None, **kw
+) -> Path:
+    """Write an audio bundle for a reference model."""
+    manifest = make_manifest(
+        model,
+        name=path.stem,
+        method="reference",
+        source=AUDIO,
+        output_kind=kind,
+        dim=dim,
+        code=code,
+        extra={"note": "reference model built in tests"},
+    )
+    return write_bundle(path, model, manifest, **kw)
+
+
+@pytest.fixture(scope="session")
+def spectral_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedding bundle: log band energies of the spectrum, centred on 40 background speakers
+    (other voices than the test corpus's) and normalised."""
+    background = voice_corpus(40, 4, 2.0, SAMPLE_RATE, seed=1000)
+    clips = [clip for speaker in background for clip in speaker]
+    model = centred_spectral_embedding_model(clips, SAMPLE_RATE, n_bands=40)
+    return audio_bundle(tmp_path_factory.mktemp("bundles") / "spectral.uvb", model, "embedding", 40)
+
+
+def trained_codeword_bundle(
+    path: Path, corpus: list, spectral: Path, codewords: dict[int, np.ndarray], code: Code
+) -> Path:
+    """Stand-in for a FedUV model trained with the given users' codewords: the spectral front end
+    and a head that maps each known speaker's voice to that speaker's ±1 codeword."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(
+        str(spectral_model_path(spectral)), providers=["CPUExecutionProvider"]
+    )
+    centroids, rows = [], []
+    for speaker, bits in codewords.items():
+        clips = np.stack([clip[: 2 * SAMPLE_RATE] for clip in corpus[speaker][:6]]).astype(
+            np.float32
+        )
+        features = session.run(["output"], {"input": clips})[0].mean(axis=0)
+        centroids.append(features / np.linalg.norm(features))
+        rows.append(1.0 - 2.0 * bits.astype(np.float32))
+    model = codeword_model(SAMPLE_RATE, np.stack(centroids), np.stack(rows), n_bands=40)
+    return audio_bundle(path, model, "codeword", code.n, code)
+
+
+def spectral_model_path(bundle: Path) -> Path:
+    """Unpack model.onnx of a bundle beside it."""
+    import zipfile
+
+    target = bundle.with_suffix(".onnx")
+    if not target.exists():
+        with zipfile.ZipFile(bundle) as archive:
+            target.write_bytes(archive.read("model.onnx"))
+    return target
+
+
+@pytest.fixture(scope="session")
+def initial_codeword_bundle(tmp_path_factory: pytest.TempPathFactory, bch127: Code) -> Path:
+    """The round-0 codeword bundle a device gets its code (generator) from before training."""
+    rng = np.random.default_rng(0)
+    centroids = rng.normal(size=(4, 40))
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    codewords = rng.choice([-1.0, 1.0], size=(4, 127))
+    model = codeword_model(SAMPLE_RATE, centroids, codewords, n_bands=40)
+    path = tmp_path_factory.mktemp("bundles") / "initial.uvb"
+    return audio_bundle(path, model, "codeword", 127, bch127)

@@ -1,0 +1,496 @@
+"""The ``uvsdk`` command: output lines, --json, exit codes, and every kind of bad input.
+
+Each bad input must give one clear line on stderr, exit code 2, and change nothing on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from PIL import Image
+from typer.testing import CliRunner
+
+from uvsdk.cli import app
+
+from .conftest import PASSPHRASE, SAMPLE_RATE, enrolled_clip, enrollment_dir
+
+runner = CliRunner()
+
+
+def uvsdk(*args: str | Path, env: dict | None = None):
+    """Run the command in-process; returns the click Result (stdout, stderr, exit_code)."""
+    environment = {"UVSDK_PASSPHRASE": PASSPHRASE, **(env or {})}
+    return runner.invoke(app, [str(a) for a in args], env=environment)
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under a folder with its hash, to show nothing changed."""
+    if not folder.exists():
+        return {}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def assert_clean_error(result, store: Path, before: dict, match: str) -> None:
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("uvsdk: error: "), result.stderr
+    assert match.lower() in lines[0].lower(), lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert snapshot(store) == before
+
+
+@pytest.fixture()
+def enrolled(spectral_bundle: Path, voice_dir: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A store with speaker 0 enrolled as the default user, and the bundle."""
+    store = tmp_path / "store"
+    result = uvsdk(
+        "enroll",
+        "--samples",
+        enrollment_dir(voice_dir, 0, tmp_path),
+        "--bundle",
+        spectral_bundle,
+        "--store",
+        store,
+    )
+    assert result.exit_code == 0, result.stderr
+    return store, spectral_bundle
+
+
+def test_enroll_and_verify_lines_and_exit_codes(enrolled, voice_dir: Path) -> None:
+    store, bundle = enrolled
+    genuine = [enrolled_clip(voice_dir, 0, 0), enrolled_clip(voice_dir, 0, 3)]
+    result = uvsdk("verify", *genuine, "--bundle", bundle, "--store", store)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2
+    for line, file in zip(lines, genuine, strict=True):
+        verdict, score, threshold, name = line.split("  ")
+        assert verdict == "ACCEPT" and name == str(file)
+        assert float(score.removeprefix("score=")) >= float(threshold.removeprefix("threshold="))
+    impostor = voice_dir / "speaker3" / "clip0.wav"
+    result = uvsdk("verify", genuine[0], impostor, "--json", "--bundle", bundle, "--store", store)
+    assert result.exit_code == 1
+    decisions = json.loads(result.stdout)
+    assert [d["accepted"] for d in decisions] == [True, False]
+    assert set(decisions[0]) == {"file", "score", "threshold", "accepted"}
+
+
+def test_enroll_output_names_every_sample_and_no_secret(
+    spectral_bundle: Path, voice_dir: Path, tmp_path: Path
+) -> None:
+    folder = enrollment_dir(voice_dir, 1, tmp_path)
+    sf.write(folder / "silence.wav", np.zeros(SAMPLE_RATE), SAMPLE_RATE)
+    result = uvsdk(
+        "enroll",
+        "--samples",
+        folder,
+        "--user",
+        "bob",
+        "--bundle",
+        spectral_bundle,
+        "--store",
+        tmp_path / "s",
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("  used     ") == 6
+    assert "skipped  silence.wav: silent" in result.stdout
+    assert "enrolled 'bob' in prototype mode from 6 of 7 samples" in result.stdout
+    assert "threshold" not in result.stdout.lower()
+
+
+def test_codeword_new_then_info_shows_no_secret(
+    initial_codeword_bundle: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    result = uvsdk(
+        "codeword", "new", "--user-id", "99", "--bundle", initial_codeword_bundle, "--store", store
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "user id 99" in result.stdout and "BCH(127,64)" in result.stdout
+    again = uvsdk("codeword", "new", "--bundle", initial_codeword_bundle, "--store", store)
+    assert again.exit_code == 2 and "already has a codeword" in again.stderr
+    info = uvsdk("info", "--bundle", initial_codeword_bundle, "--store", store)
+    assert info.exit_code == 0
+    assert "code: BCH(127,64), d_min 21, 32 id bits" in info.stdout
+    assert "signature: none" in info.stdout and "default  (updated" in info.stdout
+    secret = uvsdk  # the codeword's bits never appear: check a long 0/1 run is absent
+    assert not any(len(token) >= 32 and set(token) <= {"0", "1"} for token in info.stdout.split())
+    assert secret
+    bad_id = uvsdk(
+        "codeword",
+        "new",
+        "--user",
+        "x",
+        "--user-id",
+        str(2**40),
+        "--bundle",
+        initial_codeword_bundle,
+        "--store",
+        store,
+    )
+    assert bad_id.exit_code == 2 and "out of range" in bad_id.stderr
+
+
+def test_delete(enrolled) -> None:
+    store, _ = enrolled
+    assert uvsdk("delete", "--user", "default", "--store", store).exit_code == 0
+    assert not (store / "default.uvt").exists()
+    result = uvsdk("delete", "--user", "default", "--store", store)
+    assert_clean_error(result, store, snapshot(store), "has no template")
+
+
+def test_no_bundle_anywhere_says_how_to_give_one(tmp_path: Path) -> None:
+    result = uvsdk("verify", tmp_path / "x.wav", "--store", tmp_path)
+    assert_clean_error(result, tmp_path, {}, "pass a bundle (--bundle PATH) or set UVSDK_BUNDLE")
+
+
+def test_environment_variables(enrolled, voice_dir: Path) -> None:
+    store, bundle = enrolled
+    result = uvsdk(
+        "verify",
+        enrolled_clip(voice_dir, 0),
+        env={"UVSDK_BUNDLE": str(bundle), "UVSDK_STORE": str(store)},
+    )
+    assert result.exit_code == 0, result.stderr
+
+
+# -- bad input in enroll -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "file", "unreadable"])
+def test_bad_samples_folder(spectral_bundle: Path, tmp_path: Path, kind: str) -> None:
+    folder = tmp_path / "samples"
+    if kind == "empty":
+        folder.mkdir()
+    elif kind == "file":
+        folder.write_text("x")
+    elif kind == "unreadable":
+        if os.geteuid() == 0:
+            pytest.skip("root reads any folder")
+        folder.mkdir()
+        (folder / "a.wav").write_text("x")
+        folder.chmod(0)
+    store = tmp_path / "store"
+    result = uvsdk("enroll", "--samples", folder, "--bundle", spectral_bundle, "--store", store)
+    match = {
+        "missing": "not found",
+        "empty": "is empty",
+        "file": "not a folder",
+        "unreadable": "cannot read",
+    }
+    assert_clean_error(result, store, {}, match[kind])
+
+
+def test_unreadable_samples_folder_when_running_as_root(
+    spectral_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root reads any folder, so listing is made to fail the way it does for a normal user."""
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    real_iterdir = Path.iterdir
+
+    def iterdir(self: Path):
+        if self == folder:
+            raise PermissionError(13, "Permission denied")
+        return real_iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    store = tmp_path / "store"
+    result = uvsdk("enroll", "--samples", folder, "--bundle", spectral_bundle, "--store", store)
+    assert_clean_error(result, store, {}, "cannot read")
+
+
+# -- bad input in verify ------------------------------------------------------------------
+
+
+def _bad_clip(kind: str, folder: Path) -> Path:
+    path = folder / f"{kind}.wav"
+    rng = np.random.default_rng(0)
+    if kind == "not_audio":
+        path.write_text("RIFF? no, this is a text file")
+    elif kind == "truncated":
+        sf.write(path, rng.normal(0, 0.1, 2 * SAMPLE_RATE), SAMPLE_RATE, subtype="PCM_16")
+        path.write_bytes(path.read_bytes()[: 2 * SAMPLE_RATE])
+    elif kind == "silence":
+        sf.write(path, np.zeros(2 * SAMPLE_RATE), SAMPLE_RATE)
+    elif kind == "nan":
+        clip = rng.normal(0, 0.1, 2 * SAMPLE_RATE)
+        clip[100] = np.nan
+        sf.write(path, clip, SAMPLE_RATE, subtype="FLOAT")
+    elif kind == "infinite":
+        clip = rng.normal(0, 0.1, 2 * SAMPLE_RATE)
+        clip[100] = np.inf
+        sf.write(path, clip, SAMPLE_RATE, subtype="FLOAT")
+    elif kind == "short":
+        sf.write(path, rng.normal(0, 0.1, SAMPLE_RATE // 4), SAMPLE_RATE)
+    elif kind == "hour":
+        with sf.SoundFile(path, "w", SAMPLE_RATE, 1, subtype="PCM_16") as handle:
+            block = (rng.normal(0, 0.1, 600 * SAMPLE_RATE)).astype(np.float32)
+            for _ in range(6):
+                handle.write(block)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        ("not_audio", "not.wav"),
+        ("truncated", "truncated"),
+        ("silence", "silent"),
+        ("nan", "NaN or infinite"),
+        ("infinite", "NaN or infinite"),
+        ("short", "too short"),
+        ("hour", "at most 60 s"),
+    ],
+)
+def test_bad_clip_in_verify(enrolled, tmp_path: Path, kind: str, match: str) -> None:
+    store, bundle = enrolled
+    before = snapshot(store)
+    clip = _bad_clip(kind, tmp_path)
+    result = uvsdk("verify", clip, "--bundle", bundle, "--store", store)
+    if kind == "not_audio":
+        match = "not_audio.wav"
+    assert_clean_error(result, store, before, match)
+
+
+def test_hour_long_clip_memory_stays_bounded(enrolled, tmp_path: Path) -> None:
+    import resource
+
+    store, bundle = enrolled
+    clip = _bad_clip("hour", tmp_path)  # 1 h at 16 kHz: 115 MB of PCM, 230 MB as float32
+    code = (
+        "import resource, sys\n"
+        "from uvsdk.cli import main\n"
+        "sys.argv = ['uvsdk', 'verify', sys.argv[1], '--bundle', sys.argv[2], '--store', sys.argv[3]]\n"
+        "try:\n    main()\n"
+        "except SystemExit as e:\n"
+        "    print(e.code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    env = {**os.environ, "UVSDK_PASSPHRASE": PASSPHRASE}
+    out = subprocess.run(
+        [sys.executable, "-c", code, clip, bundle, store],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    exit_code, peak_kib = out.stdout.split()
+    assert exit_code == "2"
+    assert (
+        int(peak_kib) < 400 * 1024
+    )  # interpreter + onnxruntime + numpy < 400 MiB; no 230 MB array
+    assert resource
+
+
+def test_bad_file_in_a_batch_does_not_stop_the_others(
+    enrolled, voice_dir: Path, tmp_path: Path
+) -> None:
+    store, bundle = enrolled
+    bad = _bad_clip("silence", tmp_path)
+    result = uvsdk("verify", bad, enrolled_clip(voice_dir, 0), "--bundle", bundle, "--store", store)
+    assert result.exit_code == 2
+    assert result.stdout.startswith("ACCEPT")
+
+
+def test_image_that_is_not_an_image(tmp_path: Path) -> None:
+    from uvexport.bundle import make_manifest, write_bundle
+    from uvexport.reference import image_embedding_model
+    from uvsdk.bundle import ImageInput
+
+    model = image_embedding_model(32, 32, 3, dim=16)
+    manifest = make_manifest(
+        model,
+        name="faces",
+        method="reference",
+        source=ImageInput(32, 32, 3),
+        output_kind="embedding",
+        dim=16,
+    )
+    bundle = write_bundle(tmp_path / "faces.uvb", model, manifest)
+    samples = tmp_path / "faces"
+    samples.mkdir()
+    rng = np.random.default_rng(0)
+    for index in range(6):
+        pixels = rng.integers(0, 255, (40 + index, 50, 4), dtype=np.uint8)  # RGBA, odd sizes
+        Image.fromarray(pixels, "RGBA").save(samples / f"face{index}.png")
+    Image.fromarray(rng.integers(0, 255, (30, 30), dtype=np.uint8), "L").save(samples / "grey.jpg")
+    store = tmp_path / "store"
+    enrolled = uvsdk("enroll", "--samples", samples, "--bundle", bundle, "--store", store)
+    assert enrolled.exit_code == 0, enrolled.stderr
+    assert enrolled.stdout.count("(image)") == 7
+    fake = tmp_path / "fake.png"
+    fake.write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 20)
+    assert_clean_error(
+        uvsdk("verify", fake, "--bundle", bundle, "--store", store),
+        store,
+        snapshot(store),
+        "fake.png",
+    )
+    ok = uvsdk(
+        "verify", samples / "face0.png", "--no-backoff", "--bundle", bundle, "--store", store
+    )
+    assert ok.exit_code == 0, ok.stderr
+
+
+# -- bad bundles and templates -------------------------------------------------------------
+
+
+def test_truncated_and_edited_bundle(enrolled, voice_dir: Path, tmp_path: Path) -> None:
+    store, bundle = enrolled
+    before = snapshot(store)
+    clip = enrolled_clip(voice_dir, 0)
+    truncated = tmp_path / "truncated.uvb"
+    truncated.write_bytes(bundle.read_bytes()[:5000])
+    assert_clean_error(
+        uvsdk("verify", clip, "--bundle", truncated, "--store", store),
+        store,
+        before,
+        "truncated or corrupt",
+    )
+    with zipfile.ZipFile(bundle) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    model = bytearray(members["model.onnx"])
+    model[-10] ^= 1
+    edited = tmp_path / "edited.uvb"
+    with zipfile.ZipFile(edited, "w") as archive:
+        archive.writestr("manifest.json", members["manifest.json"])
+        archive.writestr("model.onnx", bytes(model))
+    assert_clean_error(
+        uvsdk("verify", clip, "--bundle", edited, "--store", store),
+        store,
+        before,
+        "modified or damaged",
+    )
+    manifest = json.loads(members["manifest.json"])
+    manifest["format"] = "uvsdk-bundle/2"
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    (unknown / "manifest.json").write_text(json.dumps(manifest))
+    (unknown / "model.onnx").write_bytes(members["model.onnx"])
+    assert_clean_error(
+        uvsdk("verify", clip, "--bundle", unknown, "--store", store),
+        store,
+        before,
+        "unknown bundle format",
+    )
+    assert_clean_error(
+        uvsdk("info", "--bundle", unknown, "--store", store), store, before, "unknown bundle format"
+    )
+
+
+def test_untrusted_bundle_when_keys_are_configured(
+    enrolled, voice_dir: Path, tmp_path: Path
+) -> None:
+    from uvexport.bundle import generate_signing_key, save_signing_key
+
+    store, bundle = enrolled
+    _, public = save_signing_key(generate_signing_key(), tmp_path / "k.pem")
+    result = uvsdk(
+        "verify",
+        enrolled_clip(voice_dir, 0),
+        "--bundle",
+        bundle,
+        "--store",
+        store,
+        env={"UVSDK_TRUSTED_KEYS": str(public)},
+    )
+    assert_clean_error(result, store, snapshot(store), "not signed")
+
+
+def test_tampered_template(enrolled, voice_dir: Path) -> None:
+    store, bundle = enrolled
+    path = store / "default.uvt"
+    blob = bytearray(path.read_bytes())
+    blob[len(blob) // 2] ^= 0x10
+    path.write_bytes(bytes(blob))
+    result = uvsdk("verify", enrolled_clip(voice_dir, 0), "--bundle", bundle, "--store", store)
+    assert_clean_error(result, store, snapshot(store), "modified or is damaged")
+
+
+def test_wrong_passphrase(enrolled, voice_dir: Path) -> None:
+    store, bundle = enrolled
+    result = uvsdk(
+        "verify",
+        enrolled_clip(voice_dir, 0),
+        "--bundle",
+        bundle,
+        "--store",
+        store,
+        env={"UVSDK_PASSPHRASE": "guess"},
+    )
+    assert_clean_error(result, store, snapshot(store), "wrong passphrase")
+
+
+def test_template_from_another_model(
+    enrolled, initial_codeword_bundle: Path, voice_dir: Path
+) -> None:
+    store, _ = enrolled
+    result = uvsdk(
+        "verify", enrolled_clip(voice_dir, 0), "--bundle", initial_codeword_bundle, "--store", store
+    )
+    assert_clean_error(result, store, snapshot(store), "re-enroll")
+
+
+def test_verify_before_enroll(spectral_bundle: Path, voice_dir: Path, tmp_path: Path) -> None:
+    result = uvsdk(
+        "verify", enrolled_clip(voice_dir, 0), "--bundle", spectral_bundle, "--store", tmp_path
+    )
+    assert_clean_error(result, tmp_path, {}, "not enrolled")
+
+
+def test_lockout_exit_code_and_no_backoff(enrolled, voice_dir: Path) -> None:
+    store, bundle = enrolled
+    impostor = voice_dir / "speaker7" / "clip1.wav"
+    result = uvsdk("verify", *[impostor] * 6, "--bundle", bundle, "--store", store)
+    assert result.exit_code == 2
+    assert result.stdout.count("REJECT") == 5
+    assert "locked out after 5 failed attempts: try again after" in result.stderr
+    owner = uvsdk(
+        "verify", enrolled_clip(voice_dir, 0), "--no-backoff", "--bundle", bundle, "--store", store
+    )
+    assert owner.exit_code == 0
+
+
+def test_no_passphrase_and_no_tty(spectral_bundle: Path, voice_dir: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UVSDK_")}
+    store = tmp_path / "store"
+    command = [
+        sys.executable,
+        "-m",
+        "uvsdk.cli",
+        "enroll",
+        "--samples",
+        str(voice_dir / "speaker0"),
+        "--bundle",
+        str(spectral_bundle),
+        "--store",
+        str(store),
+    ]
+    result = subprocess.run(
+        command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == "uvsdk: error: no passphrase: set UVSDK_PASSPHRASE or run in a terminal (stdin is not a tty)"
+    )
+    assert snapshot(store) == {}
+
+
+def test_usage_errors_exit_2() -> None:
+    result = uvsdk("verify")
+    assert result.exit_code == 2
+    assert uvsdk("--help").exit_code == 0

@@ -1,0 +1,95 @@
+"""Codewords on the device: equal to galois' BCH encoding, distinct ids at distance >= d_min."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from uvsdk.codeword import (
+    bipolar,
+    code_fingerprint,
+    encode,
+    new_message,
+    pack_generator,
+    unpack_generator,
+    user_id_bits,
+)
+from uvsdk.errors import BundleError, UvsdkError
+
+from .conftest import FIXTURES
+
+CODES = [(127, 64, 21), (255, 71, 59), (511, 67, 175)]
+
+
+@pytest.fixture(scope="module")
+def galois_codes() -> dict[int, object]:
+    galois = pytest.importorskip("galois")  # dev extra only: compiles with numba on first use
+    return {n: galois.BCH(n, k) for n, k, _ in CODES}
+
+
+@pytest.mark.parametrize(("n", "k", "d_min"), CODES)
+def test_encoding_equals_galois(galois_codes: dict, n: int, k: int, d_min: int) -> None:
+    bch = galois_codes[n]
+    assert (bch.n, bch.k, bch.d) == (n, k, d_min)
+    generator = unpack_generator(pack_generator(np.asarray(bch.G, np.uint8)), k, n)
+    rng = np.random.default_rng(n)
+    for user_id in (0, 1, 12345, 2**32 - 1):
+        message = new_message(user_id, 32, k)
+        ours = encode(message, generator)
+        theirs = np.asarray(bch.encode(bch.field(message)), dtype=np.uint8)
+        np.testing.assert_array_equal(ours, theirs)
+        assert not np.any(bch.detect(bch.field(ours)))  # a valid codeword of the code
+    message = rng.integers(0, 2, k).astype(np.uint8)
+    np.testing.assert_array_equal(
+        encode(message, generator), np.asarray(bch.encode(bch.field(message)), np.uint8)
+    )
+
+
+@pytest.mark.parametrize(("n", "k", "d_min"), CODES)
+def test_distinct_ids_give_distinct_codewords_at_distance_d_min(
+    galois_codes: dict, n: int, k: int, d_min: int
+) -> None:
+    generator = np.asarray(galois_codes[n].G, np.uint8)
+    words = [encode(new_message(user_id, 32, k), generator) for user_id in range(40)]
+    distances = [int(np.sum(a != b)) for a, b in itertools.combinations(words, 2)]
+    assert min(distances) >= d_min
+
+
+def test_committed_bch127_fixture_is_galois_generator(galois_codes: dict) -> None:
+    spec = json.loads((FIXTURES / "bch_127_64.json").read_text())
+    fixture = unpack_generator(spec["generator"], 64, 127)
+    np.testing.assert_array_equal(fixture, np.asarray(galois_codes[127].G, np.uint8))
+
+
+def test_message_is_id_bits_msb_first_then_fresh_random_bits() -> None:
+    np.testing.assert_array_equal(user_id_bits(5, 4), [0, 1, 0, 1])
+    first, second = new_message(5, 4, 64), new_message(5, 4, 64)
+    np.testing.assert_array_equal(first[:4], [0, 1, 0, 1])
+    assert first.shape == (64,) and set(np.unique(first)) <= {0, 1}
+    assert not np.array_equal(first[4:], second[4:])  # 60 random bits: equal with p = 2^-60
+
+
+def test_out_of_range_id_is_refused() -> None:
+    with pytest.raises(UvsdkError, match="out of range"):
+        user_id_bits(2**32, 32)
+    with pytest.raises(UvsdkError):
+        user_id_bits(-1, 32)
+
+
+def test_bipolar_and_fingerprint(bch127) -> None:
+    np.testing.assert_array_equal(bipolar(np.array([0, 1, 1])), [1.0, -1.0, -1.0])
+    other = bch127.generator.copy()
+    other[0, -1] ^= 1
+    assert code_fingerprint(bch127.generator) != code_fingerprint(other)
+
+
+def test_generator_that_does_not_fit_is_refused() -> None:
+    with pytest.raises(BundleError, match="bits"):
+        unpack_generator(pack_generator(np.eye(4, 8, dtype=np.uint8)), 5, 8)
+    with pytest.raises(BundleError, match="base64"):
+        unpack_generator("not base64!", 4, 8)
+    with pytest.raises(BundleError, match="rank"):
+        unpack_generator(pack_generator(np.zeros((4, 8), np.uint8)), 4, 8)
