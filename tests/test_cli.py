@@ -494,3 +494,26 @@ def test_usage_errors_exit_2() -> None:
     result = uvsdk("verify")
     assert result.exit_code == 2
     assert uvsdk("--help").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("rate", "channels", "subtype"),
+    [(44100, 2, "PCM_24"), (8000, 1, "PCM_U8"), (22050, 2, "PCM_16"), (48000, 1, "FLOAT")],
+)
+def test_other_rates_depths_and_channels_are_converted(
+    enrolled, corpus: list, tmp_path: Path, rate: int, channels: int, subtype: str
+) -> None:
+    import soxr
+
+    store, bundle = enrolled
+    clip = soxr.resample(corpus[0][0], SAMPLE_RATE, rate)  # an enrollment clip of the user
+    stereo = np.stack([clip, 0.8 * clip], axis=1) if channels == 2 else clip
+    path = tmp_path / f"converted-{rate}.wav"
+    sf.write(path, stereo, rate, subtype=subtype)
+    result = uvsdk("verify", path, "--json", "--no-backoff", "--bundle", bundle, "--store", store)
+    assert result.exit_code in (0, 1), result.stderr
+    (decision,) = json.loads(result.stdout)
+    if rate >= SAMPLE_RATE:  # nothing of the 0-8 kHz band is lost: still the same voice
+        assert decision["accepted"], decision
+    else:  # 8 kHz has nothing above 4 kHz: scored (not refused), though the spectrum changed
+        assert -1.0 <= decision["score"] <= 1.0
