@@ -517,3 +517,59 @@ def test_other_rates_depths_and_channels_are_converted(
         assert decision["accepted"], decision
     else:  # 8 kHz has nothing above 4 kHz: scored (not refused), though the spectrum changed
         assert -1.0 <= decision["score"] <= 1.0
+
+
+def _run_in_terminal(command: list[str], answers: list[str], env: dict) -> tuple[int, str]:
+    """Run a command with a pseudo-terminal as its controlling terminal, answering prompts."""
+    import pty
+    import select
+    import time
+
+    pid, master = pty.fork()
+    if pid == 0:  # the child: the pty is its terminal, so getpass reads /dev/tty
+        os.execve(command[0], command, env)
+    output, pending, deadline, answered = b"", list(answers), time.time() + 60, 0
+    while time.time() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child has closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+        if pending and output[answered:].rstrip().endswith(b":"):  # a new prompt
+            os.write(master, pending.pop(0).encode() + b"\n")
+            answered = len(output)
+    finished, status = os.waitpid(pid, os.WNOHANG)
+    if not finished:  # past the deadline: never hang the test suite
+        os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
+    os.close(master)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+def test_interactive_hidden_prompt(spectral_bundle: Path, voice_dir: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UVSDK_")}
+    store = tmp_path / "store"
+    base = [sys.executable, "-m", "uvsdk.cli"]
+    where = ["--bundle", str(spectral_bundle), "--store", str(store)]
+    samples = str(enrollment_dir(voice_dir, 0, tmp_path))
+    secret = "typed in secret"
+    code, output = _run_in_terminal(
+        [*base, "enroll", "--samples", samples, *where], [secret, "a typo"], env
+    )
+    assert code == 2 and "the two passphrases differ" in output, output
+    assert not store.exists() or not list(store.glob("*.uvt"))
+    code, output = _run_in_terminal(
+        [*base, "enroll", "--samples", samples, *where], [secret, secret], env
+    )
+    assert code == 0, output
+    assert "repeat the passphrase" in output and secret not in output  # hidden: not echoed
+    clip = str(enrolled_clip(voice_dir, 0))
+    code, output = _run_in_terminal([*base, "verify", clip, *where], [secret], env)
+    assert code == 0 and "ACCEPT" in output and "repeat" not in output  # asked once to open
+    code, output = _run_in_terminal([*base, "verify", clip, *where], ["wrong"], env)
+    assert code == 2 and "wrong passphrase" in output
