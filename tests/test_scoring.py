@@ -41,6 +41,15 @@ def test_codeword_score_rescales_to_root_n() -> None:
     assert codeword_scores(v, np.array([[1.0, 1.0, 1.0, 1.0]]))[0] == pytest.approx(0.0)
     # z = (1, 0, 0, 0): rescaled to norm 2 is (2, 0, 0, 0); v . that / 4 = 0.5
     assert codeword_scores(v, np.array([[1.0, 0.0, 0.0, 0.0]]))[0] == pytest.approx(0.5)
+    # a stack of codewords scores every output against every codeword: [N, U]
+    stack = np.stack([v, -v])
+    np.testing.assert_allclose(
+        codeword_scores(stack, np.array([[3.0, -3.0, 3.0, -3.0], [1.0, 0.0, 0.0, 0.0]])),
+        [[1.0, -1.0], [0.5, -0.5]],
+    )
+    np.testing.assert_allclose(
+        cosine_scores(np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([[3.0, 0.0]])), [[1.0, 0.0]]
+    )
 
 
 def test_prototype_and_leave_one_out_by_hand() -> None:

@@ -24,15 +24,19 @@ def rescale(vectors: np.ndarray, norm: float) -> np.ndarray:
 
 
 def codeword_scores(codeword: np.ndarray, outputs: np.ndarray) -> np.ndarray:
-    """``e = v · rescale(z) / n`` for each row ``z`` of ``outputs`` (``v`` is the ±1 codeword)."""
+    """``e = v · rescale(z) / n`` for each row ``z`` of ``outputs`` (``v`` is the ±1 codeword).
+
+    One codeword ``[n]`` gives ``[N]`` scores; a stack of codewords ``[U, n]`` gives ``[N, U]``.
+    """
     codeword = np.asarray(codeword, dtype=np.float64)
     n = codeword.shape[-1]
-    return rescale(outputs, math.sqrt(n)) @ codeword / n
+    return rescale(outputs, math.sqrt(n)) @ codeword.T / n
 
 
 def cosine_scores(reference: np.ndarray, vectors: np.ndarray) -> np.ndarray:
-    """Cosine of each row of ``vectors`` with ``reference``."""
-    return rescale(vectors, 1.0) @ rescale(reference, 1.0)
+    """Cosine of each row of ``vectors`` with ``reference`` (``[d]`` → ``[N]``; ``[U, d]`` →
+    ``[N, U]``)."""
+    return rescale(vectors, 1.0) @ rescale(reference, 1.0).T
 
 
 def prototype(vectors: np.ndarray) -> np.ndarray:

@@ -1,0 +1,127 @@
+"""Simulation engine throughput: vectorised (torch.func over the round's clients) vs a plain
+per-client loop, on the same workload and maths, in one run — and, as the ceiling a federated
+simulation can approach, centralised minibatch SGD on the same model and total batch.
+
+    python benchmarks/simulate.py [--method feduv] [--clients 32] [--rounds 3] [--device auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from uvtrain.algorithms import METHODS
+from uvtrain.data.formant import voice_corpus
+from uvtrain.engine import EngineConfig, Simulation, pick_device
+from uvtrain.models import build_backbone, default_backbone
+
+SAMPLE_RATE = 16000
+SPEC = {"sample_rate": SAMPLE_RATE, "window_seconds": 1.0, "hop_seconds": 0.5, "min_seconds": 0.5}
+
+
+def make(
+    method: str, data: list[np.ndarray], args: argparse.Namespace, vectorised: bool
+) -> Simulation:
+    torch.manual_seed(0)
+    backbone = build_backbone(args.backbone or default_backbone("audio", SPEC), SPEC)
+    config = EngineConfig(
+        fraction=1.0,
+        local_steps=args.local_steps,
+        batch_size=args.batch_size,
+        chunk_size=args.clients,
+        vectorised=vectorised,
+    )
+    return Simulation(METHODS[method](), backbone, data, config, pick_device(args.device))
+
+
+def time_rounds(simulation: Simulation, rounds: int) -> float:
+    simulation.step()  # warm-up (allocations, kernels)
+    if simulation.device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(rounds):
+        simulation.step()
+    if simulation.device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / rounds
+
+
+def centralised_samples_per_s(simulation: Simulation, args: argparse.Namespace) -> float:
+    """Plain minibatch SGD of the same model on one batch of clients × B samples."""
+    model = simulation.load_into_model().train()
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
+    total = args.clients * args.batch_size
+    batch = torch.cat([d[: args.batch_size] for d in simulation.data])[:total]
+    codes = simulation.constants.get("codeword")
+    labels = torch.arange(args.clients, device=simulation.device).repeat_interleave(args.batch_size)
+
+    def step() -> None:
+        optimiser.zero_grad()
+        outputs = model(batch)
+        if codes is not None:
+            loss = torch.relu(1 - (outputs * codes[labels]).sum(-1) / codes.shape[1]).mean()
+        else:
+            loss = (1 - outputs.sum(-1)).pow(2).mean()
+        loss.backward()
+        optimiser.step()
+
+    step()
+    if simulation.device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(args.rounds * args.local_steps):
+        step()
+    if simulation.device.type == "cuda":
+        torch.cuda.synchronize()
+    return total * args.rounds * args.local_steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--method", default="feduv", choices=sorted(METHODS))
+    parser.add_argument("--clients", type=int, default=32, help="clients per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--local-steps", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=1.0, help="sample length")
+    parser.add_argument("--backbone", default=None)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    corpus = voice_corpus(args.clients, args.batch_size, args.seconds, SAMPLE_RATE, seed=0)
+    data = [np.stack(clips) for clips in corpus]
+    fast = make(args.method, data, args, vectorised=True)
+    slow = make(args.method, data, args, vectorised=False)
+    device = fast.device
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"cpu ({torch.get_num_threads()} threads)"
+    )
+    print(
+        f"{args.method}, {args.clients} clients/round, E={args.local_steps}, B={args.batch_size}, "
+        f"{args.seconds:g}-s clips, backbone {args.backbone or default_backbone('audio', SPEC)}, on {name}"
+    )
+    vectorised = time_rounds(fast, args.rounds)
+    loop = time_rounds(slow, args.rounds)
+    central = centralised_samples_per_s(fast, args)
+    fed_samples = args.clients * args.batch_size * args.local_steps
+    print("\n| engine | client updates/s | samples/s | round time |")
+    print("|---|---|---|---|")
+    print(
+        f"| per-client loop | {args.clients / loop:.1f} | {fed_samples / loop:.0f} | {loop:.3f} s |"
+    )
+    print(
+        f"| vectorised (torch.func) | {args.clients / vectorised:.1f} | {fed_samples / vectorised:.0f} | {vectorised:.3f} s |"
+    )
+    print(f"| centralised minibatch SGD, same model and total batch | | {central:.0f} | |")
+    print(
+        f"\nvectorised / loop: {loop / vectorised:.2f}x;  centralised / vectorised: {central / (fed_samples / vectorised):.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The simulation engine and the algorithms' maths."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from uvtrain.algorithms import FedAvg, FedHide, FedUV  # noqa: E402
+from uvtrain.algorithms.fedhide import contrastive_loss, proxy_prototype  # noqa: E402
+from uvtrain.algorithms.feduv import client_codewords, positive_loss  # noqa: E402
+from uvtrain.engine import EngineConfig, Simulation, TrainingError  # noqa: E402
+
+
+class TinyBackbone(nn.Module):
+    """Log energies of 8 sub-bands of the waveform's frames, then two linear layers."""
+
+    embedding_dim = 12
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(8, 24)
+        self.second = nn.Linear(24, self.embedding_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        frames = x[:, : x.shape[1] // 8 * 8].reshape(x.shape[0], 8, -1)
+        features = torch.log(frames.pow(2).mean(-1) + 1e-6)
+        return self.second(torch.tanh(self.first(features)))
+
+
+def _clients(count: int = 10, samples: int = 6, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    data = []
+    for client in range(count):
+        scale = np.exp(np.linspace(-1, 1, 8) * (client % 5 - 2) / 2).repeat(100)
+        data.append((rng.normal(size=(samples, 800)) * scale).astype(np.float32))
+    return data
+
+
+def _simulation(
+    algorithm: FedAvg, vectorised: bool, steps: int = 1, batched: bool = True, **overrides
+) -> Simulation:
+    settings = dict(rounds=3, fraction=0.4, local_steps=steps, batch_size=4, lr=0.1, seed=3)
+    settings.update(overrides)
+    config = EngineConfig(vectorised=vectorised, batched=batched, chunk_size=3, **settings)
+    torch.manual_seed(0)  # the backbone's initial weights
+    return Simulation(algorithm, TinyBackbone(), _clients(), config)
+
+
+METHODS = [FedUV(code_length=127), FedHide(weight=10.0, alpha=0.1, neighbours=3)]
+
+
+@pytest.mark.parametrize("algorithm", METHODS, ids=lambda a: a.name)
+@pytest.mark.parametrize(
+    ("steps", "batched"),
+    [(1, True), (1, False), (3, False)],
+    ids=["E1-batched", "E1-vmap", "E3-vmap"],
+)
+def test_vectorised_engine_equals_per_client_loop(
+    algorithm: FedAvg, steps: int, batched: bool
+) -> None:
+    fast = _simulation(algorithm, True, steps, batched=batched)
+    slow = _simulation(algorithm, False, steps)
+    assert fast.uses_batched_step == batched and not slow.uses_batched_step
+    for _ in range(3):
+        fast_metrics, slow_metrics = fast.step(), slow.step()
+        assert fast_metrics["loss"] == pytest.approx(slow_metrics["loss"], rel=1e-5)
+    for name in fast.params:
+        torch.testing.assert_close(fast.params[name], slow.params[name], atol=1e-5, rtol=1e-5)
+    for group in ("private", "shared"):
+        for name, value in getattr(fast, group).items():
+            torch.testing.assert_close(value, getattr(slow, group)[name], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", METHODS, ids=lambda a: a.name)
+def test_resumed_run_equals_uninterrupted(algorithm: FedAvg, tmp_path) -> None:
+    straight = _simulation(algorithm, True, 2)
+    for _ in range(4):
+        straight.step()
+    first = _simulation(algorithm, True, 2)
+    for _ in range(2):
+        first.step()
+    torch.save(first.state_dict(), tmp_path / "checkpoint.pt")
+    resumed = _simulation(algorithm, True, 2)
+    resumed.load_state_dict(torch.load(tmp_path / "checkpoint.pt", weights_only=True))
+    assert resumed.round == 2
+    for _ in range(2):
+        resumed.step()
+    for name in straight.params:
+        torch.testing.assert_close(resumed.params[name], straight.params[name], atol=0, rtol=0)
+    other = _simulation(algorithm, True, 2, lr=0.5)
+    with pytest.raises(TrainingError, match="another schedule"):
+        other.load_state_dict(torch.load(tmp_path / "checkpoint.pt", weights_only=True))
+
+
+def test_nan_loss_stops_naming_the_round() -> None:
+    data = _clients()
+    data[4][0, 0] = np.nan
+    config = EngineConfig(fraction=1.0, batch_size=6, seed=0)
+    simulation = Simulation(FedUV(), TinyBackbone(), data, config)
+    with pytest.raises(TrainingError, match="in round 1"):
+        simulation.step()
+
+
+def test_round_sampling_and_lr_schedule() -> None:
+    simulation = _simulation(FedUV(), True, fraction=0.5)
+    assert len(simulation.clients_of_round(1)) == 5
+    np.testing.assert_array_equal(simulation.clients_of_round(7), simulation.clients_of_round(7))
+    assert EngineConfig(lr=0.1, lr_decay=0.01).learning_rate(11) == pytest.approx(0.1 / 1.1)
+    with pytest.raises(ValueError):
+        EngineConfig(fraction=0.0)
+
+
+def test_fedavg_is_the_sample_weighted_mean() -> None:
+    stacked = {"w": torch.tensor([[1.0, 2.0], [3.0, 6.0]])}
+    mean = FedAvg().aggregate(stacked, torch.tensor([1.0, 3.0]))
+    torch.testing.assert_close(mean["w"], torch.tensor([2.5, 5.0]))
+
+
+def test_feduv_positive_loss_by_hand() -> None:
+    v = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    outputs = torch.tensor([[2.0, -2.0, 2.0, -2.0], [2.0, 2.0, 2.0, 2.0], [-2.0, 2.0, 0.0, 0.0]])
+    # scores v.o / 4 = 2, 0, -1  ->  hinge 0, 1, 2  ->  mean 1
+    assert float(positive_loss(outputs, v)) == pytest.approx(1.0)
+
+
+def test_feduv_codewords_are_the_sdk_encoding_of_id_bits() -> None:
+    from uvsdk.codeword import user_id_bits
+    from uvtrain.codes import bch_code
+
+    code = bch_code(127)
+    words = client_codewords(5, 127, seed=0)
+    assert words.shape == (5, 127)
+    # systematic code: the first k bits of the codeword are the message, which starts with the id
+    for client, word in enumerate(words):
+        np.testing.assert_array_equal(word[:32], user_id_bits(client, 32))
+    distances = [int(np.sum(a != b)) for i, a in enumerate(words) for b in words[i + 1 :]]
+    assert min(distances) >= code.d_min
+
+
+def test_fedhide_loss_and_proxy_by_hand() -> None:
+    features = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    prototype = torch.tensor([1.0, 0.0])
+    proxies = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    # positive: ((1-1)^2 + (1-0)^2)/2 = 0.5; negative over rows 1, 2: (1+0)^2 + (1-1)^2 = 1 -> /2
+    loss = contrastive_loss(features, prototype, proxies, torch.tensor(0), weight=10.0)
+    assert float(loss) == pytest.approx(0.5 + 10.0 * 0.5)
+    # K = 1 nearest of rows 1, 2 to (1, 0): row 1 (cos 0) beats row 2 (cos -1)
+    proxy = proxy_prototype(prototype, proxies, torch.tensor(0), alpha=0.5, k=1)
+    torch.testing.assert_close(proxy, torch.tensor([1.0, 1.0]) / math.sqrt(2))

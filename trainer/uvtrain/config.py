@@ -1,0 +1,109 @@
+"""Run configuration: a frozen dataclass that validates itself; CLI > TOML file > default."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .algorithms import METHODS
+
+
+class ConfigError(Exception):
+    """An invalid configuration (unknown key, wrong type, value out of range). One line."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run depends on; written to ``RUN_DIR/config.json``.
+
+    Method parameters: ``code_length`` and ``negative_weight`` (FedUV), ``weight`` (λ),
+    ``alpha`` (α) and ``neighbours`` (K) for FedHide.
+    """
+
+    method: str
+    dataset: str
+    clients: int | None = None
+    rounds: int = 50
+    fraction: float = 0.1
+    local_steps: int = 1
+    batch_size: int = 16
+    lr: float = 0.1
+    lr_decay: float = 0.01
+    code_length: int = 127
+    negative_weight: float = 0.0
+    weight: float = 10.0
+    alpha: float = 0.1
+    neighbours: int = 5
+    device: str = "auto"
+    seed: int = 0
+    backbone: str | None = None
+    pretrained: str | None = None
+    root: str | None = None
+    checkpoint_every: int = 10
+    chunk_size: int = 64
+    target_tpr: float = 0.95
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            expected = field.type.replace(" | None", "")
+            if value is None and "None" in field.type:
+                continue
+            kinds = {"int": (int,), "float": (int, float), "str": (str,)}[expected]
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                raise ConfigError(f"config: {field.name} must be {expected}, not {value!r}")
+        if self.method not in METHODS:
+            raise ConfigError(f"unknown method {self.method!r}: one of {', '.join(METHODS)}")
+        if self.code_length not in (127, 255, 511):
+            raise ConfigError("code_length must be 127, 255 or 511 (the FedUV paper's BCH codes)")
+        if self.clients is not None and self.clients < 2:
+            raise ConfigError("clients must be at least 2")
+        if self.checkpoint_every < 1 or not 0 < self.target_tpr <= 1:
+            raise ConfigError("checkpoint_every must be >= 1 and target_tpr in (0, 1]")
+        if not 0 <= self.alpha <= 1 or self.neighbours < 1:
+            raise ConfigError("alpha must be in [0, 1] and neighbours >= 1")
+
+    def algorithm(self) -> Any:
+        """The algorithm object with this config's method parameters."""
+        if self.method == "feduv":
+            return METHODS["feduv"](self.code_length, self.negative_weight)
+        return METHODS["fedhide"](self.weight, self.alpha, self.neighbours)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A config file's keys (flat, or under a ``[run]`` table)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path.name}: not a valid TOML file ({error})") from None
+    return data.get("run", data)
+
+
+def resolve(cli: dict[str, Any], file: str | Path | None = None) -> RunConfig:
+    """Merge: options given on the command line beat the file, which beats the defaults."""
+    merged = read_toml(file) if file else {}
+    names = {field.name for field in fields(RunConfig)}
+    unknown = sorted(set(merged) - names)
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+    merged.update({key: value for key, value in cli.items() if value is not None})
+    for required in ("method", "dataset"):
+        if required not in merged:
+            raise ConfigError(f"no {required}: give --{required} or set it in the config file")
+    try:
+        return RunConfig(**merged)
+    except TypeError as error:
+        raise ConfigError(f"config: {error}") from None

@@ -1,0 +1,351 @@
+"""The simulation engine: FedAvg rounds with the round's clients trained together.
+
+Three interchangeable local-update paths compute the same maths:
+
+- **batched** (chosen automatically for one local step with FedAvg aggregation): one SGD step of
+  each client from the same θ, averaged with weights w_k, is ``Σ w_k (θ − η ∇L_k(θ)) =
+  θ − η ∇(Σ w_k L_k)(θ)``, so a single forward/backward over all the round's samples gives the
+  aggregate exactly (the model treats samples independently: GroupNorm, no batch statistics);
+  private parameters get their own client's gradient ``∇_{p_k} L_k``;
+- **vmap** (several local steps): the round's clients' parameters are stacked and one
+  ``torch.func.vmap(grad_and_value(loss))`` call does every client's SGD step at once, in chunks of
+  ``chunk_size`` clients — on CUDA when present, else on the CPU;
+- **loop**: a plain Python loop over clients with ``torch.autograd.grad`` — the reference the
+  others are tested against.
+
+Everything random is derived from ``(seed, round)``: which clients a round samples and which
+batches they draw. A run resumed from a checkpoint therefore continues exactly as if it had never
+stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value, vmap
+
+from .algorithms.base import FedAvg, Tensors
+
+
+class TrainingError(Exception):
+    """Training cannot go on (a NaN loss, a checkpoint from another run, ...). One line."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """FedAvg schedule: ε-fraction sampling, E local steps of batch B, SGD with lr decay.
+
+    The learning rate of round r is ``lr / (1 + lr_decay · (r − 1))`` (inverse-time decay, the
+    "lr 0.1, decay 0.01" of the FedUV paper's setup).
+    """
+
+    rounds: int = 50
+    fraction: float = 0.1
+    local_steps: int = 1
+    batch_size: int = 16
+    lr: float = 0.1
+    lr_decay: float = 0.01
+    seed: int = 0
+    chunk_size: int = 64
+    vectorised: bool = True
+    batched: bool = True  # use the exact one-pass step when it applies (E = 1, FedAvg mean)
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1 or self.local_steps < 1 or self.batch_size < 1 or self.chunk_size < 1:
+            raise ValueError("rounds, local_steps, batch_size and chunk_size must be positive")
+        if not 0.0 < self.fraction <= 1.0:
+            raise ValueError(f"fraction must be in (0, 1], not {self.fraction}")
+        if not self.lr > 0 or self.lr_decay < 0:
+            raise ValueError("lr must be positive and lr_decay non-negative")
+
+    def learning_rate(self, round_number: int) -> float:
+        """The learning rate of a round (1-based)."""
+        return self.lr / (1.0 + self.lr_decay * (round_number - 1))
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """``auto``: CUDA when available, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("--device cuda was asked for, but CUDA is not available here")
+    if name not in ("cpu", "cuda"):
+        raise TrainingError(f"unknown device {name!r}: auto, cpu or cuda")
+    return torch.device(name)
+
+
+class Simulation:
+    """Federated training of one algorithm over simulated clients.
+
+    Parameters
+    ----------
+    algorithm:
+        A :class:`~uvtrain.algorithms.base.FedAvg` (sub)class instance.
+    backbone:
+        The network that makes embeddings; the algorithm adds its head.
+    client_data:
+        One array of training samples per client (all of one sample shape).
+    config:
+        The schedule.
+    device:
+        Where to train.
+    """
+
+    def __init__(
+        self,
+        algorithm: FedAvg,
+        backbone: nn.Module,
+        client_data: Sequence[np.ndarray],
+        config: EngineConfig,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.algorithm, self.config = algorithm, config
+        self.device = torch.device(device)
+        self.num_clients = len(client_data)
+        torch.manual_seed(config.seed)  # the model's initial weights
+        self.model = algorithm.build_model(backbone, self.num_clients).to(self.device).eval()
+        self.params: Tensors = {
+            name: value.detach().clone() for name, value in self.model.named_parameters()
+        }
+        self.buffers: Tensors = dict(self.model.named_buffers())
+        self.data = [torch.as_tensor(samples).to(self.device) for samples in client_data]
+        self.sizes = torch.tensor([len(samples) for samples in client_data], dtype=torch.float32)
+        dim = backbone.embedding_dim
+        generator = torch.Generator().manual_seed(config.seed)
+        self.private = algorithm.init_private(self.num_clients, dim, generator)
+        self.constants = algorithm.init_constants(self.num_clients, dim, config.seed)
+        self.shared = algorithm.init_shared(self.num_clients, dim, generator, self.constants)
+        self.private, self.constants, self.shared = (
+            {k: v.to(self.device) for k, v in group.items()}
+            for group in (self.private, self.constants, self.shared)
+        )
+        self.round = 0
+        self._sends_messages = type(algorithm).client_message is not FedAvg.client_message
+        self.uses_batched_step = (
+            config.vectorised
+            and config.batched
+            and config.local_steps == 1
+            and type(algorithm).aggregate is FedAvg.aggregate
+        )
+        self._local_vmapped = vmap(
+            grad_and_value(self._client_loss, argnums=(0, 1)), in_dims=(0, 0, 0, 0, None)
+        )
+
+    # -- the maths of one client ---------------------------------------------------------------
+
+    def _client_loss(
+        self, params: Tensors, private: Tensors, batch: Tensor, constants: Tensors, shared: Tensors
+    ) -> Tensor:
+        outputs = functional_call(self.model, (params, self.buffers), (batch,))
+        return self.algorithm.loss(outputs, private, constants, shared)
+
+    # -- what a round samples ------------------------------------------------------------------
+
+    def clients_of_round(self, round_number: int) -> np.ndarray:
+        """The ε·K clients of a round, drawn without replacement from ``(seed, round)``."""
+        count = max(1, round(self.config.fraction * self.num_clients))
+        rng = np.random.default_rng([self.config.seed, round_number, 0])
+        return np.sort(rng.choice(self.num_clients, size=count, replace=False))
+
+    def batches_of_round(self, round_number: int, clients: np.ndarray) -> Tensor:
+        """``[m, E, B, ...]`` samples: each client's E batches, drawn from ``(seed, round)``."""
+        rng = np.random.default_rng([self.config.seed, round_number, 1])
+        steps, size = self.config.local_steps, self.config.batch_size
+        batches = []
+        for client in clients:
+            available = len(self.data[client])
+            picks = [
+                rng.choice(available, size=size, replace=available < size) for _ in range(steps)
+            ]
+            index = torch.as_tensor(np.stack(picks), device=self.device)
+            batches.append(self.data[client][index])
+        return torch.stack(batches)
+
+    # -- local training ------------------------------------------------------------------------
+
+    def _local_vectorised(
+        self, clients: Tensor, batches: Tensor, lr: float
+    ) -> tuple[Tensors, Tensors, Tensor]:
+        stacked_params, stacked_private, losses = [], [], []
+        for start in range(0, len(clients), self.config.chunk_size):
+            chunk = clients[start : start + self.config.chunk_size]
+            count = len(chunk)
+            params = {k: v.expand(count, *v.shape).clone() for k, v in self.params.items()}
+            private = {k: v[chunk].clone() for k, v in self.private.items()}
+            constants = {k: v[chunk] for k, v in self.constants.items()}
+            chunk_losses = []
+            for step in range(self.config.local_steps):
+                (grad_params, grad_private), loss = self._local_vmapped(
+                    params, private, batches[start : start + count, step], constants, self.shared
+                )
+                params = {k: v - lr * grad_params[k] for k, v in params.items()}
+                private = {k: v - lr * grad_private[k] for k, v in private.items()}
+                chunk_losses.append(loss)
+            stacked_params.append(params)
+            stacked_private.append(private)
+            losses.append(torch.stack(chunk_losses, dim=1))
+        return _concat(stacked_params), _concat(stacked_private), torch.cat(losses)
+
+    def _local_batched(
+        self, clients: Tensor, batches: Tensor, lr: float
+    ) -> tuple[Tensors, Tensors, Tensor]:
+        """One local step for every client in a single pass (exact for E = 1 and FedAvg)."""
+        count, batch = batches.shape[0], batches.shape[2]
+        weights = self.sizes[clients.cpu()].to(self.device)
+        weights = weights / weights.sum()
+        params = {k: v.detach().clone().requires_grad_(True) for k, v in self.params.items()}
+        private = {
+            k: v[clients].detach().clone().requires_grad_(True) for k, v in self.private.items()
+        }
+        constants = {k: v[clients] for k, v in self.constants.items()}
+        samples = batches[:, 0].reshape(count * batch, *batches.shape[3:])
+        outputs = functional_call(self.model, (params, self.buffers), (samples,))
+        outputs = outputs.reshape(count, batch, *outputs.shape[1:])
+        losses = vmap(self.algorithm.loss, in_dims=(0, 0, 0, None))(
+            outputs, private, constants, self.shared
+        )
+        leaves = list(params.values()) + list(private.values())
+        grads = torch.autograd.grad((weights * losses).sum(), leaves)
+        grad_params = dict(zip(params, grads[: len(params)], strict=True))
+        grad_private = dict(zip(private, grads[len(params) :], strict=True))
+        mean = {k: (v - lr * grad_params[k]).detach()[None] for k, v in params.items()}
+        new_private = {}
+        for name, value in private.items():
+            # the weighted sum scaled client k's private gradient by w_k: undo it
+            own_weight = weights.reshape(-1, *[1] * (value.dim() - 1))
+            new_private[name] = (value - lr * grad_private[name] / own_weight).detach()
+        return mean, new_private, losses.detach()[:, None]
+
+    def _local_loop(
+        self, clients: Tensor, batches: Tensor, lr: float
+    ) -> tuple[Tensors, Tensors, Tensor]:
+        all_params, all_private, all_losses = [], [], []
+        for position, client in enumerate(clients.tolist()):
+            params = {k: v.clone() for k, v in self.params.items()}
+            private = {k: v[client].clone() for k, v in self.private.items()}
+            constants = {k: v[client] for k, v in self.constants.items()}
+            losses = []
+            for step in range(self.config.local_steps):
+                leaves = {**{f"p.{k}": v for k, v in params.items()}}
+                leaves.update({f"q.{k}": v for k, v in private.items()})
+                for value in leaves.values():
+                    value.requires_grad_(True)
+                loss = self._client_loss(
+                    params, private, batches[position, step], constants, self.shared
+                )
+                grads = torch.autograd.grad(loss, list(leaves.values()))
+                updated = {
+                    k: (v - lr * g).detach()
+                    for (k, v), g in zip(leaves.items(), grads, strict=True)
+                }
+                params = {k: updated[f"p.{k}"] for k in params}
+                private = {k: updated[f"q.{k}"] for k in private}
+                losses.append(loss.detach())
+            all_params.append({k: v[None] for k, v in params.items()})
+            all_private.append({k: v[None] for k, v in private.items()})
+            all_losses.append(torch.stack(losses)[None])
+        return _concat(all_params), _concat(all_private), torch.cat(all_losses)
+
+    # -- a round -------------------------------------------------------------------------------
+
+    def step(self) -> dict[str, Any]:
+        """Run the next round; return its metrics."""
+        round_number = self.round + 1
+        started = time.perf_counter()
+        chosen = self.clients_of_round(round_number)
+        clients = torch.as_tensor(chosen, device=self.device)
+        batches = self.batches_of_round(round_number, chosen)
+        lr = self.config.learning_rate(round_number)
+        if self.uses_batched_step:
+            stacked, private, losses = self._local_batched(clients, batches, lr)
+        elif self.config.vectorised:
+            stacked, private, losses = self._local_vectorised(clients, batches, lr)
+        else:
+            stacked, private, losses = self._local_loop(clients, batches, lr)
+        loss = float(losses.mean())
+        if not math.isfinite(loss):
+            raise TrainingError(f"the training loss became {loss} in round {round_number}: stopped")
+        if self.uses_batched_step:  # already the weighted mean
+            self.params = {k: v[0] for k, v in stacked.items()}
+        else:
+            self.params = self.algorithm.aggregate(stacked, self.sizes[chosen].to(self.device))
+        for name, value in private.items():
+            self.private[name][clients] = value
+        if self._sends_messages:
+            constants = {k: v[clients] for k, v in self.constants.items()}
+            messages = vmap(self.algorithm.client_message, in_dims=(0, 0, None))(
+                private, constants, self.shared
+            )
+            self.shared = self.algorithm.server_update(self.shared, messages, clients)
+        self.round = round_number
+        seconds = time.perf_counter() - started
+        return {
+            "round": round_number,
+            "loss": loss,
+            "lr": lr,
+            "clients": len(chosen),
+            "seconds": seconds,
+            "client_updates_per_s": len(chosen) / seconds,
+        }
+
+    # -- using the model -----------------------------------------------------------------------
+
+    def load_into_model(self) -> nn.Module:
+        """The model with the current global parameters (for evaluation and export)."""
+        with torch.no_grad():
+            for name, value in self.model.named_parameters():
+                value.copy_(self.params[name])
+        return self.model
+
+    @torch.no_grad()
+    def outputs(self, samples: np.ndarray | Tensor, batch_size: int = 256) -> np.ndarray:
+        """Model outputs for many samples, in batches."""
+        model = self.load_into_model()
+        pieces = []
+        for start in range(0, len(samples), batch_size):
+            batch = torch.as_tensor(samples[start : start + batch_size]).to(self.device)
+            pieces.append(model(batch).float().cpu())
+        return torch.cat(pieces).numpy() if pieces else np.zeros((0, 0), np.float32)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: the round, the global model, the simulated devices'
+        private state and the server's shared state (the constants follow from the seed)."""
+        return {
+            "round": self.round,
+            "params": {k: v.cpu() for k, v in self.params.items()},
+            "private": {k: v.cpu() for k, v in self.private.items()},
+            "shared": {k: v.cpu() for k, v in self.shared.items()},
+            "engine": asdict(self.config),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`."""
+        saved = {
+            k: v
+            for k, v in state["engine"].items()
+            if k not in ("rounds", "vectorised", "chunk_size")
+        }
+        mine = {k: v for k, v in asdict(self.config).items() if k in saved}
+        if saved != mine:
+            raise TrainingError(
+                "the checkpoint was made with another schedule: use a new run folder"
+            )
+        self.round = int(state["round"])
+        self.params = {k: v.to(self.device) for k, v in state["params"].items()}
+        self.private = {k: v.to(self.device) for k, v in state["private"].items()}
+        self.shared = {k: v.to(self.device) for k, v in state["shared"].items()}
+
+
+def _concat(pieces: list[Tensors]) -> Tensors:
+    if not pieces or not pieces[0]:
+        return {}
+    return {name: torch.cat([piece[name] for piece in pieces]) for name in pieces[0]}

@@ -1,0 +1,992 @@
+"""Neural networks of the trainer: backbones with their preprocessing inside, and the two heads.
+
+Every model takes the raw input of the bundle contract (shared ``DESIGN.md``, "One preprocessing
+path") and does its own feature extraction in ``forward``, so that the exported ONNX graph holds it:
+
+* audio: ``float32 [batch, samples]``, mono, in [-1, 1], at the dataset's sample rate, any length of
+  at least ``min_samples``;
+* images: ``uint8 [batch, height, width, channels]``.
+
+A backbone returns ``float32 [batch, embedding_dim]``. The heads turn it into what a bundle exports:
+:class:`CodewordModel` (FedUV: ``σ(W g(x))``, rows of norm √n) and :class:`EmbeddingModel` (FedHide and
+the prototype methods: L2-normalised ``g(x)``).
+
+Constraints every module here keeps, because the simulation engine vectorises one round's clients
+with ``torch.func.functional_call`` + ``torch.func.vmap`` over stacked parameters:
+
+* no BatchNorm and nothing that mutates a buffer in ``forward``: normalisation is GroupNorm (Wu & He,
+  "Group Normalization", ECCV 2018), as in the FedUV paper's networks (Hosseini et al., "Federated
+  Learning of User Verification Models Without Sharing Embeddings", ICML 2021, Table 2);
+* fixed constants (DFT kernels, mel filterbank, pixel mean and standard deviation) are buffers
+  registered with ``persistent=False``, so ``state_dict()`` holds exactly the parameters;
+* no dropout or other randomness in ``forward``;
+* plain torch operators that ``torch.onnx.export(..., dynamo=True)`` lowers at opset ≥ 17 (global
+  pooling is a mean, never an adaptive pooling to a size other than 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "BACKBONES",
+    "VOXCELEB_LAYERS",
+    "CelebAConv2d",
+    "CodewordModel",
+    "EmbeddingModel",
+    "ImageFrontend",
+    "LogMelFrontend",
+    "LogMelResNet",
+    "MnistUvConv2d",
+    "ResNet18Small",
+    "VoxCelebConv1d",
+    "build_backbone",
+    "count_parameters",
+    "default_backbone",
+    "group_norm",
+    "load_backbone_checkpoint",
+    "mel_filterbank",
+    "model_flops",
+    "sigma_scale",
+]
+
+#: Added to the mel band powers before the logarithm.
+LOG_EPSILON = 1e-6
+#: Smallest norm divided by in :func:`sigma_scale` (a zero row stays zero instead of becoming NaN).
+NORM_EPSILON = 1e-12
+#: Layers of :class:`VoxCelebConv1d`: (in channels, out channels, kernel, stride). The same table as
+#: ``uvexport.reference.CONVNET_LAYERS``, the project's paper-sized raw-waveform network (a test
+#: keeps the two equal).
+VOXCELEB_LAYERS: tuple[tuple[int, int, int, int], ...] = (
+    (1, 128, 251, 10),
+    (128, 128, 5, 2),
+    (128, 256, 3, 2),
+    (256, 256, 3, 2),
+    (256, 512, 3, 2),
+    (512, 512, 3, 1),
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Building blocks
+# ----------------------------------------------------------------------------------------------
+
+
+def group_norm(channels: int, max_groups: int = 32, min_group_size: int = 4) -> nn.GroupNorm:
+    """GroupNorm with as many groups as fit (Wu & He, ECCV 2018: 32 groups by default).
+
+    Parameters
+    ----------
+    channels : int
+        Channels normalised.
+    max_groups : int, optional
+        Most groups (the paper's default, 32).
+    min_group_size : int, optional
+        Fewest channels per group, so that thin layers (16 channels) are not reduced to instance
+        normalisation.
+
+    Returns
+    -------
+    torch.nn.GroupNorm
+        ``GroupNorm(g, channels)`` with ``g`` the largest divisor of ``channels`` that is at most
+        ``min(max_groups, channels // min_group_size)`` (at least 1).
+    """
+    limit = max(1, min(max_groups, channels // min_group_size))
+    groups = max(g for g in range(1, limit + 1) if channels % g == 0)
+    return nn.GroupNorm(groups, channels)
+
+
+def sigma_scale(z: Tensor, dim: int | None = None) -> Tensor:
+    """FedUV's σ: scale each row to norm √dim (FedUV paper: ``σ(z) = √c · z / ‖z‖``).
+
+    Parameters
+    ----------
+    z : torch.Tensor
+        ``[..., dim]``.
+    dim : int, optional
+        The ``c`` of the paper; defaults to the size of the last axis.
+
+    Returns
+    -------
+    torch.Tensor
+        ``z`` with every row of norm √dim (a zero row stays zero).
+    """
+    scale = math.sqrt(z.shape[-1] if dim is None else dim)
+    norm = torch.linalg.vector_norm(z, dim=-1, keepdim=True)
+    return z * (scale / norm.clamp_min(NORM_EPSILON))
+
+
+def _hertz_to_mel(frequency: np.ndarray | float) -> np.ndarray:
+    """HTK mel scale (the one of ``uvexport.reference``)."""
+    return 2595.0 * np.log10(1.0 + np.asarray(frequency, dtype=np.float64) / 700.0)
+
+
+def _mel_to_hertz(mel: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`_hertz_to_mel`."""
+    return 700.0 * (10.0 ** (np.asarray(mel) / 2595.0) - 1.0)
+
+
+def mel_filterbank(
+    n_mels: int, n_fft: int, sample_rate: int, fmin: float = 20.0, fmax: float | None = None
+) -> np.ndarray:
+    """Triangular filters of peak 1, equally spaced on the HTK mel scale (as Kaldi's fbank).
+
+    Parameters
+    ----------
+    n_mels : int
+        Number of filters.
+    n_fft : int
+        DFT length; bin ``k`` is at ``k · sample_rate / n_fft`` Hz, ``k = 0 … n_fft // 2``.
+    sample_rate : int
+        Sample rate in Hz.
+    fmin, fmax : float, optional
+        Lower edge of the first and upper edge of the last filter, Hz (``fmax`` defaults to
+        Nyquist).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``float64 [n_mels, n_fft // 2 + 1]``. A filter narrower than the bin spacing gets weight 1
+        on its nearest bin, so that no band is empty.
+    """
+    top = sample_rate / 2.0 if fmax is None else float(fmax)
+    if not 0.0 <= fmin < top <= sample_rate / 2.0:
+        raise ValueError(f"need 0 <= fmin < fmax <= {sample_rate / 2}, got {fmin}, {top}")
+    bins = np.arange(n_fft // 2 + 1) * sample_rate / n_fft
+    edges = _mel_to_hertz(np.linspace(_hertz_to_mel(fmin), _hertz_to_mel(top), n_mels + 2))
+    lower, centre, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    rising = (bins - lower) / (centre - lower)
+    falling = (upper - bins) / (upper - centre)
+    weights = np.maximum(0.0, np.minimum(rising, falling))
+    for band in np.flatnonzero(weights.sum(axis=1) == 0.0):
+        weights[band, np.argmin(np.abs(bins - centre[band, 0]))] = 1.0
+    return weights
+
+
+class LogMelFrontend(nn.Module):
+    """Raw waveform → per-utterance normalised log-mel energies, in plain torch operators.
+
+    Framing and the DFT are one strided ``conv1d`` with fixed periodic-Hann-windowed cosine and sine
+    kernels (``n_fft`` = frame length, no padding: the frames of ``torch.stft(center=False)``); the
+    power spectrum ``cos² + sin²`` times the mel filterbank is one matrix product with the filterbank
+    repeated for the two halves; then ``log(· + 1e-6)`` and a per-utterance normalisation.
+    Defaults: 40 bands, 25 ms frames every 10 ms, as the
+    log-mel input of Fast ResNet-34 (Chung et al., "In defence of metric learning for speaker
+    recognition", Interspeech 2020) used by FedHide (Park et al., "FedHide: Federated Learning by
+    Hiding in the Neighbors", 2024).
+
+    Parameters
+    ----------
+    sample_rate : int, optional
+        Sample rate of the input, Hz.
+    n_mels : int, optional
+        Mel bands.
+    frame_seconds, hop_seconds : float, optional
+        Frame length and hop.
+    fmin, fmax : float, optional
+        Band edges of the filterbank (``fmax`` defaults to Nyquist).
+    normalise : {"gain", "band", "none"}, optional
+        ``gain`` (default) subtracts one number per utterance, the mean over bands and frames: the
+        input's gain goes, the spectral envelope stays. ``band`` subtracts each band's mean over
+        time (cepstral mean normalisation): it also removes channel colouring, but with it every
+        time-invariant part of a voice's spectrum — on voices whose identity is mostly their
+        static envelope (the synthetic ones here) it left test EER at chance where ``gain``
+        learned (0.50 vs 0.32 after 100 FedUV rounds on 40 formant voices).
+
+    Notes
+    -----
+    Input ``float32 [batch, samples]`` with ``samples >= min_samples`` (one frame); output
+    ``float32 [batch, n_mels, frames]``, ``frames = (samples - frame_length) // hop + 1``.
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        n_mels: int = 40,
+        frame_seconds: float = 0.025,
+        hop_seconds: float = 0.010,
+        fmin: float = 20.0,
+        fmax: float | None = None,
+        normalise: str = "gain",
+    ) -> None:
+        super().__init__()
+        if normalise not in ("gain", "band", "none"):
+            raise ValueError(f"normalise must be 'gain', 'band' or 'none', not {normalise!r}")
+        self.sample_rate = int(sample_rate)
+        self.n_mels = int(n_mels)
+        self.frame_length = int(round(frame_seconds * sample_rate))
+        self.hop = int(round(hop_seconds * sample_rate))
+        self.normalise = normalise
+        if self.frame_length < 2 or self.hop < 1 or self.n_mels < 1:
+            raise ValueError(
+                f"frame ({frame_seconds} s), hop ({hop_seconds} s) or n_mels ({n_mels}) too small"
+            )
+        window = np.hanning(self.frame_length + 1)[:-1]  # periodic Hann, = torch.hann_window
+        bins = np.arange(self.frame_length // 2 + 1)
+        angle = 2.0 * np.pi * np.outer(bins, np.arange(self.frame_length)) / self.frame_length
+        kernels = np.concatenate([np.cos(angle), np.sin(angle)]) * window
+        filterbank = mel_filterbank(self.n_mels, self.frame_length, self.sample_rate, fmin, fmax)
+        self.register_buffer(
+            "dft_kernels", torch.tensor(kernels[:, None, :], dtype=torch.float32), persistent=False
+        )
+        self.register_buffer(
+            "filterbank",
+            torch.tensor(np.concatenate([filterbank, filterbank], axis=1), dtype=torch.float32),
+            persistent=False,
+        )
+
+    @property
+    def min_samples(self) -> int:
+        """Shortest input: one frame."""
+        return self.frame_length
+
+    def frames(self, samples: int) -> int:
+        """Number of frames for an input of ``samples`` samples."""
+        return (samples - self.frame_length) // self.hop + 1
+
+    def forward(self, waveform: Tensor) -> Tensor:
+        """``[batch, samples]`` → ``[batch, n_mels, frames]``."""
+        spectrum = F.conv1d(waveform.unsqueeze(1), self.dft_kernels, stride=self.hop)
+        bands = torch.matmul(self.filterbank, spectrum * spectrum)
+        log_bands = torch.log(bands + LOG_EPSILON)
+        if self.normalise == "band":
+            log_bands = log_bands - log_bands.mean(dim=-1, keepdim=True)
+        elif self.normalise == "gain":
+            log_bands = log_bands - log_bands.mean(dim=(-2, -1), keepdim=True)
+        return log_bands
+
+
+class ImageFrontend(nn.Module):
+    """uint8 ``[batch, height, width, channels]`` → normalised float32 ``[batch, channels, H, W]``.
+
+    ``x / 255``, channels-last to channels-first, then ``(x − mean) / std`` per channel.
+
+    Parameters
+    ----------
+    mean, std : float or sequence of float, optional
+        Per-channel statistics of ``x / 255`` (one value applies to every channel).
+    """
+
+    def __init__(
+        self, mean: float | Sequence[float] = 0.5, std: float | Sequence[float] = 0.5
+    ) -> None:
+        super().__init__()
+        mean_values = torch.as_tensor(mean, dtype=torch.float32).reshape(1, -1, 1, 1)
+        std_values = torch.as_tensor(std, dtype=torch.float32).reshape(1, -1, 1, 1)
+        if bool((std_values <= 0).any()):
+            raise ValueError(f"std must be positive, got {std}")
+        self.register_buffer("mean", mean_values, persistent=False)
+        self.register_buffer("std", std_values, persistent=False)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        """``uint8 [batch, H, W, C]`` → ``float32 [batch, C, H, W]``."""
+        scaled = pixels.to(self.mean.dtype) / 255.0
+        return (scaled.permute(0, 3, 1, 2) - self.mean) / self.std
+
+
+# ----------------------------------------------------------------------------------------------
+# Backbones
+# ----------------------------------------------------------------------------------------------
+
+
+class Backbone(nn.Module):
+    """Base of the backbones: ``forward(raw input) -> [batch, embedding_dim]``.
+
+    ``modality`` is ``"audio"`` or ``"image"``; :meth:`from_spec` builds the backbone for a dataset's
+    input spec (``{"sample_rate", ...}`` or ``{"height", "width", "channels"}``).
+    """
+
+    modality: ClassVar[str]
+    embedding_dim: int
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], **options: Any) -> Backbone:
+        """Build for a dataset's input spec; ``options`` are constructor arguments."""
+        raise NotImplementedError
+
+
+class _ConvUnit(nn.Sequential):
+    """Convolution → GroupNorm → ReLU (the unit of the FedUV paper's Table 2 networks)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel: int,
+        stride: int = 1,
+        padding: int = 0,
+        dims: Literal[1, 2] = 2,
+    ) -> None:
+        conv = nn.Conv1d if dims == 1 else nn.Conv2d
+        super().__init__(
+            conv(in_channels, out_channels, kernel, stride=stride, padding=padding),
+            group_norm(out_channels),
+            nn.ReLU(inplace=False),
+        )
+
+
+def _sample_rate(spec: Mapping[str, Any]) -> int:
+    """The sample rate of an audio spec, with a clear error for an image spec."""
+    if "sample_rate" not in spec:
+        raise ValueError(f"an audio backbone needs an audio spec with 'sample_rate', got {spec}")
+    return int(spec["sample_rate"])
+
+
+def _image_shape(spec: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(height, width, channels) of an image spec, with a clear error for an audio spec."""
+    missing = {"height", "width", "channels"} - set(spec)
+    if missing:
+        raise ValueError(f"an image backbone needs an image spec, missing {sorted(missing)}")
+    return int(spec["height"]), int(spec["width"]), int(spec["channels"])
+
+
+class VoxCelebConv1d(Backbone):
+    """The FedUV paper's VoxCeleb network: a conv1d stack on the raw waveform.
+
+    waveform ``[batch, samples]`` → for each layer of ``layers``: Conv1d → GroupNorm → ReLU → mean
+    over time → Linear to ``embedding_dim``.
+
+    From the paper (Hosseini et al., ICML 2021, Table 2): a convolutional network on raw
+    16 kHz audio, conv1d layers with GroupNorm and ReLU, global average pooling over time, a linear
+    layer to the embedding. The layer table (:data:`VOXCELEB_LAYERS`: a 251-tap stride-10 first
+    layer, then 5/3-tap stride-2 layers up to 512 channels, about 1.24 GFLOP per 2 s clip) is the
+    project's paper-sized network, shared with ``uvexport.reference.waveform_convnet_model`` for the
+    latency benchmarks; it is our reading of the paper's size, not a copy of its table. The group
+    count (:func:`group_norm`) and the 256-dimensional embedding are our choices.
+
+    Parameters
+    ----------
+    embedding_dim : int, optional
+        Output dimension.
+    layers : sequence of (in, out, kernel, stride), optional
+        The conv1d stack; the first layer's ``in`` must be 1.
+    sample_rate : int, optional
+        The input's sample rate (recorded; the layers do not depend on it).
+    """
+
+    modality: ClassVar[str] = "audio"
+
+    def __init__(
+        self,
+        embedding_dim: int = 256,
+        layers: Sequence[tuple[int, int, int, int]] = VOXCELEB_LAYERS,
+        sample_rate: int = 16000,
+    ) -> None:
+        super().__init__()
+        if not layers or layers[0][0] != 1:
+            raise ValueError("the first conv1d layer must take 1 channel (mono waveform)")
+        for previous, layer in zip(layers, layers[1:], strict=False):
+            if previous[1] != layer[0]:
+                raise ValueError(
+                    f"layer {layer} does not take the {previous[1]} channels before it"
+                )
+        self.sample_rate = int(sample_rate)
+        self.layers = tuple(tuple(int(v) for v in layer) for layer in layers)
+        self.embedding_dim = int(embedding_dim)
+        self.features = nn.Sequential(
+            *(_ConvUnit(i, o, k, stride=s, dims=1) for i, o, k, s in self.layers)
+        )
+        self.embedding = nn.Linear(self.layers[-1][1], self.embedding_dim)
+        length = 1
+        for _, _, kernel, stride in reversed(self.layers):
+            length = (length - 1) * stride + kernel
+        #: Shortest input that leaves at least one time step after the last layer.
+        self.min_samples = length
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], **options: Any) -> VoxCelebConv1d:
+        return cls(sample_rate=_sample_rate(spec), **options)
+
+    def forward(self, waveform: Tensor) -> Tensor:
+        """``float32 [batch, samples]`` → ``[batch, embedding_dim]``."""
+        features = self.features(waveform.unsqueeze(1))
+        return self.embedding(features.mean(dim=-1))
+
+
+class _ImageConvNet(Backbone):
+    """ImageFrontend → [Conv2d 3×3 → GroupNorm → ReLU → (MaxPool 2×2)] per stage → spatial mean →
+    Linear. The shared body of :class:`CelebAConv2d` and :class:`MnistUvConv2d`."""
+
+    modality: ClassVar[str] = "image"
+    default_channels: ClassVar[tuple[int, ...]]
+
+    def __init__(
+        self,
+        in_channels: int,
+        embedding_dim: int,
+        channels: Sequence[int] | None = None,
+        pool: Sequence[bool] | None = None,
+        mean: float | Sequence[float] = 0.5,
+        std: float | Sequence[float] = 0.5,
+    ) -> None:
+        super().__init__()
+        widths = tuple(self.default_channels if channels is None else channels)
+        pooled = tuple([True] * (len(widths) - 1) + [False] if pool is None else pool)
+        if len(pooled) != len(widths):
+            raise ValueError(f"{len(widths)} stages but {len(pooled)} pooling flags")
+        self.frontend = ImageFrontend(mean, std)
+        stages: list[nn.Module] = []
+        previous = int(in_channels)
+        for width, with_pool in zip(widths, pooled, strict=True):
+            stages.append(_ConvUnit(previous, width, 3, padding=1))
+            if with_pool:
+                stages.append(nn.MaxPool2d(2))
+            previous = width
+        self.features = nn.Sequential(*stages)
+        self.embedding_dim = int(embedding_dim)
+        self.embedding = nn.Linear(previous, self.embedding_dim)
+        #: Smallest height and width the pooling stages accept.
+        self.min_size = 2 ** sum(pooled)
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], **options: Any) -> _ImageConvNet:
+        _, _, channels = _image_shape(spec)
+        return cls(in_channels=channels, **options)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        """``uint8 [batch, H, W, C]`` → ``[batch, embedding_dim]``."""
+        features = self.features(self.frontend(pixels))
+        return self.embedding(features.mean(dim=(2, 3)))
+
+
+class CelebAConv2d(_ImageConvNet):
+    """The FedUV paper's CelebA network: a conv2d stack on 64×64×3 faces.
+
+    From the paper (Hosseini et al., ICML 2021, Table 2): conv2d layers with GroupNorm,
+    ReLU and pooling on the face crops, a linear layer to the embedding. Our choices (the table is
+    not reproduced here): four 3×3 stages of 32-64-128-256 channels, 2×2 max pooling after the
+    first three (64 → 8 pixels), then the spatial mean — so that any image of at least 8×8 works
+    and the ONNX graph has no size-dependent pooling — and a 256-dimensional embedding.
+
+    Parameters
+    ----------
+    in_channels : int, optional
+        Image channels (from the dataset's spec).
+    embedding_dim : int, optional
+        Output dimension.
+    channels : sequence of int, optional
+        Output channels of the stages.
+    pool : sequence of bool, optional
+        Whether each stage ends with 2×2 max pooling (default: all but the last).
+    mean, std : float or sequence of float, optional
+        Pixel normalisation of :class:`ImageFrontend`.
+    """
+
+    default_channels: ClassVar[tuple[int, ...]] = (32, 64, 128, 256)
+
+    def __init__(
+        self,
+        in_channels: int = 3,
+        embedding_dim: int = 256,
+        channels: Sequence[int] | None = None,
+        pool: Sequence[bool] | None = None,
+        mean: float | Sequence[float] = 0.5,
+        std: float | Sequence[float] = 0.5,
+    ) -> None:
+        super().__init__(in_channels, embedding_dim, channels, pool, mean, std)
+
+
+class MnistUvConv2d(_ImageConvNet):
+    """The FedUV paper's MNIST-UV network on 28×28×4 (four EMNIST digits of one writer as channels).
+
+    From the paper (Hosseini et al., ICML 2021, Table 2; EMNIST: Cohen et al., 2017):
+    conv2d layers with GroupNorm, ReLU and pooling, a linear layer to the embedding. Our choices:
+    three 3×3 stages of 32-64-128 channels, 2×2 max pooling after the first two (28 → 7), the
+    spatial mean and a 128-dimensional embedding.
+
+    Parameters
+    ----------
+    in_channels : int, optional
+        Image channels (4 for MNIST-UV).
+    embedding_dim : int, optional
+        Output dimension.
+    channels, pool, mean, std
+        As for :class:`CelebAConv2d`.
+    """
+
+    default_channels: ClassVar[tuple[int, ...]] = (32, 64, 128)
+
+    def __init__(
+        self,
+        in_channels: int = 4,
+        embedding_dim: int = 128,
+        channels: Sequence[int] | None = None,
+        pool: Sequence[bool] | None = None,
+        mean: float | Sequence[float] = 0.5,
+        std: float | Sequence[float] = 0.5,
+    ) -> None:
+        super().__init__(in_channels, embedding_dim, channels, pool, mean, std)
+
+
+class _SqueezeExcitation(nn.Module):
+    """Channel gating of Hu et al., "Squeeze-and-Excitation Networks" (CVPR 2018), reduction 8 as
+    in Fast ResNet-34.
+
+    The squeeze bias starts at 0.1 (our choice): the channel means of a freshly GroupNorm-ed map
+    are near 0, so with PyTorch's default bias a thin block's 2 hidden units often start dead
+    (ReLU of a negative bias) and never get a gradient.
+    """
+
+    def __init__(self, channels: int, reduction: int = 8) -> None:
+        super().__init__()
+        hidden = max(1, channels // reduction)
+        self.squeeze = nn.Linear(channels, hidden)
+        self.excite = nn.Linear(hidden, channels)
+        nn.init.constant_(self.squeeze.bias, 0.1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate = torch.sigmoid(self.excite(F.relu(self.squeeze(x.mean(dim=(2, 3))))))
+        return x * gate[:, :, None, None]
+
+
+class _BasicBlock(nn.Module):
+    """The ResNet basic block (He et al., CVPR 2016) with GroupNorm, optionally with SE."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        stride: int | tuple[int, int] = 1,
+        squeeze_excitation: bool = False,
+    ) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
+        self.norm1 = group_norm(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False)
+        self.norm2 = group_norm(out_channels)
+        self.gate = _SqueezeExcitation(out_channels) if squeeze_excitation else nn.Identity()
+        strided = stride not in (1, (1, 1))
+        self.shortcut: nn.Module = (
+            nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
+                group_norm(out_channels),
+            )
+            if strided or in_channels != out_channels
+            else nn.Identity()
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = F.relu(self.norm1(self.conv1(x)))
+        out = self.gate(self.norm2(self.conv2(out)))
+        return F.relu(out + self.shortcut(x))
+
+
+def _residual_stages(
+    in_channels: int,
+    widths: Sequence[int],
+    blocks: Sequence[int],
+    strides: Sequence[int | tuple[int, int]],
+    squeeze_excitation: bool,
+) -> nn.Sequential:
+    """The four stages of a ResNet: ``blocks[i]`` basic blocks of ``widths[i]`` channels."""
+    if not len(widths) == len(blocks) == len(strides):
+        raise ValueError(f"need as many widths, blocks and strides: {widths}, {blocks}, {strides}")
+    if min(blocks) < 1:
+        raise ValueError(f"every stage needs at least one block, got {tuple(blocks)}")
+    stages: list[nn.Module] = []
+    previous = in_channels
+    for width, count, stride in zip(widths, blocks, strides, strict=True):
+        layers = [_BasicBlock(previous, width, stride, squeeze_excitation)]
+        layers += [_BasicBlock(width, width, 1, squeeze_excitation) for _ in range(count - 1)]
+        stages.append(nn.Sequential(*layers))
+        previous = width
+    return nn.Sequential(*stages)
+
+
+class _SelfAttentivePooling(nn.Module):
+    """Self-attentive pooling over time (Cai et al., Odyssey 2018; as in Fast ResNet-34):
+    ``α_t = softmax_t(uᵀ tanh(W h_t + b))``, output ``Σ_t α_t h_t``."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.projection = nn.Linear(channels, channels)
+        self.context = nn.Linear(channels, 1, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[batch, channels, time]`` → ``[batch, channels]``."""
+        frames = x.transpose(1, 2)
+        weights = torch.softmax(self.context(torch.tanh(self.projection(frames))), dim=1)
+        return (frames * weights).sum(dim=1)
+
+
+class LogMelResNet(Backbone):
+    """Log-mel front end + thin ResNet speaker network, after FedHide's "Fast ResNet-34".
+
+    waveform → :class:`LogMelFrontend` (40 mel bands, 25 ms / 10 ms) → ``[batch, 1, mels, frames]``
+    → Conv 7×7 stride (2, 1) → GroupNorm → ReLU → four residual stages of ``width · (1, 2, 4, 8)``
+    channels with ``blocks`` basic blocks each, strides 1, 2, 2, 1 → mean over frequency →
+    self-attentive (or mean) pooling over time → Linear to ``embedding_dim``.
+
+    Fast ResNet-34 (Chung et al., "In defence of metric learning for speaker recognition",
+    Interspeech 2020; the speaker network of FedHide, Park et al., 2024) is ``width=16``,
+    ``blocks=(3, 4, 6, 3)`` with squeeze-excitation blocks and self-attentive pooling; registered as
+    ``"fast-resnet34"``. The defaults here are the small CPU variant ``blocks=(1, 1, 1, 1)``
+    (registered as ``"logmel-resnet"``). GroupNorm replaces BatchNorm (the engine vectorises over
+    clients); the 256-dimensional embedding is our choice (the original uses 512).
+
+    Parameters
+    ----------
+    sample_rate : int, optional
+        Input sample rate.
+    embedding_dim : int, optional
+        Output dimension.
+    width : int, optional
+        Channels of the first stage; the stages have ``width · (1, 2, 4, 8)``.
+    blocks : sequence of int, optional
+        Basic blocks per stage.
+    pooling : {"sap", "mean"}, optional
+        Self-attentive or plain average pooling over time.
+    squeeze_excitation : bool, optional
+        Squeeze-excitation in every block (as Fast ResNet-34).
+    n_mels, frame_seconds, hop_seconds : optional
+        Of the :class:`LogMelFrontend`.
+    """
+
+    modality: ClassVar[str] = "audio"
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        embedding_dim: int = 256,
+        width: int = 16,
+        blocks: Sequence[int] = (1, 1, 1, 1),
+        pooling: Literal["sap", "mean"] = "sap",
+        squeeze_excitation: bool = True,
+        n_mels: int = 40,
+        frame_seconds: float = 0.025,
+        hop_seconds: float = 0.010,
+    ) -> None:
+        super().__init__()
+        if pooling not in ("sap", "mean"):
+            raise ValueError(f"pooling must be 'sap' or 'mean', got {pooling!r}")
+        self.frontend = LogMelFrontend(sample_rate, n_mels, frame_seconds, hop_seconds)
+        widths = tuple(width * factor for factor in (1, 2, 4, 8))
+        self.stem = nn.Sequential(
+            nn.Conv2d(1, width, 7, stride=(2, 1), padding=3, bias=False),
+            group_norm(width),
+            nn.ReLU(inplace=False),
+        )
+        self.stages = _residual_stages(
+            width, widths, tuple(blocks), (1, 2, 2, 1), squeeze_excitation
+        )
+        self.pooling: nn.Module | None = (
+            _SelfAttentivePooling(widths[-1]) if pooling == "sap" else None
+        )
+        self.embedding_dim = int(embedding_dim)
+        self.embedding = nn.Linear(widths[-1], self.embedding_dim)
+        #: Shortest input: one analysis frame.
+        self.min_samples = self.frontend.min_samples
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], **options: Any) -> LogMelResNet:
+        return cls(sample_rate=_sample_rate(spec), **options)
+
+    def forward(self, waveform: Tensor) -> Tensor:
+        """``float32 [batch, samples]`` → ``[batch, embedding_dim]``."""
+        features = self.stages(self.stem(self.frontend(waveform).unsqueeze(1)))
+        frames = features.mean(dim=2)  # [batch, channels, time]
+        pooled = frames.mean(dim=-1) if self.pooling is None else self.pooling(frames)
+        return self.embedding(pooled)
+
+
+class ResNet18Small(Backbone):
+    """ResNet-18 for small images (He et al., CVPR 2016; the CIFAR variant), with GroupNorm.
+
+    ImageFrontend → Conv 3×3 (stride ``stem_stride``) → GroupNorm → ReLU → four stages of two basic
+    blocks, ``width · (1, 2, 4, 8)`` channels, strides 1, 2, 2, 2 → spatial mean → Linear to
+    ``embedding_dim``. ``width=64`` is the standard ResNet-18 (FedHide's CIFAR-100 network, Park et
+    al., 2024); GroupNorm replaces BatchNorm (Hsieh et al., "The Non-IID Data Quagmire of
+    Decentralized Machine Learning", ICML 2020, recommend it for federated training).
+
+    Parameters
+    ----------
+    in_channels : int, optional
+        Image channels.
+    embedding_dim : int, optional
+        Output dimension.
+    width : int, optional
+        Channels of the first stage.
+    blocks : sequence of int, optional
+        Basic blocks per stage.
+    stem_stride : int, optional
+        Stride of the first convolution (1 for 32×32; :meth:`from_spec` uses 2 above 48 pixels).
+    mean, std : float or sequence of float, optional
+        Pixel normalisation of :class:`ImageFrontend`.
+    """
+
+    modality: ClassVar[str] = "image"
+
+    def __init__(
+        self,
+        in_channels: int = 3,
+        embedding_dim: int = 256,
+        width: int = 64,
+        blocks: Sequence[int] = (2, 2, 2, 2),
+        stem_stride: int = 1,
+        mean: float | Sequence[float] = 0.5,
+        std: float | Sequence[float] = 0.5,
+    ) -> None:
+        super().__init__()
+        self.frontend = ImageFrontend(mean, std)
+        widths = tuple(width * factor for factor in (1, 2, 4, 8))
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_channels, width, 3, stride=stem_stride, padding=1, bias=False),
+            group_norm(width),
+            nn.ReLU(inplace=False),
+        )
+        self.stages = _residual_stages(width, widths, tuple(blocks), (1, 2, 2, 2), False)
+        self.embedding_dim = int(embedding_dim)
+        self.embedding = nn.Linear(widths[-1], self.embedding_dim)
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], **options: Any) -> ResNet18Small:
+        height, width, channels = _image_shape(spec)
+        options.setdefault("stem_stride", 1 if max(height, width) <= 48 else 2)
+        return cls(in_channels=channels, **options)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        """``uint8 [batch, H, W, C]`` → ``[batch, embedding_dim]``."""
+        features = self.stages(self.stem(self.frontend(pixels)))
+        return self.embedding(features.mean(dim=(2, 3)))
+
+
+class _FastResNet34(LogMelResNet):
+    """:class:`LogMelResNet` with Fast ResNet-34's blocks (3, 4, 6, 3) as its default."""
+
+    def __init__(self, sample_rate: int = 16000, **options: Any) -> None:
+        options.setdefault("blocks", (3, 4, 6, 3))
+        super().__init__(sample_rate, **options)
+
+
+#: Backbones by name; ``BACKBONES[name].from_spec(spec, **options)`` builds one (see
+#: :func:`build_backbone`), ``BACKBONES[name].modality`` says which inputs it takes.
+BACKBONES: dict[str, type[Backbone]] = {
+    "voxceleb-conv1d": VoxCelebConv1d,
+    "celeba-conv2d": CelebAConv2d,
+    "mnistuv-conv2d": MnistUvConv2d,
+    "logmel-resnet": LogMelResNet,
+    "fast-resnet34": _FastResNet34,
+    "resnet18-small": ResNet18Small,
+}
+
+
+def build_backbone(name: str, spec: Mapping[str, Any], **options: Any) -> Backbone:
+    """Build a registered backbone for a dataset's input spec.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`BACKBONES`.
+    spec : mapping
+        The dataset's input spec: ``{"sample_rate", ...}`` for audio, ``{"height", "width",
+        "channels"}`` for images; input channels and sample rate come from it.
+    **options
+        Constructor arguments of the backbone (``embedding_dim``, ``width``, ``blocks``, ...).
+
+    Returns
+    -------
+    Backbone
+        A freshly initialised module.
+
+    Raises
+    ------
+    ValueError
+        Unknown name, or a spec of the other modality.
+    """
+    if name not in BACKBONES:
+        raise ValueError(f"unknown backbone {name!r}; known: {', '.join(sorted(BACKBONES))}")
+    return BACKBONES[name].from_spec(spec, **options)
+
+
+def default_backbone(modality: str, spec: Mapping[str, Any]) -> str:
+    """A small backbone that trains on a CPU, for a modality and input spec.
+
+    Audio: ``"logmel-resnet"`` (its defaults are the small variant). Images: ``"mnistuv-conv2d"``
+    below 32 pixels on a side, else ``"celeba-conv2d"`` (both end in a spatial mean, so any size
+    works).
+    """
+    if modality == "audio":
+        _sample_rate(spec)
+        return "logmel-resnet"
+    if modality == "image":
+        height, width, _ = _image_shape(spec)
+        return "mnistuv-conv2d" if min(height, width) < 32 else "celeba-conv2d"
+    raise ValueError(f"unknown modality {modality!r}; expected 'audio' or 'image'")
+
+
+# ----------------------------------------------------------------------------------------------
+# Heads
+# ----------------------------------------------------------------------------------------------
+
+
+class CodewordModel(nn.Module):
+    """FedUV's model: ``σ(W g(x))``, rows of norm √code_length (FedUV paper, Fig. 2).
+
+    ``W`` (``class_embedding``, ``[code_length, embedding_dim]``, no bias) is shared and trained with
+    FedAvg like the backbone ``g``; each user's secret is the ±1 codeword ``v`` that the output is
+    correlated with, ``v · σ(W g(x)) / c``. This is what a FedUV bundle exports (output kind
+    ``codeword``).
+
+    Parameters
+    ----------
+    backbone : Backbone
+        ``g``, with attribute ``embedding_dim``.
+    code_length : int
+        ``c``, the length of the code (the output dimension).
+    """
+
+    output_kind: ClassVar[str] = "codeword"
+
+    def __init__(self, backbone: nn.Module, code_length: int) -> None:
+        super().__init__()
+        if code_length < 1:
+            raise ValueError(f"code_length must be positive, got {code_length}")
+        self.backbone = backbone
+        self.code_length = int(code_length)
+        self.class_embedding = nn.Linear(backbone.embedding_dim, self.code_length, bias=False)
+
+    @property
+    def output_dim(self) -> int:
+        """Dimension of the output."""
+        return self.code_length
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Raw input → ``[batch, code_length]``, rows of norm √code_length."""
+        return sigma_scale(self.class_embedding(self.backbone(x)), self.code_length)
+
+
+class EmbeddingModel(nn.Module):
+    """``g(x) / ‖g(x)‖``: what a FedHide or prototype-method bundle exports (kind ``embedding``).
+
+    FedHide (Park et al., 2024) scores cosines ``w_cᵀ f(x)`` of unit prototypes and unit embeddings.
+
+    Parameters
+    ----------
+    backbone : Backbone
+        ``g``, with attribute ``embedding_dim``.
+    """
+
+    output_kind: ClassVar[str] = "embedding"
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    @property
+    def output_dim(self) -> int:
+        """Dimension of the output."""
+        return int(self.backbone.embedding_dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Raw input → ``[batch, embedding_dim]``, unit rows."""
+        embedding = self.backbone(x)
+        norm = torch.linalg.vector_norm(embedding, dim=-1, keepdim=True)
+        return embedding / norm.clamp_min(NORM_EPSILON)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints and accounting
+# ----------------------------------------------------------------------------------------------
+
+#: Keys under which a checkpoint file may nest its weights (tried in this order).
+_NESTED_STATE_KEYS = ("state_dict", "model", "model_state_dict", "backbone")
+
+
+def load_backbone_checkpoint(
+    backbone: nn.Module, path: str | Path, *, prefix: str = "", strict: bool = False
+) -> list[str]:
+    """Load pretrained weights into ``backbone`` before federated fine-tuning.
+
+    The file is read with ``torch.load(weights_only=True)`` (no code runs). It may be a state dict
+    or a dict holding one under ``"state_dict"``, ``"model"``, ``"model_state_dict"`` or
+    ``"backbone"``. A checkpoint entry ``prefix + name`` is loaded into the backbone's parameter
+    ``name`` when the shapes agree (e.g. ``prefix="backbone."`` for a saved
+    :class:`CodewordModel`, ``"module."`` for a DataParallel one).
+
+    Parameters
+    ----------
+    backbone : torch.nn.Module
+        Loaded in place.
+    path : str or Path
+        The checkpoint file.
+    prefix : str, optional
+        Prefix of the backbone's entries in the checkpoint; entries without it are ignored.
+    strict : bool, optional
+        Require every parameter of the backbone to be loaded with the right shape.
+
+    Returns
+    -------
+    list of str
+        Names of the parameters loaded, in the backbone's order.
+
+    Raises
+    ------
+    ValueError
+        Nothing matches, a shape differs (``strict``) or a parameter is missing (``strict``).
+    """
+    checkpoint = torch.load(Path(path), map_location="cpu", weights_only=True)
+    state = checkpoint
+    if isinstance(checkpoint, Mapping):
+        for key in _NESTED_STATE_KEYS:
+            if isinstance(checkpoint.get(key), Mapping):
+                state = checkpoint[key]
+                break
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{path}: not a state dict (got {type(state).__name__})")
+    tensors = {
+        key[len(prefix) :]: value
+        for key, value in state.items()
+        if isinstance(key, str) and key.startswith(prefix) and isinstance(value, Tensor)
+    }
+    loaded: list[str] = []
+    mismatched: list[str] = []
+    with torch.no_grad():
+        for name, parameter in backbone.named_parameters():
+            if name not in tensors:
+                continue
+            if tensors[name].shape != parameter.shape:
+                mismatched.append(
+                    f"{name} {tuple(tensors[name].shape)} != {tuple(parameter.shape)}"
+                )
+                continue
+            parameter.copy_(tensors[name].to(parameter.dtype))
+            loaded.append(name)
+    if not loaded:
+        sample = ", ".join(list(map(str, state))[:5])
+        raise ValueError(
+            f"{path}: no parameter of the backbone matches the checkpoint with prefix {prefix!r} "
+            f"(its first entries: {sample})"
+        )
+    if strict:
+        missing = [name for name, _ in backbone.named_parameters() if name not in loaded]
+        if mismatched or missing:
+            raise ValueError(
+                f"{path}: strict load failed; shape mismatches: {mismatched or 'none'}; "
+                f"missing: {missing or 'none'}"
+            )
+    return loaded
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    """Number of (trainable) parameter elements of ``model``."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def model_flops(model: nn.Module, example: Tensor) -> int:
+    """Floating-point operations of one forward pass on ``example`` (torch's FLOP counter:
+    convolutions and matrix products, 2 per multiply-add; elementwise operations are not counted).
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(example)
+    return int(counter.get_total_flops())

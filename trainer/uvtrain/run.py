@@ -1,0 +1,242 @@
+"""A training run in a folder: ``config.json``, ``checkpoint.pt`` (resumable), ``metrics.jsonl``,
+``report.json`` and ``roc.png``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from uvsdk.scoring import codeword_scores, cosine_scores
+
+from .config import ConfigError, RunConfig
+from .data.base import FederatedDataset
+from .engine import EngineConfig, Simulation, TrainingError, pick_device
+
+CHECKPOINT, CONFIG, METRICS, REPORT = "checkpoint.pt", "config.json", "metrics.jsonl", "report.json"
+
+
+def load_data(config: RunConfig) -> FederatedDataset:
+    """The run's dataset, limited to its first ``clients`` known identities."""
+    from .data.registry import load_dataset
+
+    dataset = load_dataset(config.dataset, root=config.root, seed=config.seed)
+    if config.clients is not None:
+        if config.clients > len(dataset.clients):
+            raise ConfigError(
+                f"--clients {config.clients}: the dataset has only {len(dataset.clients)}"
+            )
+        dataset = FederatedDataset(
+            dataset.name,
+            dataset.modality,
+            dataset.spec,
+            dataset.clients[: config.clients],
+            dataset.unknown,
+            dataset.licence,
+            dataset.extra,
+        )
+    return dataset
+
+
+def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
+    """Backbone, algorithm and engine for a config."""
+    from .models import build_backbone, default_backbone, load_backbone_checkpoint
+
+    name = config.backbone or default_backbone(dataset.modality, dataset.spec)
+    torch.manual_seed(config.seed)  # the backbone's initial weights follow from the seed
+    backbone = build_backbone(name, dataset.spec)
+    if config.pretrained:
+        load_backbone_checkpoint(backbone, config.pretrained)
+    engine = EngineConfig(
+        rounds=config.rounds,
+        fraction=config.fraction,
+        local_steps=config.local_steps,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        lr_decay=config.lr_decay,
+        seed=config.seed,
+        chunk_size=config.chunk_size,
+    )
+    clients = [client.train for client in dataset.clients]
+    return Simulation(config.algorithm(), backbone, clients, engine, pick_device(config.device))
+
+
+def _write_json(path: Path, data: Any) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(temporary, path)
+
+
+def _save_checkpoint(simulation: Simulation, folder: Path) -> None:
+    temporary = folder / f".{CHECKPOINT}.tmp"
+    torch.save(simulation.state_dict(), temporary)
+    os.replace(temporary, folder / CHECKPOINT)
+
+
+def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
+    """Train (or resume) a run in ``out`` and evaluate it; returns the run folder."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    dataset = load_data(config)
+    simulation = make_simulation(config, dataset)
+    if (folder / CHECKPOINT).exists():
+        previous = json.loads((folder / CONFIG).read_text())
+        differing = sorted(
+            key
+            for key, value in config.to_dict().items()
+            if key not in ("rounds", "device", "checkpoint_every", "chunk_size")
+            and previous.get(key) != value
+        )
+        if differing:
+            raise ConfigError(
+                f"{folder} holds a run with other settings ({', '.join(differing)}): "
+                "use another folder"
+            )
+        simulation.load_state_dict(torch.load(folder / CHECKPOINT, weights_only=True))
+    _write_json(folder / CONFIG, config.to_dict())
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.rounds, initial=simulation.round, desc=config.method, unit="round")
+    started = time.perf_counter()
+    updates = 0
+    with open(folder / METRICS, "a") as log:
+        while simulation.round < config.rounds:
+            metrics = simulation.step()
+            updates += metrics["clients"]
+            log.write(json.dumps(metrics) + "\n")
+            log.flush()
+            if simulation.round % config.checkpoint_every == 0:
+                _save_checkpoint(simulation, folder)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}")
+    if bar is not None:
+        bar.close()
+    _save_checkpoint(simulation, folder)
+    seconds = time.perf_counter() - started
+    throughput = {
+        "client_updates_per_s": updates / seconds if updates else None,
+        "device": simulation.device.type,
+    }
+    evaluate(simulation, dataset, config, folder, throughput)
+    return folder
+
+
+def _by_user(scores: np.ndarray, labels: np.ndarray, users: int) -> list[np.ndarray]:
+    return [scores[labels == user] for user in range(users)]
+
+
+def _stack(dataset: FederatedDataset, split: str) -> tuple[np.ndarray, np.ndarray]:
+    arrays = [getattr(client, split) for client in dataset.clients]
+    labels = np.concatenate([np.full(len(a), i) for i, a in enumerate(arrays)])
+    return np.concatenate(arrays), labels
+
+
+def evaluate(
+    simulation: Simulation,
+    dataset: FederatedDataset,
+    config: RunConfig,
+    folder: Path,
+    throughput: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Score train / test_known / unknown, the warm-up thresholds, leakage; write the report."""
+    from . import evaluation as ev
+
+    algorithm = simulation.algorithm
+    users = len(dataset.clients)
+    outputs, labels = {}, {}
+    for split in ("train", "val", "test"):
+        samples, labels[split] = _stack(dataset, split)
+        outputs[split] = simulation.outputs(samples)
+    unknown = (
+        np.concatenate([client.test for client in dataset.unknown]) if dataset.unknown else None
+    )
+    unknown_labels = (
+        np.concatenate([np.full(len(c.test), i) for i, c in enumerate(dataset.unknown)])
+        if dataset.unknown
+        else None
+    )
+    unknown_outputs = simulation.outputs(unknown) if unknown is not None else None
+
+    if algorithm.output_kind == "codeword":
+        references = simulation.constants["codeword"].cpu().numpy()
+        protocol, score = ev.codeword_protocol, codeword_scores
+    else:
+        references = torch.nn.functional.normalize(simulation.private["prototype"], dim=1)
+        references = references.cpu().numpy()
+        protocol, score = ev.prototype_protocol, cosine_scores
+
+    splits, curves = {}, {}
+    for name, split in (("train", "train"), ("test_known", "test")):
+        genuine, impostor = protocol(outputs[split], labels[split], references)
+        splits[name], curves[name] = ev.split_metrics(genuine, impostor), (genuine, impostor)
+    if unknown_outputs is not None:
+        if algorithm.output_kind == "codeword":
+            genuine, _ = protocol(outputs["test"], labels["test"], references)
+            _, impostor = protocol(
+                outputs["test"],
+                labels["test"],
+                references,
+                impostor_outputs=unknown_outputs,
+                impostor_labels=unknown_labels,
+            )
+        else:
+            genuine, impostor = ev.pair_protocol(unknown_outputs, unknown_labels)
+        splits["unknown"], curves["unknown"] = (
+            ev.split_metrics(genuine, impostor),
+            (genuine, impostor),
+        )
+
+    val_by_user, genuine_by_user, impostor_by_user = [], [], []
+    for user in range(users):
+        reference = references[user]
+        val_by_user.append(score(reference, outputs["val"][labels["val"] == user]))
+        genuine_by_user.append(score(reference, outputs["test"][labels["test"] == user]))
+        others = [outputs["test"][labels["test"] != user]]
+        if unknown_outputs is not None:
+            others.append(unknown_outputs)
+        impostor_by_user.append(score(reference, np.concatenate(others)))
+    warmup = ev.warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, config.target_tpr)
+
+    leakage = None
+    if "proxies" in simulation.shared:
+        leakage = ev.prototype_leakage(references, simulation.shared["proxies"].cpu().numpy())
+    report = ev.make_report(
+        config.method,
+        dataset.name,
+        simulation.round,
+        splits,
+        warmup,
+        leakage,
+        throughput or {"client_updates_per_s": None, "device": simulation.device.type},
+        clients=users,
+        unknown_identities=len(dataset.unknown),
+        config=config.to_dict(),
+    )
+    ev.write_report(folder / REPORT, report)
+    ev.plot_roc(
+        curves, folder / "roc.png", f"{config.method} on {dataset.name}, round {simulation.round}"
+    )
+    return report
+
+
+def evaluate_run(out: str | Path) -> dict[str, Any]:
+    """Re-evaluate a run folder from its config and checkpoint."""
+    folder = Path(out)
+    if not (folder / CHECKPOINT).is_file() or not (folder / CONFIG).is_file():
+        raise TrainingError(f"{folder} is not a run folder (no {CONFIG} and {CHECKPOINT})")
+    config = RunConfig(**json.loads((folder / CONFIG).read_text()))
+    dataset = load_data(config)
+    simulation = make_simulation(config, dataset)
+    simulation.load_state_dict(torch.load(folder / CHECKPOINT, weights_only=True))
+    throughput = None
+    if (folder / REPORT).is_file():  # keep the training throughput measured by the run
+        throughput = json.loads((folder / REPORT).read_text()).get("throughput")
+    return evaluate(simulation, dataset, config, folder, throughput)
