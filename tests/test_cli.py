@@ -266,18 +266,19 @@ def test_bad_clip_in_verify(enrolled, tmp_path: Path, kind: str, match: str) -> 
     assert_clean_error(result, store, before, match)
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
 def test_hour_long_clip_memory_stays_bounded(enrolled, tmp_path: Path) -> None:
-    import resource
-
     store, bundle = enrolled
     clip = _bad_clip("hour", tmp_path)  # 1 h at 16 kHz: 115 MB of PCM, 230 MB as float32
+    # VmHWM is this address space's own peak (ru_maxrss would carry the parent's over exec).
     code = (
-        "import resource, sys\n"
+        "import re, sys\n"
         "from uvsdk.cli import main\n"
         "sys.argv = ['uvsdk', 'verify', sys.argv[1], '--bundle', sys.argv[2], '--store', sys.argv[3]]\n"
         "try:\n    main()\n"
         "except SystemExit as e:\n"
-        "    print(e.code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "    status = open('/proc/self/status').read()\n"
+        "    print(e.code, re.search(r'VmHWM:\\s+(\\d+)', status).group(1))\n"
     )
     env = {**os.environ, "UVSDK_PASSPHRASE": PASSPHRASE}
     out = subprocess.run(
@@ -289,10 +290,8 @@ def test_hour_long_clip_memory_stays_bounded(enrolled, tmp_path: Path) -> None:
     )
     exit_code, peak_kib = out.stdout.split()
     assert exit_code == "2"
-    assert (
-        int(peak_kib) < 400 * 1024
-    )  # interpreter + onnxruntime + numpy < 400 MiB; no 230 MB array
-    assert resource
+    # the interpreter, numpy and onnxruntime stay under 400 MiB; a decoded hour would add 230 MB
+    assert int(peak_kib) < 400 * 1024, peak_kib
 
 
 def test_bad_file_in_a_batch_does_not_stop_the_others(

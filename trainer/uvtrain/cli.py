@@ -120,10 +120,10 @@ def run(
     config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
 ) -> None:
     """Train a federated model (and evaluate it) into a run folder."""
+    given = {k: v for k, v in locals().items() if k not in ("out", "config")}
     from .config import resolve
     from .run import train
 
-    given = {k: v for k, v in locals().items() if k not in ("out", "config")}
     settings = resolve(given, config)
     folder = train(settings, out)
     report = json.loads((folder / "report.json").read_text())

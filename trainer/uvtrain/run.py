@@ -155,14 +155,12 @@ def evaluate(
     for split in ("train", "val", "test"):
         samples, labels[split] = _stack(dataset, split)
         outputs[split] = simulation.outputs(samples)
-    unknown = (
-        np.concatenate([client.test for client in dataset.unknown]) if dataset.unknown else None
-    )
-    unknown_labels = (
-        np.concatenate([np.full(len(c.test), i) for i, c in enumerate(dataset.unknown)])
-        if dataset.unknown
-        else None
-    )
+    # Unknown identities never train: every sample of theirs is a probe.
+    unknown, unknown_labels = None, None
+    if dataset.unknown:
+        pools = [np.concatenate([c.train, c.val, c.test]) for c in dataset.unknown]
+        unknown = np.concatenate(pools)
+        unknown_labels = np.concatenate([np.full(len(p), i) for i, p in enumerate(pools)])
     unknown_outputs = simulation.outputs(unknown) if unknown is not None else None
 
     if algorithm.output_kind == "codeword":
@@ -194,15 +192,15 @@ def evaluate(
             (genuine, impostor),
         )
 
-    val_by_user, genuine_by_user, impostor_by_user = [], [], []
+    val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
     for user in range(users):
         reference = references[user]
-        val_by_user.append(score(reference, outputs["val"][labels["val"] == user]))
-        genuine_by_user.append(score(reference, outputs["test"][labels["test"] == user]))
+        val_by_user[user] = score(reference, outputs["val"][labels["val"] == user])
+        genuine_by_user[user] = score(reference, outputs["test"][labels["test"] == user])
         others = [outputs["test"][labels["test"] != user]]
         if unknown_outputs is not None:
             others.append(unknown_outputs)
-        impostor_by_user.append(score(reference, np.concatenate(others)))
+        impostor_by_user[user] = score(reference, np.concatenate(others))
     warmup = ev.warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, config.target_tpr)
 
     leakage = None

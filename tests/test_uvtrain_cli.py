@@ -1,0 +1,115 @@
+"""``uvtrain`` end to end on a tiny generated dataset: run, resume, eval, and its errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+from typer.testing import CliRunner  # noqa: E402
+
+from uvtrain.cli import app  # noqa: E402
+
+runner = CliRunner()
+TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
+
+
+def uvtrain(*args: str | Path, env: dict | None = None):
+    return runner.invoke(
+        app, [str(a) for a in args], env={"UVTRAIN_DATA": str(env or "")} if env else None
+    )
+
+
+@pytest.fixture()
+def data_root(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path_factory.mktemp("uvtrain-data")
+    monkeypatch.setenv("UVTRAIN_DATA", str(root))
+    return root
+
+
+@pytest.mark.parametrize("method", ["feduv", "fedhide"])
+def test_run_writes_the_run_folder_and_resumes(
+    data_root: Path, tmp_path: Path, method: str
+) -> None:
+    out = tmp_path / "run"
+    result = uvtrain("run", "--method", method, *TINY, "--rounds", "2", "--out", out)
+    assert result.exit_code == 0, result.output
+    for name in ("config.json", "checkpoint.pt", "metrics.jsonl", "report.json", "roc.png"):
+        assert (out / name).is_file(), name
+    assert (out / "roc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = json.loads((out / "report.json").read_text())
+    assert report["method"] == method and report["rounds"] == 2
+    assert set(report["splits"]) == {"train", "test_known", "unknown"}
+    for split in report["splits"].values():
+        assert 0.0 <= split["eer"] <= 1.0 and set(split["tpr_at_fpr"]) >= {"0.01", "0.1"}
+    assert set(report["warmup"]) >= {"target_tpr", "tpr", "fpr"}
+    assert report["throughput"]["device"] == "cpu"
+    assert (report["leakage"] is None) == (method == "feduv")
+    assert "EER" in result.output
+
+    resumed = uvtrain("run", "--method", method, *TINY, "--rounds", "3", "--out", out)
+    assert resumed.exit_code == 0, resumed.output
+    rounds = [
+        json.loads(line)["round"] for line in (out / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert rounds == [1, 2, 3]  # resumed at round 3, not started over
+    again = uvtrain("eval", out)
+    assert again.exit_code == 0, again.output
+    assert json.loads((out / "report.json").read_text())["rounds"] == 3
+
+
+def test_config_file_and_precedence(data_root: Path, tmp_path: Path) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text('method = "feduv"\ndataset = "formant-voices"\nclients = 6\nrounds = 5\n')
+    out = tmp_path / "run"
+    result = uvtrain("run", "--config", config, "--rounds", "1", "--batch-size", "4", "--out", out)
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["rounds"] == 1 and saved["clients"] == 6  # CLI beats the file beats the default
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--method", "feduv", "--dataset", "no-such-set"], "unknown dataset 'no-such-set'"),
+        (["--method", "magic", "--dataset", "formant-voices"], "unknown method 'magic'"),
+        (
+            ["--method", "feduv", "--dataset", "formant-voices", "--code-length", "100"],
+            "code_length",
+        ),
+        (["--method", "feduv", "--dataset", "formant-voices", "--fraction", "2"], "fraction"),
+        (["--method", "feduv", "--dataset", "/nowhere/data.npz"], "/nowhere/data.npz"),
+        (["--dataset", "formant-voices"], "no method"),
+    ],
+)
+def test_errors_are_one_line(
+    data_root: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = uvtrain("run", *args, "--rounds", "1", "--out", tmp_path / "run")
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert line.startswith("uvtrain: error: ") and "\n" not in line and message in line, line
+
+
+def test_bad_config_file(data_root: Path, tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('method = "feduv"\ndataset = "formant-voices"\nlearning_rate = 3\n')
+    result = uvtrain("run", "--config", config, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and "unknown config key(s): learning_rate" in result.stderr
+    config.write_text("this is = not [toml")
+    result = uvtrain("run", "--config", config, "--out", tmp_path / "run")
+    assert result.exit_code == 2 and "not a valid TOML file" in result.stderr
+
+
+def test_eval_of_a_folder_that_is_no_run(tmp_path: Path) -> None:
+    result = uvtrain("eval", tmp_path)
+    assert result.exit_code == 2 and "is not a run folder" in result.stderr
+
+
+def test_data_list_names_the_builtin_sets() -> None:
+    result = uvtrain("data", "list")
+    assert result.exit_code == 0
+    for name in ("synth-voices", "orl-faces", "formant-voices"):
+        assert name in result.output

@@ -1,0 +1,261 @@
+"""The federated dataset: clients are identities, each with its own train/val/test samples.
+
+Samples are fixed-shape numpy arrays so that a round's clients can be stacked into one tensor:
+audio ``float32 [n, samples]`` (mono, in [-1, 1], at ``sample_rate``, cropped or repeat-padded to
+``samples``), images ``uint8 [n, height, width, channels]``. The model's own preprocessing (log-mel,
+pixel normalisation) runs inside the model, exactly as after export.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class DatasetError(Exception):
+    """A dataset cannot be built or read (unknown name, wrong path, empty client, bad layout).
+
+    The message is one line for a person; the CLI prints it and exits with code 2.
+    """
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """One identity's samples, split into train, validation and test."""
+
+    identity: str
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.train) == 0:
+            raise DatasetError(f"client {self.identity!r} has no training samples")
+
+
+@dataclass(frozen=True)
+class FederatedDataset:
+    """Known clients (they train) and unknown identities (held out of training entirely).
+
+    ``spec`` is the bundle's input contract: ``{"sample_rate", "window_seconds", "hop_seconds",
+    "min_seconds"}`` for audio, ``{"height", "width", "channels"}`` for images.
+    """
+
+    name: str
+    modality: str
+    spec: dict[str, Any]
+    clients: list[ClientData]
+    unknown: list[ClientData]
+    licence: str = "unknown"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.modality not in ("audio", "image"):
+            raise DatasetError(f"unknown modality {self.modality!r}")
+        if not self.clients:
+            raise DatasetError(f"dataset {self.name!r} has no clients")
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """The shape of one sample."""
+        return tuple(self.clients[0].train.shape[1:])
+
+    def save(self, path: str | Path) -> Path:
+        """Write the dataset to one ``.npz`` file (atomically)."""
+        import json
+        import os
+        import tempfile
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays: dict[str, np.ndarray] = {}
+        meta = {
+            "name": self.name,
+            "modality": self.modality,
+            "spec": self.spec,
+            "licence": self.licence,
+            "extra": self.extra,
+            "clients": [c.identity for c in self.clients],
+            "unknown": [c.identity for c in self.unknown],
+        }
+        for group, members in (("clients", self.clients), ("unknown", self.unknown)):
+            for index, client in enumerate(members):
+                for split in ("train", "val", "test"):
+                    arrays[f"{group}/{index}/{split}"] = getattr(client, split)
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        descriptor, temporary = tempfile.mkstemp(suffix=".npz", dir=path.parent)
+        os.close(descriptor)
+        try:
+            np.savez(temporary, **arrays)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> FederatedDataset:
+        """Read a dataset written by :meth:`save`."""
+        import json
+
+        path = Path(path)
+        if not path.is_file():
+            raise DatasetError(f"no dataset file at {path}")
+        try:
+            with np.load(path) as data:
+                meta = json.loads(bytes(data["meta"]).decode())
+                groups = {}
+                for group in ("clients", "unknown"):
+                    groups[group] = [
+                        ClientData(
+                            identity,
+                            data[f"{group}/{index}/train"],
+                            data[f"{group}/{index}/val"],
+                            data[f"{group}/{index}/test"],
+                        )
+                        for index, identity in enumerate(meta[group])
+                    ]
+        except (OSError, ValueError, KeyError) as error:
+            raise DatasetError(f"{path.name}: not a readable dataset ({error})") from None
+        return cls(
+            meta["name"],
+            meta["modality"],
+            meta["spec"],
+            groups["clients"],
+            groups["unknown"],
+            meta.get("licence", "unknown"),
+            meta.get("extra", {}),
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers shared by the dataset builders (generated sets, packaged sets, corpus loaders).
+
+#: Environment variable naming the folder of datasets (caches, and the default corpus roots).
+DATA_ENV = "UVTRAIN_DATA"
+#: Fraction of an identity's samples that goes to validation, and the same fraction to test.
+HOLDOUT_FRACTION = 0.2
+#: Fraction of the identities held out of training as unknown users.
+UNKNOWN_FRACTION = 0.2
+
+
+def data_root() -> Path:
+    """The folder of datasets: ``$UVTRAIN_DATA``, else the user cache folder of ``uvtrain``."""
+    import os
+
+    configured = os.environ.get(DATA_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("uvtrain"))
+
+
+def cache_path(name: str, params: dict[str, Any], folder: str | Path | None = None) -> Path:
+    """Where the dataset ``name`` built with ``params`` is cached: ``FOLDER/NAME-HASH.npz``, the
+    folder defaulting to :func:`data_root`.
+
+    The hash covers every parameter (JSON with sorted keys), so another parameter value is another
+    file and a cache hit is always the dataset those parameters describe.
+    """
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
+    return Path(folder or data_root()).expanduser() / f"{name}-{digest[:16]}.npz"
+
+
+def split_counts(n: int, holdout: float = HOLDOUT_FRACTION) -> tuple[int, int, int]:
+    """Sizes of the train, validation and test splits of ``n`` samples.
+
+    Validation and test each get ``max(1, round(holdout * n))`` samples and train the rest
+    (10 → 6/2/2, 16 → 10/3/3, 6 → 4/1/1); with fewer than 3 samples, train keeps one and test the
+    other.
+    """
+    if n < 1:
+        raise DatasetError("an identity needs at least one sample")
+    if n < 3:
+        return 1, 0, n - 1
+    held = max(1, round(holdout * n))
+    held = min(held, (n - 1) // 2)
+    return n - 2 * held, held, held
+
+
+def split_client(identity: str, samples: np.ndarray) -> ClientData:
+    """Split one identity's samples, in their order, into train, validation and test."""
+    train, val, _ = split_counts(len(samples))
+    return ClientData(
+        identity, samples[:train], samples[train : train + val], samples[train + val :]
+    )
+
+
+def unknown_count(n_identities: int, fraction: float = UNKNOWN_FRACTION) -> int:
+    """How many of ``n_identities`` are held out as unknown: ``round(fraction * n)``, leaving at
+    least one known identity."""
+    if not 0.0 <= fraction < 1.0:
+        raise DatasetError(f"the unknown fraction must lie in [0, 1), got {fraction}")
+    return min(round(fraction * n_identities), n_identities - 1)
+
+
+def assemble(
+    name: str,
+    modality: str,
+    spec: dict[str, Any],
+    samples: dict[str, np.ndarray],
+    *,
+    unknown_fraction: float = UNKNOWN_FRACTION,
+    seed: int = 0,
+    licence: str = "unknown",
+    extra: dict[str, Any] | None = None,
+) -> FederatedDataset:
+    """Make a federated dataset from each identity's samples.
+
+    A seeded random ``unknown_fraction`` of the identities is held out as unknown users; every
+    identity's samples are split in their given order by :func:`split_client` (unknown identities
+    too: they never train, and their train split can serve as enrollment samples when they are
+    evaluated, e.g. in the FedHide pair protocol).
+
+    Parameters
+    ----------
+    name, modality, spec, licence, extra
+        As in :class:`FederatedDataset`.
+    samples : dict of str to numpy.ndarray
+        Each identity's samples, stacked, in the order they are to be split.
+    unknown_fraction : float, optional
+        Fraction of the identities held out.
+    seed : int, optional
+        Seed of the choice of unknown identities.
+
+    Returns
+    -------
+    FederatedDataset
+        Known clients and unknown identities, each in the order of ``samples``.
+    """
+    if not samples:
+        raise DatasetError(f"dataset {name!r} has no identity with enough samples")
+    identities = list(samples)
+    rng = np.random.default_rng([seed, 0x5E1EC7])
+    held = set(rng.permutation(len(identities))[: unknown_count(len(identities), unknown_fraction)])
+    clients, unknown = [], []
+    for index, identity in enumerate(identities):
+        (unknown if index in held else clients).append(split_client(identity, samples[identity]))
+    return FederatedDataset(name, modality, spec, clients, unknown, licence, dict(extra or {}))
+
+
+def fit_length(signal: np.ndarray, length: int, offset: int = 0, gap: int = 0) -> np.ndarray:
+    """Crop ``signal`` to ``length`` samples from ``offset``, or repeat it to fill ``length``.
+
+    A signal shorter than ``length`` is repeated, each copy followed by ``gap`` zeros, and the
+    result cut to ``length``; a longer one is cropped to ``signal[offset : offset + length]``.
+    """
+    signal = np.asarray(signal, dtype=np.float32)
+    if signal.size == 0:
+        raise DatasetError("cannot fit an empty signal to a length")
+    if signal.size >= length:
+        offset = int(np.clip(offset, 0, signal.size - length))
+        return signal[offset : offset + length].copy()
+    unit = np.concatenate([signal, np.zeros(gap, dtype=np.float32)])
+    return np.resize(unit, length).astype(np.float32)
