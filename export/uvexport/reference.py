@@ -30,6 +30,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from uvtrain.features import mel_filterbank as _mel_filterbank
+
 __all__ = [
     "CONVNET_LAYERS",
     "IR_VERSION",
@@ -138,49 +140,12 @@ def _sigma_scale(builder: _GraphBuilder, tensor: str, dim: int, output: str | No
     return _l2_normalise(builder, tensor, scale=float(np.sqrt(dim)), output=output)
 
 
-def _hertz_to_mel(frequency: np.ndarray | float) -> np.ndarray:
-    """HTK mel scale."""
-    return 2595.0 * np.log10(1.0 + np.asarray(frequency) / 700.0)
-
-
-def _mel_to_hertz(mel: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`_hertz_to_mel`."""
-    return 700.0 * (10.0 ** (mel / 2595.0) - 1.0)
-
-
 def mel_filterbank(
     n_bands: int, frame_length: int, sample_rate: int, fmin: float, fmax: float
 ) -> np.ndarray:
-    """Triangular filters equally spaced on the (HTK) mel scale.
-
-    Parameters
-    ----------
-    n_bands : int
-        Number of filters.
-    frame_length : int
-        DFT length; the bins are ``k · sample_rate / frame_length`` for ``k = 0 … frame_length // 2``.
-    sample_rate : int
-        Sample rate in Hz.
-    fmin, fmax : float
-        Lower edge of the first and upper edge of the last filter, Hz.
-
-    Returns
-    -------
-    numpy.ndarray
-        Weights ``[n_bands, frame_length // 2 + 1]``; a filter narrower than the bin spacing gets
-        weight 1 on its nearest bin, so that no band is empty.
-    """
-    if not 0.0 <= fmin < fmax <= sample_rate / 2.0:
-        raise ValueError(f"need 0 <= fmin < fmax <= {sample_rate / 2}, got {fmin}, {fmax}")
-    bins = np.arange(frame_length // 2 + 1) * sample_rate / frame_length
-    edges = _mel_to_hertz(np.linspace(_hertz_to_mel(fmin), _hertz_to_mel(fmax), n_bands + 2))
-    lower, centre, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
-    rising = (bins - lower) / (centre - lower)
-    falling = (upper - bins) / (upper - centre)
-    weights = np.maximum(0.0, np.minimum(rising, falling))
-    for band in np.flatnonzero(weights.sum(axis=1) == 0.0):
-        weights[band, np.argmin(np.abs(bins - centre[band, 0]))] = 1.0
-    return weights / weights.sum(axis=1, keepdims=True)
+    """The trainer's filterbank (:func:`uvtrain.features.mel_filterbank`) with unit-area filters:
+    each band is the average power of its bins."""
+    return _mel_filterbank(n_bands, frame_length, sample_rate, fmin, fmax, area=True)
 
 
 def _dft_kernels(frame_length: int, bins: np.ndarray) -> np.ndarray:

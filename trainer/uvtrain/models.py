@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .features import mel_filterbank
+
 __all__ = [
     "BACKBONES",
     "VOXCELEB_LAYERS",
@@ -122,53 +124,6 @@ def sigma_scale(z: Tensor, dim: int | None = None) -> Tensor:
     scale = math.sqrt(z.shape[-1] if dim is None else dim)
     norm = torch.linalg.vector_norm(z, dim=-1, keepdim=True)
     return z * (scale / norm.clamp_min(NORM_EPSILON))
-
-
-def _hertz_to_mel(frequency: np.ndarray | float) -> np.ndarray:
-    """HTK mel scale (the one of ``uvexport.reference``)."""
-    return 2595.0 * np.log10(1.0 + np.asarray(frequency, dtype=np.float64) / 700.0)
-
-
-def _mel_to_hertz(mel: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`_hertz_to_mel`."""
-    return 700.0 * (10.0 ** (np.asarray(mel) / 2595.0) - 1.0)
-
-
-def mel_filterbank(
-    n_mels: int, n_fft: int, sample_rate: int, fmin: float = 20.0, fmax: float | None = None
-) -> np.ndarray:
-    """Triangular filters of peak 1, equally spaced on the HTK mel scale (as Kaldi's fbank).
-
-    Parameters
-    ----------
-    n_mels : int
-        Number of filters.
-    n_fft : int
-        DFT length; bin ``k`` is at ``k · sample_rate / n_fft`` Hz, ``k = 0 … n_fft // 2``.
-    sample_rate : int
-        Sample rate in Hz.
-    fmin, fmax : float, optional
-        Lower edge of the first and upper edge of the last filter, Hz (``fmax`` defaults to
-        Nyquist).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``float64 [n_mels, n_fft // 2 + 1]``. A filter narrower than the bin spacing gets weight 1
-        on its nearest bin, so that no band is empty.
-    """
-    top = sample_rate / 2.0 if fmax is None else float(fmax)
-    if not 0.0 <= fmin < top <= sample_rate / 2.0:
-        raise ValueError(f"need 0 <= fmin < fmax <= {sample_rate / 2}, got {fmin}, {top}")
-    bins = np.arange(n_fft // 2 + 1) * sample_rate / n_fft
-    edges = _mel_to_hertz(np.linspace(_hertz_to_mel(fmin), _hertz_to_mel(top), n_mels + 2))
-    lower, centre, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
-    rising = (bins - lower) / (centre - lower)
-    falling = (upper - bins) / (upper - centre)
-    weights = np.maximum(0.0, np.minimum(rising, falling))
-    for band in np.flatnonzero(weights.sum(axis=1) == 0.0):
-        weights[band, np.argmin(np.abs(bins - centre[band, 0]))] = 1.0
-    return weights
 
 
 class LogMelFrontend(nn.Module):

@@ -1,0 +1,64 @@
+"""Feature constants shared by every model that computes log-mel energies (numpy only).
+
+One mel filterbank for the trainer's models and the exporter's reference graphs, so training and
+serving cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def hertz_to_mel(frequency: np.ndarray | float) -> np.ndarray:
+    """HTK mel scale: ``2595 · log10(1 + f / 700)``."""
+    return 2595.0 * np.log10(1.0 + np.asarray(frequency, dtype=np.float64) / 700.0)
+
+
+def mel_to_hertz(mel: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`hertz_to_mel`."""
+    return 700.0 * (10.0 ** (np.asarray(mel) / 2595.0) - 1.0)
+
+
+def mel_filterbank(
+    n_mels: int,
+    n_fft: int,
+    sample_rate: int,
+    fmin: float = 20.0,
+    fmax: float | None = None,
+    *,
+    area: bool = False,
+) -> np.ndarray:
+    """Triangular filters equally spaced on the HTK mel scale.
+
+    Parameters
+    ----------
+    n_mels : int
+        Number of filters.
+    n_fft : int
+        DFT length; bin ``k`` is at ``k · sample_rate / n_fft`` Hz, ``k = 0 … n_fft // 2``.
+    sample_rate : int
+        Sample rate in Hz.
+    fmin, fmax : float, optional
+        Lower edge of the first and upper edge of the last filter, Hz (``fmax``: Nyquist).
+    area : bool, optional
+        ``False``: filters of peak 1 (Kaldi's fbank). ``True``: each filter sums to 1, so a band
+        is the average power of its bins.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``float64 [n_mels, n_fft // 2 + 1]``. A filter narrower than the bin spacing gets weight 1
+        on its nearest bin, so that no band is empty.
+    """
+    top = sample_rate / 2.0 if fmax is None else float(fmax)
+    if not 0.0 <= fmin < top <= sample_rate / 2.0:
+        raise ValueError(f"need 0 <= fmin < fmax <= {sample_rate / 2}, got {fmin}, {top}")
+    bins = np.arange(n_fft // 2 + 1) * sample_rate / n_fft
+    edges = mel_to_hertz(np.linspace(hertz_to_mel(fmin), hertz_to_mel(top), n_mels + 2))
+    lower, centre, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    rising = (bins - lower) / (centre - lower)
+    falling = (upper - bins) / (upper - centre)
+    weights = np.maximum(0.0, np.minimum(rising, falling))
+    for band in np.flatnonzero(weights.sum(axis=1) == 0.0):
+        weights[band, np.argmin(np.abs(bins - centre[band, 0]))] = 1.0
+    return weights / weights.sum(axis=1, keepdims=True) if area else weights
