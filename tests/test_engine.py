@@ -110,6 +110,12 @@ def test_round_sampling_and_lr_schedule() -> None:
     simulation = _simulation(FedUV(), True, fraction=0.5)
     assert len(simulation.clients_of_round(1)) == 5
     np.testing.assert_array_equal(simulation.clients_of_round(7), simulation.clients_of_round(7))
+    robin = _simulation(FedUV(), True, fraction=0.4, sampling="round-robin")
+    assert [robin.clients_of_round(r).tolist() for r in (1, 2, 3)] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [0, 1, 8, 9],
+    ]
     assert EngineConfig(lr=0.1, lr_decay=0.01).learning_rate(11) == pytest.approx(0.1 / 1.1)
     with pytest.raises(ValueError):
         EngineConfig(fraction=0.0)

@@ -95,6 +95,7 @@ def run(
     fraction: Annotated[
         float | None, typer.Option(help="Fraction of clients per round (ε).")
     ] = None,
+    sampling: Annotated[str | None, typer.Option(help="random or round-robin.")] = None,
     local_steps: Annotated[int | None, typer.Option(help="Local SGD steps per round (E).")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Local batch size (B).")] = None,
     lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,

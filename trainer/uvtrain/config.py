@@ -28,6 +28,7 @@ class RunConfig:
     clients: int | None = None
     rounds: int = 50
     fraction: float = 0.1
+    sampling: str = "random"
     local_steps: int = 1
     batch_size: int = 16
     lr: float = 0.1
@@ -61,6 +62,8 @@ class RunConfig:
             raise ConfigError("code_length must be 127, 255 or 511 (the FedUV paper's BCH codes)")
         if self.clients is not None and self.clients < 2:
             raise ConfigError("clients must be at least 2")
+        if self.sampling not in ("random", "round-robin"):
+            raise ConfigError(f"sampling must be 'random' or 'round-robin', not {self.sampling!r}")
         if self.checkpoint_every < 1 or not 0 < self.target_tpr <= 1:
             raise ConfigError("checkpoint_every must be >= 1 and target_tpr in (0, 1]")
         if not 0 <= self.alpha <= 1 or self.neighbours < 1:

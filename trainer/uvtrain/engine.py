@@ -56,12 +56,15 @@ class EngineConfig:
     chunk_size: int = 64
     vectorised: bool = True
     batched: bool = True  # use the exact one-pass step when it applies (E = 1, FedAvg mean)
+    sampling: str = "random"  # or "round-robin": clients in order, ε·K per round, wrapping
 
     def __post_init__(self) -> None:
         if self.rounds < 1 or self.local_steps < 1 or self.batch_size < 1 or self.chunk_size < 1:
             raise ValueError("rounds, local_steps, batch_size and chunk_size must be positive")
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], not {self.fraction}")
+        if self.sampling not in ("random", "round-robin"):
+            raise ValueError(f"sampling must be 'random' or 'round-robin', not {self.sampling!r}")
         if not self.lr > 0 or self.lr_decay < 0:
             raise ValueError("lr must be positive and lr_decay non-negative")
 
@@ -149,8 +152,12 @@ class Simulation:
     # -- what a round samples ------------------------------------------------------------------
 
     def clients_of_round(self, round_number: int) -> np.ndarray:
-        """The ε·K clients of a round, drawn without replacement from ``(seed, round)``."""
+        """The ε·K clients of a round: drawn without replacement from ``(seed, round)``, or the
+        next ε·K in order (round-robin)."""
         count = max(1, round(self.config.fraction * self.num_clients))
+        if self.config.sampling == "round-robin":
+            start = (round_number - 1) * count
+            return np.sort(np.arange(start, start + count) % self.num_clients)
         rng = np.random.default_rng([self.config.seed, round_number, 0])
         return np.sort(rng.choice(self.num_clients, size=count, replace=False))
 
@@ -332,7 +339,7 @@ class Simulation:
         saved = {
             k: v
             for k, v in state["engine"].items()
-            if k not in ("rounds", "vectorised", "chunk_size")
+            if k not in ("rounds", "vectorised", "batched", "chunk_size")  # same maths either way
         }
         mine = {k: v for k, v in asdict(self.config).items() if k in saved}
         if saved != mine:

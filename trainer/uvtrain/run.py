@@ -55,6 +55,7 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
     engine = EngineConfig(
         rounds=config.rounds,
         fraction=config.fraction,
+        sampling=config.sampling,
         local_steps=config.local_steps,
         batch_size=config.batch_size,
         lr=config.lr,
