@@ -113,3 +113,47 @@ def test_data_list_names_the_builtin_sets() -> None:
     assert result.exit_code == 0
     for name in ("synth-voices", "orl-faces", "formant-voices"):
         assert name in result.output
+
+
+def test_a_killed_run_resumes_to_the_same_parameters(data_root: Path, tmp_path: Path) -> None:
+    """Kill a real ``uvtrain run`` process after its first checkpoint, run it again, and compare
+    with a run that was never interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import torch
+
+    args = ["--method", "feduv", *TINY, "--rounds", "40", "--lr", "0.2"]
+    straight = tmp_path / "straight"
+    assert uvtrain("run", *args, "--out", straight).exit_code == 0
+    killed = tmp_path / "killed"
+    command = [sys.executable, "-m", "uvtrain.cli", "run", *args, "--out", str(killed)]
+    env = {**os.environ, "UVTRAIN_DATA": str(data_root)}
+    config = tmp_path / "every2.toml"
+    config.write_text("checkpoint_every = 2\n")
+    process = subprocess.Popen(
+        [*command, "--config", str(config)], env=env, stderr=subprocess.DEVNULL
+    )
+    deadline = time.time() + 120
+    while not (killed / "checkpoint.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert (killed / "checkpoint.pt").exists()
+    done = [
+        json.loads(line)["round"] for line in (killed / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert done and done[-1] < 40  # it really stopped half-way
+    resumed = uvtrain("run", *args, "--config", config, "--out", killed)
+    assert resumed.exit_code == 0, resumed.output
+    rounds = [
+        json.loads(line)["round"] for line in (killed / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert rounds == list(range(1, 41))  # rounds after the last checkpoint were logged once
+    first = torch.load(straight / "checkpoint.pt", weights_only=True)["params"]
+    second = torch.load(killed / "checkpoint.pt", weights_only=True)["params"]
+    for name in first:
+        torch.testing.assert_close(second[name], first[name], atol=0, rtol=0)

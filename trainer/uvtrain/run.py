@@ -73,6 +73,20 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(temporary, path)
 
 
+def _trim_metrics(path: Path, last_round: int) -> None:
+    """Drop the lines of rounds after the checkpoint (a killed run logged them; they rerun)."""
+    if not path.exists():
+        return
+    kept = [
+        line
+        for line in path.read_text().splitlines()
+        if line.strip() and json.loads(line).get("round", 0) <= last_round
+    ]
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text("".join(line + "\n" for line in kept))
+    os.replace(temporary, path)
+
+
 def _save_checkpoint(simulation: Simulation, folder: Path) -> None:
     temporary = folder / f".{CHECKPOINT}.tmp"
     torch.save(simulation.state_dict(), temporary)
@@ -99,6 +113,7 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
                 "use another folder"
             )
         simulation.load_state_dict(torch.load(folder / CHECKPOINT, weights_only=True))
+        _trim_metrics(folder / METRICS, simulation.round)
     _write_json(folder / CONFIG, config.to_dict())
     bar = None
     if progress:
