@@ -12,7 +12,11 @@ from torch import nn  # noqa: E402
 
 from uvtrain.algorithms import FedAvg, FedHide, FedUV  # noqa: E402
 from uvtrain.algorithms.fedhide import contrastive_loss, proxy_prototype  # noqa: E402
-from uvtrain.algorithms.feduv import client_codewords, positive_loss  # noqa: E402
+from uvtrain.algorithms.feduv import (  # noqa: E402
+    client_codewords,
+    client_user_ids,
+    positive_loss,
+)
 from uvtrain.engine import EngineConfig, Simulation, TrainingError  # noqa: E402
 
 
@@ -140,10 +144,14 @@ def test_feduv_codewords_are_the_sdk_encoding_of_id_bits() -> None:
 
     code = bch_code(127)
     words = client_codewords(5, 127, seed=0)
-    assert words.shape == (5, 127)
+    ids = client_user_ids(5, seed=0)
+    assert words.shape == (5, 127) and len(set(ids.tolist())) == 5
     # systematic code: the first k bits of the codeword are the message, which starts with the id
-    for client, word in enumerate(words):
-        np.testing.assert_array_equal(word[:32], user_id_bits(client, 32))
+    for user_id, word in zip(ids.tolist(), words, strict=True):
+        np.testing.assert_array_equal(word[:32], user_id_bits(int(user_id), 32))
+    # random ids share no bits: no codeword position is the same for every one of 200 users
+    many = client_codewords(200, 127, seed=1)
+    assert not np.any(np.all(many == many[0], axis=0))
     distances = [int(np.sum(a != b)) for i, a in enumerate(words) for b in words[i + 1 :]]
     assert min(distances) >= code.d_min
 

@@ -40,15 +40,36 @@ def negative_loss(outputs: Tensor, codewords: Tensor, own: Tensor) -> Tensor:
     return (torch.relu(scores) * others).sum(-1).mean() / max(1, codewords.shape[0] - 1)
 
 
+def client_user_ids(num_clients: int, seed: int, id_bits: int = 32) -> np.ndarray:
+    """Unique *random* user ids, as the server assigns them.
+
+    Not 0, 1, 2, …: sequential ids share their high bits, a systematic code copies the message
+    into the codeword, and then every user's codeword has the same signs there (24 of 127 bits
+    for 200 users). A constant output on those bits scores √24/√127 ≈ 0.43 for everyone, and
+    FedAvg, summing the clients' gradients, collapses onto it: on synth-voices (200 clients, 120
+    rounds) the loss sat at 0.56 and the EER at 0.49 on every split.
+    """
+    rng = np.random.default_rng([seed, 0x1D5])
+    ids: list[int] = []
+    seen: set[int] = set()
+    while len(ids) < num_clients:
+        for value in rng.integers(0, 2**id_bits, size=num_clients, dtype=np.uint64).tolist():
+            if value not in seen and len(ids) < num_clients:
+                seen.add(value)
+                ids.append(value)
+    return np.array(ids, dtype=np.uint64)
+
+
 def client_codewords(num_clients: int, code_length: int, seed: int) -> np.ndarray:
-    """Codeword bits for clients 0..K−1: user id = client index, random bits from a seeded
-    generator (a simulation stands in for each device's :mod:`secrets`), ``c = (b ‖ r)·G``."""
+    """Codeword bits for the clients: ``c = (b ‖ r)·G`` with ``b`` the server-assigned random
+    unique id and ``r`` random bits from a seeded generator (standing in for each device's
+    :mod:`secrets`), encoded with the SDK's encoder."""
     code = bch_code(code_length)
     rng = np.random.default_rng([seed, 0xC0DE])
     words = []
-    for client in range(num_clients):
+    for user_id in client_user_ids(num_clients, seed, code.id_bits).tolist():
         random_bits = rng.integers(0, 2, code.k - code.id_bits, dtype=np.uint8)
-        message = np.concatenate([user_id_bits(client, code.id_bits), random_bits])
+        message = np.concatenate([user_id_bits(int(user_id), code.id_bits), random_bits])
         words.append(encode(message, code.generator))
     return np.stack(words)
 
