@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from uvtrain.features import VOXCELEB_LAYERS
 from uvtrain.features import mel_filterbank as _mel_filterbank
 
 __all__ = [
@@ -54,14 +55,7 @@ LOG_EPSILON = 1e-12
 #: Output channels of the two 3×3 stride-2 convolutions of :func:`image_embedding_model`.
 IMAGE_CHANNELS: tuple[int, int] = (16, 32)
 #: Layers of :func:`waveform_convnet_model`: (in channels, out channels, kernel, stride).
-CONVNET_LAYERS: tuple[tuple[int, int, int, int], ...] = (
-    (1, 128, 251, 10),
-    (128, 128, 5, 2),
-    (128, 256, 3, 2),
-    (256, 256, 3, 2),
-    (256, 512, 3, 2),
-    (512, 512, 3, 1),
-)
+CONVNET_LAYERS = VOXCELEB_LAYERS  # the trainer's table: one definition
 
 
 class _GraphBuilder:

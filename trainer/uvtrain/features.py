@@ -1,12 +1,22 @@
-"""Feature constants shared by every model that computes log-mel energies (numpy only).
+"""Definitions shared by the trainer's models and the exporter's reference graphs (numpy only).
 
-One mel filterbank for the trainer's models and the exporter's reference graphs, so training and
-serving cannot drift apart.
+One mel filterbank and one raw-waveform layer table, so training and serving cannot drift apart.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+#: The raw-waveform conv net shaped like the FedUV paper's VoxCeleb network (about 1.24 GFLOP per
+#: 2-s clip): (in channels, out channels, kernel, stride) of each conv1d layer.
+VOXCELEB_LAYERS: tuple[tuple[int, int, int, int], ...] = (
+    (1, 128, 251, 10),
+    (128, 128, 5, 2),
+    (128, 256, 3, 2),
+    (256, 256, 3, 2),
+    (256, 512, 3, 2),
+    (512, 512, 3, 1),
+)
 
 
 def hertz_to_mel(frequency: np.ndarray | float) -> np.ndarray:

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .features import mel_filterbank
+from .features import VOXCELEB_LAYERS, mel_filterbank
 
 __all__ = [
     "BACKBONES",
@@ -64,17 +64,6 @@ __all__ = [
 LOG_EPSILON = 1e-6
 #: Smallest norm divided by in :func:`sigma_scale` (a zero row stays zero instead of becoming NaN).
 NORM_EPSILON = 1e-12
-#: Layers of :class:`VoxCelebConv1d`: (in channels, out channels, kernel, stride). The same table as
-#: ``uvexport.reference.CONVNET_LAYERS``, the project's paper-sized raw-waveform network (a test
-#: keeps the two equal).
-VOXCELEB_LAYERS: tuple[tuple[int, int, int, int], ...] = (
-    (1, 128, 251, 10),
-    (128, 128, 5, 2),
-    (128, 256, 3, 2),
-    (256, 256, 3, 2),
-    (256, 512, 3, 2),
-    (512, 512, 3, 1),
-)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -208,15 +208,19 @@ def evaluate(
             (genuine, impostor),
         )
 
+    # One [samples, users] matrix per split (the SDK scores a stack of references at once).
+    val_scores = score(references, outputs["val"])
+    test_scores = score(references, outputs["test"])
+    unknown_scores = score(references, unknown_outputs) if unknown_outputs is not None else None
     val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
     for user in range(users):
-        reference = references[user]
-        val_by_user[user] = score(reference, outputs["val"][labels["val"] == user])
-        genuine_by_user[user] = score(reference, outputs["test"][labels["test"] == user])
-        others = [outputs["test"][labels["test"] != user]]
-        if unknown_outputs is not None:
-            others.append(unknown_outputs)
-        impostor_by_user[user] = score(reference, np.concatenate(others))
+        mine = labels["test"] == user
+        val_by_user[user] = val_scores[labels["val"] == user, user]
+        genuine_by_user[user] = test_scores[mine, user]
+        others = [test_scores[~mine, user]]
+        if unknown_scores is not None:
+            others.append(unknown_scores[:, user])
+        impostor_by_user[user] = np.concatenate(others)
     warmup = ev.warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, config.target_tpr)
 
     leakage = None
