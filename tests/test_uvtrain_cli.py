@@ -47,6 +47,12 @@ def test_run_writes_the_run_folder_and_resumes(
     assert set(report["warmup"]) >= {"target_tpr", "tpr", "fpr"}
     assert report["throughput"]["device"] == "cpu"
     assert (report["leakage"] is None) == (method == "feduv")
+    # Prototype methods are scored as the SDK enrolls (mean of the enrollment embeddings); the
+    # learnt prototypes w_c are scored beside that.
+    assert ("learnt_prototypes" in report) == (method == "fedhide")
+    if method == "fedhide":
+        assert set(report["learnt_prototypes"]) == {"train", "test_known"}
+        assert "learnt prototypes" in result.output
     assert "EER" in result.output
 
     resumed = uvtrain("run", "--method", method, *TINY, "--rounds", "3", "--out", out)

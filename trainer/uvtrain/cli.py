@@ -98,6 +98,9 @@ def run(
     sampling: Annotated[str | None, typer.Option(help="random or round-robin.")] = None,
     local_steps: Annotated[int | None, typer.Option(help="Local SGD steps per round (E).")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Local batch size (B).")] = None,
+    crop_seconds: Annotated[
+        float | None, typer.Option(help="Audio: train on random windows this long (0: whole).")
+    ] = None,
     lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
     lr_decay: Annotated[float | None, typer.Option(help="lr / (1 + decay·(round−1)).")] = None,
     code_length: Annotated[
@@ -153,6 +156,10 @@ def _print_report(report: dict, folder: Path) -> None:
         f"  warm-up at target TPR {warmup['target_tpr']}: TPR {warmup['tpr']:.3f}, "
         f"FPR {warmup['fpr']:.4f}"
     )
+    learnt = report.get("learnt_prototypes")
+    if learnt:
+        figures = ", ".join(f"{name} {split['eer']:.4f}" for name, split in learnt.items())
+        typer.echo(f"  EER against the learnt prototypes w_c: {figures}")
     if report.get("leakage") is not None:
         typer.echo(f"  prototype leakage P_leak {report['leakage']:.3f}")
     typer.echo(f"report: {folder / 'report.json'}   ROC: {folder / 'roc.png'}")

@@ -19,6 +19,7 @@ class ConfigError(Exception):
 class RunConfig:
     """Everything a run depends on; written to ``RUN_DIR/config.json``.
 
+    ``crop_seconds``: audio training samples are random windows of this length (0: whole clips).
     Method parameters: ``code_length`` and ``negative_weight`` (FedUV), ``weight`` (λ),
     ``alpha`` (α) and ``neighbours`` (K) for FedHide.
     """
@@ -31,6 +32,7 @@ class RunConfig:
     sampling: str = "random"
     local_steps: int = 1
     batch_size: int = 16
+    crop_seconds: float = 1.0
     lr: float = 0.1
     lr_decay: float = 0.01
     code_length: int = 127
@@ -66,6 +68,8 @@ class RunConfig:
             raise ConfigError(f"sampling must be 'random' or 'round-robin', not {self.sampling!r}")
         if self.checkpoint_every < 1 or not 0 < self.target_tpr <= 1:
             raise ConfigError("checkpoint_every must be >= 1 and target_tpr in (0, 1]")
+        if self.crop_seconds < 0:
+            raise ConfigError("crop_seconds must be >= 0 (0: train on whole clips)")
         if not 0 <= self.alpha <= 1 or self.neighbours < 1:
             raise ConfigError("alpha must be in [0, 1] and neighbours >= 1")
 

@@ -57,6 +57,7 @@ class EngineConfig:
     vectorised: bool = True
     batched: bool = True  # use the exact one-pass step when it applies (E = 1, FedAvg mean)
     sampling: str = "random"  # or "round-robin": clients in order, ε·K per round, wrapping
+    crop: int = 0  # > 0: each training sample is a random window of this many steps (audio)
 
     def __post_init__(self) -> None:
         if self.rounds < 1 or self.local_steps < 1 or self.batch_size < 1 or self.chunk_size < 1:
@@ -67,6 +68,8 @@ class EngineConfig:
             raise ValueError(f"sampling must be 'random' or 'round-robin', not {self.sampling!r}")
         if not self.lr > 0 or self.lr_decay < 0:
             raise ValueError("lr must be positive and lr_decay non-negative")
+        if self.crop < 0:
+            raise ValueError(f"crop must be >= 0, not {self.crop}")
 
     def learning_rate(self, round_number: int) -> float:
         """The learning rate of a round (1-based)."""
@@ -162,7 +165,8 @@ class Simulation:
         return np.sort(rng.choice(self.num_clients, size=count, replace=False))
 
     def batches_of_round(self, round_number: int, clients: np.ndarray) -> Tensor:
-        """``[m, E, B, ...]`` samples: each client's E batches, drawn from ``(seed, round)``."""
+        """``[m, E, B, ...]`` samples: each client's E batches, drawn from ``(seed, round)``; with
+        ``crop``, each 1-D sample (audio) is cut to a random window of ``crop`` steps."""
         rng = np.random.default_rng([self.config.seed, round_number, 1])
         steps, size = self.config.local_steps, self.config.batch_size
         batches = []
@@ -172,7 +176,16 @@ class Simulation:
                 rng.choice(available, size=size, replace=available < size) for _ in range(steps)
             ]
             index = torch.as_tensor(np.stack(picks), device=self.device)
-            batches.append(self.data[client][index])
+            samples = self.data[client][index]
+            length = samples.shape[-1]
+            if self.config.crop and samples.dim() == 3 and length > self.config.crop:
+                # a random window of every sample, the usual augmentation of speaker training
+                offsets = rng.integers(0, length - self.config.crop + 1, size=(steps, size))
+                window = torch.as_tensor(offsets, device=self.device)[..., None] + torch.arange(
+                    self.config.crop, device=self.device
+                )
+                samples = torch.gather(samples, -1, window)
+            batches.append(samples)
         return torch.stack(batches)
 
     # -- local training ------------------------------------------------------------------------

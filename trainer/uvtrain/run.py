@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from uvsdk.scoring import codeword_scores, cosine_scores
+from uvsdk.scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
 
 from .config import ConfigError, RunConfig
 from .data.base import FederatedDataset
@@ -43,6 +43,13 @@ def load_data(config: RunConfig) -> FederatedDataset:
     return dataset
 
 
+def _crop_samples(config: RunConfig, dataset: FederatedDataset) -> int:
+    """Training window in samples for audio (0 for images, or when crops are off)."""
+    if dataset.modality != "audio" or not config.crop_seconds:
+        return 0
+    return max(1, round(config.crop_seconds * dataset.spec["sample_rate"]))
+
+
 def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
     """Backbone, algorithm and engine for a config."""
     from .models import build_backbone, default_backbone, load_backbone_checkpoint
@@ -62,6 +69,7 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
         lr_decay=config.lr_decay,
         seed=config.seed,
         chunk_size=config.chunk_size,
+        crop=_crop_samples(config, dataset),
     )
     clients = [client.train for client in dataset.clients]
     return Simulation(config.algorithm(), backbone, clients, engine, pick_device(config.device))
@@ -183,8 +191,12 @@ def evaluate(
         references = simulation.constants["codeword"].cpu().numpy()
         protocol, score = ev.codeword_protocol, codeword_scores
     else:
-        references = torch.nn.functional.normalize(simulation.private["prototype"], dim=1)
-        references = references.cpu().numpy()
+        # What the SDK does with an embedding bundle: the user's reference is the normalised
+        # mean of their enrollment (here: validation) embeddings, the warm-up scores are the
+        # enrollment clips' leave-one-out cosines. The learnt prototypes w_c are reported too.
+        references = np.stack(
+            [prototype(outputs["val"][labels["val"] == user]) for user in range(users)]
+        )
         protocol, score = ev.prototype_protocol, cosine_scores
 
     splits, curves = {}, {}
@@ -215,7 +227,11 @@ def evaluate(
     val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
     for user in range(users):
         mine = labels["test"] == user
-        val_by_user[user] = val_scores[labels["val"] == user, user]
+        enrolled = labels["val"] == user
+        if algorithm.output_kind == "codeword" or enrolled.sum() < 2:
+            val_by_user[user] = val_scores[enrolled, user]
+        else:
+            val_by_user[user] = leave_one_out_scores(outputs["val"][enrolled])
         genuine_by_user[user] = test_scores[mine, user]
         others = [test_scores[~mine, user]]
         if unknown_scores is not None:
@@ -223,9 +239,16 @@ def evaluate(
         impostor_by_user[user] = np.concatenate(others)
     warmup = ev.warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, config.target_tpr)
 
-    leakage = None
-    if "proxies" in simulation.shared:
-        leakage = ev.prototype_leakage(references, simulation.shared["proxies"].cpu().numpy())
+    leakage, extra = None, {}
+    if "prototype" in simulation.private:
+        learnt = torch.nn.functional.normalize(simulation.private["prototype"], dim=1)
+        learnt = learnt.cpu().numpy()
+        extra["learnt_prototypes"] = {
+            name: {"eer": ev.split_metrics(*protocol(outputs[split], labels[split], learnt))["eer"]}
+            for name, split in (("train", "train"), ("test_known", "test"))
+        }
+        if "proxies" in simulation.shared:
+            leakage = ev.prototype_leakage(learnt, simulation.shared["proxies"].cpu().numpy())
     report = ev.make_report(
         config.method,
         dataset.name,
@@ -237,6 +260,7 @@ def evaluate(
         clients=users,
         unknown_identities=len(dataset.unknown),
         config=config.to_dict(),
+        **extra,
     )
     ev.write_report(folder / REPORT, report)
     ev.plot_roc(
