@@ -83,6 +83,23 @@ def test_vectorised_engine_equals_per_client_loop(
 
 
 @pytest.mark.parametrize("algorithm", METHODS, ids=lambda a: a.name)
+def test_batched_step_in_groups_of_clients_is_the_same_sum(
+    algorithm: FedAvg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from uvtrain import engine
+
+    monkeypatch.setattr(engine, "MICRO_BATCH", 8)  # groups of 2 clients of B = 4
+    fast = _simulation(algorithm, True)
+    slow = _simulation(algorithm, False)
+    for _ in range(3):
+        assert fast.step()["loss"] == pytest.approx(slow.step()["loss"], rel=1e-5)
+    for name in fast.params:
+        torch.testing.assert_close(fast.params[name], slow.params[name], atol=1e-5, rtol=1e-5)
+    for name, value in fast.private.items():
+        torch.testing.assert_close(value, slow.private[name], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", METHODS, ids=lambda a: a.name)
 def test_resumed_run_equals_uninterrupted(algorithm: FedAvg, tmp_path) -> None:
     straight = _simulation(algorithm, True, 2)
     for _ in range(4):
