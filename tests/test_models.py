@@ -281,18 +281,9 @@ def test_load_backbone_checkpoint_round_trip(tmp_path: Path) -> None:
 
 
 def _export(model: nn.Module, example: torch.Tensor, shapes: dict, path: Path) -> Path:
-    program = torch.onnx.export(
-        model,
-        (example,),
-        None,
-        dynamo=True,
-        external_data=False,
-        input_names=["input"],
-        output_names=["output"],
-        dynamic_shapes=(shapes,),
-        verbose=False,
-    )
-    program.save(str(path))
+    from uvexport.export import export_onnx
+
+    path.write_bytes(export_onnx(model, example, shapes))
     return path
 
 

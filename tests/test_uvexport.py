@@ -53,9 +53,10 @@ def test_export_signed_bundle_scores_like_the_trainer(
     assert manifest.extra["provenance"]["rounds"] == 2
 
     # The SDK's scores from the bundle equal the trainer's scores from the checkpoint.
-    from uvexport.export import _trained_model
+    from uvtrain.run import load_run
 
-    config, dataset, model = _trained_model(feduv_run)
+    config, dataset, simulation = load_run(feduv_run)
+    model = simulation.load_into_model().eval()
     from uvsdk.codeword import bipolar
     from uvtrain.algorithms.feduv import client_codewords
 

@@ -42,20 +42,24 @@ class ExportResult:
     size_bytes: int
 
 
-def _trained_model(run_dir: Path) -> tuple[Any, Any, Any]:
-    """(config, dataset, model with the run's final parameters) of a run folder."""
+def export_onnx(model: Any, example: Any, dynamic_shapes: dict[int, Any]) -> bytes:
+    """``model`` as one ONNX file's bytes: opset :data:`OPSET`, input ``input``, output
+    ``output``, the given dynamic axes of the input (``torch.export.Dim``), no external data."""
     import torch
 
-    from uvtrain.config import RunConfig
-    from uvtrain.run import CHECKPOINT, CONFIG, load_data, make_simulation
-
-    if not (run_dir / CHECKPOINT).is_file() or not (run_dir / CONFIG).is_file():
-        raise ExportError(f"{run_dir} is not a run folder (no {CONFIG} and {CHECKPOINT})")
-    config = RunConfig(**json.loads((run_dir / CONFIG).read_text()))
-    dataset = load_data(config)
-    simulation = make_simulation(config, dataset)
-    simulation.load_state_dict(torch.load(run_dir / CHECKPOINT, weights_only=True))
-    return config, dataset, simulation.load_into_model().cpu().eval()
+    program = torch.onnx.export(
+        model,
+        (example,),
+        None,
+        dynamo=True,
+        external_data=False,
+        opset_version=OPSET,
+        input_names=["input"],
+        output_names=["output"],
+        dynamic_shapes=(dynamic_shapes,),
+        verbose=False,
+    )
+    return program.model_proto.SerializeToString()
 
 
 def _parity_inputs(dataset: Any) -> list[np.ndarray]:
@@ -80,27 +84,22 @@ def export_run(
     import torch
     from torch.export import Dim
 
+    from uvtrain.engine import TrainingError
+    from uvtrain.run import load_run
+
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    config, dataset, model = _trained_model(run_dir)
+    try:
+        config, dataset, simulation = load_run(run_dir)
+    except TrainingError as error:
+        raise ExportError(str(error)) from None
+    model = simulation.load_into_model().cpu().eval()
     inputs = _parity_inputs(dataset)
     example = torch.as_tensor(inputs[-1])
     shapes: dict[int, Any] = {0: Dim("batch", min=1)}
     if dataset.modality == "audio":
         shapes[1] = Dim("samples", min=int(model.backbone.min_samples))
-    program = torch.onnx.export(
-        model,
-        (example,),
-        None,
-        dynamo=True,
-        external_data=False,
-        opset_version=OPSET,
-        input_names=["input"],
-        output_names=["output"],
-        dynamic_shapes=(shapes,),
-        verbose=False,
-    )
-    onnx_bytes = program.model_proto.SerializeToString()
+    onnx_bytes = export_onnx(model, example, shapes)
 
     session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
     worst = 0.0

@@ -269,10 +269,13 @@ class _ConvUnit(nn.Sequential):
         stride: int = 1,
         padding: int = 0,
         dims: Literal[1, 2] = 2,
+        dilation: int = 1,
     ) -> None:
         conv = nn.Conv1d if dims == 1 else nn.Conv2d
         super().__init__(
-            conv(in_channels, out_channels, kernel, stride=stride, padding=padding),
+            conv(
+                in_channels, out_channels, kernel, stride=stride, padding=padding, dilation=dilation
+            ),
             group_norm(out_channels),
             nn.ReLU(inplace=False),
         )
@@ -684,19 +687,16 @@ class LogMelTDNN(Backbone):
     ) -> None:
         super().__init__()
         self.frontend = LogMelFrontend(sample_rate, n_mels, frame_seconds, hop_seconds)
-        layers: list[nn.Module] = []
-        width = n_mels
-        for kernel, dilation in (*self.FRAME_LAYERS, (1, 1)):
-            out = channels if len(layers) < 3 * len(self.FRAME_LAYERS) else 3 * channels
-            layers += [
-                nn.Conv1d(width, out, kernel, dilation=dilation, padding=dilation * (kernel // 2)),
-                group_norm(out),
-                nn.ReLU(inplace=False),
-            ]
-            width = out
-        self.frames = nn.Sequential(*layers)
+        specs = [(channels, k, d) for k, d in self.FRAME_LAYERS] + [(3 * channels, 1, 1)]
+        widths = [n_mels] + [width for width, _, _ in specs]
+        self.frames = nn.Sequential(
+            *(
+                _ConvUnit(i, o, k, padding=d * (k // 2), dims=1, dilation=d)
+                for i, (o, k, d) in zip(widths[:-1], specs, strict=True)
+            )
+        )
         self.embedding_dim = int(embedding_dim)
-        self.embedding = nn.Linear(2 * width, self.embedding_dim)
+        self.embedding = nn.Linear(2 * widths[-1], self.embedding_dim)
         #: Shortest input: one analysis frame (the frame layers pad).
         self.min_samples = self.frontend.min_samples
 

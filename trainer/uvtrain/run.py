@@ -269,8 +269,8 @@ def evaluate(
     return report
 
 
-def evaluate_run(out: str | Path) -> dict[str, Any]:
-    """Re-evaluate a run folder from its config and checkpoint."""
+def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Simulation]:
+    """A run folder's config, dataset and simulation at its last checkpoint."""
     folder = Path(out)
     if not (folder / CHECKPOINT).is_file() or not (folder / CONFIG).is_file():
         raise TrainingError(f"{folder} is not a run folder (no {CONFIG} and {CHECKPOINT})")
@@ -278,6 +278,13 @@ def evaluate_run(out: str | Path) -> dict[str, Any]:
     dataset = load_data(config)
     simulation = make_simulation(config, dataset)
     simulation.load_state_dict(torch.load(folder / CHECKPOINT, weights_only=True))
+    return config, dataset, simulation
+
+
+def evaluate_run(out: str | Path) -> dict[str, Any]:
+    """Re-evaluate a run folder from its config and checkpoint."""
+    folder = Path(out)
+    config, dataset, simulation = load_run(folder)
     throughput = None
     if (folder / REPORT).is_file():  # keep the training throughput measured by the run
         throughput = json.loads((folder / REPORT).read_text()).get("throughput")
