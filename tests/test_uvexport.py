@@ -11,7 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 from typer.testing import CliRunner  # noqa: E402
 
+from uvexport import export as uvexport_export  # noqa: E402
 from uvexport.cli import main  # noqa: E402
+from uvexport.export import Candidate, ExportError, choose_scheme  # noqa: E402
 from uvsdk.bundle import Bundle  # noqa: E402
 from uvsdk.errors import SignatureError  # noqa: E402
 from uvsdk.scoring import codeword_scores  # noqa: E402
@@ -51,6 +53,7 @@ def test_export_signed_bundle_scores_like_the_trainer(
     assert manifest.dim == 127 and manifest.code is not None and manifest.code.n == 127
     assert manifest.extra["parity"]["max_abs_diff"] <= manifest.extra["parity"]["tolerance"]
     assert manifest.extra["provenance"]["rounds"] == 2
+    assert manifest.extra["quantization"] == {"scheme": "none"}  # float32 unless asked
 
     # The SDK's scores from the bundle equal the trainer's scores from the checkpoint.
     from uvtrain.run import load_run
@@ -103,3 +106,147 @@ def test_manifest_reports_only_public_figures(feduv_run: Path, tmp_path: Path, m
     assert "codeword" in text  # the output kind, and nothing per user:
     for secret in ("threshold", "prototype", "private"):
         assert secret not in text
+
+
+def test_choose_scheme_takes_the_fastest_that_is_not_slower_and_within_the_bound() -> None:
+    candidates = [
+        Candidate("slow", int8_ms=3.5, score_drift=0.001),
+        Candidate("fastest-but-drifts", int8_ms=1.0, score_drift=0.031),
+        Candidate("fast", int8_ms=2.0, score_drift=0.01),
+        Candidate("faster", int8_ms=1.5, score_drift=0.019),
+        Candidate("broken", error="nothing to quantize"),
+    ]
+    assert choose_scheme(candidates, fp32_ms=3.0, bound=0.02).scheme == "faster"
+    # One too much drift is skipped; equal latency counts as not slower; drift breaks a tie.
+    tie = [Candidate("a", int8_ms=3.0, score_drift=0.005), Candidate("b", 3.0, 0.002)]
+    assert choose_scheme(tie, fp32_ms=3.0, bound=0.02).scheme == "b"
+    assert choose_scheme(candidates[:2], fp32_ms=3.5, bound=0.05).scheme == "fastest-but-drifts"
+
+
+def test_choose_scheme_fails_naming_the_figures() -> None:
+    slower = [
+        Candidate("static-qdq", int8_ms=4.1, score_drift=0.001),
+        Candidate("dynamic-conv", int8_ms=5.0, score_drift=0.05),
+        Candidate("dynamic-matmul", int8_ms=3.0, score_drift=0.031),
+        Candidate("broken", error="nothing to quantize"),
+    ]
+    with pytest.raises(ExportError) as raised:
+        choose_scheme(slower, fp32_ms=3.1, bound=0.02)
+    message = str(raised.value)
+    assert len(message.splitlines()) == 1
+    assert message.startswith("int8 not written: ")
+    assert "static-qdq 1.32x slower than fp32 (4.10 ms vs 3.10 ms)" in message
+    assert (
+        "dynamic-conv 1.61x slower than fp32 (5.00 ms vs 3.10 ms) and drift 0.05 > 0.02" in message
+    )
+    assert "dynamic-matmul drift 0.031 > 0.02" in message
+    assert "broken failed (nothing to quantize)" in message
+    assert message.endswith("export without --quantize")
+    with pytest.raises(ExportError, match="no scheme to try"):
+        choose_scheme([], fp32_ms=1.0, bound=0.02)
+    nan = Candidate("unmeasured")  # a figure that is missing never qualifies
+    with pytest.raises(ExportError):
+        choose_scheme([nan], fp32_ms=1.0, bound=0.02)
+
+
+def _trainer_scores(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The run's codewords, its test clips and the torch model's scores on them."""
+    from uvtrain.run import load_run
+
+    _, dataset, simulation = load_run(run_dir)
+    model = simulation.load_into_model().eval()
+    codewords = simulation.constants["codeword"].numpy()
+    clips = np.concatenate([client.test for client in dataset.clients])
+    with torch.no_grad():
+        scores = codeword_scores(codewords, model(torch.as_tensor(clips)).numpy())
+    return codewords, clips, scores
+
+
+def test_int8_export_is_written_only_when_measured_not_slower_and_close(
+    feduv_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Speed depends on the machine, so either outcome is allowed — each must be consistent."""
+    monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
+    out = tmp_path / "int8.uvb"
+    code = main([str(feduv_run), "--out", str(out), "--quantize", "int8"])
+    printed = capsys.readouterr()
+    if code == 2:
+        err = printed.err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("uvexport: int8 not written: ")
+        assert "export without --quantize" in err
+        assert list(tmp_path.iterdir()) == []  # nothing written, no temporary left behind
+        return
+    assert code == 0, printed.err
+    q = Bundle(out).manifest.extra["quantization"]
+    assert q["scheme"] in uvexport_export.SCHEMES
+    assert q["int8_ms"] <= q["fp32_ms"] and q["speedup"] >= 1.0
+    assert q["drift_bound"] == uvexport_export.DRIFT_BOUND
+    assert 0.0 <= q["score_drift"] <= q["drift_bound"]
+    assert q["int8_bytes"] < q["fp32_bytes"]
+    # The recorded candidates give the same choice through the rule.
+    candidates = [
+        Candidate(c["scheme"], error=c["error"])
+        if "error" in c
+        else Candidate(c["scheme"], c["int8_ms"], c["score_drift"])
+        for c in q["candidates"]
+    ]
+    assert [c.scheme for c in candidates] == list(uvexport_export.SCHEMES)
+    assert choose_scheme(candidates, q["fp32_ms"], q["drift_bound"]).scheme == q["scheme"]
+    assert f"int8 {q['scheme']}" in printed.out and "drift" in printed.out
+
+    # The SDK runs the int8 bundle, and its scores stay within the bound of float32's (the
+    # trainer's torch scores equal the float32 bundle's within 1e-5: the test above).
+    bundle = Bundle(out)
+    codewords, clips, trainer = _trainer_scores(feduv_run)
+    sdk = codeword_scores(codewords, bundle.run(clips))
+    assert np.abs(sdk - trainer).max() <= q["drift_bound"] + 1e-5
+    assert bundle.run(clips[:3, :12345]).shape == (3, 127)  # dynamic axes survive quantization
+
+
+def test_int8_export_that_cannot_meet_the_bound_writes_nothing(
+    feduv_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
+    monkeypatch.setattr(uvexport_export, "DRIFT_BOUND", -1.0)  # no scheme can meet it
+    monkeypatch.setattr(uvexport_export, "SCHEMES", ("dynamic-matmul", "static-qdq-u8s8"))
+    out = tmp_path / "int8.uvb"
+    assert main([str(feduv_run), "--out", str(out), "--quantize", "int8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("uvexport: int8 not written: dynamic-matmul ")
+    assert "drift" in err and "> -1" in err and "static-qdq-u8s8 " in err
+    assert list(tmp_path.iterdir()) == []
+    assert main([str(feduv_run), "--out", str(out), "--quantize", "int4"]) == 2  # argparse
+
+
+def test_int8_drift_is_measured_as_the_sdk_enrolls_embeddings() -> None:
+    """Prototype mode, without a training run: a small random image convnet (``embedding``)."""
+    import onnxruntime as ort
+
+    from uvexport.export import SCHEMES, measure_int8, quantize_int8, sdk_scores
+    from uvexport.reference import image_embedding_model
+
+    fp32 = image_embedding_model(32, 32, 1, dim=16, seed=3)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (40, 32, 32, 1), dtype=np.uint8)
+    enrollment = [images[i : i + 4] for i in range(0, 16, 4)]  # four users, four images each
+    probes = images[16:32]
+    inputs = dict(window=images[0], calibration=images[24:40], probes=probes, dim=16, runs=5)
+    inputs.update(checks=[images[:1], images[:5]], enrollment=enrollment)
+    found = measure_int8(fp32, **inputs)
+    assert (found.probes, found.users) == (16, 4) and found.fp32_ms > 0
+    assert [c.scheme for c in found.candidates] == list(SCHEMES)
+
+    def run(blob: bytes):
+        session = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+        return lambda x: session.run(["output"], {"input": x})[0].astype(np.float64)
+
+    before = sdk_scores(run(fp32), probes, enrollment=enrollment)
+    for candidate in found.candidates:
+        assert candidate.error is None, candidate  # every scheme applies to a plain convnet
+        # Each user's prototype comes from the same model as the probes' outputs.
+        after = sdk_scores(run(found.models[candidate.scheme]), probes, enrollment=enrollment)
+        assert abs(np.abs(after - before).max() - candidate.score_drift) < 1e-5
+        assert candidate.int8_ms > 0 and candidate.size_bytes > 0
+    with pytest.raises(ExportError, match=r"^int8 not written: dynamic-matmul .*drift .* > -1"):
+        quantize_int8(fp32, bound=-1.0, **inputs)
