@@ -152,9 +152,38 @@ def test_delete(enrolled) -> None:
     assert_clean_error(result, store, snapshot(store), "has no template")
 
 
-def test_no_bundle_anywhere_says_how_to_give_one(tmp_path: Path) -> None:
-    result = uvsdk("verify", tmp_path / "x.wav", "--store", tmp_path)
-    assert_clean_error(result, tmp_path, {}, "pass a bundle (--bundle PATH) or set UVSDK_BUNDLE")
+def test_the_shipped_voice_bundle_needs_no_flag(voice_dir: Path, tmp_path: Path) -> None:
+    """As after ``pip install``: enroll and verify with no --bundle use the shipped GE2E bundle."""
+    from uvsdk.bundle import Bundle
+    from uvsdk.verifier import default_bundle_path
+
+    shipped = default_bundle_path()
+    assert shipped.name == "default.uvb" and shipped.stat().st_size <= 10_000_000
+    manifest = Bundle(shipped).manifest
+    assert manifest.output_kind == "embedding" and manifest.input.sample_rate == 16000
+    assert "Apache-2.0" in manifest.extra["weights_licence"]
+    assert manifest.extra["provenance"]["pretrained"]["requirement"] == "Resemblyzer==0.1.4"
+
+    store = tmp_path / "store"
+    enrolled = uvsdk(
+        "enroll", "--samples", enrollment_dir(voice_dir, 1, tmp_path), "--store", store
+    )
+    assert enrolled.exit_code == 0, enrolled.stderr
+    trials = [voice_dir / "speaker1" / "clip7.wav"]
+    trials += [voice_dir / f"speaker{other}" / "clip7.wav" for other in (0, 2, 3, 4, 5)]
+    result = uvsdk("verify", *trials, "--store", store, "--json", "--no-backoff")
+    decisions = json.loads(result.stdout)
+    assert [d["accepted"] for d in decisions] == [True] + [False] * 5, decisions
+    assert result.exit_code == 1  # not every file was accepted
+    info = uvsdk("info", "--store", store)
+    assert "default.uvb" in info.stdout and "threshold" not in info.stdout.lower()
+
+
+def test_a_missing_bundle_is_one_line(tmp_path: Path) -> None:
+    result = uvsdk(
+        "verify", tmp_path / "x.wav", "--store", tmp_path, "--bundle", tmp_path / "no.uvb"
+    )
+    assert_clean_error(result, tmp_path, {}, "no.uvb")
 
 
 def test_environment_variables(enrolled, voice_dir: Path) -> None:

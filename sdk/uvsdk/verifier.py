@@ -96,7 +96,9 @@ def default_bundle_path() -> Path:
     shipped = Path(__file__).parent / "data" / "default.uvb"
     if shipped.is_file():
         return shipped
-    raise BundleError(f"no model bundle: {_SEARCH_ORDER} (this version ships no default bundle)")
+    raise BundleError(
+        f"no model bundle: {_SEARCH_ORDER} (the default bundle is missing from this installation)"
+    )
 
 
 def default_store_dir() -> Path:

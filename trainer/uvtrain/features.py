@@ -72,3 +72,38 @@ def mel_filterbank(
     for band in np.flatnonzero(weights.sum(axis=1) == 0.0):
         weights[band, np.argmin(np.abs(bins - centre[band, 0]))] = 1.0
     return weights / weights.sum(axis=1, keepdims=True) if area else weights
+
+
+def _slaney_hertz_to_mel(frequency: np.ndarray) -> np.ndarray:
+    """Slaney's Auditory Toolbox mel scale (librosa's default): linear below 1 kHz, log above."""
+    frequency = np.asarray(frequency, dtype=np.float64)
+    linear = frequency / (200.0 / 3.0)
+    log_part = 15.0 + np.log(np.maximum(frequency, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)
+    return np.where(frequency >= 1000.0, log_part, linear)
+
+
+def _slaney_mel_to_hertz(mel: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`_slaney_hertz_to_mel`."""
+    mel = np.asarray(mel, dtype=np.float64)
+    return np.where(
+        mel >= 15.0, 1000.0 * np.exp((np.log(6.4) / 27.0) * (mel - 15.0)), (200.0 / 3.0) * mel
+    )
+
+
+def slaney_mel_filterbank(n_mels: int, n_fft: int, sample_rate: int) -> np.ndarray:
+    """The mel filterbank of ``librosa.filters.mel(sr, n_fft, n_mels)`` with its defaults.
+
+    Slaney mel scale from 0 Hz to Nyquist, triangles normalised to unit area in Hz ("slaney"
+    norm): the frontend the GE2E speaker encoder of Resemblyzer was trained with
+    (``librosa.feature.melspectrogram``). Returns ``float64 [n_mels, n_fft // 2 + 1]``.
+    """
+    bins = np.linspace(0.0, sample_rate / 2.0, n_fft // 2 + 1)
+    edges = _slaney_mel_to_hertz(
+        np.linspace(_slaney_hertz_to_mel(0.0), _slaney_hertz_to_mel(sample_rate / 2.0), n_mels + 2)
+    )
+    widths = np.diff(edges)
+    ramps = edges[:, None] - bins[None, :]
+    rising = -ramps[:-2] / widths[:-1, None]
+    falling = ramps[2:] / widths[1:, None]
+    weights = np.maximum(0.0, np.minimum(rising, falling))
+    return weights * (2.0 / (edges[2:] - edges[:-2]))[:, None]

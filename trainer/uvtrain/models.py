@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .features import VOXCELEB_LAYERS, mel_filterbank
+from .features import VOXCELEB_LAYERS, mel_filterbank, slaney_mel_filterbank
 
 __all__ = [
     "BACKBONES",
@@ -44,6 +44,7 @@ __all__ = [
     "CelebAConv2d",
     "CodewordModel",
     "EmbeddingModel",
+    "GE2ESpeakerEncoder",
     "ImageFrontend",
     "LogMelFrontend",
     "LogMelResNet",
@@ -712,6 +713,122 @@ class LogMelTDNN(Backbone):
         return self.embedding(torch.cat([mean, std], dim=-1))
 
 
+class GE2ESpeakerEncoder(Backbone):
+    """The pretrained GE2E speaker encoder of Resemblyzer, in plain torch, with a trainable adapter.
+
+    The speaker encoder of Wan et al. ("Generalized End-to-End Loss for Speaker Verification",
+    ICASSP 2018) as trained by Resemblyzer (Apache-2.0; weights ``resemblyzer/pretrained.pt`` of
+    its wheel, trained on LibriSpeech, VoxCeleb 1 and 2): 40-band mel power spectrogram (25 ms
+    Hann frames every 10 ms, ``librosa.feature.melspectrogram``'s filterbank, no logarithm) →
+    3-layer LSTM of 256 → Linear 256 → ReLU → unit norm, on partial utterances of 160 frames
+    (1.6 s) every 77 frames, whose embeddings are averaged and normalised
+    (``VoiceEncoder.embed_utterance``). The waveform is first raised to −30 dBFS when quieter
+    (Resemblyzer's ``normalize_volume(increase_only=True)``); its voice-activity trimming is not
+    reproduced (the SDK windows clips instead). All of it is in ``forward``, so in the ONNX graph.
+
+    Then a residual adapter ``e + A e + b`` (``A``, ``b`` zero at start, so an untrained model is
+    the pretrained encoder exactly) is what federated training adapts; with ``freeze_encoder``
+    (default) the LSTM and its projection are frozen (``requires_grad=False``: the engine passes
+    them like buffers, and never sends or averages them).
+
+    The pretrained weights are loaded with :func:`load_backbone_checkpoint` (``--pretrained
+    pretrained.pt``; see :mod:`uvtrain.pretrained`): the parameter names ``lstm.*`` and
+    ``linear.*`` are Resemblyzer's.
+    """
+
+    modality: ClassVar[str] = "audio"
+    SAMPLE_RATE: ClassVar[int] = 16000
+    N_FFT: ClassVar[int] = 400
+    HOP: ClassVar[int] = 160
+    #: Frames of one partial utterance, and the step between partials (1.3 per second).
+    PARTIAL_FRAMES: ClassVar[int] = 160
+    PARTIAL_STEP: ClassVar[int] = 77
+    #: A trailing partial is kept when at least this many of its frames hold audio (75 %).
+    MIN_COVERAGE_FRAMES: ClassVar[int] = 120
+    #: −30 dBFS as an RMS of samples in [-1, 1].
+    TARGET_RMS: ClassVar[float] = 10.0 ** (-30.0 / 20.0)
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        embedding_dim: int = 256,
+        hidden: int = 256,
+        layers: int = 3,
+        n_mels: int = 40,
+        freeze_encoder: bool = True,
+    ) -> None:
+        super().__init__()
+        if int(sample_rate) != self.SAMPLE_RATE:
+            raise ValueError(f"the GE2E encoder takes 16 kHz audio, not {sample_rate} Hz")
+        window = np.hanning(self.N_FFT + 1)[:-1]  # periodic Hann, as librosa's stft
+        bins = np.arange(self.N_FFT // 2 + 1)
+        angle = 2.0 * np.pi * np.outer(bins, np.arange(self.N_FFT)) / self.N_FFT
+        kernels = np.concatenate([np.cos(angle), np.sin(angle)]) * window
+        filterbank = slaney_mel_filterbank(n_mels, self.N_FFT, self.SAMPLE_RATE)
+        self.register_buffer(
+            "dft_kernels", torch.tensor(kernels[:, None, :], dtype=torch.float32), persistent=False
+        )
+        self.register_buffer(
+            "filterbank",
+            torch.tensor(np.concatenate([filterbank, filterbank], axis=1), dtype=torch.float32),
+            persistent=False,
+        )
+        self.lstm = nn.LSTM(n_mels, hidden, layers, batch_first=True)
+        self.linear = nn.Linear(hidden, hidden)
+        self.embedding_dim = int(embedding_dim)
+        self.adapter = nn.Linear(hidden, self.embedding_dim)
+        nn.init.zeros_(self.adapter.weight)
+        nn.init.zeros_(self.adapter.bias)
+        self._residual = self.embedding_dim == hidden
+        if freeze_encoder:
+            self.lstm.requires_grad_(False)
+            self.linear.requires_grad_(False)
+        #: Shortest input: the frame padding is a reflection of 200 samples.
+        self.min_samples = self.N_FFT // 2 + 1
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], **options: Any) -> GE2ESpeakerEncoder:
+        return cls(sample_rate=_sample_rate(spec), **options)
+
+    def mel(self, waveform: Tensor) -> Tensor:
+        """``[batch, samples]`` → mel power ``[batch, frames, n_mels]``, ``frames = 1 +
+        samples // 160`` (centred frames, reflected edges)."""
+        rms = waveform.pow(2).mean(dim=-1, keepdim=True).sqrt()
+        gain = (self.TARGET_RMS / rms.clamp_min(1e-8)).clamp_min(1.0)
+        padded = F.pad((waveform * gain).unsqueeze(1), (self.N_FFT // 2,) * 2, mode="reflect")
+        spectrum = F.conv1d(padded, self.dft_kernels, stride=self.HOP)
+        return torch.matmul(self.filterbank, spectrum * spectrum).transpose(1, 2)
+
+    def partials(self, mel: Tensor) -> Tensor:
+        """``[batch, frames, n_mels]`` → ``[batch, partials, 160, n_mels]``: windows every 77
+        frames, zero-padded at the end, the last kept when 120 of its frames (75 %) hold audio
+        (``VoiceEncoder.compute_partial_slices(rate=1.3, min_coverage=0.75)``)."""
+        frames = mel.shape[1]
+        count = torch.sym_max(1, (frames - self.MIN_COVERAGE_FRAMES) // self.PARTIAL_STEP + 1)
+        padded = F.pad(mel, (0, 0, 0, self.PARTIAL_FRAMES))
+        starts = torch.arange(count, device=mel.device) * self.PARTIAL_STEP
+        index = starts[:, None] + torch.arange(self.PARTIAL_FRAMES, device=mel.device)[None, :]
+        return padded[:, index]
+
+    def encode(self, mel: Tensor) -> Tensor:
+        """Pretrained GE2E embeddings of ``[batch, frames, n_mels]``: partials, averaged, unit."""
+        batch = mel.shape[0]
+        partials = self.partials(mel).reshape(-1, self.PARTIAL_FRAMES, mel.shape[2])
+        _, (hidden, _) = self.lstm(partials)
+        partial = F.relu(self.linear(hidden[-1]))
+        partial = partial / torch.linalg.vector_norm(partial, dim=-1, keepdim=True).clamp_min(
+            NORM_EPSILON
+        )
+        mean = partial.reshape(batch, -1, partial.shape[-1]).mean(dim=1)
+        return mean / torch.linalg.vector_norm(mean, dim=-1, keepdim=True).clamp_min(NORM_EPSILON)
+
+    def forward(self, waveform: Tensor) -> Tensor:
+        """``float32 [batch, samples]`` → ``[batch, embedding_dim]``."""
+        embedding = self.encode(self.mel(waveform))
+        adapted = self.adapter(embedding)
+        return embedding + adapted if self._residual else adapted
+
+
 class ResNet18Small(Backbone):
     """ResNet-18 for small images (He et al., CVPR 2016; the CIFAR variant), with GroupNorm.
 
@@ -790,6 +907,7 @@ BACKBONES: dict[str, type[Backbone]] = {
     "logmel-resnet": LogMelResNet,
     "logmel-tdnn": LogMelTDNN,
     "fast-resnet34": _FastResNet34,
+    "ge2e-lstm": GE2ESpeakerEncoder,
     "resnet18-small": ResNet18Small,
 }
 
@@ -914,7 +1032,7 @@ class EmbeddingModel(nn.Module):
 # ----------------------------------------------------------------------------------------------
 
 #: Keys under which a checkpoint file may nest its weights (tried in this order).
-_NESTED_STATE_KEYS = ("state_dict", "model", "model_state_dict", "backbone")
+_NESTED_STATE_KEYS = ("state_dict", "model", "model_state_dict", "model_state", "backbone")
 
 
 def load_backbone_checkpoint(

@@ -53,12 +53,18 @@ def _crop_samples(config: RunConfig, dataset: FederatedDataset) -> int:
 def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
     """Backbone, algorithm and engine for a config."""
     from .models import build_backbone, default_backbone, load_backbone_checkpoint
+    from .pretrained import WEIGHTS, fetch
 
-    name = config.backbone or default_backbone(dataset.modality, dataset.spec)
+    known = WEIGHTS.get(config.pretrained or "")
+    name = config.backbone or (
+        known.backbone if known else default_backbone(dataset.modality, dataset.spec)
+    )
     torch.manual_seed(config.seed)  # the backbone's initial weights follow from the seed
     backbone = build_backbone(name, dataset.spec)
     if config.pretrained:
-        load_backbone_checkpoint(backbone, config.pretrained)
+        # A known name ("ge2e") is fetched once from its pinned wheel; anything else is a file.
+        path = fetch(config.pretrained, quiet=True) if known else config.pretrained
+        load_backbone_checkpoint(backbone, path)
     engine = EngineConfig(
         rounds=config.rounds,
         fraction=config.fraction,
