@@ -41,6 +41,7 @@ SPECS: dict[str, dict] = {
     "logmel-resnet": AUDIO,
     "logmel-tdnn": AUDIO,
     "fast-resnet34": AUDIO,
+    "ge2e-lstm": AUDIO,
     "celeba-conv2d": {"height": 64, "width": 64, "channels": 3},
     "mnistuv-conv2d": {"height": 28, "width": 28, "channels": 4},
     "resnet18-small": {"height": 32, "width": 32, "channels": 3},
@@ -88,10 +89,13 @@ def test_backbone_shapes_gradients_and_state(name: str) -> None:
     assert out.shape == (2, model.embedding_dim)
     assert out.dtype == torch.float32
     assert torch.isfinite(out).all()
-    # Every parameter gets a non-zero gradient.
+    # Every trainable parameter gets a non-zero gradient (a frozen pretrained encoder none).
     weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
     (out * weights).sum().backward()
     for parameter_name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            assert parameter.grad is None, parameter_name
+            continue
         assert parameter.grad is not None, parameter_name
         assert parameter.grad.abs().sum() > 0, parameter_name
     # No BatchNorm, and the state dict holds exactly the parameters (constants are not persistent).
@@ -100,7 +104,7 @@ def test_backbone_shapes_gradients_and_state(name: str) -> None:
 
 
 def test_audio_backbones_take_their_shortest_input() -> None:
-    for name in ("voxceleb-conv1d", "logmel-resnet", "logmel-tdnn"):
+    for name in ("voxceleb-conv1d", "logmel-resnet", "logmel-tdnn", "ge2e-lstm"):
         model = build_backbone(name, AUDIO)
         out = model(audio_batch(1, model.min_samples / SAMPLE_RATE))
         assert out.shape == (1, model.embedding_dim) and torch.isfinite(out).all()
