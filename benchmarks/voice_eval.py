@@ -30,7 +30,8 @@ import numpy as np
 
 from uvsdk import Verifier
 from uvsdk.errors import MediaError
-from uvsdk.scoring import cosine_scores, leave_one_out_scores, prototype, warmup_threshold
+from uvsdk.scoring import cosine_scores, leave_one_out_scores, prototype
+from uvtrain.evaluation import equal_error_rate, plot_det, warmup_evaluation
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif"}
 
@@ -68,33 +69,33 @@ def embed_all(
     return vectors, skipped
 
 
-def evaluate(vectors: dict[str, np.ndarray], enroll: int, tpr: float) -> dict:
-    """Enroll each speaker on its first clips; score the rest and everyone else's."""
+def evaluate(
+    vectors: dict[str, np.ndarray], enroll: int, tpr: float
+) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
+    """Enroll each speaker on its first clips; score the rest and everyone else's.
+
+    Returns the figures and the pooled (genuine, impostor) scores.
+    """
     usable = {name: v for name, v in vectors.items() if len(v) > enroll}
-    genuine, impostor, genuine_ok, impostor_ok = [], [], [], []
+    warmup, genuine, impostor = {}, {}, {}
     for name, own in usable.items():
         enrolled = own[:enroll]
         reference = prototype(enrolled)
-        threshold = warmup_threshold(leave_one_out_scores(enrolled), tpr)
-        scores = cosine_scores(reference, own[enroll:])
-        genuine.append(scores)
-        genuine_ok.append(scores >= threshold)
-        others = np.concatenate([v[enroll:] for other, v in usable.items() if other != name])
-        scores = cosine_scores(reference, others)
-        impostor.append(scores)
-        impostor_ok.append(scores >= threshold)
-    from uvtrain.evaluation import equal_error_rate
-
-    g, i = np.concatenate(genuine), np.concatenate(impostor)
-    return {
+        warmup[name] = leave_one_out_scores(enrolled)
+        genuine[name] = cosine_scores(reference, own[enroll:])
+        others = [v[enroll:] for other, v in usable.items() if other != name]
+        impostor[name] = cosine_scores(reference, np.concatenate(others))
+    rates = warmup_evaluation(warmup, genuine, impostor, tpr)
+    g, i = np.concatenate(list(genuine.values())), np.concatenate(list(impostor.values()))
+    figures = {
         "speakers": len(usable),
         "genuine_trials": int(g.size),
         "impostor_trials": int(i.size),
         "eer": equal_error_rate(g, i),
-        "genuine_accept_rate": float(np.concatenate(genuine_ok).mean()),
-        "impostor_accept_rate": float(np.concatenate(impostor_ok).mean()),
-        "_scores": (g, i),
+        "genuine_accept_rate": rates["tpr"],
+        "impostor_accept_rate": rates["fpr"],
     }
+    return figures, (g, i)
 
 
 def main() -> None:
@@ -131,8 +132,7 @@ def main() -> None:
     report, curves = {"bundle": bundle.manifest.name, "tpr": args.tpr, "sets": {}}, {}
     for label, speakers in sets.items():
         vectors, skipped = embed_all(verifier, speakers, args.max_clips, label)
-        result = evaluate(vectors, args.enroll, args.tpr)
-        curves[label] = result.pop("_scores")
+        result, curves[label] = evaluate(vectors, args.enroll, args.tpr)
         result["clips_skipped"] = skipped
         report["sets"][label] = result
         print(
@@ -142,8 +142,6 @@ def main() -> None:
             f"{result['genuine_accept_rate']:.3f}, impostors accepted "
             f"{result['impostor_accept_rate']:.4f}; {skipped} clip(s) unusable"
         )
-    from uvtrain.evaluation import plot_det
-
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     plot_det(curves, args.out / "det.png", title=f"{bundle.manifest.name}: held-out speakers")

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from uvtrain.features import VOXCELEB_LAYERS
+from uvtrain.features import VOXCELEB_LAYERS, dft_kernels
 from uvtrain.features import mel_filterbank as _mel_filterbank
 
 __all__ = [
@@ -147,10 +147,8 @@ def _dft_kernels(frame_length: int, bins: np.ndarray) -> np.ndarray:
 
     Scaled by ``2 / Σ window`` so that a full-scale sinusoid on a bin has power ≈ 1.
     """
-    window = np.hanning(frame_length + 1)[:-1]  # periodic Hann
-    angle = 2.0 * np.pi * np.outer(bins, np.arange(frame_length)) / frame_length
-    kernels = np.concatenate([np.cos(angle), np.sin(angle)]) * window * (2.0 / window.sum())
-    return kernels[:, None, :]
+    window_sum = np.hanning(frame_length + 1)[:-1].sum()
+    return (dft_kernels(frame_length, bins) * (2.0 / window_sum))[:, None, :]
 
 
 def _audio_frontend(

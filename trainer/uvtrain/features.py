@@ -19,6 +19,18 @@ VOXCELEB_LAYERS: tuple[tuple[int, int, int, int], ...] = (
 )
 
 
+def dft_kernels(frame_length: int, bins: np.ndarray | None = None) -> np.ndarray:
+    """Periodic-Hann-windowed cosine then sine kernels at DFT ``bins`` (default ``0 … n/2``).
+
+    ``float64 [2 · len(bins), frame_length]``: a strided convolution with them frames a waveform
+    and takes its DFT in one operator (``cos² + sin²`` is the power spectrum).
+    """
+    bins = np.arange(frame_length // 2 + 1) if bins is None else np.asarray(bins)
+    window = np.hanning(frame_length + 1)[:-1]  # periodic Hann, = torch.hann_window, librosa
+    angle = 2.0 * np.pi * np.outer(bins, np.arange(frame_length)) / frame_length
+    return np.concatenate([np.cos(angle), np.sin(angle)]) * window
+
+
 def hertz_to_mel(frequency: np.ndarray | float) -> np.ndarray:
     """HTK mel scale: ``2595 · log10(1 + f / 700)``."""
     return 2595.0 * np.log10(1.0 + np.asarray(frequency, dtype=np.float64) / 700.0)

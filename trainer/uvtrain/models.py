@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .features import VOXCELEB_LAYERS, mel_filterbank, slaney_mel_filterbank
+from .features import VOXCELEB_LAYERS, dft_kernels, mel_filterbank, slaney_mel_filterbank
 
 __all__ = [
     "BACKBONES",
@@ -146,11 +146,17 @@ class LogMelFrontend(nn.Module):
         time-invariant part of a voice's spectrum — on voices whose identity is mostly their
         static envelope (the synthetic ones here) it left test EER at chance where ``gain``
         learned (0.50 vs 0.32 after 100 FedUV rounds on 40 formant voices).
+    librosa : bool, optional
+        ``True``: the mel *power* of ``librosa.feature.melspectrogram`` instead — frames centred
+        (half a frame of reflected signal at each end), the Slaney filterbank from 0 Hz to
+        Nyquist (``fmin``/``fmax`` unused), no logarithm; ``normalise`` must be ``"none"``. The
+        input of the pretrained GE2E encoder (:class:`GE2ESpeakerEncoder`).
 
     Notes
     -----
     Input ``float32 [batch, samples]`` with ``samples >= min_samples`` (one frame); output
-    ``float32 [batch, n_mels, frames]``, ``frames = (samples - frame_length) // hop + 1``.
+    ``float32 [batch, n_mels, frames]``, ``frames = (samples - frame_length) // hop + 1``
+    (``1 + samples // hop`` with ``librosa``).
     """
 
     def __init__(
@@ -162,10 +168,14 @@ class LogMelFrontend(nn.Module):
         fmin: float = 20.0,
         fmax: float | None = None,
         normalise: str = "gain",
+        librosa: bool = False,
     ) -> None:
         super().__init__()
         if normalise not in ("gain", "band", "none"):
             raise ValueError(f"normalise must be 'gain', 'band' or 'none', not {normalise!r}")
+        if librosa and normalise != "none":
+            raise ValueError("the librosa mel power takes normalise='none'")
+        self.librosa = bool(librosa)
         self.sample_rate = int(sample_rate)
         self.n_mels = int(n_mels)
         self.frame_length = int(round(frame_seconds * sample_rate))
@@ -175,11 +185,13 @@ class LogMelFrontend(nn.Module):
             raise ValueError(
                 f"frame ({frame_seconds} s), hop ({hop_seconds} s) or n_mels ({n_mels}) too small"
             )
-        window = np.hanning(self.frame_length + 1)[:-1]  # periodic Hann, = torch.hann_window
-        bins = np.arange(self.frame_length // 2 + 1)
-        angle = 2.0 * np.pi * np.outer(bins, np.arange(self.frame_length)) / self.frame_length
-        kernels = np.concatenate([np.cos(angle), np.sin(angle)]) * window
-        filterbank = mel_filterbank(self.n_mels, self.frame_length, self.sample_rate, fmin, fmax)
+        kernels = dft_kernels(self.frame_length)
+        if librosa:
+            filterbank = slaney_mel_filterbank(self.n_mels, self.frame_length, self.sample_rate)
+        else:
+            filterbank = mel_filterbank(
+                self.n_mels, self.frame_length, self.sample_rate, fmin, fmax
+            )
         self.register_buffer(
             "dft_kernels", torch.tensor(kernels[:, None, :], dtype=torch.float32), persistent=False
         )
@@ -191,17 +203,24 @@ class LogMelFrontend(nn.Module):
 
     @property
     def min_samples(self) -> int:
-        """Shortest input: one frame."""
-        return self.frame_length
+        """Shortest input: one frame (centred: more than the half frame that is reflected)."""
+        return self.frame_length // 2 + 1 if self.librosa else self.frame_length
 
     def frames(self, samples: int) -> int:
         """Number of frames for an input of ``samples`` samples."""
+        if self.librosa:
+            return 1 + samples // self.hop
         return (samples - self.frame_length) // self.hop + 1
 
     def forward(self, waveform: Tensor) -> Tensor:
         """``[batch, samples]`` → ``[batch, n_mels, frames]``."""
-        spectrum = F.conv1d(waveform.unsqueeze(1), self.dft_kernels, stride=self.hop)
+        signal = waveform.unsqueeze(1)
+        if self.librosa:
+            signal = F.pad(signal, (self.frame_length // 2,) * 2, mode="reflect")
+        spectrum = F.conv1d(signal, self.dft_kernels, stride=self.hop)
         bands = torch.matmul(self.filterbank, spectrum * spectrum)
+        if self.librosa:
+            return bands
         log_bands = torch.log(bands + LOG_EPSILON)
         if self.normalise == "band":
             log_bands = log_bands - log_bands.mean(dim=-1, keepdim=True)
@@ -738,8 +757,6 @@ class GE2ESpeakerEncoder(Backbone):
 
     modality: ClassVar[str] = "audio"
     SAMPLE_RATE: ClassVar[int] = 16000
-    N_FFT: ClassVar[int] = 400
-    HOP: ClassVar[int] = 160
     #: Frames of one partial utterance, and the step between partials (1.3 per second).
     PARTIAL_FRAMES: ClassVar[int] = 160
     PARTIAL_STEP: ClassVar[int] = 77
@@ -760,18 +777,8 @@ class GE2ESpeakerEncoder(Backbone):
         super().__init__()
         if int(sample_rate) != self.SAMPLE_RATE:
             raise ValueError(f"the GE2E encoder takes 16 kHz audio, not {sample_rate} Hz")
-        window = np.hanning(self.N_FFT + 1)[:-1]  # periodic Hann, as librosa's stft
-        bins = np.arange(self.N_FFT // 2 + 1)
-        angle = 2.0 * np.pi * np.outer(bins, np.arange(self.N_FFT)) / self.N_FFT
-        kernels = np.concatenate([np.cos(angle), np.sin(angle)]) * window
-        filterbank = slaney_mel_filterbank(n_mels, self.N_FFT, self.SAMPLE_RATE)
-        self.register_buffer(
-            "dft_kernels", torch.tensor(kernels[:, None, :], dtype=torch.float32), persistent=False
-        )
-        self.register_buffer(
-            "filterbank",
-            torch.tensor(np.concatenate([filterbank, filterbank], axis=1), dtype=torch.float32),
-            persistent=False,
+        self.frontend = LogMelFrontend(
+            self.SAMPLE_RATE, n_mels, 0.025, 0.010, normalise="none", librosa=True
         )
         self.lstm = nn.LSTM(n_mels, hidden, layers, batch_first=True)
         self.linear = nn.Linear(hidden, hidden)
@@ -784,7 +791,7 @@ class GE2ESpeakerEncoder(Backbone):
             self.lstm.requires_grad_(False)
             self.linear.requires_grad_(False)
         #: Shortest input: the frame padding is a reflection of 200 samples.
-        self.min_samples = self.N_FFT // 2 + 1
+        self.min_samples = self.frontend.min_samples
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], **options: Any) -> GE2ESpeakerEncoder:
@@ -795,9 +802,7 @@ class GE2ESpeakerEncoder(Backbone):
         samples // 160`` (centred frames, reflected edges)."""
         rms = waveform.pow(2).mean(dim=-1, keepdim=True).sqrt()
         gain = (self.TARGET_RMS / rms.clamp_min(1e-8)).clamp_min(1.0)
-        padded = F.pad((waveform * gain).unsqueeze(1), (self.N_FFT // 2,) * 2, mode="reflect")
-        spectrum = F.conv1d(padded, self.dft_kernels, stride=self.HOP)
-        return torch.matmul(self.filterbank, spectrum * spectrum).transpose(1, 2)
+        return self.frontend(waveform * gain).transpose(1, 2)
 
     def partials(self, mel: Tensor) -> Tensor:
         """``[batch, frames, n_mels]`` → ``[batch, partials, 160, n_mels]``: windows every 77

