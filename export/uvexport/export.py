@@ -468,10 +468,6 @@ def export_run(
     ``quantize="int8"`` and no int8 scheme is both not slower and within :data:`DRIFT_BOUND`."""
     if quantize not in ("none", "int8"):
         raise ExportError(f"--quantize {quantize}: choose none or int8")
-    import onnxruntime as ort
-    import torch
-    from torch.export import Dim
-
     from uvtrain.engine import TrainingError
     from uvtrain.run import load_run
 
@@ -483,9 +479,68 @@ def export_run(
         raise ExportError(str(error)) from None
     model = simulation.load_into_model().cpu().eval()
     inputs = _parity_inputs(dataset)
+    report_path = run_dir / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    provenance = {
+        "method": config.method,
+        "dataset": dataset.name,
+        "rounds": report.get("rounds"),
+        "backbone": type(model.backbone).__name__,
+        "metrics": {name: split.get("eer") for name, split in report.get("splits", {}).items()},
+    }
+    extra: dict[str, Any] = {"provenance": provenance, "data_licence": dataset.licence}
+    if config.pretrained:
+        provenance["pretrained"] = _pretrained_provenance(config.pretrained)
+        extra["weights_licence"] = provenance["pretrained"]["licence"]
+
+    def int8(onnx_bytes: bytes) -> tuple[bytes, dict[str, Any]]:
+        return _quantize_run(onnx_bytes, model, dataset, simulation, inputs)
+
+    return export_model(
+        model,
+        out,
+        modality=dataset.modality,
+        spec=dataset.spec,
+        method=config.method,
+        code_length=config.code_length,
+        inputs=inputs,
+        extra=extra,
+        sign_key=sign_key,
+        tolerance=tolerance,
+        quantizer=int8 if quantize == "int8" else None,
+        started=started,
+    )
+
+
+def export_model(
+    model: Any,
+    out: str | Path,
+    *,
+    modality: str,
+    spec: dict[str, Any],
+    method: str,
+    code_length: int,
+    inputs: Sequence[np.ndarray],
+    extra: dict[str, Any],
+    sign_key: Any | None = None,
+    tolerance: float = TOLERANCE,
+    quantizer: Callable[[bytes], tuple[bytes, dict[str, Any]]] | None = None,
+    started: float | None = None,
+) -> ExportResult:
+    """Export a trained model (in memory) to a bundle, checked for parity on ``inputs``.
+
+    :func:`export_run` calls it for a simulator's run folder; the Flower server calls it with its
+    final global model and synthetic parity inputs (it holds no data).
+    """
+    import onnxruntime as ort
+    import torch
+    from torch.export import Dim
+
+    started = time.perf_counter() if started is None else started
+    model = model.cpu().eval()
     example = torch.as_tensor(inputs[-1])
     shapes: dict[int, Any] = {0: Dim("batch", min=1)}
-    if dataset.modality == "audio":
+    if modality == "audio":
         shapes[1] = Dim("samples", min=int(model.backbone.min_samples))
     onnx_bytes = export_onnx(model, example, shapes)
 
@@ -503,12 +558,11 @@ def export_run(
 
     quantization: dict[str, Any] = {"scheme": "none"}
     model_bytes = onnx_bytes
-    if quantize == "int8":
-        model_bytes, quantization = _quantize_run(onnx_bytes, model, dataset, simulation, inputs)
+    if quantizer is not None:
+        model_bytes, quantization = quantizer(onnx_bytes)
 
-    spec = dataset.spec
     source: AudioInput | ImageInput
-    if dataset.modality == "audio":
+    if modality == "audio":
         source = AudioInput(
             int(spec["sample_rate"]),
             float(spec["window_seconds"]),
@@ -521,28 +575,16 @@ def export_run(
     if model.output_kind == "codeword":
         from uvtrain.codes import bch_code
 
-        code = bch_code(config.code_length)
-    report_path = run_dir / "report.json"
-    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        code = bch_code(code_length)
     extra = {
-        "provenance": {
-            "method": config.method,
-            "dataset": dataset.name,
-            "rounds": report.get("rounds"),
-            "backbone": type(model.backbone).__name__,
-            "metrics": {name: split.get("eer") for name, split in report.get("splits", {}).items()},
-        },
-        "data_licence": dataset.licence,
+        **extra,
         "parity": {"max_abs_diff": worst, "tolerance": tolerance, "opset": OPSET},
         "quantization": quantization,
     }
-    if config.pretrained:
-        extra["provenance"]["pretrained"] = _pretrained_provenance(config.pretrained)
-        extra["weights_licence"] = extra["provenance"]["pretrained"]["licence"]
     manifest = make_manifest(
         model_bytes,
         name=Path(out).stem,
-        method=config.method,
+        method=method,
         source=source,
         output_kind=model.output_kind,
         dim=int(model.output_dim),

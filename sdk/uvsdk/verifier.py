@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import backoff as backoff_rules
-from .bundle import AudioInput, Bundle, ImageInput
+from .bundle import AudioInput, Bundle, Code, ImageInput
 from .codeword import bipolar, encode, new_message, random_user_id
 from .errors import (
     BundleError,
@@ -232,15 +232,19 @@ class Verifier:
 
     # -- codewords -------------------------------------------------------------------------
 
-    def new_codeword(self, user: str = "default", user_id: int | None = None) -> int:
+    def new_codeword(
+        self, user: str = "default", user_id: int | None = None, *, code: Code | None = None
+    ) -> int:
         """Make the user's secret FedUV codeword and keep it, encrypted, in the store.
 
         The message is the user id bits (server-assigned; random when ``None``) followed by random
-        bits from :mod:`secrets`; the codeword is ``m·G mod 2`` with the bundle's generator.
-        Returns the user id (not secret: it is what the server assigned). The codeword itself is
-        never returned, printed or written in clear.
+        bits from :mod:`secrets`; the codeword is ``m·G mod 2`` with the bundle's generator, or
+        with ``code`` when given (a device joining federated training before any bundle exists
+        gets the code from the server). Returns the user id (not secret: it is what the server
+        assigned). The codeword itself is never returned, printed or written in clear.
         """
-        code = self.bundle.manifest.code
+        if code is None:
+            code = self.bundle.manifest.code
         if code is None:
             raise BundleError(
                 f"{self.bundle.path.name} outputs embeddings, not codewords: "

@@ -94,6 +94,71 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def loss_shared(algorithm: FedAvg, params: Tensors, shared: Tensors) -> Tensors:
+    """The server's shared state plus the model parameters the loss reads (softmax's W)."""
+    if not algorithm.loss_reads_model:
+        return shared
+    return {**shared, **{name: params[name] for name in algorithm.loss_reads_model}}
+
+
+def draw_batches(
+    samples: Tensor, steps: int, size: int, crop: int, rng: np.random.Generator
+) -> Tensor:
+    """``[E, B, ...]``: one client's E batches of B samples drawn with ``rng`` (with replacement
+    only when it holds fewer than B); with ``crop`` > 0, each 1-D sample (audio) is cut to a random
+    window of ``crop`` steps. The simulator and a Flower device draw their batches with this."""
+    available = len(samples)
+    picks = [rng.choice(available, size=size, replace=available < size) for _ in range(steps)]
+    index = torch.as_tensor(np.stack(picks), device=samples.device)
+    batches = samples[index]
+    length = batches.shape[-1]
+    if crop and batches.dim() == 3 and length > crop:
+        # a random window of every sample, the usual augmentation of speaker training
+        offsets = rng.integers(0, length - crop + 1, size=(steps, size))
+        window = torch.as_tensor(offsets, device=samples.device)[..., None] + torch.arange(
+            crop, device=samples.device
+        )
+        batches = torch.gather(batches, -1, window)
+    return batches
+
+
+def local_update(
+    model: nn.Module,
+    buffers: Tensors,
+    algorithm: FedAvg,
+    params: Tensors,
+    private: Tensors,
+    constants: Tensors,
+    shared: Tensors,
+    batches: Tensor,
+    lr: float,
+) -> tuple[Tensors, Tensors, Tensor]:
+    """One client's local training: an SGD step of ``algorithm.loss`` on each of its batches
+    (``[E, B, ...]``), from the global ``params`` and its own ``private`` state.
+
+    Returns the client's parameters, its private state and its E losses. This is the reference
+    the simulator's vectorised paths are tested against, and what a Flower device runs.
+    """
+    params = {k: v.detach().clone() for k, v in params.items()}
+    private = {k: v.detach().clone() for k, v in private.items()}
+    losses = []
+    for batch in batches:
+        leaves = {**{f"p.{k}": v for k, v in params.items()}}
+        leaves.update({f"q.{k}": v for k, v in private.items()})
+        for value in leaves.values():
+            value.requires_grad_(True)
+        outputs = functional_call(model, (params, buffers), (batch,))
+        loss = algorithm.loss(outputs, private, constants, loss_shared(algorithm, params, shared))
+        grads = torch.autograd.grad(loss, list(leaves.values()))
+        updated = {
+            k: (v - lr * g).detach() for (k, v), g in zip(leaves.items(), grads, strict=True)
+        }
+        params = {k: updated[f"p.{k}"] for k in params}
+        private = {k: updated[f"q.{k}"] for k in private}
+        losses.append(loss.detach())
+    return params, private, torch.stack(losses)
+
+
 class Simulation:
     """Federated training of one algorithm over simulated clients.
 
@@ -167,13 +232,9 @@ class Simulation:
         self, params: Tensors, private: Tensors, batch: Tensor, constants: Tensors, shared: Tensors
     ) -> Tensor:
         outputs = functional_call(self.model, (params, self.buffers), (batch,))
-        return self.algorithm.loss(outputs, private, constants, self._loss_shared(params, shared))
-
-    def _loss_shared(self, params: Tensors, shared: Tensors) -> Tensors:
-        """The server's shared state plus the model parameters the loss reads (softmax's W)."""
-        if not self.algorithm.loss_reads_model:
-            return shared
-        return {**shared, **{name: params[name] for name in self.algorithm.loss_reads_model}}
+        return self.algorithm.loss(
+            outputs, private, constants, loss_shared(self.algorithm, params, shared)
+        )
 
     # -- what a round samples ------------------------------------------------------------------
 
@@ -192,24 +253,12 @@ class Simulation:
         ``crop``, each 1-D sample (audio) is cut to a random window of ``crop`` steps."""
         rng = np.random.default_rng([self.config.seed, round_number, 1])
         steps, size = self.config.local_steps, self.config.batch_size
-        batches = []
-        for client in clients:
-            available = len(self.data[client])
-            picks = [
-                rng.choice(available, size=size, replace=available < size) for _ in range(steps)
+        return torch.stack(
+            [
+                draw_batches(self.data[client], steps, size, self.config.crop, rng)
+                for client in clients
             ]
-            index = torch.as_tensor(np.stack(picks), device=self.device)
-            samples = self.data[client][index]
-            length = samples.shape[-1]
-            if self.config.crop and samples.dim() == 3 and length > self.config.crop:
-                # a random window of every sample, the usual augmentation of speaker training
-                offsets = rng.integers(0, length - self.config.crop + 1, size=(steps, size))
-                window = torch.as_tensor(offsets, device=self.device)[..., None] + torch.arange(
-                    self.config.crop, device=self.device
-                )
-                samples = torch.gather(samples, -1, window)
-            batches.append(samples)
-        return torch.stack(batches)
+        )
 
     def message_noise(self, round_number: int, count: int) -> Tensor:
         """Standard-normal noise ``[count, d]`` (``d`` the embedding's dimension) for the round's
@@ -270,7 +319,7 @@ class Simulation:
                 outputs,
                 {k: v[part] for k, v in private.items()},
                 {k: v[part] for k, v in constants.items()},
-                self._loss_shared(params, self.shared),
+                loss_shared(self.algorithm, params, self.shared),
             )
             part_grads = torch.autograd.grad(
                 (weights[part] * part_losses).sum(), leaves, allow_unused=True
@@ -295,29 +344,20 @@ class Simulation:
     ) -> tuple[Tensors, Tensors, Tensor]:
         all_params, all_private, all_losses = [], [], []
         for position, client in enumerate(clients.tolist()):
-            params = {k: v.clone() for k, v in self.params.items()}
-            private = {k: v[client].clone() for k, v in self.private.items()}
-            constants = {k: v[client] for k, v in self.constants.items()}
-            losses = []
-            for step in range(self.config.local_steps):
-                leaves = {**{f"p.{k}": v for k, v in params.items()}}
-                leaves.update({f"q.{k}": v for k, v in private.items()})
-                for value in leaves.values():
-                    value.requires_grad_(True)
-                loss = self._client_loss(
-                    params, private, batches[position, step], constants, self.shared
-                )
-                grads = torch.autograd.grad(loss, list(leaves.values()))
-                updated = {
-                    k: (v - lr * g).detach()
-                    for (k, v), g in zip(leaves.items(), grads, strict=True)
-                }
-                params = {k: updated[f"p.{k}"] for k in params}
-                private = {k: updated[f"q.{k}"] for k in private}
-                losses.append(loss.detach())
+            params, private, losses = local_update(
+                self.model,
+                self.buffers,
+                self.algorithm,
+                self.params,
+                {k: v[client] for k, v in self.private.items()},
+                {k: v[client] for k, v in self.constants.items()},
+                self.shared,
+                batches[position],
+                lr,
+            )
             all_params.append({k: v[None] for k, v in params.items()})
             all_private.append({k: v[None] for k, v in private.items()})
-            all_losses.append(torch.stack(losses)[None])
+            all_losses.append(losses[None])
         return _concat(all_params), _concat(all_private), torch.cat(all_losses)
 
     # -- a round -------------------------------------------------------------------------------

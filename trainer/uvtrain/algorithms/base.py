@@ -11,6 +11,8 @@ hook                        what it computes                                    
 ``init_private``            per-client trainable state that never leaves the client    client
 ``init_constants``          per-client fixed state (e.g. FedUV's secret codeword)      client
 ``init_shared``             state the server holds and clients read (FedHide's bank)   server
+``client_view``             the part of the server's state a device is sent (all of    server
+                            it; FedAwS: only the device's own row) — Flower only
 ``client_receive``          what a client takes from the server as its round begins    client
                             (FedAwS: its class embedding, after the server's step)
 ``loss``                    one client's loss on one batch                             client
@@ -77,6 +79,12 @@ class FedAvg:
     ) -> Tensors:
         """State the server holds and every client reads."""
         return {}
+
+    def client_view(self, shared: Tensors, index: int) -> tuple[Tensors, int]:
+        """What the server sends device ``index`` of its shared state, and the device's index in
+        that view. The simulator's clients read all of ``shared`` in place; on Flower only this
+        view travels (the default: all of it — FedHide's proxy bank is meant to be public)."""
+        return shared, index
 
     def client_receive(self, private: Tensors, constants: Tensors, shared: Tensors) -> Tensors:
         """One client's private state as its round begins, from what the server holds."""

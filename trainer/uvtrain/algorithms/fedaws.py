@@ -70,6 +70,10 @@ class FedAwS(FedAvg):
     ) -> Tensors:
         return {"embeddings": random_unit_rows(num_clients, dim, generator)}
 
+    def client_view(self, shared: Tensors, index: int) -> tuple[Tensors, int]:
+        # a device is sent its own class embedding, never the other users' rows
+        return {"embeddings": shared["embeddings"][index : index + 1]}, 0
+
     def client_receive(self, private: Tensors, constants: Tensors, shared: Tensors) -> Tensors:
         return {**private, "prototype": shared["embeddings"][constants["index"]]}
 
