@@ -1,0 +1,225 @@
+"""A device of a Flower run: its folder of samples, its SDK template store, its local update.
+
+The ClientApp (:mod:`.client`) hands each request here; this module does the work with the
+simulator's own code (:func:`uvtrain.engine.draw_batches`, :func:`uvtrain.engine.local_update`)
+and the SDK's (decoding, codewords, the encrypted store, enrollment)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from uvsdk.bundle import Code
+from uvsdk.codeword import unpack_generator
+
+from ..algorithms.base import FedAvg
+from .settings import DeploySettings, build_model, from_arrays, pack, trainable, unpack
+
+
+class DeviceError(Exception):
+    """A device cannot take part (no data, no passphrase, a codeword of another code). One line."""
+
+
+class Device:
+    """One device's view of a run: its folder, its template store, its settings."""
+
+    def __init__(self, node_config: dict[str, Any], settings: DeploySettings) -> None:
+        self.settings = settings
+        if "data" not in node_config or "store" not in node_config:
+            raise DeviceError("the node config needs data='FOLDER' and store='FOLDER'")
+        self.data = Path(str(node_config["data"])).expanduser()
+        self.store_dir = Path(str(node_config["store"])).expanduser()
+        self.user = str(node_config.get("user", "default"))
+        self.bundle_path = Path(str(node_config.get("bundle", self.store_dir / "model.uvb")))
+        self.allow_plain = str(node_config.get("allow_plain_feduv", "false")).lower() == "true"
+        self._store: Any = None
+
+    # -- the SDK's store ---------------------------------------------------------------------
+
+    @property
+    def store(self) -> Any:
+        from uvsdk.template import TemplateStore
+
+        if self._store is None:
+            self._store = TemplateStore(self.store_dir)
+        return self._store
+
+    def template(self) -> Any:
+        """The user's template, or ``None``."""
+        return self.store.load(self.user) if self.store.exists(self.user) else None
+
+    def status(self, code_sha256: str | None) -> dict[str, Any]:
+        """What the server may know at registration: the user id it assigned before (if any),
+        whether a codeword of this run's code is held (not the codeword), the sample count."""
+        template = self.template()
+        user_id = -1 if template is None or template.user_id is None else int(template.user_id)
+        has_codeword = bool(
+            template is not None
+            and template.codeword is not None
+            and template.code_sha256 == code_sha256
+        )
+        return {"user_id": user_id, "codeword": has_codeword, "samples": len(self.samples())}
+
+    def assign(self, user_id: int, code: Any | None) -> None:
+        """Take the server's user id; for FedUV, make the codeword with the SDK (kept encrypted)."""
+        from uvsdk import Verifier
+        from uvsdk.template import Template
+
+        template = self.template()
+        if code is not None:
+            if template is not None and template.codeword is not None:
+                if template.code_sha256 == code.fingerprint and template.user_id == user_id:
+                    return
+                raise DeviceError(
+                    f"user {self.user!r} already holds a codeword of another code or id: "
+                    "delete the template (uvsdk delete) to join this federation"
+                )
+            Verifier(store=self.store).new_codeword(self.user, user_id, code=code)
+            return
+        if template is None:
+            self.store.save(Template(user=self.user, created=_now(), user_id=user_id))
+        elif template.user_id != user_id:
+            self.store.save(template.replace(user_id=user_id))
+
+    # -- data ----------------------------------------------------------------------------------
+
+    def samples(self) -> np.ndarray:
+        """The training samples: every usable file of ``data``, decoded as the SDK decodes it
+        (audio cut into the model's windows, images resized), stacked."""
+        if getattr(self, "_samples", None) is not None:
+            return self._samples
+        from uvsdk.errors import MediaError
+        from uvsdk.media import audio_windows, check_audio, load_audio, load_image
+
+        if not self.data.is_dir():
+            raise DeviceError(f"the data folder {self.data} does not exist")
+        spec, pieces, skipped = self.settings.spec, [], 0
+        for path in sorted(p for p in self.data.iterdir() if p.is_file()):
+            if path.name.startswith("."):
+                continue
+            try:
+                if self.settings.modality == "audio":
+                    rate = spec["sample_rate"]
+                    clip = load_audio(path, rate)
+                    check_audio(clip, rate, min_seconds=spec["min_seconds"], name=path.name)
+                    pieces.append(
+                        audio_windows(clip, rate, spec["window_seconds"], spec["hop_seconds"])
+                    )
+                else:
+                    image = load_image(path, spec["height"], spec["width"], spec["channels"])
+                    pieces.append(image[None])
+            except MediaError:
+                skipped += 1
+        if not pieces:
+            raise DeviceError(f"no usable samples in {self.data} ({skipped} file(s) skipped)")
+        self._samples = np.concatenate(pieces)
+        return self._samples
+
+    # -- a round -------------------------------------------------------------------------------
+
+    def constants(self, index: int, code_sha256: str = "") -> dict[str, torch.Tensor]:
+        """``index`` (its row in the server's view) and, for FedUV, the codeword from the store
+        (checked to be of the run's code, named by ``code_sha256``)."""
+        constants = {"index": torch.tensor(index)}
+        if self.settings.run.method == "feduv":
+            from uvsdk.codeword import bipolar
+
+            template = self.template()
+            if template is None or template.codeword is None:
+                raise DeviceError(f"user {self.user!r} holds no codeword: not registered")
+            if template.code_sha256 != code_sha256:
+                raise DeviceError(f"user {self.user!r}'s codeword is of another code")
+            constants["codeword"] = torch.from_numpy(bipolar(template.codeword))
+        return constants
+
+    def check_round(self, secure: bool) -> None:
+        """Refuse a plain FedUV round: one device's update reveals its codeword (docs/privacy.md),
+        unless the node config says ``allow_plain_feduv=true``."""
+        if self.settings.run.method == "feduv" and not secure and not self.allow_plain:
+            raise DeviceError(
+                "refusing to send a plain FedUV update (it reveals the codeword): the server "
+                "must run SecAgg+ (secagg=auto or on)"
+            )
+
+    def train(
+        self,
+        arrays: list[np.ndarray],
+        config: dict[str, Any],
+        state: dict[str, torch.Tensor],
+        rng: np.random.Generator | None = None,
+    ) -> tuple[list[np.ndarray], int, dict[str, Any], dict[str, torch.Tensor]]:
+        """One round: the run's local update from the global weights, with the simulator's code.
+
+        Returns the parameter *update* (θ_k − θ: what SecAgg+ sums; small values quantise
+        finely), the sample count, the metrics (loss and the method's message) and the private
+        state to keep.
+        """
+        from ..engine import draw_batches, local_update
+
+        settings, algorithm = self.settings, self.settings.algorithm()
+        model = build_model(settings, int(config["devices"]))
+        params, buffers = trainable(model)
+        glob = from_arrays(params.keys(), arrays)
+        shared = unpack(config["shared"]) if config.get("shared") else {}
+        constants = self.constants(int(config["index"]), str(config.get("code_sha256", "")))
+        dim = int(model.backbone.embedding_dim)
+        private = state or {
+            name: value[0] for name, value in algorithm.init_private(1, dim, _generator()).items()
+        }
+        private = algorithm.client_receive(private, constants, shared)
+        samples = torch.as_tensor(self.samples())
+        rng = rng or np.random.default_rng(secrets.randbits(64))  # tests pass their own
+        run = settings.run
+        batches = draw_batches(samples, run.local_steps, run.batch_size, settings.crop, rng)
+        trained, private, losses = local_update(
+            model, buffers, algorithm, glob, private, constants, shared, batches, config["lr"]
+        )
+        loss = float(losses.mean())
+        if not np.isfinite(loss):
+            raise DeviceError(f"the local loss became {loss}")
+        metrics: dict[str, Any] = {"loss": loss}
+        if type(algorithm).client_message is not FedAvg.client_message:
+            message_constants = dict(constants)
+            if algorithm.message_noise:
+                message_constants["noise"] = torch.randn(dim, generator=_generator())
+            message = algorithm.client_message(private, message_constants, shared)
+            metrics["message"] = pack(message)
+        update = [(trained[n] - glob[n]).numpy() for n in sorted(glob)]
+        return update, len(samples), metrics, private
+
+    # -- the end of the run ---------------------------------------------------------------------
+
+    def enroll(self, bundle: bytes, target_tpr: float) -> dict[str, Any]:
+        """Write the final bundle and enroll with it (the warm-up threshold at ``target_tpr``)."""
+        from uvsdk import Verifier
+
+        self.bundle_path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.bundle_path.with_name(f".{self.bundle_path.name}.tmp")
+        temporary.write_bytes(bundle)
+        temporary.replace(self.bundle_path)
+        verifier = Verifier(self.bundle_path, store=self.store)
+        report = verifier.enroll(self.data, user=self.user, target_tpr=target_tpr)
+        return {"enrolled": True, "mode": report.mode, "samples": report.used}
+
+
+def _generator() -> torch.Generator:
+    return torch.Generator().manual_seed(secrets.randbits(63))
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+def code_from_request(request: dict[str, Any]) -> Code | None:
+    """The BCH code the server sent at registration (FedUV), or ``None``."""
+    if not request.get("generator"):
+        return None
+    n, k = int(request["n"]), int(request["k"])
+    generator = unpack_generator(str(request["generator"]), k, n)
+    return Code("bch", n, k, int(request["d_min"]), int(request["id_bits"]), generator)

@@ -1,0 +1,323 @@
+"""A whole Flower federation on this machine: a SuperLink, one SuperNode per device folder, and
+``flwr run`` — on loopback, every process started and stopped by its process id.
+
+It is the deployment exactly as it runs across machines (the same ServerApp and ClientApp, the
+same gRPC/HTTP transport, SecAgg+), with ``127.0.0.1`` for every address and no TLS; see
+docs/deploy.md for the real thing. ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` is set for
+every process, so Flower installs nothing at run time: the code is the installed ``uvtrain``.
+
+A device folder holds ``samples/`` (the user's clips or images) and gets ``store/`` (the SDK's
+encrypted templates: the codeword, later the enrollment) and ``store/model.uvb`` (the final
+model). :func:`write_devices` makes such folders from a built-in dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .server import REPORT, STATUS
+from .settings import DeploySettings
+
+CONNECTION = "uvtrain-local"
+
+
+class LaunchError(Exception):
+    """The local federation could not start or did not finish. One line."""
+
+
+def app_dir() -> Path:
+    """The Flower app folder (its ``pyproject.toml`` names the ServerApp and ClientApp)."""
+    return Path(str(resources.files("uvtrain.deploy") / "app"))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, seconds: float, name: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise LaunchError(f"{name} exited at start (code {process.returncode}); see its log")
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise LaunchError(f"{name} did not open port {port} within {seconds:.0f} s")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string
+    return repr(value)
+
+
+def write_devices(
+    dataset: str,
+    out: str | Path,
+    *,
+    clients: int,
+    seed: int = 0,
+    root: str | None = None,
+) -> list[Path]:
+    """Device folders from a built-in dataset: ``DEVICE/samples/`` (the client's training
+    clips, as WAV or PNG files) and ``DEVICE/test/`` (its held-out ones, to try ``uvsdk verify``
+    with after the run). Returns the device folders."""
+    from ..data.registry import load_dataset
+
+    data = load_dataset(dataset, root=root, seed=seed)
+    if clients > len(data.clients):
+        raise LaunchError(f"--clients {clients}: {dataset} has {len(data.clients)}")
+    folders = []
+    for number, client in enumerate(data.clients[:clients]):
+        folder = Path(out) / f"device-{number:02d}"
+        for split, arrays in (("samples", client.train), ("test", client.test)):
+            target = folder / split
+            target.mkdir(parents=True, exist_ok=True)
+            for index, sample in enumerate(arrays):
+                _write_sample(target / f"{split}-{index:03d}", sample, data.modality, data.spec)
+        folders.append(folder)
+    return folders
+
+
+def _write_sample(stem: Path, sample: np.ndarray, modality: str, spec: dict[str, Any]) -> None:
+    if modality == "audio":
+        import soundfile
+
+        soundfile.write(stem.with_suffix(".wav"), sample, spec["sample_rate"], subtype="PCM_16")
+    else:
+        from PIL import Image
+
+        image = sample[..., 0] if sample.shape[-1] == 1 else sample
+        Image.fromarray(np.asarray(image, dtype=np.uint8)).save(stem.with_suffix(".png"))
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen
+    log: Any
+
+
+class LocalFederation:
+    """A SuperLink and SuperNodes on loopback; a context manager that stops them all.
+
+    Each process starts in a session of its own, so stopping it signals its whole process group
+    (the SuperExec and app processes Flower spawns under it); processes Flower detaches from the
+    group are found by the ``--parent-pid`` they were given and stopped too.
+    """
+
+    def __init__(self, devices: list[Path], folder: Path, *, user: str = "default") -> None:
+        self.devices, self.folder, self.user = devices, folder, user
+        self.home = folder / "flower"
+        self.logs = folder / "logs"
+        self.processes: list[_Process] = []
+        bin_dir = str(Path(sys.executable).parent)  # Flower starts its helpers from the PATH
+        self.env = {
+            **os.environ,
+            "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
+            "FLWR_HOME": str(self.home),
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            # SuperExec looks for new app tasks every second by default; on loopback that wait
+            # is most of a SecAgg+ stage
+            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
+        }
+        self.port = 0
+
+    def _start(self, name: str, command: list[str]) -> _Process:
+        log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 (closed in stop())
+        popen = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.folder,
+            start_new_session=True,
+        )
+        process = _Process(name, popen, log)
+        self.processes.append(process)
+        return process
+
+    def __enter__(self) -> LocalFederation:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        bin_dir = Path(sys.executable).parent
+        self.port = _free_port()
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
+        try:
+            link = self._start(
+                "superlink",
+                [
+                    str(bin_dir / "flower-superlink"),
+                    "--insecure",
+                    "--port",
+                    str(self.port),
+                    "--disable-runtime-dependency-installation",
+                ],
+            )
+            _wait_for_port(self.port, link.popen, 60, "the SuperLink")
+            for number, device in enumerate(self.devices):
+                store = device / "store"
+                node_config = " ".join(
+                    f"{key}={_toml_value(str(value))}"
+                    for key, value in (
+                        ("data", (device / "samples").resolve()),
+                        ("store", store.resolve()),
+                        ("bundle", (store / "model.uvb").resolve()),
+                        ("user", self.user),
+                    )
+                )
+                self._start(
+                    f"supernode-{number:02d}",
+                    [
+                        str(bin_dir / "flower-supernode"),
+                        "--insecure",
+                        "--superlink",
+                        f"127.0.0.1:{self.port}",
+                        "--port",
+                        str(_free_port()),
+                        "--node-config",
+                        node_config,
+                    ],
+                )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def run(
+        self, settings: dict[str, Any], echo: Callable[[str], None], timeout: float | None
+    ) -> int:
+        """``flwr run`` the app with these run-config values; returns its exit code."""
+        overrides = self.folder / "run-config.toml"
+        overrides.write_text(
+            "".join(f"{key} = {_toml_value(value)}\n" for key, value in settings.items())
+        )
+        command = [
+            str(Path(sys.executable).parent / "flwr"),
+            "run",
+            str(app_dir()),
+            CONNECTION,
+            "--run-config",
+            str(overrides),
+            "--stream",
+        ]
+        flwr = self._start("flwr-run", command)
+        flwr.log.close()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        shown = 0
+        path = self.logs / "flwr-run.log"
+        while True:
+            done = flwr.popen.poll() is not None
+            lines = path.read_text(errors="replace").splitlines()
+            for line in lines[shown:]:
+                if "[uvtrain]" in line:
+                    echo(line[line.index("[uvtrain]") + 10 :])
+            shown = len(lines)
+            if done:
+                return int(flwr.popen.returncode)
+            if deadline is not None and time.monotonic() > deadline:
+                raise LaunchError(f"the run did not finish within {timeout:.0f} s: stopped")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Stop every process this federation started (and what they spawned), by process id."""
+        pids = [p.popen.pid for p in self.processes]
+        for process in reversed(self.processes):
+            if process.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in self.processes:
+            try:
+                process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.popen.pid, signal.SIGKILL)
+                process.popen.wait()
+            if not process.log.closed:
+                process.log.close()
+        for pid in _children_by_parent_flag(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.processes = []
+
+
+def _children_by_parent_flag(pids: list[int]) -> list[int]:
+    """Processes started with ``--parent-pid P`` for one of ``pids`` (Flower's SuperExec and app
+    processes), read from /proc; empty where there is no /proc."""
+    found = []
+    wanted = {str(pid) for pid in pids}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            arguments = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for flag, value in zip(arguments, arguments[1:], strict=False):
+            if flag == b"--parent-pid" and value.decode(errors="replace") in wanted:
+                found.append(int(entry.name))
+    return found
+
+
+def run_local(
+    devices_dir: str | Path,
+    out: str | Path,
+    values: dict[str, Any],
+    *,
+    echo: Callable[[str], None] = print,
+    timeout: float | None = None,
+    user: str = "default",
+) -> dict[str, Any]:
+    """Train on the device folders under ``devices_dir`` with a loopback federation; returns the
+    server's report. ``values`` are run-config keys (``method``, ``rounds``, ...)."""
+    devices = sorted(p for p in Path(devices_dir).iterdir() if (p / "samples").is_dir())
+    if not devices:
+        raise LaunchError(f"no device folders (with a samples/ folder) in {devices_dir}")
+    if not os.environ.get("UVSDK_PASSPHRASE"):
+        raise LaunchError(
+            "set UVSDK_PASSPHRASE: the devices keep their codewords in encrypted stores"
+        )
+    out = Path(out).resolve()
+    settings = {"min_devices": len(devices), **values, "out": str(out)}
+    DeploySettings.from_run_config(settings)  # a bad key or value fails here, before any process
+    out.mkdir(parents=True, exist_ok=True)
+    workspace = out / "federation"
+    shutil.rmtree(workspace, ignore_errors=True)
+    workspace.mkdir()
+    (out / STATUS).unlink(missing_ok=True)
+    echo(f"starting a SuperLink and {len(devices)} SuperNodes on 127.0.0.1 (logs: {workspace})")
+    with LocalFederation(devices, workspace, user=user) as federation:
+        code = federation.run(settings, echo, timeout)
+    status_path = out / STATUS
+    status = json.loads(status_path.read_text()) if status_path.exists() else {}
+    if status.get("state") != "finished":
+        reason = status.get("error") or f"flwr run exited {code}; see {workspace / 'logs'}"
+        raise LaunchError(reason)
+    return json.loads((out / REPORT).read_text())

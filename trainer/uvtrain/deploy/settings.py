@@ -1,0 +1,204 @@
+"""What the server and the devices of a Flower run agree on: the run's settings (Flower's run
+config), the model they build from them, and how tensors travel inside Flower's records.
+
+The run config holds the simulator's :class:`~uvtrain.config.RunConfig` keys (``method``,
+``rounds``, ``fraction``, ``lr``, ``code_length``, λ, α, K, ...) plus what only a deployment
+needs: the input the devices' files are decoded to (``modality``, ``sample_rate``,
+``window_seconds``, ``hop_seconds``, ``min_seconds``, ``image_size``), ``secagg``, the cohort and
+the server's run folder ``out``. Both sides read the same values, so both build the same network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..algorithms.base import FedAvg, Tensors
+from ..config import ConfigError, RunConfig
+
+#: Methods the deployment runs (their hooks are per client; softmax needs every client's class
+#: row in one shared matrix, and FedFace is cross-silo).
+DEPLOYABLE = ("feduv", "fedhide", "fedaws", "fedgn", "fedcs")
+
+#: RunConfig keys that mean nothing on Flower (the data is on the devices, training is theirs).
+_SIMULATOR_ONLY = {"dataset", "clients", "root", "device", "chunk_size", "eval_every", "sampling"}
+
+
+@dataclass(frozen=True)
+class DeploySettings:
+    """A Flower run's settings: the trainer's :class:`RunConfig` and the deployment's own keys.
+
+    ``secagg``: ``"auto"`` (SecAgg+ for FedUV, whose plain update reveals the codeword; plain
+    FedAvg for the others), ``"on"`` or ``"off"``. ``min_devices``: the server waits for this many
+    devices before it starts. ``min_cohort``: the fewest devices a secure round may aggregate (a
+    sum over one device is that device's update). ``num_shares`` / ``reconstruction_threshold``:
+    SecAgg+'s (fractions of the cohort when below 1). ``wait_seconds``: how long the server waits
+    for devices to connect and to answer its queries; ``round_seconds``: how long it waits for a
+    round's replies (each of SecAgg+'s four stages) before the devices that did not answer count
+    as failed. ``export``: write ``model.uvb`` after the last round
+    and send it to the devices, which enroll with it. ``sign_key``: an Ed25519 key (PEM) to sign
+    that bundle.
+    """
+
+    run: RunConfig
+    modality: str = "audio"
+    sample_rate: int = 16000
+    window_seconds: float = 2.0
+    hop_seconds: float = 1.0
+    min_seconds: float = 0.5
+    image_size: str = "64x64x1"
+    secagg: str = "auto"
+    min_devices: int = 2
+    min_cohort: int = 3
+    num_shares: float = 1.0
+    reconstruction_threshold: float = 0.5
+    wait_seconds: float = 300.0
+    round_seconds: float = 600.0
+    out: str = "runs/flower"
+    export: bool = True
+    sign_key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.run.method not in DEPLOYABLE:
+            raise ConfigError(
+                f"method {self.run.method!r} does not run on Flower: one of {', '.join(DEPLOYABLE)}"
+            )
+        if self.run.negative_weight > 0:
+            raise ConfigError("negative_weight needs every user's codeword: not on Flower")
+        if self.modality not in ("audio", "image"):
+            raise ConfigError(f"modality must be 'audio' or 'image', not {self.modality!r}")
+        if self.secagg not in ("auto", "on", "off"):
+            raise ConfigError(f"secagg must be auto, on or off, not {self.secagg!r}")
+        if self.min_devices < 1 or self.min_cohort < 2:
+            raise ConfigError("min_devices must be >= 1 and min_cohort >= 2")
+        if self.wait_seconds <= 0 or self.round_seconds <= 0:
+            raise ConfigError("wait_seconds and round_seconds must be positive")
+        if not 0 < self.reconstruction_threshold <= max(1.0, self.num_shares):
+            raise ConfigError("reconstruction_threshold must be positive (and <= num_shares)")
+        _ = self.spec  # validates image_size
+
+    @classmethod
+    def from_run_config(cls, values: Mapping[str, Any]) -> DeploySettings:
+        """From Flower's run config (flat keys; ``""`` stands for "not set")."""
+        values = {key.replace("-", "_"): value for key, value in values.items()}
+        own = {f.name for f in fields(cls)} - {"run"}
+        run_keys = {f.name for f in fields(RunConfig)} - _SIMULATOR_ONLY
+        unknown = sorted(set(values) - own - run_keys)
+        if unknown:
+            raise ConfigError(f"unknown run config key(s): {', '.join(unknown)}")
+        run_values = {
+            k: v for k, v in values.items() if k in run_keys and not (v == "" and k != "method")
+        }
+        try:
+            run = RunConfig(dataset="flower", device="cpu", **run_values)
+            return cls(run=run, **{k: v for k, v in values.items() if k in own})
+        except TypeError as error:
+            raise ConfigError(f"run config: {error}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat: the run's keys, then the deployment's."""
+        data = {k: v for k, v in self.run.to_dict().items() if k not in _SIMULATOR_ONLY}
+        data.update({f.name: getattr(self, f.name) for f in fields(self) if f.name != "run"})
+        data["method"] = self.run.method
+        return data
+
+    @property
+    def secure(self) -> bool:
+        """Whether the rounds run under SecAgg+."""
+        if self.secagg == "auto":
+            return self.run.method == "feduv"
+        return self.secagg == "on"
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The input spec (as a dataset's): what the backbone and the exporter read."""
+        if self.modality == "audio":
+            return {
+                "sample_rate": self.sample_rate,
+                "window_seconds": self.window_seconds,
+                "hop_seconds": self.hop_seconds,
+                "min_seconds": self.min_seconds,
+            }
+        try:
+            height, width, channels = (int(part) for part in self.image_size.split("x"))
+        except ValueError:
+            raise ConfigError(
+                f"image_size must be HxWxC (e.g. 64x64x1), not {self.image_size!r}"
+            ) from None
+        return {"height": height, "width": width, "channels": channels}
+
+    @property
+    def crop(self) -> int:
+        """Training window in samples (audio; 0: whole windows, or images)."""
+        if self.modality != "audio" or not self.run.crop_seconds:
+            return 0
+        return max(1, round(self.run.crop_seconds * self.sample_rate))
+
+    def algorithm(self) -> FedAvg:
+        return self.run.algorithm()
+
+
+def build_model(settings: DeploySettings, num_devices: int) -> nn.Module:
+    """The network of the run (backbone + the method's head), with the seed's initial weights —
+    the server's starting point, and the shape every device rebuilds to load the weights into."""
+    from ..models import build_backbone, default_backbone, load_backbone_checkpoint
+    from ..pretrained import WEIGHTS, fetch
+
+    config = settings.run
+    known = WEIGHTS.get(config.pretrained or "")
+    name = config.backbone or (
+        known.backbone if known else default_backbone(settings.modality, settings.spec)
+    )
+    torch.manual_seed(config.seed)
+    backbone = build_backbone(name, settings.spec)
+    if config.pretrained:
+        path = fetch(config.pretrained, quiet=True) if known else config.pretrained
+        load_backbone_checkpoint(backbone, path)
+    torch.manual_seed(config.seed)
+    return settings.algorithm().build_model(backbone, num_devices).eval()
+
+
+def trainable(model: nn.Module) -> tuple[Tensors, Tensors]:
+    """``(params, buffers)`` as the simulator splits them: frozen parameters count as buffers."""
+    params = {n: v.detach().clone() for n, v in model.named_parameters() if v.requires_grad}
+    buffers = dict(model.named_buffers())
+    buffers.update((n, v.detach()) for n, v in model.named_parameters() if not v.requires_grad)
+    return params, buffers
+
+
+def pack(tensors: Tensors) -> bytes:
+    """Tensors as one ``.npz`` (no pickle), for a ConfigRecord value."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **{k: v.detach().cpu().numpy() for k, v in tensors.items()})
+    return buffer.getvalue()
+
+
+def unpack(blob: bytes) -> Tensors:
+    """Inverse of :func:`pack`."""
+    with np.load(io.BytesIO(blob), allow_pickle=False) as arrays:
+        return {k: torch.from_numpy(arrays[k].copy()) for k in arrays.files}
+
+
+def to_arrays(tensors: Tensors) -> list[np.ndarray]:
+    """Parameters in name order as Flower's legacy ``Parameters`` carry them."""
+    return [tensors[name].detach().cpu().numpy() for name in sorted(tensors)]
+
+
+def from_arrays(names: list[str] | Any, arrays: list[np.ndarray]) -> Tensors:
+    """Inverse of :func:`to_arrays` for the parameter ``names``."""
+    ordered = sorted(names)
+    if len(ordered) != len(arrays):
+        raise ValueError(f"{len(arrays)} arrays for {len(ordered)} parameters")
+    return {name: torch.from_numpy(np.array(a)) for name, a in zip(ordered, arrays, strict=True)}
+
+
+def replace_run(settings: DeploySettings, **changes: Any) -> DeploySettings:
+    """The settings with some of the run's keys changed (tests, the launcher)."""
+    return dataclasses.replace(settings, run=dataclasses.replace(settings.run, **changes))
