@@ -1,0 +1,295 @@
+"""``uvtrain audit``: the SecAgg+ arithmetic, PSNR/SSIM, the attacks and the command."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from typer.testing import CliRunner  # noqa: E402
+
+from uvtrain import audit  # noqa: E402
+from uvtrain.cli import app  # noqa: E402
+from uvtrain.config import RunConfig  # noqa: E402
+
+runner = CliRunner()
+Q = 2**22
+STEP = 16 / Q  # one quantisation level with the clipping range 8
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("audit-data")
+
+
+@pytest.fixture()
+def data_env(data_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("UVTRAIN_DATA", str(data_root))
+    return data_root
+
+
+# -- SecAgg+ ------------------------------------------------------------------------------------
+
+
+def test_quantize_clips_and_maps_onto_the_integer_range() -> None:
+    rng = np.random.default_rng(0)
+    values = np.array([10.0, -9.0, 0.0, 8.0, -8.0, 3 * STEP, -8.0 + 5 * STEP])
+    # (clip(x, -8, 8) + 8) · Q / 16, already integers here: rounding cannot move them
+    expected = [Q, 0, Q // 2, Q, 0, Q // 2 + 3, 5]
+    assert audit.quantize(values, 8.0, Q, rng).tolist() == expected
+    assert audit.dequantize(np.array(expected), 8.0, Q).tolist() == pytest.approx(
+        [8.0, -8.0, 0.0, 8.0, -8.0, 3 * STEP, -8.0 + 5 * STEP], abs=0
+    )
+    # the sum of two quantised vectors comes back with the offset of two ranges
+    assert audit.dequantize(np.array([Q + 0]), 8.0, Q, count=2).tolist() == [0.0]
+
+
+def test_stochastic_rounding_is_unbiased_between_the_two_neighbours() -> None:
+    rng = np.random.default_rng(1)
+    values = np.full(40_000, 7.25)
+    rounded = audit.stochastic_round(values, rng)
+    assert set(np.unique(rounded).tolist()) == {7, 8}
+    assert rounded.mean() == pytest.approx(7.25, abs=0.01)
+
+
+def test_stochastic_rounding_matches_flower() -> None:
+    quantization = pytest.importorskip("flwr.common.secure_aggregation.quantization")
+    values = np.array([10.0, -9.0, 0.0, 3 * STEP, -1.0, 7.5])  # all on the grid
+    ours = audit.quantize(values, 8.0, Q, np.random.default_rng(0))
+    assert ours.tolist() == quantization.quantize([values], 8.0, Q)[0].tolist()
+
+
+def test_secure_aggregate_is_the_weighted_mean_of_clipped_parameters() -> None:
+    rng = np.random.default_rng(2)
+    model = audit.SecAggModel(max_weight=4.0)
+    # weights 1/4 and 3/4; r_k θ_k on the grid, so the aggregate is exact
+    parameters = np.array([[1.0, 4 * STEP, 100.0], [-1.0, 0.0, 100.0]])
+    result = audit.secure_aggregate(parameters, [1, 3], model, rng)
+    # 100 is clipped after weighting: r θ = 25 and 75 → 8 each, (8 + 8) / 1
+    assert result.tolist() == [0.25 - 0.75, 0.25 * 4 * STEP, 16.0]
+
+
+def test_secure_aggregate_with_flower_weights_is_the_mean_within_its_precision() -> None:
+    rng = np.random.default_rng(3)
+    parameters = rng.normal(0, 0.1, size=(5, 2000))
+    sizes = np.array([10, 10, 20, 10, 30])
+    flower = audit.SecAggModel(max_weight=1000.0)  # SecAggPlusWorkflow's default
+    result = audit.secure_aggregate(parameters, sizes, flower, rng)
+    exact = (sizes[:, None] * parameters).sum(0) / sizes.sum()
+    # each member rounds r_k θ_k to STEP: the error is below m · STEP / Σ r_k
+    bound = len(sizes) * STEP / (sizes.sum() / 1000)
+    assert np.abs(result - exact).max() <= bound
+    assert np.abs(result - exact).max() > 0  # it is rounded, not exact
+
+
+def test_secure_update_as_uvtrain_deploy_sends_it() -> None:
+    """Updates θ_k − θ with max_weight = 1.01 × the largest n_k: weights near 1, fine steps."""
+    rng = np.random.default_rng(4)
+    base = rng.normal(0, 1, size=500)
+    parameters = base + rng.normal(0, 1e-2, size=(3, 500))
+    sizes = np.array([10, 10, 10])
+    model = audit.SecAggModel()
+    assert (model.inputs, model.max_weight) == ("updates", None)
+    update = audit.secure_update(parameters, base, sizes, model, rng)
+    exact = parameters.mean(0) - base
+    # every r_k = round(Q / 1.01) / Q: each member's value is rounded to STEP / r_k at most
+    assert np.abs(update - exact).max() <= STEP * 1.01 + 1e-12
+    as_parameters = audit.SecAggModel(inputs="parameters", max_weight=1000.0)
+    coarse = audit.secure_update(parameters, base, sizes, as_parameters, rng)
+    assert np.abs(coarse - exact).max() > 10 * np.abs(update - exact).max()
+
+
+def test_secure_aggregate_refuses_a_weight_that_rounds_to_zero() -> None:
+    with pytest.raises(ValueError):
+        audit.secure_aggregate(
+            np.zeros((1, 3)), [1e-9], audit.SecAggModel(max_weight=1.0), np.random.default_rng()
+        )
+
+
+# -- PSNR and SSIM ------------------------------------------------------------------------------
+
+
+def test_psnr_against_hand_computed_values() -> None:
+    image = np.random.default_rng(4).random((16, 16))
+    assert math.isinf(audit.psnr(image, image))
+    # a constant error of 0.25: MSE 0.0625, PSNR = 10 log10(1 / 0.0625) = 12.0412 dB
+    assert audit.psnr(np.full((8, 8), 0.5), np.full((8, 8), 0.25)) == pytest.approx(12.041200, 1e-6)
+    # data range 255, every pixel off by 1: 10 log10(255²) = 48.1308 dB
+    assert audit.psnr(np.zeros((4, 4)), np.ones((4, 4)), 255.0) == pytest.approx(48.130803, 1e-6)
+
+
+def test_ssim_against_hand_computed_values() -> None:
+    rng = np.random.default_rng(5)
+    image = rng.random((32, 32, 1))
+    assert audit.ssim(image, image) == pytest.approx(1.0, abs=1e-12)
+    # flat images: only the luminance term, (2 μa μb + C1) / (μa² + μb² + C1), C1 = 1e-4
+    a, b = np.full((20, 20), 0.5), np.full((20, 20), 0.25)
+    assert audit.ssim(a, b) == pytest.approx((0.25 + 1e-4) / (0.3125 + 1e-4), abs=1e-12)
+    # symmetric, and an image against its negative is anti-correlated
+    other = rng.random((32, 32, 1))
+    assert audit.ssim(image, other) == pytest.approx(audit.ssim(other, image), abs=1e-12)
+    assert audit.ssim(image, 1.0 - image) < 0.0 < audit.ssim(image, 0.5 * image + 0.25)
+    with pytest.raises(ValueError):
+        audit.ssim(np.zeros((8, 8)), np.zeros((8, 8)))  # smaller than the 11×11 window
+
+
+# -- codeword bits ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def feduv(data_root: Path) -> tuple:
+    """FedUV at its initial model on formant-voices: 16 clients, c = 127."""
+    import os
+
+    from uvtrain.run import load_data, make_simulation
+
+    previous = os.environ.get("UVTRAIN_DATA")
+    os.environ["UVTRAIN_DATA"] = str(data_root)
+    try:
+        config = RunConfig(method="feduv", dataset="formant-voices", batch_size=4, device="cpu")
+        dataset = load_data(config)
+    finally:
+        if previous is None:
+            os.environ.pop("UVTRAIN_DATA")
+        else:
+            os.environ["UVTRAIN_DATA"] = previous
+    return config, dataset, make_simulation(config, dataset)
+
+
+def test_one_plain_update_gives_the_codeword_and_a_big_aggregate_only_its_majority(
+    feduv: tuple,
+) -> None:
+    config, dataset, simulation = feduv
+    pool = np.arange(simulation.num_clients)
+    settings = audit.AuditSettings(cohorts=(2, 15), cohort_draws=3, decode=False)
+    result = audit.bit_recovery(
+        simulation, pool, audit.public_samples(dataset, config), settings,
+        np.random.default_rng(0), progress=False,
+    )  # fmt: skip
+    plain = result["plain"]["projection"]
+    assert plain["min"] >= 0.95 and plain["exact"] >= 0.9  # the reported attack: 127/127
+    every = result["cohorts"]["15"]["projection"]
+    # The sum of 15 clients' updates shows their majority vote, not any one codeword: a member
+    # agrees with the majority on a bit with probability 1/2 + C(14, 7) / 2^15 = 0.605.
+    assert every["majority"] >= 0.95
+    assert 0.5 <= every["mean"] <= 0.72 and every["exact"] == 0.0
+    assert result["cohorts"]["2"]["projection"]["mean"] > every["mean"]
+
+
+def test_codeword_estimates_read_the_signs_of_a_rank_one_update() -> None:
+    rng = np.random.default_rng(6)
+    codeword = rng.choice([-1.0, 1.0], size=31)
+    hidden = torch.as_tensor(rng.random(8) + 0.5)
+    delta = 0.01 * np.outer(codeword, hidden.numpy()) + 1e-5 * rng.normal(size=(31, 8))
+    estimates = audit.codeword_estimates(delta, hidden)
+    assert estimates["projection"].numpy().tolist() == codeword.tolist()
+    assert estimates["svd"].numpy().tolist() == codeword.tolist()  # right vector sums > 0
+
+
+def test_disaggregation_solves_the_rounds_for_every_client() -> None:
+    rng = np.random.default_rng(7)
+    clients, rounds, length = 20, 60, 63
+    codewords = rng.choice([-1.0, 1.0], size=(clients, length))
+    membership = np.zeros((rounds, clients))
+    for row in membership:
+        row[rng.choice(clients, size=5, replace=False)] = 1.0
+    observations = membership @ codewords * rng.uniform(0.5, 2.0, size=(rounds, 1))
+    observations += 0.05 * rng.normal(size=observations.shape)
+    guesses = audit.disaggregate(observations, membership)
+    # one aggregate alone is only the majority of its 5 members, about 69 % of each one's bits
+    assert audit.bit_agreement(guesses, codewords).mean() >= 0.97
+
+
+# -- gradient inversion -------------------------------------------------------------------------
+
+
+def test_inversion_recovers_the_input_of_a_linear_layer() -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 4)
+    params = {"weight": layer.weight.detach().clone(), "bias": layer.bias.detach().clone()}
+    targets = torch.tensor([1.0, -1.0, 0.5, 0.0])
+
+    def loss_of(values: dict, pixels: torch.Tensor) -> torch.Tensor:
+        outputs = torch.nn.functional.linear(pixels.reshape(len(pixels), -1) / 255.0, **values)
+        return ((outputs - targets) ** 2).mean()
+
+    truth = torch.rand(1, 8, 8, 1, generator=torch.Generator().manual_seed(1))
+    leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    grads = torch.autograd.grad(loss_of(leaves, truth * 255.0), list(leaves.values()))
+    update = {name: -0.1 * grad for name, grad in zip(leaves, grads, strict=True)}
+    settings = audit.InversionSettings(steps=100, tv_weight=0.0)
+    images, start, cosine = audit.invert_update(loss_of, params, update, truth.shape, settings, 3)
+    assert cosine > 0.999
+    assert audit.psnr(truth.numpy(), images) > audit.psnr(truth.numpy(), start) + 15.0
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def uvtrain(*args: str | Path):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_audit_small_writes_the_numbers_and_figures(data_env: Path, tmp_path: Path) -> None:
+    out = tmp_path / "audit"
+    result = uvtrain("audit", "--method", "feduv", "--dataset", "formant-voices", "--small",
+                     "--out", out)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "audit.json").read_text())
+    assert report["mode"] == "fresh"
+    bits = report["bit_recovery"]["127"]
+    assert bits["initial"]["plain"][bits["initial"]["attack"]]["mean"] >= 0.95
+    assert set(bits["trained"]["cohorts"]) == {"2", "5", "10"}
+    assert "disaggregation" in bits
+    assert set(report["leakage"]) == {"fedhide", "fedaws"}
+    assert report["leakage"]["fedaws"]["p_leak"] == 1.0
+    inverted = report["inversion"]["initial"]["updates"]
+    assert set(inverted) == {"plain", "cohort 2"} and inverted["plain"]["psnr"] > 0
+    for name in ("bit_recovery.png", "disaggregation.png", "leakage.png", "inversion.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert "SecAgg+ of 10" in (out / "audit.md").read_text()
+    # rates and scores only: no list of ±1 bits (a codeword) anywhere in the file
+    text = (out / "audit.json").read_text()
+    assert "-1.0,\n" not in text and "[\n      1.0" not in text
+
+
+def test_audit_of_a_run_folder(data_env: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    tiny = ("--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5")
+    trained = uvtrain("run", "--method", "feduv", *tiny, "--batch-size", "4", "--rounds", "2",
+                      "--out", run)  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    result = uvtrain("audit", run, "--small", "--no-inversion")
+    assert result.exit_code == 0, result.output
+    report = json.loads((run / "audit" / "audit.json").read_text())
+    assert report["mode"] == "run" and report["setup"]["clients"] == 8
+    bits = report["bit_recovery"]["127"]
+    assert (bits["initial"]["round"], bits["trained"]["round"]) == (0, 2)
+    # the preset's cohort of 10 does not fit 8 clients: left out, not an error
+    assert set(bits["trained"]["cohorts"]) == {"2", "5"}
+    assert (run / "audit" / "bit_recovery.png").is_file()
+    # a cohort size given explicitly must fit
+    too_big = uvtrain("audit", run, "--small", "--cohorts", "2,9", "--no-inversion")
+    assert too_big.exit_code == 2 and "cohort of 9" in too_big.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("audit", "MISSING-RUN-FOLDER"),
+        ("audit", "--method", "feduv", "--dataset", "formant-voices", "--cohorts", "2,x"),
+        ("audit", "--method", "feduv", "--dataset", "formant-voices", "--methods", "nope"),
+        ("audit", "--method", "nope", "--dataset", "formant-voices", "--out", "x"),
+        ("audit", "--dataset", "formant-voices", "--out", "x"),
+        ("audit", ".", "--method", "feduv"),
+    ],
+)
+def test_audit_bad_input_is_one_line_and_exit_code_2(data_env: Path, args: tuple) -> None:
+    result = uvtrain(*args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("uvtrain: error:"), result.output
