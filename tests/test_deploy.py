@@ -201,11 +201,11 @@ def test_feduv_trains_under_secagg_and_every_device_ends_enrolled(federation) ->
         assert np.isfinite(score)
 
 
-def test_fedaws_runs_plain_and_devices_keep_their_user_ids(federation) -> None:
+def test_fedaws_runs_plain_resumes_and_devices_keep_their_user_ids(federation) -> None:
     _, root, _ = federation
     out = root / "fedaws"
     before = json.loads((root / "feduv" / "devices.json").read_text())["assigned"]
-    (out).mkdir()
+    out.mkdir()
     (out / "devices.json").write_text(json.dumps({"assigned": before}))
     result = _run(federation, out, method="fedaws", rounds=1, fraction=1.0, export=False)
     assert result["status"]["state"] == "finished", result["lines"]
@@ -213,6 +213,14 @@ def test_fedaws_runs_plain_and_devices_keep_their_user_ids(federation) -> None:
     report = json.loads((out / "report.json").read_text())
     assert report["deployment"]["secure_aggregation"] is False
     assert json.loads((out / "devices.json").read_text())["assigned"] == before
+    # the same folder with more rounds resumes from the checkpoint
+    again = _run(federation, out, method="fedaws", rounds=2, fraction=1.0, export=False)
+    assert again["status"]["state"] == "finished", again["lines"]
+    assert "resumed at round 1" in "\n".join(again["lines"])
+    rounds = [
+        json.loads(line)["round"] for line in (out / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert rounds == [1, 2]
 
 
 def test_a_round_that_secagg_cannot_finish_stops_the_run(federation) -> None:
@@ -243,3 +251,25 @@ def test_run_local_needs_a_passphrase_and_device_folders(tmp_path: Path, monkeyp
         run_local(tmp_path, tmp_path / "run", {"method": "feduv"})
     with pytest.raises(ConfigError, match="unknown run config key"):
         run_local(tmp_path / "devices", tmp_path / "run", {"method": "feduv", "nope": 1})
+
+
+def test_the_deploy_command_fails_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from uvtrain.cli import app
+
+    runner = CliRunner()
+    (tmp_path / "devices" / "a" / "samples").mkdir(parents=True)
+    common = ["deploy", "local", "--devices", str(tmp_path / "devices"), "--out", str(tmp_path)]
+    result = runner.invoke(app, [*common, "--method", "feduv"])
+    assert result.exit_code == 2 and "UVSDK_PASSPHRASE" in result.output
+    monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
+    result = runner.invoke(app, [*common, "--method", "softmax"])
+    assert result.exit_code == 2 and "does not run on Flower" in result.output
+    result = runner.invoke(app, [*common, "--method", "feduv", "--set", "lr"])
+    assert result.exit_code == 2 and "KEY=VALUE" in result.output
+    result = runner.invoke(app, [*common, "--method", "feduv", "--set", "secagg=maybe"])
+    assert result.exit_code == 2 and "secagg must be" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = runner.invoke(app, ["deploy", "app"])
+    assert result.exit_code == 0 and (Path(result.output.strip()) / "pyproject.toml").is_file()

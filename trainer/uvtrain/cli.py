@@ -33,6 +33,7 @@ def _errors_to_exit(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from .config import ConfigError
         from .data.base import DatasetError
+        from .deploy.errors import DeployError
         from .engine import TrainingError
         from .pretrained import PretrainedError
 
@@ -45,6 +46,7 @@ def _errors_to_exit(command: F) -> F:
             DatasetError,
             TrainingError,
             PretrainedError,
+            DeployError,
             ValueError,
             OSError,
         ) as error:
@@ -181,6 +183,171 @@ def eval_command(out: Annotated[Path, typer.Argument(help="Run folder.")]) -> No
     from .run import evaluate_run
 
     _print_report(evaluate_run(out), out)
+
+
+@app.command()
+@_errors_to_exit
+def audit(
+    run_dir: Annotated[
+        Path | None, typer.Argument(help="Run folder to audit (else --method and --dataset).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Output folder (default: RUN_DIR/audit).")
+    ] = None,
+    method: Annotated[
+        str | None, typer.Option(help="Fresh setup: the method whose updates are attacked.")
+    ] = None,
+    dataset: Annotated[str | None, typer.Option(help="Fresh setup: dataset name or .npz.")] = None,
+    clients: Annotated[
+        int | None, typer.Option(help="Fresh setup: the first K known clients (default: all).")
+    ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(help="Fresh setup: rounds trained before the trained audit (default: 100)."),
+    ] = None,
+    fraction: Annotated[float | None, typer.Option(help="Fresh setup: ε per round.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Fresh setup: local batch B.")] = None,
+    lr: Annotated[float | None, typer.Option(help="Fresh setup: learning rate.")] = None,
+    lr_decay: Annotated[float | None, typer.Option(help="Fresh setup: lr decay.")] = None,
+    code_lengths: Annotated[
+        str | None, typer.Option(help="Fresh FedUV: code lengths (default: 127,255,511).")
+    ] = None,
+    cohorts: Annotated[
+        str | None, typer.Option(help="SecAgg+ cohort sizes for the bits (default: 2,5,10,50).")
+    ] = None,
+    cohort_draws: Annotated[
+        int | None, typer.Option(help="Random cohorts per size (default: 20).")
+    ] = None,
+    max_weight: Annotated[
+        float | None,
+        typer.Option(help="SecAgg+ max_weight (default: the cohort's largest n_k × 1.01)."),
+    ] = None,
+    secagg_inputs: Annotated[
+        str | None,
+        typer.Option(help="What clients send under SecAgg+: updates (default) or parameters."),
+    ] = None,
+    methods: Annotated[
+        str | None,
+        typer.Option(
+            help="Fresh setup: P_leak methods (default: fedhide,fedgn,fedcs,fedaws,softmax)."
+        ),
+    ] = None,
+    decode: Annotated[
+        bool | None,
+        typer.Option("--decode/--no-decode", help="BCH-decode recovered bits (default: on)."),
+    ] = None,
+    inversion: Annotated[
+        bool | None,
+        typer.Option(
+            "--inversion/--no-inversion", help="Gradient inversion of images (default: on)."
+        ),
+    ] = None,
+    inversion_dataset: Annotated[
+        str | None, typer.Option(help="Fresh setup: image dataset to invert (default: orl-faces).")
+    ] = None,
+    inversion_cohorts: Annotated[
+        str | None, typer.Option(help="SecAgg+ cohorts for the inversion (default: 2,5,10).")
+    ] = None,
+    inversion_batch: Annotated[
+        int | None, typer.Option(help="Images in the attacked client's batch (default: 1).")
+    ] = None,
+    inversion_steps: Annotated[
+        int | None, typer.Option(help="Attack steps (default: 1500).")
+    ] = None,
+    inversion_label: Annotated[
+        str | None, typer.Option(help="FedUV codeword the attacker uses: recovered or true.")
+    ] = None,
+    small: Annotated[
+        bool, typer.Option("--small", help="A preset that takes seconds (tests, CI).")
+    ] = False,
+    seed: Annotated[int | None, typer.Option(help="Random seed (default: 0).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Fresh setup: TOML run config.")
+    ] = None,
+) -> None:
+    """What an honest-but-curious server learns: codeword bits, P_leak, inverted images."""
+    given = {k: v for k, v in locals().items() if k not in ("run_dir", "out", "small")}
+    from .audit import resolve, run_audit, summary_lines
+
+    setup, settings = resolve(run_dir, given, small)
+    if out is None:
+        if run_dir is None:
+            raise ValueError("--out is needed for a fresh setup")
+        out = run_dir / "audit"
+    results = run_audit(out, run_dir=run_dir, config=setup, settings=settings)
+    for line in summary_lines(results):
+        typer.echo(line)
+    typer.echo(f"audit: {out / 'audit.json'}   summary: {out / 'audit.md'}")
+
+
+deploy_app = typer.Typer(
+    help="Train across real devices with Flower (docs/deploy.md).", no_args_is_help=True
+)
+app.add_typer(deploy_app, name="deploy")
+
+
+@deploy_app.command("devices")
+@_errors_to_exit
+def deploy_devices(
+    dataset: Annotated[str, typer.Option(help="A built-in dataset (see uvtrain data list).")],
+    clients: Annotated[int, typer.Option(help="How many devices (its first clients).")],
+    out: Annotated[Path, typer.Option(help="Folder for the device folders.")],
+    seed: Annotated[int, typer.Option(help="The dataset's seed.")] = 0,
+) -> None:
+    """Device folders from a dataset: DEVICE/samples (training, enrollment) and DEVICE/test."""
+    from .deploy.local import write_devices
+
+    folders = write_devices(dataset, out, clients=clients, seed=seed)
+    typer.echo(f"{len(folders)} device folders in {out}")
+
+
+@deploy_app.command("local")
+@_errors_to_exit
+def deploy_local(
+    devices: Annotated[Path, typer.Option(help="Folder of device folders (each with samples/).")],
+    method: Annotated[str, typer.Option(help="feduv, fedhide, fedaws, fedgn or fedcs.")],
+    out: Annotated[Path, typer.Option(help="The server's run folder.")],
+    rounds: Annotated[int, typer.Option(help="Federated rounds.")] = 5,
+    fraction: Annotated[float, typer.Option(help="ε: the share of devices in a round.")] = 1.0,
+    secagg: Annotated[str, typer.Option(help="auto (SecAgg+ for FedUV), on or off.")] = "auto",
+    user: Annotated[str, typer.Option(help="The devices' template name.")] = "default",
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Any run-config key, as KEY=VALUE (repeatable)."),
+    ] = None,
+    timeout: Annotated[float | None, typer.Option(help="Give up after so many seconds.")] = None,
+) -> None:
+    """A whole federation on this machine: a SuperLink and one SuperNode per device on
+    loopback, `flwr run`, then every process stopped. Needs UVSDK_PASSPHRASE."""
+    from .config import read_toml_value
+    from .deploy.local import run_local
+
+    values: dict[str, Any] = {
+        "method": method,
+        "rounds": rounds,
+        "fraction": fraction,
+        "secagg": secagg,
+    }
+    for item in set_ or []:
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        values[key.strip()] = read_toml_value(value)
+    report = run_local(devices, out, values, echo=typer.echo, timeout=timeout, user=user)
+    throughput = report["throughput"]
+    typer.echo(
+        f"{report['method']}: {report['rounds']} rounds on {report['deployment']['devices']} "
+        f"devices, {throughput['rounds_per_s'] or 0:.3f} rounds/s; report: {out / 'report.json'}"
+    )
+
+
+@deploy_app.command("app")
+@_errors_to_exit
+def deploy_app_dir() -> None:
+    """Print the Flower app folder, for `flwr run "$(uvtrain deploy app)" FEDERATION`."""
+    from .deploy.local import app_dir
+
+    typer.echo(str(app_dir()))
 
 
 def _print_report(report: dict, folder: Path) -> None:

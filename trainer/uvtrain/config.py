@@ -115,6 +115,19 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     return data.get("run", data)
 
 
+def read_toml_value(text: str) -> Any:
+    """One value written as in TOML (``3``, ``0.5``, ``true``, ``'fedhide'``); a bare word is
+    taken as a string, so ``--set method=feduv`` works without quotes."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
 def resolve(cli: dict[str, Any], file: str | Path | None = None) -> RunConfig:
     """Merge: options given on the command line beat the file, which beats the defaults."""
     merged = read_toml(file) if file else {}

@@ -52,22 +52,27 @@ def _crop_samples(config: RunConfig, dataset: FederatedDataset) -> int:
     return max(1, round(config.crop_seconds * dataset.spec["sample_rate"]))
 
 
-def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
-    """Backbone, algorithm and engine for a config."""
+def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -> Any:
+    """The run's backbone: ``--backbone``, the pretrained weights' own, or the modality's
+    default, initialised from the seed (then loaded from ``--pretrained`` when given). The
+    simulator and the Flower deployment build it the same way."""
     from .models import build_backbone, default_backbone, load_backbone_checkpoint
     from .pretrained import WEIGHTS, fetch
 
     known = WEIGHTS.get(config.pretrained or "")
-    name = config.backbone or (
-        known.backbone if known else default_backbone(dataset.modality, dataset.spec)
-    )
+    name = config.backbone or (known.backbone if known else default_backbone(modality, spec))
     torch.manual_seed(config.seed)  # the backbone's initial weights follow from the seed
-    backbone = build_backbone(name, dataset.spec)
+    backbone = build_backbone(name, spec)
     if config.pretrained:
         # A known name ("ge2e") is fetched once from its pinned wheel; anything else is a file.
         path = fetch(config.pretrained, quiet=True) if known else config.pretrained
         load_backbone_checkpoint(backbone, path)
-    engine = EngineConfig(
+    return backbone
+
+
+def engine_config(config: RunConfig, crop: int) -> EngineConfig:
+    """The engine's schedule for a run config (``crop``: audio training window in samples)."""
+    return EngineConfig(
         rounds=config.rounds,
         fraction=config.fraction,
         sampling=config.sampling,
@@ -77,8 +82,14 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
         lr_decay=config.lr_decay,
         seed=config.seed,
         chunk_size=config.chunk_size,
-        crop=_crop_samples(config, dataset),
+        crop=crop,
     )
+
+
+def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
+    """Backbone, algorithm and engine for a config."""
+    backbone = build_run_backbone(config, dataset.modality, dataset.spec)
+    engine = engine_config(config, _crop_samples(config, dataset))
     clients = [client.train for client in dataset.clients]
     return Simulation(config.algorithm(), backbone, clients, engine, pick_device(config.device))
 

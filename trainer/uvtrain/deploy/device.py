@@ -17,11 +17,8 @@ from uvsdk.bundle import Code
 from uvsdk.codeword import unpack_generator
 
 from ..algorithms.base import FedAvg
+from .errors import DeviceError
 from .settings import DeploySettings, build_model, from_arrays, pack, trainable, unpack
-
-
-class DeviceError(Exception):
-    """A device cannot take part (no data, no passphrase, a codeword of another code). One line."""
 
 
 class Device:

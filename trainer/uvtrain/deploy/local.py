@@ -30,14 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from .errors import LaunchError
 from .server import REPORT, STATUS
 from .settings import DeploySettings
 
 CONNECTION = "uvtrain-local"
-
-
-class LaunchError(Exception):
-    """The local federation could not start or did not finish. One line."""
 
 
 def app_dir() -> Path:

@@ -51,15 +51,11 @@ from flwr.serverapp import Grid, ServerApp
 
 from ..algorithms.base import FedAvg, Tensors
 from ..config import ConfigError
+from .errors import DeploymentError
 from .settings import DeploySettings, build_model, pack, to_arrays, trainable, unpack
 
 CHECKPOINT, CONFIG, METRICS, REPORT = "checkpoint.pt", "config.json", "metrics.jsonl", "report.json"
 STATUS, REGISTRY, BUNDLE = "status.json", "devices.json", "model.uvb"
-
-
-class DeploymentError(Exception):
-    """The federation cannot go on (too few devices, a failed round, an unchanged model). One
-    line; the server writes it to ``status.json`` and the run fails."""
 
 
 def _write_json(path: Path, data: Any) -> None:

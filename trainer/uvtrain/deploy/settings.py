@@ -148,20 +148,10 @@ class DeploySettings:
 def build_model(settings: DeploySettings, num_devices: int) -> nn.Module:
     """The network of the run (backbone + the method's head), with the seed's initial weights —
     the server's starting point, and the shape every device rebuilds to load the weights into."""
-    from ..models import build_backbone, default_backbone, load_backbone_checkpoint
-    from ..pretrained import WEIGHTS, fetch
+    from ..run import build_run_backbone
 
-    config = settings.run
-    known = WEIGHTS.get(config.pretrained or "")
-    name = config.backbone or (
-        known.backbone if known else default_backbone(settings.modality, settings.spec)
-    )
-    torch.manual_seed(config.seed)
-    backbone = build_backbone(name, settings.spec)
-    if config.pretrained:
-        path = fetch(config.pretrained, quiet=True) if known else config.pretrained
-        load_backbone_checkpoint(backbone, path)
-    torch.manual_seed(config.seed)
+    backbone = build_run_backbone(settings.run, settings.modality, settings.spec)
+    torch.manual_seed(settings.run.seed)
     return settings.algorithm().build_model(backbone, num_devices).eval()
 
 
