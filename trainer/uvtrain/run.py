@@ -94,13 +94,14 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
     return Simulation(config.algorithm(), backbone, clients, engine, pick_device(config.device))
 
 
-def _write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (a temporary file, then ``os.replace``)."""
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(temporary, path)
 
 
-def _trim_metrics(path: Path, last_round: int) -> None:
+def trim_metrics(path: Path, last_round: int) -> None:
     """Drop the lines of rounds after the checkpoint (a killed run logged them; they rerun)."""
     if not path.exists():
         return
@@ -141,8 +142,8 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
                 "use another folder"
             )
         simulation.load_state_dict(torch.load(folder / CHECKPOINT, weights_only=True))
-        _trim_metrics(folder / METRICS, simulation.round)
-    _write_json(folder / CONFIG, config.to_dict())
+        trim_metrics(folder / METRICS, simulation.round)
+    write_json(folder / CONFIG, config.to_dict())
     bar = None
     if progress:
         from tqdm.auto import tqdm

@@ -7,6 +7,7 @@ and the SDK's (decoding, codewords, the encrypted store, enrollment)."""
 from __future__ import annotations
 
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ class Device:
         self.bundle_path = Path(str(node_config.get("bundle", self.store_dir / "model.uvb")))
         self.allow_plain = str(node_config.get("allow_plain_feduv", "false")).lower() == "true"
         self._store: Any = None
+        self._samples: np.ndarray | None = None
 
     # -- the SDK's store ---------------------------------------------------------------------
 
@@ -78,7 +80,7 @@ class Device:
             Verifier(store=self.store).new_codeword(self.user, user_id, code=code)
             return
         if template is None:
-            self.store.save(Template(user=self.user, created=_now(), user_id=user_id))
+            self.store.save(Template(user=self.user, created=time.time(), user_id=user_id))
         elif template.user_id != user_id:
             self.store.save(template.replace(user_id=user_id))
 
@@ -87,7 +89,7 @@ class Device:
     def samples(self) -> np.ndarray:
         """The training samples: every usable file of ``data``, decoded as the SDK decodes it
         (audio cut into the model's windows, images resized), stacked."""
-        if getattr(self, "_samples", None) is not None:
+        if self._samples is not None:
             return self._samples
         from uvsdk.errors import MediaError
         from uvsdk.media import audio_windows, check_audio, load_audio, load_image
@@ -205,12 +207,6 @@ class Device:
 
 def _generator() -> torch.Generator:
     return torch.Generator().manual_seed(secrets.randbits(63))
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
 
 
 def code_from_request(request: dict[str, Any]) -> Code | None:

@@ -49,19 +49,15 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid, ServerApp
 
+from .. import evaluation as ev
 from ..algorithms.base import FedAvg, Tensors
 from ..config import ConfigError
+from ..run import engine_config, trim_metrics, write_json
 from .errors import DeploymentError
 from .settings import DeploySettings, build_model, pack, to_arrays, trainable, unpack
 
 CHECKPOINT, CONFIG, METRICS, REPORT = "checkpoint.pt", "config.json", "metrics.jsonl", "report.json"
 STATUS, REGISTRY, BUNDLE = "status.json", "devices.json", "model.uvb"
-
-
-def _write_json(path: Path, data: Any) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(temporary, path)
 
 
 @dataclass
@@ -89,6 +85,7 @@ class FederatedServer:
 
             self.code = bch_code(self.config.code_length)
         self.secure = settings.secure
+        self.schedule = engine_config(self.config, settings.crop)  # the simulator's lr decay
         if self.secure and type(self.algorithm).aggregate is not FedAvg.aggregate:
             raise ConfigError(f"{self.config.method}'s aggregation cannot run under SecAgg+")
 
@@ -165,7 +162,7 @@ class FederatedServer:
                     )
                 to_assign[node] = body
         # every id ever given is kept before any device hears of it: never reused
-        _write_json(registry_path, {"assigned": assigned})
+        write_json(registry_path, {"assigned": assigned})
         if to_assign:
             self._query(to_assign)
         if roster is None:
@@ -280,7 +277,7 @@ class FederatedServer:
 
     def round(self, round_number: int, nodes: list[int]) -> dict[str, Any]:
         started = time.perf_counter()
-        lr = self.config.lr / (1.0 + self.config.lr_decay * (round_number - 1))
+        lr = self.schedule.learning_rate(round_number)
         cohort = self.cohort(round_number, nodes)
         run = self._secure_round if self.secure else self._plain_round
         result = run(cohort, round_number, lr)
@@ -352,25 +349,13 @@ class FederatedServer:
         state = torch.load(checkpoint, weights_only=True)
         return int(state["round"]), [int(u) for u in state["roster"]], state
 
-    def _trim_metrics(self, last_round: int) -> None:
-        path = self.folder / METRICS
-        if path.exists():
-            kept = [
-                line
-                for line in path.read_text().splitlines()
-                if line.strip() and json.loads(line)["round"] <= last_round
-            ]
-            temporary = path.with_name(f".{path.name}.tmp")
-            temporary.write_text("".join(line + "\n" for line in kept))
-            os.replace(temporary, path)
-
     # -- the run -------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
         self.folder.mkdir(parents=True, exist_ok=True)
-        _write_json(self.folder / STATUS, {"state": "running"})
+        write_json(self.folder / STATUS, {"state": "running"})
         start_round, roster, state = self._resume()
-        _write_json(self.folder / CONFIG, self.settings.to_dict())
+        write_json(self.folder / CONFIG, self.settings.to_dict())
         nodes = self.wait_for_devices()
         self.rows = self.register(nodes, roster)
         if not self.rows:
@@ -385,7 +370,7 @@ class FederatedServer:
         if state is not None:
             self.params = dict(state["params"])
             self.shared = dict(state["shared"])
-            self._trim_metrics(start_round)
+            trim_metrics(self.folder / METRICS, start_round)
             self.echo(f"resumed at round {start_round}")
         mode = "SecAgg+" if self.secure else "plain FedAvg"
         self.echo(f"{self.config.method}: {self.config.rounds} rounds, {mode}")
@@ -428,8 +413,8 @@ class FederatedServer:
                 "bundle": BUNDLE if self.settings.export else None,
             },
         }
-        _write_json(self.folder / REPORT, report)
-        _write_json(self.folder / STATUS, {"state": "finished", "rounds": self.config.rounds})
+        ev.write_report(self.folder / REPORT, report)
+        write_json(self.folder / STATUS, {"state": "finished", "rounds": self.config.rounds})
         self.echo(f"finished: {self.folder / REPORT}")
         return report
 
@@ -548,6 +533,6 @@ def main(grid: Grid, context: Context) -> None:
     except Exception as error:
         out.mkdir(parents=True, exist_ok=True)
         message = str(error) if isinstance(error, DeploymentError | ConfigError) else repr(error)
-        _write_json(out / STATUS, {"state": "failed", "error": message.splitlines()[0]})
+        write_json(out / STATUS, {"state": "failed", "error": message.splitlines()[0]})
         _echo(f"error: {message}")
         raise
