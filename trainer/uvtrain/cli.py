@@ -116,7 +116,8 @@ def run(
         Path, typer.Option("--out", help="Run folder (resumes when it has a checkpoint).")
     ],
     method: Annotated[
-        str | None, typer.Option(help="feduv, fedhide, fedgn, fedcs, fedaws or softmax.")
+        str | None,
+        typer.Option(help="feduv, fedhide, fedgn, fedcs, fedaws, softmax or fedface."),
     ] = None,
     dataset: Annotated[str | None, typer.Option(help="Dataset name or .npz path.")] = None,
     clients: Annotated[int | None, typer.Option(help="Use the first K known clients.")] = None,
@@ -125,7 +126,9 @@ def run(
         float | None, typer.Option(help="Fraction of clients per round (ε).")
     ] = None,
     sampling: Annotated[str | None, typer.Option(help="random or round-robin.")] = None,
-    local_steps: Annotated[int | None, typer.Option(help="Local SGD steps per round (E).")] = None,
+    local_steps: Annotated[
+        int | None, typer.Option(help="Local SGD steps per round (E; FedFace: K).")
+    ] = None,
     batch_size: Annotated[int | None, typer.Option(help="Local batch size (B).")] = None,
     crop_seconds: Annotated[
         float | None, typer.Option(help="Audio: train on random windows this long (0: whole).")
@@ -154,6 +157,35 @@ def run(
     eval_every: Annotated[
         int | None, typer.Option(help="Log test/unknown EERs every N rounds (0: off).")
     ] = None,
+    parties: Annotated[
+        int | None, typer.Option(help="FedFace: parties P (1: centralised baseline).")
+    ] = None,
+    partition: Annotated[
+        str | None, typer.Option(help="FedFace: auto, language or random.")
+    ] = None,
+    validators: Annotated[
+        int | None, typer.Option(help="FedFace: validators V holding verification sets.")
+    ] = None,
+    margin_loss: Annotated[str | None, typer.Option(help="FedFace: arcface or cosface.")] = None,
+    margin_scale: Annotated[float | None, typer.Option(help="FedFace: logit scale s.")] = None,
+    margin: Annotated[
+        float | None, typer.Option(help="FedFace: margin m (default 0.5 / 0.35).")
+    ] = None,
+    momentum: Annotated[float | None, typer.Option(help="FedFace: momentum μ.")] = None,
+    weight_decay: Annotated[float | None, typer.Option(help="FedFace: weight decay.")] = None,
+    pfm: Annotated[
+        bool | None, typer.Option("--pfm/--no-pfm", help="FedFace: Partially Federated Momentum.")
+    ] = None,
+    fv: Annotated[
+        bool | None, typer.Option("--fv/--no-fv", help="FedFace: Federated Validation.")
+    ] = None,
+    fv_candidates: Annotated[int | None, typer.Option(help="FedFace FV: candidates T.")] = None,
+    fv_rate: Annotated[
+        float | None, typer.Option(help="FedFace FV: step φ toward the best.")
+    ] = None,
+    fv_gamma: Annotated[float | None, typer.Option(help="FedFace FV: Moving Norm rate γ.")] = None,
+    fv_epsilon: Annotated[float | None, typer.Option(help="FedFace FV: ε of the norms.")] = None,
+    fv_norm: Annotated[str | None, typer.Option(help="FedFace FV: local or moving.")] = None,
     backbone: Annotated[
         str | None, typer.Option(help="Backbone name (default: by modality).")
     ] = None,

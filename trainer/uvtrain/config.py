@@ -26,6 +26,12 @@ class RunConfig:
     ``code_length``, ``negative_weight`` (FedUV); ``weight`` (λ: FedHide, FedGN, FedCS); ``alpha``
     (α), ``neighbours`` (K) (FedHide); ``sigma`` (FedGN); ``cosine`` (cos θ, FedCS); ``scale``
     (softmax); ``positive_margin``, ``spread_margin`` (ν), ``spread_lr`` (λ) (FedAwS).
+    FedFace (cross-silo): ``parties`` (P; 1 = centralised), ``partition`` (auto, language,
+    random), ``validators`` (V), ``margin_loss`` (arcface, cosface), ``margin_scale`` (s),
+    ``margin`` (m; default by loss), ``momentum`` (μ), ``weight_decay``, ``pfm``, ``fv``,
+    ``fv_candidates`` (T), ``fv_rate`` (φ), ``fv_gamma`` (γ), ``fv_epsilon`` (ε), ``fv_norm``
+    (local, moving), ``fv_folds``; ``local_steps`` is the synchronisation interval K and
+    ``lr_decay`` applies per local step.
     """
 
     method: str
@@ -59,6 +65,22 @@ class RunConfig:
     chunk_size: int = 64
     target_tpr: float = 0.95
     eval_every: int = 0
+    parties: int = 3
+    partition: str = "auto"
+    validators: int = 2
+    margin_loss: str = "arcface"
+    margin_scale: float = 64.0
+    margin: float | None = None
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    pfm: bool = True
+    fv: bool = True
+    fv_candidates: int = 3
+    fv_rate: float = 0.01
+    fv_gamma: float = 0.01
+    fv_epsilon: float = 0.001
+    fv_norm: str = "local"
+    fv_folds: int = 10
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -66,8 +88,8 @@ class RunConfig:
             expected = field.type.replace(" | None", "")
             if value is None and "None" in field.type:
                 continue
-            kinds = {"int": (int,), "float": (int, float), "str": (str,)}[expected]
-            if isinstance(value, bool) or not isinstance(value, kinds):
+            kinds = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}[expected]
+            if isinstance(value, bool) != (expected == "bool") or not isinstance(value, kinds):
                 raise ConfigError(f"config: {field.name} must be {expected}, not {value!r}")
         if self.method not in METHODS:
             raise ConfigError(f"unknown method {self.method!r}: one of {', '.join(METHODS)}")
@@ -89,6 +111,23 @@ class RunConfig:
             raise ConfigError("scale must be positive, spread_lr and spread_margin >= 0")
         if self.eval_every < 0:
             raise ConfigError("eval_every must be >= 0 (0: only at the end)")
+        self._check_fedface()
+
+    def _check_fedface(self) -> None:
+        if self.parties < 1 or self.validators < 0 or self.fv_folds < 2:
+            raise ConfigError("parties must be >= 1, validators >= 0 and fv_folds >= 2")
+        if self.partition not in ("auto", "language", "random"):
+            raise ConfigError(f"partition must be auto, language or random, not {self.partition!r}")
+        if self.margin_loss not in ("arcface", "cosface"):
+            raise ConfigError(f"margin_loss must be arcface or cosface, not {self.margin_loss!r}")
+        if self.margin_scale <= 0 or (self.margin is not None and not 0 <= self.margin < 3.14):
+            raise ConfigError("margin_scale must be positive and margin in [0, π)")
+        if not 0 <= self.momentum < 1 or self.weight_decay < 0:
+            raise ConfigError("momentum must be in [0, 1) and weight_decay >= 0")
+        if self.fv_candidates < 2 or not 0 < self.fv_rate <= 1 or not 0 < self.fv_gamma <= 1:
+            raise ConfigError("fv_candidates must be >= 2, fv_rate and fv_gamma in (0, 1]")
+        if self.fv_epsilon <= 0 or self.fv_norm not in ("local", "moving"):
+            raise ConfigError("fv_epsilon must be positive and fv_norm local or moving")
 
     def algorithm(self) -> Any:
         """The algorithm object with this config's values for the method's parameters."""

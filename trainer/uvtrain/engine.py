@@ -110,16 +110,21 @@ def draw_batches(
     available = len(samples)
     picks = [rng.choice(available, size=size, replace=available < size) for _ in range(steps)]
     index = torch.as_tensor(np.stack(picks), device=samples.device)
-    batches = samples[index]
+    return random_windows(samples[index], crop, rng)
+
+
+def random_windows(batches: Tensor, crop: int, rng: np.random.Generator) -> Tensor:
+    """``[E, B, length]`` audio batches cut to a random window of ``crop`` steps per sample, the
+    usual augmentation of speaker training; other batches (images, ``crop`` 0) as they are."""
     length = batches.shape[-1]
-    if crop and batches.dim() == 3 and length > crop:
-        # a random window of every sample, the usual augmentation of speaker training
-        offsets = rng.integers(0, length - crop + 1, size=(steps, size))
-        window = torch.as_tensor(offsets, device=samples.device)[..., None] + torch.arange(
-            crop, device=samples.device
-        )
-        batches = torch.gather(batches, -1, window)
-    return batches
+    if not (crop and batches.dim() == 3 and length > crop):
+        return batches
+    steps, size = batches.shape[:2]
+    offsets = rng.integers(0, length - crop + 1, size=(steps, size))
+    window = torch.as_tensor(offsets, device=batches.device)[..., None] + torch.arange(
+        crop, device=batches.device
+    )
+    return torch.gather(batches, -1, window)
 
 
 def local_update(
@@ -159,7 +164,63 @@ def local_update(
     return params, private, torch.stack(losses)
 
 
-class Simulation:
+def check_schedule(config: EngineConfig, saved: dict[str, Any]) -> None:
+    """Refuse to resume a checkpoint made with another schedule (the rounds may grow, and the
+    local-update path does not change the maths)."""
+    saved = {
+        k: v for k, v in saved.items() if k not in ("rounds", "vectorised", "batched", "chunk_size")
+    }
+    mine = {k: v for k, v in asdict(config).items() if k in saved}
+    if saved != mine:
+        raise TrainingError("the checkpoint was made with another schedule: use a new run folder")
+
+
+def split_parameters(model: nn.Module) -> tuple[Tensors, Tensors]:
+    """``(params, buffers)`` of a model for ``functional_call``: the trainable parameters (copied:
+    what is trained, sent and averaged) and everything else. Parameters with
+    ``requires_grad=False`` (a frozen pretrained encoder) are passed like buffers."""
+    params = {
+        name: value.detach().clone()
+        for name, value in model.named_parameters()
+        if value.requires_grad
+    }
+    buffers: Tensors = dict(model.named_buffers())
+    buffers.update(
+        (name, value.detach())
+        for name, value in model.named_parameters()
+        if not value.requires_grad
+    )
+    return params, buffers
+
+
+class GlobalModel:
+    """What every engine offers on its global model: load it into the module, run it in batches.
+    Needs ``self.model``, ``self.params`` and ``self.device``."""
+
+    model: nn.Module
+    params: Tensors
+    device: torch.device
+
+    def load_into_model(self) -> nn.Module:
+        """The model with the current global parameters (for evaluation and export)."""
+        with torch.no_grad():
+            for name, value in self.model.named_parameters():
+                if name in self.params:
+                    value.copy_(self.params[name])
+        return self.model
+
+    @torch.no_grad()
+    def outputs(self, samples: np.ndarray | Tensor, batch_size: int = 256) -> np.ndarray:
+        """Model outputs for many samples, in batches."""
+        model = self.load_into_model()
+        pieces = []
+        for start in range(0, len(samples), batch_size):
+            batch = torch.as_tensor(samples[start : start + batch_size]).to(self.device)
+            pieces.append(model(batch).float().cpu())
+        return torch.cat(pieces).numpy() if pieces else np.zeros((0, 0), np.float32)
+
+
+class Simulation(GlobalModel):
     """Federated training of one algorithm over simulated clients.
 
     Parameters
@@ -189,19 +250,7 @@ class Simulation:
         self.num_clients = len(client_data)
         torch.manual_seed(config.seed)  # the model's initial weights
         self.model = algorithm.build_model(backbone, self.num_clients).to(self.device).eval()
-        # Parameters with requires_grad=False (a frozen pretrained encoder) are passed like
-        # buffers: never trained, sent or averaged.
-        self.params: Tensors = {
-            name: value.detach().clone()
-            for name, value in self.model.named_parameters()
-            if value.requires_grad
-        }
-        self.buffers: Tensors = dict(self.model.named_buffers())
-        self.buffers.update(
-            (name, value.detach())
-            for name, value in self.model.named_parameters()
-            if not value.requires_grad
-        )
+        self.params, self.buffers = split_parameters(self.model)
         self.data = [torch.as_tensor(samples).to(self.device) for samples in client_data]
         self.sizes = torch.tensor([len(samples) for samples in client_data], dtype=torch.float32)
         dim = self.embedding_dim = int(backbone.embedding_dim)
@@ -412,26 +461,6 @@ class Simulation:
             "client_updates_per_s": len(chosen) / seconds,
         }
 
-    # -- using the model -----------------------------------------------------------------------
-
-    def load_into_model(self) -> nn.Module:
-        """The model with the current global parameters (for evaluation and export)."""
-        with torch.no_grad():
-            for name, value in self.model.named_parameters():
-                if name in self.params:
-                    value.copy_(self.params[name])
-        return self.model
-
-    @torch.no_grad()
-    def outputs(self, samples: np.ndarray | Tensor, batch_size: int = 256) -> np.ndarray:
-        """Model outputs for many samples, in batches."""
-        model = self.load_into_model()
-        pieces = []
-        for start in range(0, len(samples), batch_size):
-            batch = torch.as_tensor(samples[start : start + batch_size]).to(self.device)
-            pieces.append(model(batch).float().cpu())
-        return torch.cat(pieces).numpy() if pieces else np.zeros((0, 0), np.float32)
-
     # -- checkpoints ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
@@ -447,16 +476,7 @@ class Simulation:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`."""
-        saved = {
-            k: v
-            for k, v in state["engine"].items()
-            if k not in ("rounds", "vectorised", "batched", "chunk_size")  # same maths either way
-        }
-        mine = {k: v for k, v in asdict(self.config).items() if k in saved}
-        if saved != mine:
-            raise TrainingError(
-                "the checkpoint was made with another schedule: use a new run folder"
-            )
+        check_schedule(self.config, state["engine"])
         self.round = int(state["round"])
         self.params = {k: v.to(self.device) for k, v in state["params"].items()}
         self.private = {k: v.to(self.device) for k, v in state["private"].items()}

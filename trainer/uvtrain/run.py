@@ -86,10 +86,16 @@ def engine_config(config: RunConfig, crop: int) -> EngineConfig:
     )
 
 
-def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Simulation:
-    """Backbone, algorithm and engine for a config."""
+def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Any:
+    """Backbone, algorithm and engine for a config: a :class:`Simulation` (a client is a person),
+    or for ``fedface`` a :class:`~uvtrain.crosssilo.CrossSilo` (a client is an organisation),
+    whose ``dataset`` is the view it is evaluated on."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     engine = engine_config(config, _crop_samples(config, dataset))
+    if config.method == "fedface":
+        from .crosssilo import make_cross_silo
+
+        return make_cross_silo(config, dataset, backbone, engine, pick_device(config.device))
     clients = [client.train for client in dataset.clients]
     return Simulation(config.algorithm(), backbone, clients, engine, pick_device(config.device))
 
@@ -127,6 +133,7 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     dataset = load_data(config)
     simulation = make_simulation(config, dataset)
+    dataset = getattr(simulation, "dataset", dataset)
     if (folder / CHECKPOINT).exists():
         previous = json.loads((folder / CONFIG).read_text())
         defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -315,6 +322,11 @@ def evaluate(
             for name, split in (("train", "train"), ("test_known", "test"))
         }
         leakage = ev.prototype_leakage(learnt, seen)
+    if hasattr(simulation, "report_extra"):  # cross-silo: parties, weighting, test accuracy
+        from .crosssilo import held_out_pairs, plot_weights
+
+        extra.update(simulation.report_extra(held_out_pairs(dataset, config.seed)))
+        plot_weights(folder / METRICS, folder / "weights.png", simulation)
     report = ev.make_report(
         config.method,
         dataset.name,
@@ -343,6 +355,7 @@ def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Simulation]:
     config = RunConfig(**json.loads((folder / CONFIG).read_text()))
     dataset = load_data(config)
     simulation = make_simulation(config, dataset)
+    dataset = getattr(simulation, "dataset", dataset)
     simulation.load_state_dict(torch.load(folder / CHECKPOINT, weights_only=True))
     return config, dataset, simulation
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import FedAvg
 from .fedaws import FedAwS
+from .fedface import FedFace
 from .fedhide import FedCS, FedGN, FedHide
 from .feduv import FedUV
 from .softmax import Softmax
@@ -15,6 +16,17 @@ METHODS: dict[str, type[FedAvg]] = {
     "fedcs": FedCS,
     "fedaws": FedAwS,
     "softmax": Softmax,
+    "fedface": FedFace,
 }
 
-__all__ = ["METHODS", "FedAvg", "FedAwS", "FedCS", "FedGN", "FedHide", "FedUV", "Softmax"]
+__all__ = [
+    "METHODS",
+    "FedAvg",
+    "FedAwS",
+    "FedCS",
+    "FedFace",
+    "FedGN",
+    "FedHide",
+    "FedUV",
+    "Softmax",
+]

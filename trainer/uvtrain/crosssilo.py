@@ -1,0 +1,499 @@
+"""Cross-silo training (FedFace): a few parties, each with many identities and a private classifier.
+
+The other methods of the trainer are cross-device — a client is one person. Here a client is an
+organisation (a *party*) holding many people's samples; it trains the shared backbone and its own
+classifier head over its own identities with a margin loss (ArcFace, CosFace), and only the
+backbone is aggregated, with the weighting ``w`` (the parties' sample shares, moved by Federated
+Validation). The maths is in :mod:`uvtrain.algorithms.fedface`; this module runs it.
+
+* **Parties** (:func:`partition`) are built from a dataset's known identities: for
+  ``synth-voices`` by language — whole language families (``gmw``, ``roa``, ``zlw``, ...) when
+  there are at least two per party, else whole languages, so the parties differ the way
+  organisations in different countries do; otherwise (faces) a seeded random split.
+* **Validators** (:func:`split_unknown`) hold private verification sets made of the dataset's
+  unknown identities: half of those people go to the V validators, the other half is the held-out
+  test set the run is scored on (a model is never scored on the people its weighting was chosen
+  with).
+* **Centralised baseline**: ``parties=1`` is plain momentum SGD on the pooled data.
+
+Every party trains every round (cross-silo: no sampling). Everything random derives from
+``(seed, round, party)``, so a run resumed from its checkpoint continues exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from .algorithms.fedface import (
+    FedFace,
+    best_threshold_accuracy,
+    candidate_weightings,
+    fv_update,
+    head_loss,
+    momentum_step,
+    pfm_backbone_step,
+    server_momentum,
+)
+from .config import ConfigError
+from .data.base import ClientData, FederatedDataset
+from .engine import (
+    EngineConfig,
+    GlobalModel,
+    Tensors,
+    TrainingError,
+    check_schedule,
+    draw_batches,
+    random_windows,
+    split_parameters,
+)
+
+#: Genuine pairs per identity in a verification set, at most (impostor pairs: as many in total).
+MAX_PAIRS_PER_IDENTITY = 45
+#: Samples per identity a validator scores candidates on (15 genuine pairs each): the FV step
+#: embeds every validator's samples once per candidate, every round.
+VALIDATOR_SAMPLES = 6
+
+
+@dataclass(frozen=True)
+class Party:
+    """One organisation's training data: its identities' samples with labels ``0 .. C_p − 1``."""
+
+    name: str
+    identities: tuple[str, ...]
+    groups: tuple[str, ...]
+    samples: np.ndarray
+    labels: np.ndarray
+
+
+@dataclass(frozen=True)
+class VerificationSet:
+    """Samples and the pairs a verifier is scored on (``first[i]``, ``second[i]``, ``same[i]``)."""
+
+    name: str
+    identities: tuple[str, ...]
+    samples: np.ndarray
+    first: np.ndarray
+    second: np.ndarray
+    same: np.ndarray
+
+    def accuracy(self, embeddings: np.ndarray, folds: int) -> float:
+        """Accuracy at the best threshold over ``folds`` (the FV score; the test metric)."""
+        scores = np.einsum("ij,ij->i", embeddings[self.first], embeddings[self.second])
+        return best_threshold_accuracy(scores, self.same, folds)
+
+
+def _languages(dataset: FederatedDataset) -> dict[str, str] | None:
+    speakers = dataset.extra.get("speakers")
+    if not isinstance(speakers, dict):
+        return None
+    found = {name: info.get("language") for name, info in speakers.items()}
+    return found if all(isinstance(v, str) for v in found.values()) else None
+
+
+def partition(
+    dataset: FederatedDataset, parties: int, how: str = "auto", seed: int = 0
+) -> list[Party]:
+    """Split the known identities into ``parties`` parties (see the module docstring).
+
+    ``how``: ``language`` (synth-voices), ``random``, or ``auto`` (language when the dataset
+    records its speakers' languages)."""
+    clients = dataset.clients
+    if parties < 1 or parties > len(clients):
+        raise ConfigError(f"parties: {parties} for {len(clients)} identities")
+    languages = _languages(dataset)
+    if how == "auto":
+        how = "language" if languages else "random"
+    if how == "language":
+        if languages is None:
+            raise ConfigError(f"partition 'language': {dataset.name} records no languages")
+        families = {name: language.split("/")[0] for name, language in languages.items()}
+        unit_of = families if len(set(families.values())) >= 2 * parties else languages
+        units: dict[str, list[int]] = {}
+        for index, client in enumerate(clients):
+            units.setdefault(unit_of[client.identity], []).append(index)
+        if len(units) < parties:
+            raise ConfigError(f"parties: {parties} but only {len(units)} languages")
+        members: list[list[int]] = [[] for _ in range(parties)]
+        groups: list[list[str]] = [[] for _ in range(parties)]
+        # largest unit first, to the party with the fewest identities so far (lowest index on ties)
+        for unit in sorted(units, key=lambda name: (-len(units[name]), name)):
+            target = min(range(parties), key=lambda p: (len(members[p]), p))
+            members[target].extend(units[unit])
+            groups[target].append(unit)
+    elif how == "random":
+        order = np.random.default_rng([seed, 5]).permutation(len(clients))
+        members = [sorted(part.tolist()) for part in np.array_split(order, parties)]
+        groups = [[] for _ in range(parties)]
+    else:
+        raise ConfigError(f"partition must be auto, language or random, not {how!r}")
+    result = []
+    for number, (indices, names) in enumerate(zip(members, groups, strict=True)):
+        indices = sorted(indices)
+        chosen = [clients[i] for i in indices]
+        samples = np.concatenate([client.train for client in chosen])
+        labels = np.concatenate([np.full(len(c.train), i) for i, c in enumerate(chosen)])
+        result.append(
+            Party(
+                f"party{number + 1}",
+                tuple(c.identity for c in chosen),
+                tuple(sorted(names)),
+                samples,
+                labels,
+            )
+        )
+    return result
+
+
+def verification_set(
+    name: str, people: list[ClientData], seed: int, per_identity: int | None = None
+) -> VerificationSet:
+    """``people``'s samples (the first ``per_identity`` of each, or all), every genuine pair (at
+    most :data:`MAX_PAIRS_PER_IDENTITY` per person) and as many impostor pairs, shuffled."""
+    rng = np.random.default_rng([seed, 6, len(people)])
+    pools = [np.concatenate([p.train, p.val, p.test])[:per_identity] for p in people]
+    owner = np.concatenate([np.full(len(pool), i) for i, pool in enumerate(pools)])
+    offsets = np.concatenate([[0], np.cumsum([len(pool) for pool in pools])])
+    genuine = []
+    for person in range(len(pools)):
+        first, second = np.triu_indices(len(pools[person]), k=1)
+        keep = rng.permutation(len(first))[:MAX_PAIRS_PER_IDENTITY]
+        genuine.append(np.stack([first[keep], second[keep]], axis=1) + offsets[person])
+    genuine_pairs = np.concatenate(genuine)
+    impostor_pairs = []
+    while len(impostor_pairs) < len(genuine_pairs):
+        a, b = rng.integers(0, len(owner), size=2)
+        if owner[a] != owner[b]:
+            impostor_pairs.append((a, b))
+    pairs = np.concatenate([genuine_pairs, np.asarray(impostor_pairs)])
+    same = np.concatenate([np.ones(len(genuine_pairs), bool), np.zeros(len(impostor_pairs), bool)])
+    order = rng.permutation(len(pairs))
+    return VerificationSet(
+        name,
+        tuple(p.identity for p in people),
+        np.concatenate(pools),
+        pairs[order, 0],
+        pairs[order, 1],
+        same[order],
+    )
+
+
+def split_unknown(
+    dataset: FederatedDataset, validators: int, seed: int = 0
+) -> tuple[list[VerificationSet], list[ClientData]]:
+    """The validators' private verification sets and the held-out test identities: a seeded half
+    of the unknown people is split among the validators, the rest is the test set."""
+    unknown = list(dataset.unknown)
+    if validators == 0:
+        return [], unknown
+    order = np.random.default_rng([seed, 4]).permutation(len(unknown))
+    held = len(unknown) // 2
+    if held < 2 * validators or len(unknown) - held < 2:
+        raise ConfigError(
+            f"validators: {validators} need at least {4 * validators} unknown identities "
+            f"({dataset.name} has {len(unknown)})"
+        )
+    shares = np.array_split(order[:held], validators)
+    sets = [
+        verification_set(
+            f"validator{v + 1}", [unknown[i] for i in share], seed + v, VALIDATOR_SAMPLES
+        )
+        for v, share in enumerate(shares)
+    ]
+    return sets, [unknown[i] for i in sorted(order[held:])]
+
+
+class CrossSilo(GlobalModel):
+    """Cross-silo FedFace training (PFM and FV switchable; ``parties=1``: centralised).
+
+    Parameters
+    ----------
+    algorithm:
+        The :class:`~uvtrain.algorithms.fedface.FedFace` settings.
+    backbone:
+        The shared network (an embedding model is built around it).
+    parties:
+        The parties' data (:func:`partition`).
+    validators:
+        The validators' verification sets (FV; may be empty).
+    config:
+        ``rounds``, ``local_steps`` (the synchronisation interval K), ``batch_size`` (per party),
+        ``lr`` and ``lr_decay`` (``η_r = lr / (1 + lr_decay · s)``, ``s`` the local steps taken
+        before round r: the same schedule for every K), ``seed``, ``crop``.
+    folds:
+        Folds of the validators' best-threshold accuracy.
+    """
+
+    def __init__(
+        self,
+        algorithm: FedFace,
+        backbone: nn.Module,
+        parties: list[Party],
+        validators: list[VerificationSet],
+        config: EngineConfig,
+        device: torch.device | str = "cpu",
+        folds: int = 10,
+    ) -> None:
+        self.algorithm, self.config, self.folds = algorithm, config, folds
+        self.device = torch.device(device)
+        self.parties, self.validators = parties, validators
+        torch.manual_seed(config.seed)
+        self.model = algorithm.build_model(backbone, len(parties)).to(self.device).eval()
+        self.params, self.buffers = split_parameters(self.model)
+        dim = self.embedding_dim = int(backbone.embedding_dim)
+        generator = torch.Generator().manual_seed(config.seed)
+        self.heads = [
+            (torch.randn(len(p.identities), dim, generator=generator) / dim**0.5).to(self.device)
+            for p in parties
+        ]
+        self.head_momentum = [torch.zeros_like(head) for head in self.heads]
+        zeros = {k: torch.zeros_like(v) for k, v in self.params.items()}
+        # FedAvg's (and centralised SGD's) momentum buffers, one per party; PFM has the global M
+        self.local_momentum = [dict(zeros) for _ in parties] if not algorithm.pfm else []
+        self.global_momentum = dict(zeros)
+        sizes = np.array([len(p.samples) for p in parties], dtype=np.float64)
+        self.weights = sizes / sizes.sum()
+        self.normalise = algorithm.normaliser()
+        self.criterion = algorithm.make_loss()
+        self.data = [torch.as_tensor(p.samples).to(self.device) for p in parties]
+        self.labels = [torch.as_tensor(p.labels).to(self.device) for p in parties]
+        self.round = 0
+        # the hooks the run's evaluation reads (no per-identity state here)
+        self.private: Tensors = {}
+        self.shared: Tensors = {}
+        self.constants: Tensors = {}
+        self.uses_fv = algorithm.fv and bool(validators) and len(parties) > 1
+        self.dataset: FederatedDataset | None = None  # set by make_cross_silo
+
+    # -- one party ------------------------------------------------------------------------------
+
+    def learning_rate(self, round_number: int) -> float:
+        """``η_r``, constant within a round (eq. 6 divides by it)."""
+        done = (round_number - 1) * self.config.local_steps
+        return self.config.lr / (1.0 + self.config.lr_decay * done)
+
+    def party_batches(self, round_number: int, party: int) -> tuple[Tensor, Tensor]:
+        """``([K, B, ...] samples, [K, B] labels)`` of a party's round, from ``(seed, round,
+        party)``."""
+        rng = np.random.default_rng([self.config.seed, round_number, 1, party])
+        positions = torch.arange(len(self.data[party]), device=self.device)
+        index = draw_batches(positions, self.config.local_steps, self.config.batch_size, 0, rng)
+        batches = random_windows(self.data[party][index], self.config.crop, rng)
+        return batches, self.labels[party][index]
+
+    def local_training(self, party: int, lr: float) -> tuple[Tensors, Tensor]:
+        """Party ``party``'s K local steps (eqs. 3–4, or local momentum when PFM is off); updates
+        its head and momentum in place; returns its backbone and its K losses."""
+        algorithm, steps = self.algorithm, self.config.local_steps
+        mu, decay = algorithm.momentum, algorithm.weight_decay
+        batches, labels = self.party_batches(self.round + 1, party)
+        params = {k: v.detach().clone() for k, v in self.params.items()}
+        head, head_buffer = self.heads[party], self.head_momentum[party]
+        losses = []
+        for batch, label in zip(batches, labels, strict=True):
+            leaves = [*params.values(), head]
+            for leaf in leaves:
+                leaf.requires_grad_(True)
+            embeddings = functional_call(self.model, (params, self.buffers), (batch,))
+            loss = head_loss(self.criterion, head, embeddings, label)
+            grads = torch.autograd.grad(loss, leaves)
+            grads = [g + decay * leaf.detach() for g, leaf in zip(grads, leaves, strict=True)]
+            head, head_buffer = momentum_step(head.detach(), head_buffer, grads[-1], lr, mu)
+            for (name, value), grad in zip(params.items(), grads[:-1], strict=True):
+                if algorithm.pfm:
+                    params[name] = pfm_backbone_step(
+                        value.detach(), grad, self.global_momentum[name], steps, lr, mu
+                    )
+                else:
+                    params[name], self.local_momentum[party][name] = momentum_step(
+                        value.detach(), self.local_momentum[party][name], grad, lr, mu
+                    )
+            losses.append(loss.detach())
+        self.heads[party], self.head_momentum[party] = head.detach(), head_buffer
+        return params, torch.stack(losses)
+
+    # -- the server -----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def embed(self, params: Tensors, samples: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        """Unit embeddings of ``samples`` under backbone ``params``."""
+        pieces = []
+        for start in range(0, len(samples), batch_size):
+            batch = torch.as_tensor(samples[start : start + batch_size]).to(self.device)
+            pieces.append(functional_call(self.model, (params, self.buffers), (batch,)).cpu())
+        return torch.cat(pieces).float().numpy()
+
+    def aggregate(self, stacked: Tensors, weights: np.ndarray) -> Tensors:
+        """Eq. (5): the FedAvg core with the weighting ``w``."""
+        return self.algorithm.aggregate(stacked, torch.as_tensor(weights, device=self.device))
+
+    def validate(self, stacked: Tensors, round_number: int) -> dict[str, Any]:
+        """One FV step (eqs. 7–13): score T candidate aggregates on every validator and move the
+        weighting toward the best."""
+        rng = np.random.default_rng([self.config.seed, round_number, 3])
+        candidates = candidate_weightings(self.weights, self.algorithm.fv_candidates, rng)
+        scores = np.zeros((len(self.validators), len(candidates)))
+        for t, candidate in enumerate(candidates):
+            params = self.aggregate(stacked, candidate)
+            for v, validator in enumerate(self.validators):
+                scores[v, t] = validator.accuracy(self.embed(params, validator.samples), self.folds)
+        normalised = self.normalise(scores)
+        self.weights, best = fv_update(self.weights, candidates, normalised, self.algorithm.fv_rate)
+        return {"scores": scores.tolist(), "best": best, "candidates": candidates.tolist()}
+
+    def step(self) -> dict[str, Any]:
+        """Run the next round; return its metrics."""
+        round_number = self.round + 1
+        started = time.perf_counter()
+        lr = self.learning_rate(round_number)
+        finals, losses = [], []
+        for party in range(len(self.parties)):
+            params, party_losses = self.local_training(party, lr)
+            finals.append(params)
+            losses.append(party_losses)
+        stacked = {name: torch.stack([f[name] for f in finals]) for name in self.params}
+        party_losses = torch.stack(losses).mean(dim=1)
+        loss = float(party_losses.mean())
+        if not math.isfinite(loss):
+            raise TrainingError(f"the training loss became {loss} in round {round_number}: stopped")
+        metrics: dict[str, Any] = {}
+        if self.uses_fv:
+            metrics["fv"] = self.validate(stacked, round_number)
+        aggregate = self.aggregate(stacked, self.weights)
+        self.global_momentum = {
+            name: server_momentum(self.params[name], aggregate[name], lr) for name in aggregate
+        }
+        self.params = aggregate
+        self.round = round_number
+        seconds = time.perf_counter() - started
+        return {
+            "round": round_number,
+            "loss": loss,
+            "party_losses": party_losses.tolist(),
+            "lr": lr,
+            "clients": len(self.parties),
+            "weights": self.weights.tolist(),
+            "seconds": seconds,
+            "client_updates_per_s": len(self.parties) / seconds,
+            **metrics,
+        }
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: the global backbone and momentum, the parties' heads and
+        momentum buffers, the weighting and the Moving Norm's statistics."""
+        from dataclasses import asdict
+
+        norm = getattr(self.normalise, "mean", None)
+        return {
+            "round": self.round,
+            "params": {k: v.cpu() for k, v in self.params.items()},
+            "global_momentum": {k: v.cpu() for k, v in self.global_momentum.items()},
+            "heads": [head.cpu() for head in self.heads],
+            "head_momentum": [buffer.cpu() for buffer in self.head_momentum],
+            "local_momentum": [{k: v.cpu() for k, v in m.items()} for m in self.local_momentum],
+            "weights": torch.as_tensor(self.weights),
+            "moving_norm": None
+            if norm is None
+            else torch.as_tensor(np.stack([self.normalise.mean, self.normalise.var])),
+            "engine": asdict(self.config),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`."""
+        check_schedule(self.config, state["engine"])
+        if len(state["heads"]) != len(self.parties):
+            raise TrainingError("the checkpoint has another number of parties: use a new folder")
+        device = self.device
+        self.round = int(state["round"])
+        self.params = {k: v.to(device) for k, v in state["params"].items()}
+        self.global_momentum = {k: v.to(device) for k, v in state["global_momentum"].items()}
+        self.heads = [head.to(device) for head in state["heads"]]
+        self.head_momentum = [buffer.to(device) for buffer in state["head_momentum"]]
+        self.local_momentum = [
+            {k: v.to(device) for k, v in m.items()} for m in state["local_momentum"]
+        ]
+        self.weights = state["weights"].numpy().astype(np.float64)
+        if state["moving_norm"] is not None and hasattr(self.normalise, "mean"):
+            self.normalise.mean, self.normalise.var = state["moving_norm"].numpy()
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    def report_extra(self, test: VerificationSet | None) -> dict[str, Any]:
+        """The ``fedface`` section of the report: parties, weighting, the test accuracy."""
+        section: dict[str, Any] = {
+            "parties": [
+                {
+                    "name": p.name,
+                    "identities": len(p.identities),
+                    "samples": int(len(p.samples)),
+                    "groups": list(p.groups),
+                }
+                for p in self.parties
+            ],
+            "validators": [
+                {"name": v.name, "identities": len(v.identities), "pairs": int(len(v.same))}
+                for v in self.validators
+            ],
+            "weights": self.weights.tolist(),
+            "pfm": self.algorithm.pfm,
+            "fv": self.uses_fv,
+            "sync_interval": self.config.local_steps,
+        }
+        if test is not None:
+            accuracy = test.accuracy(self.embed(self.params, test.samples), self.folds)
+            section["test_accuracy"] = accuracy
+            section["test_pairs"] = int(len(test.same))
+        return {"fedface": section}
+
+
+def make_cross_silo(
+    config: Any, dataset: FederatedDataset, backbone: nn.Module, engine: EngineConfig, device: Any
+) -> CrossSilo:
+    """The engine of a ``fedface`` run config; its ``dataset`` is the one it is evaluated on (the
+    unknown identities are the held-out test people, not the validators')."""
+    algorithm = config.algorithm()
+    parties = partition(dataset, config.parties, config.partition, config.seed)
+    # the same split with FV on or off, so that every run of a comparison has the same test people
+    validators, test = split_unknown(dataset, config.validators, config.seed)
+    if config.parties > 1 and algorithm.fv and not validators:
+        raise ConfigError("fv needs at least one validator (--validators)")
+    engine = replace(engine, fraction=1.0, sampling="random")  # every party, every round
+    silo = CrossSilo(algorithm, backbone, parties, validators, engine, device, config.fv_folds)
+    silo.dataset = replace(dataset, unknown=test)
+    return silo
+
+
+def held_out_pairs(dataset: FederatedDataset, seed: int) -> VerificationSet | None:
+    """The held-out people's verification pairs (the paper's test protocol)."""
+    if len(dataset.unknown) < 2:
+        return None
+    return verification_set("test", list(dataset.unknown), seed + 1000)
+
+
+def plot_weights(metrics: Any, path: Any, silo: CrossSilo) -> None:
+    """The weighting ``w`` of each party over the rounds (the paper's Fig. 6), from the run's
+    ``metrics.jsonl``."""
+    import json
+    from pathlib import Path
+
+    from .evaluation import plot_metric_over_rounds
+
+    lines = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
+    rows = [line for line in lines if "weights" in line]
+    if not rows:
+        return
+    series = {
+        party.name: [row["weights"][index] for row in rows]
+        for index, party in enumerate(silo.parties)
+    }
+    title = "aggregation weights w by round" + (" (FV)" if silo.uses_fv else "")
+    plot_metric_over_rounds([row["round"] for row in rows], series, path, "w", title)
