@@ -45,7 +45,12 @@ SPECS: dict[str, dict] = {
     "celeba-conv2d": {"height": 64, "width": 64, "channels": 3},
     "mnistuv-conv2d": {"height": 28, "width": 28, "channels": 4},
     "resnet18-small": {"height": 32, "width": 32, "channels": 3},
+    "ir-small": {"height": 32, "width": 32, "channels": 1},
+    # The paper-scale IResNets on 32×32, to keep this generic test fast (112×112: test_iresnet_*).
+    "ir-18": {"height": 32, "width": 32, "channels": 3},
+    "ir-50": {"height": 32, "width": 32, "channels": 3},
 }
+FACES = {"height": 112, "width": 112, "channels": 3}
 IMAGE_DEFAULT = {"height": 64, "width": 64, "channels": 3}
 
 
@@ -263,6 +268,90 @@ def test_build_backbone_errors_and_options() -> None:
     assert model_flops(mean_pool, audio_batch(1, 1.0)) > 0
 
 
+def _iresnet_parameters(
+    in_channels: int, height: int, width: int, embedding_dim: int, channels: int, blocks: tuple
+) -> int:
+    """IResNet's parameters by hand: bias-free convolutions, 2 per channel for every GroupNorm
+    (as for BatchNorm), 1 per channel for every PReLU, the linear layer on the flattened
+    ⌈H/16⌉×⌈W/16⌉ map, 2 per coordinate for the final LayerNorm."""
+
+    def block(inputs: int, outputs: int, projection: bool) -> int:
+        main = 2 * inputs + 9 * inputs * outputs + 2 * outputs + outputs + 9 * outputs**2
+        return main + 2 * outputs + (inputs * outputs + 2 * outputs if projection else 0)
+
+    total = 9 * in_channels * channels + 2 * channels + channels  # stem
+    previous = channels
+    for stage, count in enumerate(blocks):
+        stage_channels = channels * 2**stage
+        total += block(previous, stage_channels, True)
+        total += (count - 1) * block(stage_channels, stage_channels, False)
+        previous = stage_channels
+    flattened = previous * math.ceil(height / 16) * math.ceil(width / 16)
+    return total + 2 * previous + (flattened + 1) * embedding_dim + 2 * embedding_dim
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "embedding_dim", "channels", "blocks"),
+    [
+        ("ir-18", FACES, 512, 64, (2, 2, 2, 2)),
+        ("ir-50", FACES, 512, 64, (3, 4, 14, 3)),
+        ("ir-small", SPECS["ir-small"], 128, 16, (1, 1, 1, 1)),
+        ("ir-small", {"height": 36, "width": 20, "channels": 3}, 128, 16, (1, 1, 1, 1)),
+    ],
+    ids=["ir-18-112x112x3", "ir-50-112x112x3", "ir-small-32x32x1", "ir-small-36x20x3"],
+)
+def test_iresnet_parameter_count(
+    name: str, spec: dict, embedding_dim: int, channels: int, blocks: tuple
+) -> None:
+    model = build_backbone(name, spec)
+    assert [len(stage) for stage in model.stages] == list(blocks)
+    expected = _iresnet_parameters(
+        spec["channels"], spec["height"], spec["width"], embedding_dim, channels, blocks
+    )
+    assert count_parameters(model) == expected
+
+
+def test_iresnet_shapes() -> None:
+    torch.manual_seed(0)
+    small = build_backbone("ir-small", SPECS["ir-small"])
+    assert small.feature_size == (2, 2) and small.embedding_dim == 128
+    out = small(image_batch(2, SPECS["ir-small"]))
+    assert out.shape == (2, 128) and torch.isfinite(out).all()
+
+    ir18 = build_backbone("ir-18", FACES)
+    assert ir18.feature_size == (7, 7) and ir18.embedding_dim == 512
+    with torch.no_grad():
+        out = ir18(image_batch(2, FACES))
+    assert out.shape == (2, 512) and torch.isfinite(out).all()
+
+    # Odd sizes: each stride-2 stage takes n to ⌈n/2⌉ (36 → 3, 20 → 2), as the convolutions do.
+    odd = {"height": 36, "width": 20, "channels": 3}
+    model = build_backbone("ir-small", odd, embedding_dim=32)
+    assert model.feature_size == (3, 2)
+    assert model(image_batch(3, odd)).shape == (3, 32)
+    with pytest.raises(ValueError, match="36×20"):
+        model(image_batch(1, SPECS["ir-small"]))
+
+
+def test_iresnet_small_gradients_and_vmap() -> None:
+    torch.manual_seed(0)
+    spec = SPECS["ir-small"]
+    model = build_backbone("ir-small", spec)
+    loss = model(image_batch(2, spec)).pow(2).sum()
+    loss.backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None]
+    assert not missing
+    # The engine's vectorisation over clients (PReLU and LayerNorm included).
+    stacked = _stacked_copies(model)
+    inputs = torch.stack([image_batch(2, spec, seed=s) for s in range(3)])
+    with torch.no_grad():
+        outputs = vmap(lambda p, x: functional_call(model, p, (x,)))(stacked, inputs)
+        for index in range(3):
+            own = {name: value[index] for name, value in stacked.items()}
+            expected = functional_call(model, own, (inputs[index],))
+            torch.testing.assert_close(outputs[index], expected, atol=1e-5, rtol=1e-5)
+
+
 def test_load_backbone_checkpoint_round_trip(tmp_path: Path) -> None:
     torch.manual_seed(0)
     trained = CodewordModel(build_backbone("mnistuv-conv2d", SPECS["mnistuv-conv2d"]), 31)
@@ -321,3 +410,12 @@ def test_onnx_export_parity(tmp_path: Path) -> None:
     )
     batches = [image_batch(1, IMAGE_DEFAULT, seed=1), image_batch(6, IMAGE_DEFAULT, seed=2)]
     assert _parity(path, image, batches) < 1e-4
+
+
+def test_iresnet_onnx_export_parity(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    spec = SPECS["ir-small"]
+    model = EmbeddingModel(build_backbone("ir-small", spec)).eval()
+    path = _export(model, image_batch(2, spec), {0: Dim("batch", min=1)}, tmp_path / "ir.onnx")
+    batches = [image_batch(1, spec, seed=1), image_batch(5, spec, seed=2)]
+    assert _parity(path, model, batches) < 1e-4
