@@ -370,3 +370,13 @@ def test_a_resumed_run_continues_exactly(voices, tmp_path) -> None:
         torch.testing.assert_close(resumed["params"][name], value)
     torch.testing.assert_close(resumed["weights"], straight["weights"])
     torch.testing.assert_close(resumed["moving_norm"], straight["moving_norm"])
+
+
+def test_the_paper_scale_config_is_valid() -> None:
+    from pathlib import Path
+
+    from uvtrain.config import resolve
+
+    config = resolve({}, Path(__file__).parents[1] / "benchmarks" / "fedface-paper.toml")
+    assert config.method == "fedface" and config.backbone == "ir-18" and config.pfm and config.fv
+    assert config.algorithm().make_loss() == ArcFace(64.0, 0.5)

@@ -401,6 +401,13 @@ def _print_report(report: dict, folder: Path) -> None:
         typer.echo(f"  EER against the learnt prototypes w_c: {figures}")
     if report.get("leakage") is not None:
         typer.echo(f"  prototype leakage P_leak {report['leakage']:.3f}")
+    fedface = report.get("fedface")
+    if fedface:
+        weights = ", ".join(f"{w:.3f}" for w in fedface["weights"])
+        accuracy = fedface.get("test_accuracy")
+        if accuracy is not None:
+            typer.echo(f"  held-out pairs: accuracy {accuracy:.4f} at the best threshold (10-fold)")
+        typer.echo(f"  {len(fedface['parties'])} parties, weighting w = ({weights})")
     typer.echo(f"report: {folder / 'report.json'}   ROC: {folder / 'roc.png'}")
 
 
