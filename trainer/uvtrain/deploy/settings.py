@@ -27,8 +27,16 @@ from ..config import ConfigError, RunConfig
 #: row in one shared matrix, and FedFace is cross-silo).
 DEPLOYABLE = ("feduv", "fedhide", "fedaws", "fedgn", "fedcs")
 
+#: FedFace's keys: a cross-silo method, not deployed here.
+_CROSS_SILO = {
+    "parties", "partition", "validators", "margin_loss", "margin_scale", "margin", "momentum",
+    "weight_decay", "pfm", "fv", "fv_candidates", "fv_rate", "fv_gamma", "fv_epsilon", "fv_norm",
+    "fv_folds",
+}  # fmt: skip
 #: RunConfig keys that mean nothing on Flower (the data is on the devices, training is theirs).
-_SIMULATOR_ONLY = {"dataset", "clients", "root", "device", "chunk_size", "eval_every", "sampling"}
+_SIMULATOR_ONLY = {
+    "dataset", "clients", "root", "device", "chunk_size", "eval_every", "sampling", *_CROSS_SILO,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
