@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -84,10 +84,13 @@ class VerificationSet:
     second: np.ndarray
     same: np.ndarray
 
+    def scores(self, embeddings: np.ndarray) -> np.ndarray:
+        """The pairs' cosines, from the unit embeddings of :attr:`samples`."""
+        return np.einsum("ij,ij->i", embeddings[self.first], embeddings[self.second])
+
     def accuracy(self, embeddings: np.ndarray, folds: int) -> float:
         """Accuracy at the best threshold over ``folds`` (the FV score; the test metric)."""
-        scores = np.einsum("ij,ij->i", embeddings[self.first], embeddings[self.second])
-        return best_threshold_accuracy(scores, self.same, folds)
+        return best_threshold_accuracy(self.scores(embeddings), self.same, folds)
 
 
 def _languages(dataset: FederatedDataset) -> dict[str, str] | None:
@@ -321,15 +324,6 @@ class CrossSilo(GlobalModel):
 
     # -- the server -----------------------------------------------------------------------------
 
-    @torch.no_grad()
-    def embed(self, params: Tensors, samples: np.ndarray, batch_size: int = 256) -> np.ndarray:
-        """Unit embeddings of ``samples`` under backbone ``params``."""
-        pieces = []
-        for start in range(0, len(samples), batch_size):
-            batch = torch.as_tensor(samples[start : start + batch_size]).to(self.device)
-            pieces.append(functional_call(self.model, (params, self.buffers), (batch,)).cpu())
-        return torch.cat(pieces).float().numpy()
-
     def aggregate(self, stacked: Tensors, weights: np.ndarray) -> Tensors:
         """Eq. (5): the FedAvg core with the weighting ``w``."""
         return self.algorithm.aggregate(stacked, torch.as_tensor(weights, device=self.device))
@@ -343,7 +337,9 @@ class CrossSilo(GlobalModel):
         for t, candidate in enumerate(candidates):
             params = self.aggregate(stacked, candidate)
             for v, validator in enumerate(self.validators):
-                scores[v, t] = validator.accuracy(self.embed(params, validator.samples), self.folds)
+                scores[v, t] = validator.accuracy(
+                    self.outputs(validator.samples, params=params), self.folds
+                )
         normalised = self.normalise(scores)
         self.weights, best = fv_update(self.weights, candidates, normalised, self.algorithm.fv_rate)
         return {"scores": scores.tolist(), "best": best, "candidates": candidates.tolist()}
@@ -390,8 +386,6 @@ class CrossSilo(GlobalModel):
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: the global backbone and momentum, the parties' heads and
         momentum buffers, the weighting and the Moving Norm's statistics."""
-        from dataclasses import asdict
-
         norm = getattr(self.normalise, "mean", None)
         return {
             "round": self.round,
@@ -449,7 +443,7 @@ class CrossSilo(GlobalModel):
             "sync_interval": self.config.local_steps,
         }
         if test is not None:
-            accuracy = test.accuracy(self.embed(self.params, test.samples), self.folds)
+            accuracy = test.accuracy(self.outputs(test.samples), self.folds)
             section["test_accuracy"] = accuracy
             section["test_pairs"] = int(len(test.same))
         return {"fedface": section}

@@ -195,10 +195,11 @@ def split_parameters(model: nn.Module) -> tuple[Tensors, Tensors]:
 
 class GlobalModel:
     """What every engine offers on its global model: load it into the module, run it in batches.
-    Needs ``self.model``, ``self.params`` and ``self.device``."""
+    Needs ``self.model``, ``self.params``, ``self.buffers`` and ``self.device``."""
 
     model: nn.Module
     params: Tensors
+    buffers: Tensors
     device: torch.device
 
     def load_into_model(self) -> nn.Module:
@@ -210,13 +211,18 @@ class GlobalModel:
         return self.model
 
     @torch.no_grad()
-    def outputs(self, samples: np.ndarray | Tensor, batch_size: int = 256) -> np.ndarray:
-        """Model outputs for many samples, in batches."""
-        model = self.load_into_model()
+    def outputs(
+        self, samples: np.ndarray | Tensor, batch_size: int = 256, params: Tensors | None = None
+    ) -> np.ndarray:
+        """Model outputs for many samples, in batches, under the global parameters or under
+        ``params`` (FedFace's candidate aggregates)."""
+        params = self.params if params is None else params
         pieces = []
         for start in range(0, len(samples), batch_size):
             batch = torch.as_tensor(samples[start : start + batch_size]).to(self.device)
-            pieces.append(model(batch).float().cpu())
+            pieces.append(
+                functional_call(self.model, (params, self.buffers), (batch,)).float().cpu()
+            )
         return torch.cat(pieces).numpy() if pieces else np.zeros((0, 0), np.float32)
 
 

@@ -21,18 +21,15 @@ import torch
 from torch import nn
 
 from ..algorithms.base import FedAvg, Tensors
+from ..algorithms.fedface import FedFace
 from ..config import ConfigError, RunConfig
 
 #: Methods the deployment runs (their hooks are per client; softmax needs every client's class
 #: row in one shared matrix, and FedFace is cross-silo).
 DEPLOYABLE = ("feduv", "fedhide", "fedaws", "fedgn", "fedcs")
 
-#: FedFace's keys: a cross-silo method, not deployed here.
-_CROSS_SILO = {
-    "parties", "partition", "validators", "margin_loss", "margin_scale", "margin", "momentum",
-    "weight_decay", "pfm", "fv", "fv_candidates", "fv_rate", "fv_gamma", "fv_epsilon", "fv_norm",
-    "fv_folds",
-}  # fmt: skip
+#: FedFace's keys (its method parameters and the cross-silo engine's): not deployed here.
+_CROSS_SILO = {f.name for f in fields(FedFace)} | {"parties", "partition", "validators", "fv_folds"}
 #: RunConfig keys that mean nothing on Flower (the data is on the devices, training is theirs).
 _SIMULATOR_ONLY = {
     "dataset", "clients", "root", "device", "chunk_size", "eval_every", "sampling", *_CROSS_SILO,
