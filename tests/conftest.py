@@ -37,6 +37,18 @@ def _fast_scrypt_and_clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("UVSDK_KEYRING", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _private_state_dir(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    """Templates' freshness records go to a folder of the test session, not the user's home."""
+    monkeypatch.setenv("UVSDK_STATE_DIR", str(state_dir))
+
+
+@pytest.fixture(scope="session")
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's freshness-record folder (outside every store)."""
+    return tmp_path_factory.mktemp("uvsdk-state")
+
+
 @pytest.fixture(scope="session")
 def bch127() -> Code:
     """BCH(127, 64) with its generator from the committed fixture (checked against galois)."""

@@ -569,4 +569,4 @@ def test_check_audio_raises_only_media_error(x):
     try:
         check_audio(np.array(x, np.float32), 100, min_seconds=0.5)
     except MediaError as e:
-        assert e.reason in {"non_finite", "too_short", "silent", "clipped"}
+        assert e.reason in {"non_finite", "out_of_range", "too_short", "silent", "clipped"}

@@ -7,6 +7,7 @@ never torch or the trainer. Start with :class:`Verifier`.
 from .backoff import BackoffPolicy
 from .bundle import Bundle, Manifest
 from .errors import (
+    AttemptNotRecordedError,
     BundleError,
     EnrollmentError,
     KeyUnavailableError,
@@ -14,7 +15,9 @@ from .errors import (
     MediaError,
     ModelMismatchError,
     NotEnrolledError,
+    RollbackError,
     SignatureError,
+    StorePermissionError,
     TemplateError,
     UvsdkError,
     WrongKeyError,
@@ -24,6 +27,7 @@ from .verifier import Decision, EnrollmentReport, SampleReport, Verifier
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttemptNotRecordedError",
     "BackoffPolicy",
     "Bundle",
     "BundleError",
@@ -36,8 +40,10 @@ __all__ = [
     "MediaError",
     "ModelMismatchError",
     "NotEnrolledError",
+    "RollbackError",
     "SampleReport",
     "SignatureError",
+    "StorePermissionError",
     "TemplateError",
     "UvsdkError",
     "Verifier",

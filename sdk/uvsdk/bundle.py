@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -27,7 +28,17 @@ METHODS = ("feduv", "fedhide", "fedaws", "softmax", "fedface", "fedgn", "fedcs",
 MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
 SIGNATURE_FILE = "signature.ed25519"
-MAX_MEMBER_BYTES = 512 * 1024 * 1024  # refuse zip members larger than this (zip bombs)
+MAX_MEMBER_BYTES = 512 * 1024 * 1024  # refuse a model larger than this (zip bombs, huge files)
+MAX_MANIFEST_BYTES = 1024 * 1024  # a manifest is a few KiB (generator, calibration table)
+MAX_SIGNATURE_BYTES = 1024  # an Ed25519 signature is 64 bytes
+_MEMBER_LIMITS = {
+    "model.onnx": MAX_MEMBER_BYTES,
+    "manifest.json": MAX_MANIFEST_BYTES,
+    "signature.ed25519": MAX_SIGNATURE_BYTES,
+}
+WINDOW_SECONDS_RANGE = (0.1, 30.0)
+MIN_HOP_SECONDS = 0.05
+MAX_WINDOW_SAMPLES = 1 << 20  # one window at most 4 MiB of float32 (65 s at 16 kHz)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -43,9 +54,22 @@ class AudioInput:
     def __post_init__(self) -> None:
         if not 1000 <= self.sample_rate <= 384_000:
             raise BundleError(f"manifest: input.sample_rate {self.sample_rate} is not plausible")
-        if not 0 < self.min_seconds <= self.window_seconds and self.hop_seconds > 0:
+        low, high = WINDOW_SECONDS_RANGE
+        if not low <= self.window_seconds <= high:
             raise BundleError(
-                "manifest: input needs 0 < min_seconds <= window_seconds and hop_seconds > 0"
+                f"manifest: input.window_seconds {self.window_seconds:g} is outside [{low:g}, {high:g}]"
+            )
+        if not MIN_HOP_SECONDS <= self.hop_seconds <= self.window_seconds:
+            raise BundleError(
+                f"manifest: input.hop_seconds {self.hop_seconds:g} is outside "
+                f"[{MIN_HOP_SECONDS:g}, window_seconds]"
+            )
+        if not 0 < self.min_seconds <= self.window_seconds:
+            raise BundleError("manifest: input needs 0 < min_seconds <= window_seconds")
+        if round(self.window_seconds * self.sample_rate) > MAX_WINDOW_SAMPLES:
+            raise BundleError(
+                f"manifest: a window of {self.window_seconds:g} s at {self.sample_rate} Hz is "
+                f"more than {MAX_WINDOW_SAMPLES} samples"
             )
 
 
@@ -199,13 +223,13 @@ def _read_members(path: Path) -> dict[str, bytes]:
         if path.is_dir():
             for name in names:
                 if (path / name).is_file():
-                    members[name] = (path / name).read_bytes()
+                    members[name] = _read_bounded(path / name, path.name)
             return members
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
                 if info.filename in names:
-                    if info.file_size > MAX_MEMBER_BYTES:
-                        raise BundleError(f"{path.name}: {info.filename} is implausibly large")
+                    if info.file_size > _MEMBER_LIMITS[info.filename]:
+                        raise BundleError(_too_large(path.name, info.filename, info.file_size))
                     members[info.filename] = archive.read(info)
     except FileNotFoundError:
         raise BundleError(f"bundle not found: {path}") from None
@@ -218,6 +242,24 @@ def _read_members(path: Path) -> dict[str, bytes]:
             f"{path.name}: cannot read the bundle ({error.strerror or error})"
         ) from None
     return members
+
+
+def _too_large(bundle: str, member: str, size: int) -> str:
+    limit = _MEMBER_LIMITS[member]
+    return f"{bundle}: {member} is {size} bytes, more than the {limit} accepted (not a bundle?)"
+
+
+def _read_bounded(path: Path, bundle: str) -> bytes:
+    """A member of a bundle folder, refused before reading if larger than its limit."""
+    limit = _MEMBER_LIMITS[path.name]
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            raise BundleError(_too_large(bundle, path.name, size))
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # grew while being read
+        raise BundleError(_too_large(bundle, path.name, len(data)))
+    return data
 
 
 def load_public_keys(sources: Iterable[str | Path | bytes]) -> list[Any]:

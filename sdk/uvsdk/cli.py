@@ -1,7 +1,9 @@
 """The ``uvsdk`` command: a thin layer over :class:`uvsdk.Verifier`.
 
 Exit codes: 0 done (every file accepted), 1 at least one file rejected, 2 any error. Errors are
-one line on stderr, never a traceback (set ``UVSDK_DEBUG=1`` to see one).
+one line on stderr, never a traceback (set ``UVSDK_DEBUG=1`` to see one), and so are usage errors
+(a missing argument, a bad option value, an unknown option). Every file name printed has its
+control characters escaped, so a name cannot forge an output line.
 """
 
 from __future__ import annotations
@@ -15,12 +17,55 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import click
 import typer
+from typer.core import TyperGroup
 
-from .errors import UvsdkError
+from .errors import UvsdkError, printable
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors as one line on stderr and exit 2, like every other error (no usage box)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as error:
+            typer.echo(f"uvsdk: error: {_usage_line(error)}", err=True)
+            code = 2
+        except click.Abort:
+            typer.echo("uvsdk: error: interrupted", err=True)
+            code = 130
+        except click.ClickException as error:
+            typer.echo(f"uvsdk: error: {' '.join(error.format_message().split())}", err=True)
+            code = error.exit_code
+        code = code if isinstance(code, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _usage_line(error: click.UsageError) -> str:
+    message = " ".join(error.format_message().split())
+    command = error.ctx.command_path if error.ctx is not None else "uvsdk"
+    if isinstance(error, click.NoSuchOption) and error.option_name.startswith("-"):
+        message += (
+            f" (a file whose name starts with '-': write ./{error.option_name} or put -- "
+            "before the files)"
+        )
+    return f"{message} (see {command} --help)"
+
 
 app = typer.Typer(
     name="uvsdk",
+    cls=_OneLineErrors,
     help="Enroll and verify users on this device with a federatedly trained model.",
     add_completion=False,
     no_args_is_help=True,
@@ -68,7 +113,9 @@ def _errors_to_exit(command: F) -> F:
         except Exception as error:
             if os.environ.get("UVSDK_DEBUG"):
                 raise
-            raise _fail(f"unexpected {type(error).__name__}: {error}".splitlines()[0]) from None
+            # The message may quote input (a file name, a passphrase byte): escape, shorten.
+            detail = printable(" ".join(str(error).split()))[:200]
+            raise _fail(f"unexpected {type(error).__name__}: {detail}") from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -77,7 +124,10 @@ def _verifier(bundle: Path | None, store: Path | None) -> Any:
     from .verifier import Verifier
 
     keyring_wanted = os.environ.get("UVSDK_KEYRING", "").lower() in ("1", "true", "yes")
-    return Verifier(bundle, store=store, use_keyring=keyring_wanted)
+    # Read once and dropped from this process's environment, so no child process or crash
+    # report inherits it (on Linux /proc/PID/environ keeps the initial block; see docs/sdk.md).
+    passphrase = os.environ.pop("UVSDK_PASSPHRASE", None) or None
+    return Verifier(bundle, store=store, use_keyring=keyring_wanted, passphrase=passphrase)
 
 
 @app.command()
@@ -99,21 +149,25 @@ def enroll(
             extent = (
                 f"{sample.seconds:.1f} s, {sample.windows} window(s)" if sample.seconds else "image"
             )
-            typer.echo(f"  used     {Path(sample.file).name}  ({extent})")
+            typer.echo(f"  used     {printable(Path(sample.file).name)}  ({extent})")
         else:
             typer.echo(f"  skipped  {sample.detail}")
 
     report = verifier.enroll(samples, user=user, target_tpr=tpr, on_sample=show)
     typer.echo(
         f"enrolled {user!r} in {report.mode} mode from {report.used} of {len(report.samples)} "
-        f"samples (target TPR {report.target_tpr:g}); template: {report.template}"
+        f"samples (target TPR {report.target_tpr:g}); template: {printable(str(report.template))}"
     )
 
 
 @app.command()
 @_errors_to_exit
 def verify(
-    files: Annotated[list[Path], typer.Argument(help="Clips or images to verify.")],
+    files: Annotated[
+        list[Path],
+        # readable=False: an unreadable file is that file's error, not a usage error of the batch
+        typer.Argument(help="Clips or images to verify.", readable=False, resolve_path=False),
+    ],
     user: User = "default",
     bundle: BundlePath = None,
     store: StoreDir = None,
@@ -139,7 +193,8 @@ def verify(
         if not as_json:
             verdict = "ACCEPT" if decision.accepted else "REJECT"
             typer.echo(
-                f"{verdict}  score={decision.score:.4f}  threshold={decision.threshold:.4f}  {file}"
+                f"{verdict}  score={decision.score:.4f}  threshold={decision.threshold:.4f}  "
+                f"{printable(str(file))}"
             )
     if as_json:
         typer.echo(
@@ -185,7 +240,7 @@ def codeword_new(
     code = verifier.bundle.manifest.code
     typer.echo(
         f"made a secret {code.family.upper()}({code.n},{code.k}) codeword for {user!r} "
-        f"with user id {chosen}; it is kept encrypted in {verifier.store.path(user)}. "
+        f"with user id {chosen}; it is kept encrypted in {printable(str(verifier.store.path(user)))}. "
         "Give the training server the user id only."
     )
 
@@ -206,10 +261,14 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
         typer.echo(f"bundle: none ({error})")
     else:
         manifest = loaded.manifest
-        typer.echo(f"bundle: {loaded.path}")
+        typer.echo(f"bundle: {printable(str(loaded.path))}")
         typer.echo(
-            f"  name: {manifest.name}   method: {manifest.method}   modality: {manifest.modality}"
+            f"  name: {printable(manifest.name)}   method: {manifest.method}   "
+            f"modality: {manifest.modality}"
         )
+        description = manifest.extra.get("description")
+        if isinstance(description, str) and description.strip():
+            typer.echo(f"  about: {printable(' '.join(description.split()))}")
         source = manifest.input
         if isinstance(source, AudioInput):
             typer.echo(
@@ -240,11 +299,16 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
             prints = ", ".join(key_fingerprint(k) for k in load_public_keys(verifier.trusted_keys))
             typer.echo(f"  trusted keys: {prints}")
     users = verifier.store.users()
-    typer.echo(f"store: {verifier.store.directory} ({len(users)} template(s))")
+    typer.echo(f"store: {printable(str(verifier.store.directory))} ({len(users)} template(s))")
     for name in users:
-        stamp = verifier.store.path(name).stat().st_mtime
+        try:
+            stamp = verifier.store.path(name).stat().st_mtime
+        except OSError:  # removed since it was listed
+            continue
         when = datetime.datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="seconds")
         typer.echo(f"  {name}  (updated {when})")
+    for entry, why in verifier.store.ignored():
+        typer.echo(f"  ignored: {printable(entry)} ({why})")
 
 
 @app.command()
@@ -257,7 +321,7 @@ def delete(
     verifier = _verifier(None, store)
     path = verifier.store.path(user)
     verifier.delete(user)
-    typer.echo(f"deleted {user!r} ({path})")
+    typer.echo(f"deleted {user!r} ({printable(str(path))})")
 
 
 def main() -> None:

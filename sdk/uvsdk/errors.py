@@ -8,14 +8,31 @@ CLI turns it into that line on stderr and exit code 2.
 from __future__ import annotations
 
 
+def printable(text: str) -> str:
+    """``text`` safe to print on one line: control characters (a newline could forge an output
+    line, an escape sequence could rewrite the terminal) and undecodable bytes of a file name
+    (lone surrogates) are escaped as ``\\n``, ``\\x1b``, ``\\udcff``."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
 class UvsdkError(Exception):
     """Base class of every error the SDK raises on purpose (CLI exit code 2)."""
 
     exit_code = 2
 
     def __init__(self, message: str) -> None:
-        # One line, always: a message with a newline would break the CLI's contract.
-        super().__init__(" ".join(str(message).split()))
+        # One line, always: a message with a newline would break the CLI's contract; control
+        # characters from a file name are escaped.
+        super().__init__(printable(" ".join(str(message).split())))
 
 
 class BundleError(UvsdkError):
@@ -30,7 +47,8 @@ class MediaError(UvsdkError):
     """An input file could not be used.
 
     ``reason`` is a short machine-readable word: ``undecodable``, ``truncated``, ``too_short``,
-    ``too_long``, ``silent``, ``clipped``, ``non_finite``, ``empty`` or ``not_image``.
+    ``too_long``, ``silent``, ``clipped``, ``non_finite``, ``out_of_range``, ``empty`` or
+    ``not_image``.
     """
 
     def __init__(self, message: str, reason: str = "undecodable") -> None:
@@ -46,8 +64,16 @@ class WrongKeyError(TemplateError):
     """The passphrase (or keyring key) does not open this template."""
 
 
+class RollbackError(TemplateError):
+    """The template is older than the last one written on this device (a copy was put back)."""
+
+
 class ModelMismatchError(TemplateError):
     """The template was made with another model (or code) than the bundle in use."""
+
+
+class StorePermissionError(UvsdkError):
+    """The store folder or a template file can be written by another user, or is theirs."""
 
 
 class KeyUnavailableError(UvsdkError):
@@ -60,6 +86,10 @@ class NotEnrolledError(UvsdkError):
 
 class EnrollmentError(UvsdkError):
     """Enrollment could not be completed (e.g. fewer usable samples than required)."""
+
+
+class AttemptNotRecordedError(UvsdkError):
+    """Verification was refused because the attempt could not be written into the template."""
 
 
 class LockedOutError(UvsdkError):

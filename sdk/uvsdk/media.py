@@ -20,9 +20,11 @@ import soxr
 from PIL import Image, ImageOps
 
 from uvsdk.errors import MediaError
+from uvsdk.errors import printable as _printable
 
 __all__ = [
     "DEFAULT_MAX_SECONDS",
+    "MAX_PEAK",
     "audio_windows",
     "check_audio",
     "load_audio",
@@ -44,6 +46,11 @@ CLIP_LEVEL = 0.999
 MAX_CLIPPED_FRACTION = 0.01
 """Largest fraction of clipped samples tolerated."""
 
+MAX_PEAK = 2.0
+"""Largest sample magnitude accepted (+6 dBFS). Float files may go a little over full scale
+(and resampling overshoots); anything far beyond is not normalised audio, and values near the
+float32 limit (3e38) overflow inside any model."""
+
 _BLOCK_VALUES = 1 << 18  # samples (frames x channels) decoded per read: about 1 MiB of float32
 _SHORTFALL = re.compile(r"^\s*(.+?)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
 _STREAMING_SIZE = 0xFFFFFFFF  # size placeholder written by streaming encoders; not a truncation
@@ -52,9 +59,9 @@ _UNKNOWN_FRAMES = 2**63 - 1  # what libsndfile reports when the header does not 
 
 def _check_file(path: Path) -> None:
     if not path.exists():
-        raise MediaError(f"{path.name}: no such file", reason="undecodable")
+        raise MediaError(f"{_printable(path.name)}: no such file", reason="undecodable")
     if not path.is_file():
-        raise MediaError(f"{path.name}: not a regular file", reason="undecodable")
+        raise MediaError(f"{_printable(path.name)}: not a regular file", reason="undecodable")
 
 
 def _truncation(extra_info: str) -> str | None:
@@ -105,10 +112,12 @@ def load_audio(
         infinite samples) or ``too_short`` (too few samples to resample to a single one).
     """
     path = Path(path)
-    name = path.name
+    name = _printable(path.name)
     _check_file(path)
     try:
-        with sf.SoundFile(path) as f:
+        # Opened by Python, not by libsndfile: any file name the OS accepts works (libsndfile
+        # needs it encodable as UTF-8), and a permission error is reported as such.
+        with open(path, "rb") as raw, sf.SoundFile(raw) as f:
             rate, channels = f.samplerate, f.channels
             shortfall = _truncation(f.extra_info)
             if shortfall:
@@ -161,7 +170,8 @@ def check_audio(
 ) -> None:
     """Check that decoded audio is usable, raising on the first problem found.
 
-    The checks run in this order: non-finite samples, too short, silent, clipped. ``clipped`` comes
+    The checks run in this order: non-finite samples, out of range, too short, silent, clipped.
+    ``clipped`` comes
     last so that a caller that tolerates clipping (verification does) knows every other check passed
     when it catches it.
 
@@ -179,14 +189,21 @@ def check_audio(
     Raises
     ------
     MediaError
-        ``non_finite``, ``too_short``, ``silent`` (RMS below -60 dBFS) or ``clipped`` (more than 1 %
-        of samples at or above 0.999 in magnitude).
+        ``non_finite``, ``out_of_range`` (a sample beyond ±2, +6 dBFS), ``too_short``, ``silent``
+        (RMS below -60 dBFS) or ``clipped`` (more than 1 % of samples at or above 0.999 in
+        magnitude).
     """
     x = np.asarray(samples)
     if x.ndim != 1:
         raise ValueError(f"expected 1-D samples, got shape {x.shape}")
     if not np.isfinite(x).all():
         raise MediaError(f"{name}: contains NaN or infinite samples", reason="non_finite")
+    peak = float(np.max(np.abs(x))) if len(x) else 0.0
+    if peak > MAX_PEAK:
+        raise MediaError(
+            f"{name}: samples reach {peak:.3g}, far outside [-1, 1]: not normalised audio",
+            reason="out_of_range",
+        )
     seconds = len(x) / sample_rate
     if seconds < min_seconds:
         raise MediaError(
@@ -233,18 +250,32 @@ def audio_windows(
         float32 array of shape ``[n_windows, round(window_seconds * sample_rate)]``.
     """
     x = np.asarray(samples, dtype=np.float32)
-    width = round(window_seconds * sample_rate)
-    hop = round(hop_seconds * sample_rate)
     if x.ndim != 1 or len(x) == 0:
         raise ValueError(f"expected non-empty 1-D samples, got shape {x.shape}")
-    if width < 1 or hop < 1:
-        raise ValueError("window and hop must each be at least one sample long")
+    width, starts = window_starts(len(x), sample_rate, window_seconds, hop_seconds)
     if len(x) <= width:
         return np.resize(x, width)[None, :]
-    starts = list(range(0, len(x) - width + 1, hop))
-    if starts[-1] + width < len(x):
-        starts.append(len(x) - width)
     return np.stack([x[s : s + width] for s in starts])
+
+
+def window_starts(
+    length: int, sample_rate: int, window_seconds: float, hop_seconds: float
+) -> tuple[int, list[int]]:
+    """The window width and the start of every window of :func:`audio_windows`, in samples.
+
+    Lets a caller cut and embed the windows a batch at a time (bounded memory). A clip no longer
+    than one window has the single start 0 (it is repeat-padded to the width).
+    """
+    width = round(window_seconds * sample_rate)
+    hop = round(hop_seconds * sample_rate)
+    if width < 1 or hop < 1:
+        raise ValueError("window and hop must each be at least one sample long")
+    if length <= width:
+        return width, [0]
+    starts = list(range(0, length - width + 1, hop))
+    if starts[-1] + width < length:
+        starts.append(length - width)
+    return width, starts
 
 
 _TARGET_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
@@ -302,7 +333,7 @@ def load_image(path: str | os.PathLike[str], height: int, width: int, channels: 
     if height < 1 or width < 1:
         raise ValueError(f"image size must be positive, got {height}x{width}")
     path = Path(path)
-    name = path.name
+    name = _printable(path.name)
     _check_file(path)
     try:
         with Image.open(path) as img:

@@ -2,18 +2,27 @@
 
 File layout (all integers big-endian)::
 
-    magic   b"UVT1"                       4 bytes
+    magic   b"UVT2"                       4 bytes
     kdf     1 = scrypt(passphrase), 2 = random key in the OS keyring      1 byte
     log2_n, r, p   scrypt parameters (zero for the keyring)               3 bytes
     salt    random per file (for the keyring: the key's id)               16 bytes
     check   HMAC-SHA256(key, "uvsdk key check")[:16]                      16 bytes
+    digest  SHA-256(all of the above)[:8]                                 8 bytes
     nonce   random per write                                              12 bytes
     sealed  AES-256-GCM(key, nonce, JSON payload, aad = all of the above) rest
 
-The key check tells a wrong passphrase from a modified file (AES-GCM alone cannot); it is
-authenticated with the rest. The payload (codeword, prototype, threshold, back-off state, ...)
-exists in clear only in memory. Writes are atomic: a temporary file in the same folder, fsync,
-``os.replace``, mode 0600.
+The key check tells a wrong passphrase from a modified file (AES-GCM alone cannot); the unkeyed
+digest tells a modified header (salt, scrypt parameters) from a wrong passphrase, which a keyed
+check cannot. Both are authenticated with the rest. Version 1 files (``UVT1``, no digest) are
+still read, and written as version 2 the next time they change.
+
+The payload (codeword, prototype, threshold, back-off state, ...) exists in clear only in memory.
+It carries a *generation* that grows with every write; the last generation written is also kept
+outside the file (in the OS keyring beside a keyring key, or in a state folder outside the store
+for passphrase templates), so a template rolled back to an older copy is refused (see
+:class:`FileFreshness` and :class:`KeyringFreshness` for what each can promise). Writes are
+atomic: a temporary file in the same folder, fsync, ``os.replace``, mode 0600, all relative to the
+store folder opened once, so a store deleted meanwhile is never recreated by an update.
 """
 
 from __future__ import annotations
@@ -28,9 +37,10 @@ import json
 import os
 import re
 import secrets
+import stat
 import struct
 import sys
-import tempfile
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,17 +49,36 @@ from typing import Any
 import numpy as np
 
 from .backoff import BackoffPolicy, BackoffState
-from .errors import KeyUnavailableError, NotEnrolledError, TemplateError, UvsdkError, WrongKeyError
+from .errors import (
+    KeyUnavailableError,
+    NotEnrolledError,
+    RollbackError,
+    StorePermissionError,
+    TemplateError,
+    UvsdkError,
+    WrongKeyError,
+)
 
-MAGIC = b"UVT1"
+MAGIC = b"UVT2"
+MAGIC_V1 = b"UVT1"
 SUFFIX = ".uvt"
 KDF_SCRYPT, KDF_KEYRING = 1, 2
 SCRYPT_LOG2_N, SCRYPT_R, SCRYPT_P = 15, 8, 1
+SCRYPT_LOG2_N_RANGE = (10, 16)
+"""scrypt costs accepted, read or written: 2^16 x r=8 is 64 MiB and well under a second; anything
+larger in a file's header is a modified file asking for gigabytes, refused before deriving."""
 KEYRING_SERVICE = "uvsdk"
-_HEADER = struct.Struct(">4sBBBB16s16s12s")
+PASSPHRASE_NORMALIZATION = "NFKC"
+"""Passphrases are Unicode-normalised (NIST SP 800-63B 5.1.1.2) before scrypt in version 2 files,
+so the same passphrase typed as composed or decomposed characters, or on a full-width keyboard,
+opens the same template."""
+_HEADER_V1 = struct.Struct(">4sBBBB16s16s12s")
+_HEADER = struct.Struct(">4sBBBB16s16s8s12s")
+_DIGEST_BYTES = 8
 _KEY_CHECK_LABEL = b"uvsdk key check"
 _USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _MAX_FILE_BYTES = 16 * 1024 * 1024
+_TEMPORARY = ".tmp"
 
 
 @dataclass(frozen=True)
@@ -58,7 +87,8 @@ class Template:
 
     ``codeword`` (the codeword bits), ``user_id`` and ``code_sha256`` come from ``codeword new``;
     ``mode``, ``threshold``, ``target_tpr``, ``model_sha256`` and ``prototype`` (prototype mode)
-    from enrollment. A template may hold a codeword and no enrollment yet.
+    from enrollment. A template may hold a codeword and no enrollment yet. ``generation`` is the
+    store's write counter (read from the file; the store sets it when writing).
     """
 
     user: str
@@ -75,6 +105,7 @@ class Template:
     samples: int = 0
     policy: BackoffPolicy = BackoffPolicy()
     backoff: BackoffState = BackoffState()
+    generation: int = field(default=0, compare=False)
 
     @property
     def is_enrolled(self) -> bool:
@@ -88,7 +119,8 @@ class Template:
     def to_payload(self) -> bytes:
         """The JSON plaintext that gets sealed."""
         data = {
-            "version": 1,
+            "version": 2,
+            "generation": self.generation,
             "user": self.user,
             "created": self.created,
             "codeword": _b64(np.packbits(self.codeword)) if self.codeword is not None else None,
@@ -105,15 +137,18 @@ class Template:
             "policy": dataclasses.asdict(self.policy),
             "backoff": dataclasses.asdict(self.backoff),
         }
-        return json.dumps(data, separators=(",", ":")).encode()
+        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
 
     @classmethod
     def from_payload(cls, payload: bytes) -> Template:
         """Parse a decrypted payload; anything malformed is a :class:`TemplateError`."""
         try:
             data = json.loads(payload)
-            if data["version"] != 1:
+            if data["version"] not in (1, 2):
                 raise ValueError(f"unknown template version {data['version']!r}")
+            generation = int(data["generation"]) if data["version"] >= 2 else 0
+            if generation < 0:
+                raise ValueError("negative generation")
             codeword = None
             if data["codeword"] is not None:
                 packed = np.frombuffer(base64.b64decode(data["codeword"]), np.uint8)
@@ -137,8 +172,9 @@ class Template:
                 samples=int(data["samples"]),
                 policy=BackoffPolicy(**data["policy"]),
                 backoff=BackoffState(**data["backoff"]),
+                generation=generation,
             )
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, OverflowError) as error:
             raise TemplateError(
                 f"the template's content is malformed ({type(error).__name__})"
             ) from None
@@ -157,36 +193,93 @@ class _Header:
     salt: bytes
     check: bytes
     nonce: bytes
+    version: int = 2
+
+    def _fields(self) -> bytes:
+        magic = MAGIC if self.version == 2 else MAGIC_V1
+        return struct.pack(
+            ">4sBBBB16s16s", magic, self.kdf, self.log2_n, self.r, self.p, self.salt, self.check
+        )
+
+    def digest(self) -> bytes:
+        """The unkeyed digest of the header's fields (version 2)."""
+        return hashlib.sha256(self._fields()).digest()[:_DIGEST_BYTES]
 
     def pack(self) -> bytes:
-        return _HEADER.pack(
-            MAGIC, self.kdf, self.log2_n, self.r, self.p, self.salt, self.check, self.nonce
-        )
+        if self.version == 1:
+            return self._fields() + self.nonce
+        return self._fields() + self.digest() + self.nonce
+
+    @property
+    def size(self) -> int:
+        return _HEADER.size if self.version == 2 else _HEADER_V1.size
 
 
 def parse_file(blob: bytes, name: str = "template") -> tuple[_Header, bytes]:
-    """Split a template file into its header and sealed payload (no key needed)."""
-    if len(blob) < _HEADER.size + 16:
+    """Split a template file into its header and sealed payload (no key needed).
+
+    Everything that can be checked without the key is checked here, before any key is derived:
+    the magic, the key-derivation kind, the scrypt parameters (only the bounded set the SDK
+    writes) and, in version 2, the header digest.
+    """
+    magic = blob[:4]
+    if magic == MAGIC:
+        layout, version = _HEADER, 2
+    elif magic == MAGIC_V1:
+        layout, version = _HEADER_V1, 1
+    elif len(blob) < 4 + 16:
         raise TemplateError(f"{name}: not a uvsdk template (too short: {len(blob)} bytes)")
-    magic, kdf, log2_n, r, p, salt, check, nonce = _HEADER.unpack_from(blob)
-    if magic != MAGIC:
+    else:
         raise TemplateError(f"{name}: not a uvsdk template (bad magic)")
-    if kdf == KDF_SCRYPT and not (10 <= log2_n <= 22 and 1 <= r <= 32 and 1 <= p <= 16):
-        raise TemplateError(f"{name}: the template's key parameters are out of range (modified?)")
-    if kdf not in (KDF_SCRYPT, KDF_KEYRING):
+    if len(blob) < layout.size + 16:
+        raise TemplateError(f"{name}: not a uvsdk template (too short: {len(blob)} bytes)")
+    if version == 2:
+        _, kdf, log2_n, r, p, salt, check, digest, nonce = layout.unpack_from(blob)
+    else:
+        _, kdf, log2_n, r, p, salt, check, nonce = layout.unpack_from(blob)
+    header = _Header(kdf, log2_n, r, p, salt, check, nonce, version)
+    if version == 2 and not hmac.compare_digest(header.digest(), digest):
+        raise TemplateError(f"{name}: the template's header was modified or is damaged")
+    if kdf == KDF_SCRYPT:
+        low, high = SCRYPT_LOG2_N_RANGE
+        if not (low <= log2_n <= high and r == SCRYPT_R and p == SCRYPT_P):
+            raise TemplateError(
+                f"{name}: the template's key parameters are not ones this SDK writes (modified?)"
+            )
+    elif kdf == KDF_KEYRING:
+        if (log2_n, r, p) != (0, 0, 0):
+            raise TemplateError(f"{name}: the template's key parameters are malformed (modified?)")
+    else:
         raise TemplateError(f"{name}: unknown key derivation {kdf} (modified?)")
-    return _Header(kdf, log2_n, r, p, salt, check, nonce), blob[_HEADER.size :]
+    return header, blob[layout.size :]
 
 
 def _key_check(key: bytes) -> bytes:
     return hmac.new(key, _KEY_CHECK_LABEL, hashlib.sha256).digest()[:16]
 
 
-def _scrypt(passphrase: str, salt: bytes, log2_n: int, r: int, p: int) -> bytes:
+def passphrase_bytes(passphrase: str, *, normalize: bool = True) -> bytes:
+    """The bytes scrypt derives from: NFKC-normalised UTF-8 (version 2 files).
+
+    A passphrase that is not valid Unicode text (an invalid UTF-8 byte in ``$UVSDK_PASSPHRASE``
+    reaches Python as a lone surrogate) is refused without echoing any part of it.
+    """
+    try:
+        text = (
+            unicodedata.normalize(PASSPHRASE_NORMALIZATION, passphrase) if normalize else passphrase
+        )
+        return text.encode("utf-8")
+    except UnicodeError:
+        raise KeyUnavailableError(
+            "the passphrase is not valid UTF-8 text; type it again or fix UVSDK_PASSPHRASE"
+        ) from None
+
+
+def _scrypt(secret: bytes, salt: bytes, log2_n: int, r: int, p: int) -> bytes:
     from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
     kdf = Scrypt(salt=salt, length=32, n=2**log2_n, r=r, p=p)
-    return kdf.derive(passphrase.encode("utf-8"))
+    return kdf.derive(secret)
 
 
 PassphraseSource = str | Callable[[bool], str] | None
@@ -195,7 +288,9 @@ PassphraseSource = str | Callable[[bool], str] | None
 def passphrase_from_environment(confirm: bool) -> str:
     """``$UVSDK_PASSPHRASE``, else a hidden prompt when stdin is a terminal, else an error.
 
-    ``confirm`` asks twice (for a template that is being created).
+    ``confirm`` asks twice (for a template that is being created). The environment variable is
+    read, not removed: a library does not edit its host's environment (the ``uvsdk`` command,
+    a process of its own, removes it once read).
     """
     value = os.environ.get("UVSDK_PASSPHRASE")
     if value:
@@ -213,21 +308,116 @@ def passphrase_from_environment(confirm: bool) -> str:
     return first
 
 
+# -- freshness: the last generation written, kept outside the template file --------------------
+
+
+def default_state_dir() -> Path:
+    """``$UVSDK_STATE_DIR``, else the platform's user state folder (``.../uvsdk``)."""
+    from_environment = os.environ.get("UVSDK_STATE_DIR")
+    if from_environment:
+        return Path(from_environment).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("uvsdk", appauthor=False))
+
+
+class FileFreshness:
+    """Generations in small files in a state folder outside the store (passphrase templates).
+
+    It detects a template file rolled back on its own (a copy put back, a store folder restored
+    from a backup or a sync). It cannot stop whoever can write both folders as the same OS user
+    (or as root) from rolling back both together: a file-only store cannot be rollback-proof.
+    """
+
+    kind = "file"
+
+    def __init__(self, directory: str | Path | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else default_state_dir()
+
+    def _path(self, key_id: bytes) -> Path:
+        return self.directory / "freshness" / f"{key_id.hex()}.gen"
+
+    def get(self, key_id: bytes) -> int | None:
+        path = self._path(key_id)
+        try:
+            text = path.read_text(encoding="ascii")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as error:
+            raise TemplateError(
+                f"cannot read the template's freshness record {path} ({error})"
+            ) from None
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise TemplateError(f"the template's freshness record {path} is damaged") from None
+        return value
+
+    def set(self, key_id: bytes, generation: int) -> None:
+        path = self._path(key_id)
+        _make_private_dir(path.parent)
+        _atomic_write(path, f"{generation}\n".encode("ascii"), must_exist=False)
+
+    def delete(self, key_id: bytes) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key_id).unlink()
+
+
+class KeyringFreshness:
+    """Generations in the OS keyring, outside the reach of anyone who can only touch files.
+
+    With a keyring key the generation lives in the same keyring entry as the key; a passphrase
+    template gets an entry of its own. Rolling a template back then needs the user's unlocked
+    keyring as well, so keyring mode is rollback-proof against file-level attackers (a copied
+    file, a restored backup, another local user); a process running as the same user with the
+    keyring unlocked, or root, can still edit the keyring.
+    """
+
+    kind = "keyring"
+
+    def get(self, key_id: bytes) -> int | None:
+        entry = _keyring_read(_generation_entry(key_id))
+        return None if entry is None else _parse_generation(entry)
+
+    def set(self, key_id: bytes, generation: int) -> None:
+        _keyring_write(_generation_entry(key_id), str(generation))
+
+    def delete(self, key_id: bytes) -> None:
+        _keyring_remove(_generation_entry(key_id))
+
+
+def _parse_generation(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise TemplateError("the template's keyring freshness record is damaged") from None
+
+
+Freshness = FileFreshness | KeyringFreshness
+
+
 class TemplateStore:
     """A folder of encrypted templates.
 
     Parameters
     ----------
     directory:
-        The store folder (created with mode 0700 on first write).
+        The store folder (created with mode 0700 on first write). It must belong to the user (or
+        root) and not be writable by group or others, as ssh asks of ``~/.ssh``.
     passphrase:
         A string, or a callable ``(confirm: bool) -> str`` asked only when a key is needed
-        (default: :func:`passphrase_from_environment`).
+        (default: :func:`passphrase_from_environment`). A callable is asked again after a wrong
+        passphrase.
     use_keyring:
         New templates get a random key kept in the OS keyring instead of a passphrase.
         Existing templates are always opened with the kind of key they were made with.
     scrypt_log2_n:
         scrypt cost for new templates (2^15 by default: 32 MiB, about 0.15 s here).
+    freshness:
+        Where the generation of passphrase templates is kept: ``"file"`` (default: a state
+        folder outside the store, :class:`FileFreshness`) or ``"keyring"``
+        (:class:`KeyringFreshness`, rollback-proof; needs a working keyring), or an object with
+        ``get``/``set``/``delete``. Keyring-key templates always keep it beside their key.
     """
 
     def __init__(
@@ -237,24 +427,36 @@ class TemplateStore:
         passphrase: PassphraseSource = None,
         use_keyring: bool = False,
         scrypt_log2_n: int | None = None,
+        freshness: str | Freshness = "file",
     ) -> None:
         self.directory = Path(directory)
         self._passphrase_source = passphrase
         self._passphrase: str | None = None
         self.use_keyring = use_keyring
+        low, high = SCRYPT_LOG2_N_RANGE
+        if scrypt_log2_n is not None and not low <= scrypt_log2_n <= high:
+            raise UvsdkError(f"scrypt_log2_n must be in [{low}, {high}], not {scrypt_log2_n}")
         self.scrypt_log2_n = scrypt_log2_n
+        if freshness == "file":
+            self.freshness: Freshness = FileFreshness()
+        elif freshness == "keyring":
+            self.freshness = KeyringFreshness()
+        elif isinstance(freshness, str):
+            raise UvsdkError(f"freshness must be 'file' or 'keyring', not {freshness!r}")
+        else:
+            self.freshness = freshness
         self._keys: dict[str, tuple[_Header, bytes]] = {}  # user -> header and key last used
-        self._derived: dict[
-            tuple, bytes
-        ] = {}  # (kdf, salt, parameters) -> key, so scrypt runs once
+        self._generations: dict[str, int] = {}  # user -> generation last read or written
+        # (kdf, salt, parameters) -> key, so scrypt runs once
+        self._derived: dict[tuple, bytes] = {}
 
     # -- paths and listing -------------------------------------------------------------------
 
     def path(self, user: str) -> Path:
         """``<store>/<user>.uvt`` for a valid user name."""
-        if not _USER_NAME.match(user):
+        if not isinstance(user, str) or not _USER_NAME.match(user):
             raise UvsdkError(
-                f"invalid user name {user!r}: use 1-64 letters, digits, '.', '_' or '-'"
+                f"invalid user name {user!r:.80}: use 1-64 letters, digits, '.', '_' or '-'"
             )
         return self.directory / f"{user}{SUFFIX}"
 
@@ -263,10 +465,44 @@ class TemplateStore:
         return self.path(user).is_file()
 
     def users(self) -> list[str]:
-        """The users with a template, sorted."""
+        """The users with a template, sorted (entries that are not templates are skipped; see
+        :meth:`ignored`)."""
+        return [name for name, problem in self._entries() if problem is None]
+
+    def ignored(self) -> list[tuple[str, str]]:
+        """``(file name, why)`` for each ``*.uvt`` entry that is not a usable template file."""
+        return [(name, problem) for name, problem in self._entries() if problem is not None]
+
+    def _entries(self) -> list[tuple[str, str | None]]:
         if not self.directory.is_dir():
             return []
-        return sorted(p.name[: -len(SUFFIX)] for p in self.directory.glob(f"*{SUFFIX}"))
+        found = []
+        try:
+            entries = sorted(os.scandir(self.directory), key=lambda e: e.name)
+        except OSError as error:
+            raise UvsdkError(
+                f"cannot list the store {self.directory} ({error.strerror or error})"
+            ) from None
+        for entry in entries:
+            if not entry.name.endswith(SUFFIX) or entry.name.startswith("."):
+                continue
+            user = entry.name[: -len(SUFFIX)]
+            if not _USER_NAME.match(user):
+                found.append((entry.name, "not a valid user name"))
+            elif entry.is_symlink():
+                found.append((entry.name, "a symbolic link, not a template file"))
+            elif not entry.is_file(follow_symlinks=False):
+                found.append((entry.name, "not a regular file"))
+            else:
+                found.append((user, None))
+        return found
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def check_permissions(self) -> None:
+        """Refuse a store folder another user could write to (as ssh refuses such a ``~/.ssh``):
+        owned by someone else than this user or root, or writable by group or others."""
+        _check_private(self.directory, "store")
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -279,25 +515,41 @@ class TemplateStore:
                 value = (source or passphrase_from_environment)(confirm)
             if not value:
                 raise KeyUnavailableError("the passphrase is empty")
+            passphrase_bytes(value)  # refuses text that is not valid Unicode
             self._passphrase = value
         return self._passphrase
 
     def _open_key(self, header: _Header, name: str) -> bytes:
-        cached = self._derived.get((header.kdf, header.salt, header.log2_n, header.r, header.p))
+        cache_key = (header.version, header.kdf, header.salt, header.log2_n, header.r, header.p)
+        cached = self._derived.get(cache_key)
         if cached is not None and hmac.compare_digest(_key_check(cached), header.check):
             return cached
         if header.kdf == KDF_KEYRING:
             key = _keyring_get(header.salt)
             if key is None:
                 raise WrongKeyError(f"{name}: its key is not in this keyring")
+            candidates = [key]
         else:
             passphrase = self._get_passphrase(confirm=False)
-            key = _scrypt(passphrase, header.salt, header.log2_n, header.r, header.p)
-        if not hmac.compare_digest(_key_check(key), header.check):
-            kind = "keyring key" if header.kdf == KDF_KEYRING else "passphrase"
-            raise WrongKeyError(f"{name}: wrong {kind}")
-        self._derived[(header.kdf, header.salt, header.log2_n, header.r, header.p)] = key
-        return key
+            secrets_to_try = [passphrase_bytes(passphrase)]
+            if header.version == 1:
+                # Version 1 derived from the passphrase as given; NFKC is tried second.
+                raw = passphrase_bytes(passphrase, normalize=False)
+                secrets_to_try = [raw] + [s for s in secrets_to_try if s != raw]
+            candidates = [
+                _scrypt(secret, header.salt, header.log2_n, header.r, header.p)
+                for secret in secrets_to_try
+            ]
+        for key in candidates:
+            if hmac.compare_digest(_key_check(key), header.check):
+                self._derived[cache_key] = key
+                return key
+        if header.kdf == KDF_KEYRING:
+            raise WrongKeyError(f"{name}: wrong keyring key")
+        if not isinstance(self._passphrase_source, str):
+            self._passphrase = None  # ask again next time instead of keeping a mistyped one
+        hint = "" if header.version == 2 else " (or its header was modified)"
+        raise WrongKeyError(f"{name}: wrong passphrase{hint}")
 
     def _new_key(self) -> tuple[_Header, bytes]:
         salt = secrets.token_bytes(16)
@@ -307,17 +559,23 @@ class TemplateStore:
             return _Header(KDF_KEYRING, 0, 0, 0, salt, _key_check(key), b""), key
         passphrase = self._get_passphrase(confirm=True)
         log2_n = self.scrypt_log2_n or SCRYPT_LOG2_N
-        key = _scrypt(passphrase, salt, log2_n, SCRYPT_R, SCRYPT_P)
+        key = _scrypt(passphrase_bytes(passphrase), salt, log2_n, SCRYPT_R, SCRYPT_P)
         return _Header(KDF_SCRYPT, log2_n, SCRYPT_R, SCRYPT_P, salt, _key_check(key), b""), key
+
+    def _freshness_for(self, header: _Header) -> Freshness:
+        return _KEYRING_KEY_FRESHNESS if header.kdf == KDF_KEYRING else self.freshness
 
     # -- reading and writing -----------------------------------------------------------------
 
     def load(self, user: str) -> Template:
-        """Decrypt and authenticate the user's template."""
+        """Decrypt and authenticate the user's template, and check it was not rolled back."""
         path = self.path(user)
         name = path.name
+        if self.directory.is_dir():
+            self.check_permissions()
         try:
             with open(path, "rb") as handle:
+                _check_private_file(handle.fileno(), path)
                 blob = handle.read(_MAX_FILE_BYTES + 1)
         except FileNotFoundError:
             raise NotEnrolledError(
@@ -339,57 +597,114 @@ class TemplateStore:
         template = Template.from_payload(payload)
         if template.user != user:
             raise TemplateError(f"{name}: the template belongs to another user (renamed file?)")
+        recorded = self._freshness_for(header).get(header.salt)
+        if recorded is not None and template.generation < recorded:
+            raise RollbackError(
+                f"{name}: the template is older than the last one written on this device "
+                f"(generation {template.generation} < {recorded}): it was rolled back or "
+                f"restored from a copy. Nothing was changed; if you restored it yourself, "
+                f"re-enroll (uvsdk delete --user {user}, then uvsdk enroll)"
+            )
         self._keys[user] = (header, key)
+        self._generations[user] = max(template.generation, recorded or 0)
         return template
 
-    def save(self, template: Template) -> Path:
-        """Encrypt and write atomically (a fresh nonce every time; the salt and key are kept
-        when this store opened the user's file before, else made anew)."""
+    def save(self, template: Template, *, create: bool | None = None) -> Path:
+        """Encrypt and write atomically, with the next generation.
+
+        A fresh nonce every time; the salt and key are kept when this store opened the user's
+        file before, else made anew. ``create`` (default: whether this store has not read the
+        user's template) allows making the store folder and a new file; an update (``create``
+        false) never recreates a store or template that was deleted meanwhile.
+        """
         path = self.path(template.user)
-        header, key = self._keys.get(template.user) or self._new_key()
-        header = dataclasses.replace(header, nonce=secrets.token_bytes(12))
+        known = self._keys.get(template.user)
+        if create is None:
+            create = known is None
+        if create:
+            _make_private_dir(self.directory)
+        if self.directory.is_dir():
+            self.check_permissions()
+        header, key = known or self._new_key()
+        header = dataclasses.replace(header, nonce=secrets.token_bytes(12), version=2)
+        generation = max(template.generation, self._generations.get(template.user, 0)) + 1
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         aad = header.pack()
-        blob = aad + AESGCM(key).encrypt(header.nonce, template.to_payload(), aad)
-        _atomic_write(path, blob)
+        sealed = template.replace(generation=generation).to_payload()
+        blob = aad + AESGCM(key).encrypt(header.nonce, sealed, aad)
+        _atomic_write(path, blob, must_exist=not create)
         self._keys[template.user] = (header, key)
+        self._generations[template.user] = generation
+        try:
+            self._freshness_for(header).set(header.salt, generation)
+        except UvsdkError as error:
+            raise UvsdkError(
+                f"{path.name} was written, but its freshness record was not ({error})"
+            ) from None
         return path
 
     def delete(self, user: str) -> None:
-        """Remove the user's template (and its keyring key, if it has one)."""
+        """Remove the user's template, its stale temporary files, its freshness record and its
+        keyring key."""
         path = self.path(user)
-        if not path.is_file():
+        stale = self._stale_temporaries(user)
+        if not path.is_file() and not path.is_symlink():
+            for leftover in stale:
+                with contextlib.suppress(FileNotFoundError):
+                    leftover.unlink()
             raise NotEnrolledError(f"user {user!r} has no template in {self.directory}")
-        try:
-            header, _ = parse_file(path.read_bytes(), path.name)
+        header = None
+        with contextlib.suppress(TemplateError, OSError):
+            header, _ = parse_file(path.read_bytes(), path.name)  # a damaged file is still deleted
+        path.unlink()
+        for leftover in stale:
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+        if header is not None:
+            with contextlib.suppress(UvsdkError):
+                self._freshness_for(header).delete(header.salt)
             if header.kdf == KDF_KEYRING:
                 _keyring_delete(header.salt)
-        except TemplateError:
-            pass  # a damaged file is still deleted
-        path.unlink()
         self._keys.pop(user, None)
+        self._generations.pop(user, None)
+
+    def _stale_temporaries(self, user: str) -> list[Path]:
+        """Temporary files of interrupted writes of this user's template (``.<user>.uvt.*``)."""
+        if not self.directory.is_dir():
+            return []
+        prefix = f".{self.path(user).name}."
+        return [p for p in self.directory.iterdir() if p.name.startswith(prefix)]
 
     @contextlib.contextmanager
-    def locked(self, user: str) -> Iterator[None]:
+    def locked(self, user: str, *, create: bool = False) -> Iterator[None]:
         """Hold an exclusive lock for a read-modify-write of the user's template.
 
-        The lock is ``flock`` on the store folder itself, so no lock file is left behind; with no
-        store folder yet there is nothing to protect and no folder is created. Where ``fcntl`` is
-        missing (Windows) writes stay atomic through ``os.replace`` but are not serialised.
+        The lock is ``flock`` on the store folder itself, so no lock file is left behind. With
+        ``create`` the folder is made first (mode 0700), so writers racing to create a store are
+        serialised too; without it a missing store is not created, and there is nothing to lock.
+        Under the lock, temporary files left by an interrupted write of this user are removed.
+        Where ``fcntl`` is missing (Windows) writes stay atomic through ``os.replace`` but are
+        not serialised.
         """
         self.path(user)  # validates the name
+        if create:
+            _make_private_dir(self.directory)
+        if not self.directory.is_dir():
+            yield
+            return
+        self.check_permissions()
         try:
             import fcntl
         except ImportError:
             yield
             return
-        if not self.directory.is_dir():
-            yield
-            return
         descriptor = os.open(self.directory, os.O_RDONLY)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
+            for leftover in self._stale_temporaries(user):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
             yield
         finally:
             os.close(descriptor)  # closing releases the lock
@@ -398,45 +713,141 @@ class TemplateStore:
         """Drop cached keys from memory."""
         self._keys.clear()
         self._derived.clear()
+        self._generations.clear()
         self._passphrase = None
 
 
-def _make_store_dir(directory: Path) -> None:
+class _KeyringKeyFreshness:
+    """The generation of a keyring-key template, kept in the key's own keyring entry."""
+
+    kind = "keyring"
+
+    def get(self, key_id: bytes) -> int | None:
+        entry = _keyring_read(_keyring_entry(key_id))
+        return None if entry is None else _decode_key_entry(entry)[1]
+
+    def set(self, key_id: bytes, generation: int) -> None:
+        entry = _keyring_read(_keyring_entry(key_id))
+        if entry is None:
+            raise KeyUnavailableError("the template's key is no longer in the keyring")
+        key, _ = _decode_key_entry(entry)
+        _keyring_write(_keyring_entry(key_id), _encode_key_entry(key, generation))
+
+    def delete(self, key_id: bytes) -> None:
+        pass  # the entry goes with the key
+
+
+_KEYRING_KEY_FRESHNESS = _KeyringKeyFreshness()
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+def _check_private(directory: Path, what: str) -> None:
+    if not hasattr(os, "geteuid"):
+        return  # Windows: ACLs, not mode bits; the user profile folder is private by default
+    try:
+        info = os.stat(directory)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise UvsdkError(
+            f"cannot read the {what} {directory} ({error.strerror or error})"
+        ) from None
+    if info.st_uid not in (os.geteuid(), 0):
+        raise StorePermissionError(
+            f"the {what} {directory} belongs to another user (uid {info.st_uid}): "
+            "refusing to use it; use a folder of your own"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StorePermissionError(
+            f"the {what} {directory} is writable by other users "
+            f"(mode {stat.S_IMODE(info.st_mode):04o}): refusing to use it; "
+            f"run chmod go-w {directory}"
+        )
+
+
+def _check_private_file(descriptor: int, path: Path) -> None:
+    if not hasattr(os, "geteuid"):
+        return
+    info = os.fstat(descriptor)
+    if info.st_uid not in (os.geteuid(), 0):
+        raise StorePermissionError(
+            f"{path.name} belongs to another user (uid {info.st_uid}): refusing to use it"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StorePermissionError(
+            f"{path.name} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o}): "
+            f"refusing to use it; run chmod 600 {path}"
+        )
+
+
+def _make_private_dir(directory: Path) -> None:
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as error:
         raise UvsdkError(
-            f"cannot create the store {directory} ({error.strerror or error})"
+            f"cannot create the folder {directory} ({error.strerror or error})"
         ) from None
 
 
-def _atomic_write(path: Path, blob: bytes) -> None:
-    """Write via a temporary file in the same folder, fsync, then ``os.replace`` (mode 0600)."""
-    _make_store_dir(path.parent)
+def _atomic_write(path: Path, blob: bytes, *, must_exist: bool) -> None:
+    """Write via a temporary file in the same folder, fsync, then ``os.replace`` (mode 0600).
+
+    Every step is relative to the folder opened once, so if the folder is deleted meanwhile the
+    write fails instead of recreating it; with ``must_exist`` the target must still be there just
+    before the rename (an update never brings back a deleted file). The folder itself is never
+    created here.
+    """
+    relative = hasattr(os, "O_DIRECTORY") and os.replace in os.supports_dir_fd
     try:
-        # mkstemp creates the file with mode 0600, readable by its owner alone.
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY) if relative else None
+    except FileNotFoundError:
+        raise NotEnrolledError(
+            f"{path.parent} no longer exists (deleted?): nothing written"
+        ) from None
     except OSError as error:
         raise UvsdkError(f"cannot write to {path.parent} ({error.strerror or error})") from None
+    target = path.name if relative else str(path)
+    temporary = f"{'' if relative else str(path.parent) + os.sep}.{path.name}.{secrets.token_hex(6)}{_TEMPORARY}"
+    created = False
     try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        descriptor = os.open(temporary, flags, 0o600, dir_fd=folder)
+        created = True
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(blob)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        if must_exist:
+            try:
+                os.stat(target, dir_fd=folder, follow_symlinks=False)
+            except FileNotFoundError:
+                raise NotEnrolledError(
+                    f"{path.name} was deleted meanwhile: not written again"
+                ) from None
+        os.replace(temporary, target, src_dir_fd=folder, dst_dir_fd=folder)
+        created = False
+        if folder is not None:
+            with contextlib.suppress(OSError):
+                os.fsync(folder)
     except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        if created:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=folder)
+        if isinstance(error, FileNotFoundError) and not created:
+            raise NotEnrolledError(
+                f"{path.parent} no longer exists (deleted?): nothing written"
+            ) from None
         if isinstance(error, OSError):
             raise UvsdkError(f"cannot write {path} ({error.strerror or error})") from None
         raise
-    if hasattr(os, "O_DIRECTORY"):
-        with contextlib.suppress(OSError):
-            directory = os.open(path.parent, os.O_DIRECTORY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+    finally:
+        if folder is not None:
+            os.close(folder)
+
+
+# -- the OS keyring ----------------------------------------------------------------------------
 
 
 def _keyring() -> Any:
@@ -454,26 +865,53 @@ def _keyring_entry(key_id: bytes) -> str:
     return f"template-key-{key_id.hex()}"
 
 
-def _keyring_set(key_id: bytes, key: bytes) -> None:
+def _generation_entry(key_id: bytes) -> str:
+    return f"template-generation-{key_id.hex()}"
+
+
+def _encode_key_entry(key: bytes, generation: int) -> str:
+    """A keyring key's entry: the key and the template's generation (``key:generation``)."""
+    return f"{base64.b64encode(key).decode()}:{generation}"
+
+
+def _decode_key_entry(entry: str) -> tuple[bytes, int | None]:
+    encoded, _, generation = entry.partition(":")  # entries written by 0.1 hold the key alone
+    try:
+        return base64.b64decode(encoded, validate=True), (int(generation) if generation else None)
+    except ValueError:
+        raise TemplateError("the template's keyring entry is damaged") from None
+
+
+def _keyring_read(entry: str) -> str | None:
     keyring = _keyring()
     try:
-        keyring.set_password(
-            KEYRING_SERVICE, _keyring_entry(key_id), base64.b64encode(key).decode()
-        )
+        return keyring.get_password(KEYRING_SERVICE, entry)
     except keyring.errors.KeyringError as error:
         raise KeyUnavailableError(f"the OS keyring is not available ({error})") from None
+
+
+def _keyring_write(entry: str, value: str) -> None:
+    keyring = _keyring()
+    try:
+        keyring.set_password(KEYRING_SERVICE, entry, value)
+    except keyring.errors.KeyringError as error:
+        raise KeyUnavailableError(f"the OS keyring is not available ({error})") from None
+
+
+def _keyring_remove(entry: str) -> None:
+    keyring = _keyring()
+    with contextlib.suppress(keyring.errors.KeyringError):
+        keyring.delete_password(KEYRING_SERVICE, entry)
+
+
+def _keyring_set(key_id: bytes, key: bytes) -> None:
+    _keyring_write(_keyring_entry(key_id), _encode_key_entry(key, 0))
 
 
 def _keyring_get(key_id: bytes) -> bytes | None:
-    keyring = _keyring()
-    try:
-        value = keyring.get_password(KEYRING_SERVICE, _keyring_entry(key_id))
-    except keyring.errors.KeyringError as error:
-        raise KeyUnavailableError(f"the OS keyring is not available ({error})") from None
-    return base64.b64decode(value) if value else None
+    entry = _keyring_read(_keyring_entry(key_id))
+    return None if entry is None else _decode_key_entry(entry)[0]
 
 
 def _keyring_delete(key_id: bytes) -> None:
-    keyring = _keyring()
-    with contextlib.suppress(keyring.errors.KeyringError):
-        keyring.delete_password(KEYRING_SERVICE, _keyring_entry(key_id))
+    _keyring_remove(_keyring_entry(key_id))

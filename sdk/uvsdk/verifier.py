@@ -14,6 +14,7 @@ what the command does::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,14 +28,16 @@ from . import backoff as backoff_rules
 from .bundle import AudioInput, Bundle, Code, ImageInput
 from .codeword import bipolar, encode, new_message, random_user_id
 from .errors import (
+    AttemptNotRecordedError,
     BundleError,
     EnrollmentError,
     MediaError,
     ModelMismatchError,
     NotEnrolledError,
+    SignatureError,
     UvsdkError,
 )
-from .media import DEFAULT_MAX_SECONDS, audio_windows, check_audio, load_audio, load_image
+from .media import DEFAULT_MAX_SECONDS, check_audio, load_audio, load_image, window_starts
 from .scoring import (
     codeword_scores,
     cosine_scores,
@@ -112,9 +115,22 @@ def default_store_dir() -> Path:
 
 
 def trusted_keys_from_environment() -> list[str]:
-    """PEM paths from ``$UVSDK_TRUSTED_KEYS`` (separated by ``os.pathsep``)."""
+    """PEM paths from ``$UVSDK_TRUSTED_KEYS`` (separated by ``os.pathsep``).
+
+    Unset or empty: no keys (signatures are not checked). Set to something that names no key
+    (``":"``, spaces): a :class:`SignatureError`, since silently checking nothing would turn
+    the signature check off by mistake.
+    """
     value = os.environ.get("UVSDK_TRUSTED_KEYS", "")
-    return [part for part in value.split(os.pathsep) if part.strip()]
+    if not value:
+        return []
+    keys = [part for part in value.split(os.pathsep) if part.strip()]
+    if not keys:
+        raise SignatureError(
+            "UVSDK_TRUSTED_KEYS is set but names no key file: give PEM paths separated by "
+            f"{os.pathsep!r}, or unset it"
+        )
+    return keys
 
 
 class Verifier:
@@ -132,6 +148,11 @@ class Verifier:
         prompt on a terminal). Asked only when a template is opened or created.
     use_keyring:
         Protect new templates with a random key in the OS keyring instead of a passphrase.
+    freshness:
+        Where each template's write generation is also kept, so a rolled-back template is
+        refused: ``"keyring"`` (rollback-proof against anyone without the unlocked keyring; the
+        default with ``use_keyring``) or ``"file"`` (a state folder outside the store: detects a
+        template put back on its own; the default otherwise). See docs/sdk.md's threat model.
     trusted_keys:
         Ed25519 public keys (PEM paths or key objects); when set, unsigned or wrongly signed
         bundles are refused. Default: ``$UVSDK_TRUSTED_KEYS``.
@@ -152,6 +173,7 @@ class Verifier:
         store: str | Path | TemplateStore | None = None,
         passphrase: PassphraseSource = None,
         use_keyring: bool = False,
+        freshness: str | None = None,
         trusted_keys: Sequence[Any] | None = None,
         threads: int | None = None,
         backoff: backoff_rules.BackoffPolicy | None = None,
@@ -164,7 +186,12 @@ class Verifier:
             self.store = store
         else:
             directory = Path(store).expanduser() if store else default_store_dir()
-            self.store = TemplateStore(directory, passphrase=passphrase, use_keyring=use_keyring)
+            self.store = TemplateStore(
+                directory,
+                passphrase=passphrase,
+                use_keyring=use_keyring,
+                freshness=freshness or ("keyring" if use_keyring else "file"),
+            )
         self.trusted_keys = (
             list(trusted_keys) if trusted_keys is not None else trusted_keys_from_environment()
         )
@@ -207,15 +234,20 @@ class Verifier:
             except MediaError as error:
                 if not (allow_clipped and error.reason == "clipped"):
                     raise
-            windows = audio_windows(
-                samples, spec.sample_rate, spec.window_seconds, spec.hop_seconds
+            # Windows are cut batch by batch, so memory stays bounded whatever the clip and hop.
+            width, starts = window_starts(
+                samples.size, spec.sample_rate, spec.window_seconds, spec.hop_seconds
             )
-            outputs = [
-                self.bundle.run(windows[start : start + WINDOW_BATCH])
-                for start in range(0, len(windows), WINDOW_BATCH)
-            ]
-            vector = np.concatenate(outputs).mean(axis=0)
-            info = {"seconds": samples.size / spec.sample_rate, "windows": len(windows)}
+            if samples.size < width:
+                samples = np.resize(samples, width)  # repeat-padded to one window
+            total = np.zeros(self.bundle.manifest.dim, dtype=np.float64)
+            for first in range(0, len(starts), WINDOW_BATCH):
+                batch = np.stack(
+                    [samples[s : s + width] for s in starts[first : first + WINDOW_BATCH]]
+                )
+                total += self.bundle.run(batch).sum(axis=0, dtype=np.float64)
+            vector = total / len(starts)
+            info = {"seconds": samples.size / spec.sample_rate, "windows": len(starts)}
         else:
             assert isinstance(spec, ImageInput)
             if isinstance(source, np.ndarray):
@@ -250,7 +282,7 @@ class Verifier:
                 f"{self.bundle.path.name} outputs embeddings, not codewords: "
                 "codeword new needs a codeword bundle"
             )
-        with self.store.locked(user):
+        with self.store.locked(user, create=True):
             existing = self.store.load(user) if self.store.exists(user) else None
             if existing is not None and existing.codeword is not None:
                 raise UvsdkError(
@@ -307,7 +339,7 @@ class Verifier:
                 f"{MIN_ENROLLMENT_SAMPLES} are needed; nothing was enrolled"
             )
         matrix = np.stack(vectors)
-        with self.store.locked(user):
+        with self.store.locked(user, create=True):
             existing = self.store.load(user) if self.store.exists(user) else None
             base = existing or Template(user=user, created=self.clock())
             if base.codeword is not None and manifest.code is not None:
@@ -375,8 +407,13 @@ class Verifier:
     ) -> Decision:
         """Accept iff the score reaches the user's warm-up threshold.
 
-        With ``backoff`` (the default) the attempt is counted in the encrypted template and a
-        locked-out user gets :class:`LockedOutError` before anything is computed.
+        With ``backoff`` (the default) a locked-out user gets :class:`LockedOutError` before
+        anything is computed, and the attempt is written into the encrypted template as a
+        failure *before* the score is computed: if it cannot be written (full disk, read-only
+        store, deleted template) verification is refused with :class:`AttemptNotRecordedError`
+        and no score is revealed. An acceptance then resets the count (if that second write
+        fails, the decision stands and the count stays one too high: the safe side). An input
+        that cannot be decoded is not an attempt.
         """
         name = str(source) if isinstance(source, str | Path) else "input"
         if not backoff:
@@ -385,12 +422,23 @@ class Verifier:
             return Decision(name, value, float(template.threshold), value >= template.threshold)
         with self.store.locked(user):
             template = self._enrolled_template(user)
-            backoff_rules.check(template.backoff, user, self.clock())
-            value = self._score(template, self.embed(source))
+            now = self.clock()
+            backoff_rules.check(template.backoff, user, now)
+            vector = self.embed(source)
+            failed = backoff_rules.record(template.backoff, template.policy, False, now)
+            try:
+                self.store.save(template.replace(backoff=failed), create=False)
+            except (NotEnrolledError, AttemptNotRecordedError):
+                raise
+            except UvsdkError as error:
+                raise AttemptNotRecordedError(
+                    f"verification refused: the attempt cannot be recorded ({error})"
+                ) from None
+            value = self._score(template, vector)
             accepted = value >= template.threshold
-            state = backoff_rules.record(template.backoff, template.policy, accepted, self.clock())
-            if state != template.backoff:
-                self.store.save(template.replace(backoff=state))
+            if accepted:
+                with contextlib.suppress(UvsdkError):
+                    self.store.save(template.replace(backoff=backoff_rules.BackoffState()))
         return Decision(name, value, float(template.threshold), accepted)
 
     def delete(self, user: str = "default") -> None:
