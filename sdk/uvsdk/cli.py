@@ -38,7 +38,8 @@ class _OneLineErrors(TyperGroup):
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as error:
-            typer.echo(f"uvsdk: error: {_usage_line(error)}", err=True)
+            given = list(sys.argv[1:] if args is None else args)
+            typer.echo(f"uvsdk: error: {_usage_line(error, given)}", err=True)
             code = 2
         except click.Abort:
             typer.echo("uvsdk: error: interrupted", err=True)
@@ -52,14 +53,17 @@ class _OneLineErrors(TyperGroup):
         return code
 
 
-def _usage_line(error: click.UsageError) -> str:
-    message = " ".join(error.format_message().split())
+def _usage_line(error: click.UsageError, given: list[str]) -> str:
+    message = printable(" ".join(error.format_message().split()))
     command = error.ctx.command_path if error.ctx is not None else "uvsdk"
-    if isinstance(error, click.NoSuchOption) and error.option_name.startswith("-"):
-        message += (
-            f" (a file whose name starts with '-': write ./{error.option_name} or put -- "
-            "before the files)"
-        )
+    if isinstance(error, click.NoSuchOption):
+        # click names the option it failed on ('-d' of '-dash.wav'): show the word as typed
+        word = next((a for a in given if a.startswith(error.option_name)), error.option_name)
+        if not word.startswith("--") or "." in word:
+            message += (
+                f" (a file whose name starts with '-': write ./{printable(word)} or put -- "
+                "before the files)"
+            )
     return f"{message} (see {command} --help)"
 
 

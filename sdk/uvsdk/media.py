@@ -146,7 +146,10 @@ def load_audio(
                 parts.append(mono.astype(np.float32))
                 count += len(block)
     except (RuntimeError, OSError, ValueError, TypeError, EOFError) as e:
-        detail = str(getattr(e, "error_string", "") or e).strip().rstrip(".")
+        if isinstance(e, OSError) and e.strerror:
+            detail = e.strerror  # not str(e): that repeats the full path
+        else:
+            detail = str(getattr(e, "error_string", "") or e).strip().rstrip(".")
         raise MediaError(f"{name}: not a readable audio file ({detail})", "undecodable") from e
 
     if count == 0:
