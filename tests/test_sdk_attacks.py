@@ -149,6 +149,22 @@ def test_01_keyring_mode_is_rollback_proof(
     assert sum(key.startswith("template-key-") for _, key in memory_keyring.entries) == 1
 
 
+def test_01_passphrase_keys_with_keyring_records_from_the_command(alice, memory_keyring) -> None:
+    verifier, store, _, impostor = alice
+    other = store.parent / "kr"
+    env = {"UVSDK_FRESHNESS": "keyring"}
+    args = ["--bundle", verifier.bundle.path, "--store", other]
+    samples = store.parent / "enroll0"
+    assert uvsdk("enroll", "--samples", samples, *args, env=env).exit_code == 0
+    saved = (other / "default.uvt").read_bytes()
+    assert parse_file(saved)[0].kdf == template_module.KDF_SCRYPT
+    assert any(k.startswith("template-generation-") for _, k in memory_keyring.entries)
+    assert uvsdk("verify", impostor, *args, env=env).exit_code == 1
+    (other / "default.uvt").write_bytes(saved)
+    one_line_error(uvsdk("verify", impostor, *args, env=env), "rolled back")
+    one_line_error(uvsdk("verify", impostor, *args, env={"UVSDK_FRESHNESS": "cloud"}), "freshness")
+
+
 def test_01_file_only_store_cannot_stop_a_rollback_of_both_folders(alice) -> None:
     """What docs/sdk.md states: without a keyring, whoever can rewrite both the store and the
     state folder (the same OS user, root) can roll back; this test keeps that statement true."""

@@ -131,7 +131,14 @@ def _verifier(bundle: Path | None, store: Path | None) -> Any:
     # Read once and dropped from this process's environment, so no child process or crash
     # report inherits it (on Linux /proc/PID/environ keeps the initial block; see docs/sdk.md).
     passphrase = os.environ.pop("UVSDK_PASSPHRASE", None) or None
-    return Verifier(bundle, store=store, use_keyring=keyring_wanted, passphrase=passphrase)
+    freshness = os.environ.get("UVSDK_FRESHNESS") or None  # keyring | file
+    return Verifier(
+        bundle,
+        store=store,
+        use_keyring=keyring_wanted,
+        passphrase=passphrase,
+        freshness=freshness,
+    )
 
 
 @app.command()
