@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -53,6 +54,14 @@ def _errors_to_exit(command: F) -> F:
             if os.environ.get("UVTRAIN_DEBUG"):
                 raise
             typer.echo(f"uvtrain: error: {' '.join(str(error).split())}", err=True)
+            raise typer.Exit(2) from None
+        except ModuleNotFoundError as error:
+            # An extra's module imported by the command (the entry point checked the usual ones).
+            from .entry import EXTRA_OF, not_installed
+
+            if os.environ.get("UVTRAIN_DEBUG") or (error.name or "").split(".")[0] not in EXTRA_OF:
+                raise
+            typer.echo(not_installed("uvtrain: error: ", [error.name.split(".")[0]]), err=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             typer.echo(
@@ -411,10 +420,15 @@ def _print_report(report: dict, folder: Path) -> None:
     typer.echo(f"report: {folder / 'report.json'}   ROC: {folder / 'roc.png'}")
 
 
-def main() -> None:
-    """Console entry point."""
-    app(prog_name="uvtrain")
+def main(argv: list[str] | None = None) -> int:
+    """The command line (the console script is :func:`uvtrain.entry.main`); returns the exit
+    status."""
+    try:
+        app(args=argv, prog_name="uvtrain")
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
