@@ -18,12 +18,14 @@ or louder recording.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import platform
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +79,33 @@ class ExportResult:
     quantization: dict[str, Any] = field(default_factory=lambda: {"scheme": "none"})
 
 
+@contextlib.contextmanager
+def _quiet_exporter() -> Any:
+    """Silence two messages of ``torch.onnx.export`` that are about torch, not about the user's
+    model, and that every ``uvexport`` printed (torch 2.13, onnxscript 0.5):
+
+    * four ``WARNING`` lines of the exporter's op registry, "torchvision is not installed.
+      Skipping torchvision::nms" (roi_align, roi_pool, deform_conv2d): it registers torchvision's
+      ops when torchvision is there, and our models use none of them. Only that logger is raised
+      to ERROR, only for the export.
+    * a ``FutureWarning`` from torch's own pytree code, "`isinstance(treespec, LeafSpec)` is
+      deprecated": torch calling its own deprecated API. Only that message is filtered.
+    """
+    registry = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registry.level
+    registry.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore",
+                message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                category=FutureWarning,
+            )
+            yield
+    finally:
+        registry.setLevel(level)
+
+
 def export_onnx(model: Any, example: Any, dynamic_shapes: dict[int, Any]) -> bytes:
     """``model`` as one ONNX file's bytes: opset :data:`OPSET`, input ``input``, output
     ``output``, the given dynamic axes of the input (``torch.export.Dim``), no external data.
@@ -87,18 +116,19 @@ def export_onnx(model: Any, example: Any, dynamic_shapes: dict[int, Any]) -> byt
     rejects it; ONNX Runtime infers the shapes itself."""
     import torch
 
-    program = torch.onnx.export(
-        model,
-        (example,),
-        None,
-        dynamo=True,
-        external_data=False,
-        opset_version=OPSET,
-        input_names=["input"],
-        output_names=["output"],
-        dynamic_shapes=(dynamic_shapes,),
-        verbose=False,
-    )
+    with _quiet_exporter():
+        program = torch.onnx.export(
+            model,
+            (example,),
+            None,
+            dynamo=True,
+            external_data=False,
+            opset_version=OPSET,
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_shapes=(dynamic_shapes,),
+            verbose=False,
+        )
     proto = program.model_proto
     del proto.graph.value_info[:]
     return proto.SerializeToString()
@@ -463,9 +493,14 @@ def export_run(
     sign_key: Any | None = None,
     tolerance: float = TOLERANCE,
     quantize: str = "none",
+    method: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Export a run folder to a bundle; raise :class:`ExportError` when parity fails, or when
-    ``quantize="int8"`` and no int8 scheme is both not slower and within :data:`DRIFT_BOUND`."""
+    ``quantize="int8"`` and no int8 scheme is both not slower and within :data:`DRIFT_BOUND`.
+
+    ``method`` replaces the manifest's method (default: the run's), and ``extra`` adds top-level
+    manifest keys (e.g. ``description``); the default voice bundle uses both."""
     if quantize not in ("none", "int8"):
         raise ExportError(f"--quantize {quantize}: choose none or int8")
     from uvtrain.engine import TrainingError
@@ -488,7 +523,7 @@ def export_run(
         "backbone": type(model.backbone).__name__,
         "metrics": {name: split.get("eer") for name, split in report.get("splits", {}).items()},
     }
-    extra: dict[str, Any] = {"provenance": provenance, "data_licence": dataset.licence}
+    extra = {"provenance": provenance, "data_licence": dataset.licence, **(extra or {})}
     if config.pretrained:
         provenance["pretrained"] = _pretrained_provenance(config.pretrained)
         extra["weights_licence"] = provenance["pretrained"]["licence"]
@@ -501,7 +536,7 @@ def export_run(
         out,
         modality=dataset.modality,
         spec=dataset.spec,
-        method=config.method,
+        method=method or config.method,
         code_length=config.code_length,
         inputs=inputs,
         extra=extra,
