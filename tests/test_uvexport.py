@@ -108,6 +108,10 @@ def test_manifest_reports_only_public_figures(
     # The exporter's own noise is silenced at its source (uvexport.export._quiet_exporter).
     assert "torchvision" not in printed.err and "Warning" not in printed.err, printed.err
     assert printed.out.startswith("wrote ") and len(printed.out.splitlines()) == 1
+    # The same run exports to the same bytes (no object addresses or paths in the graph).
+    assert main([str(feduv_run), "--out", str(tmp_path / "again.uvb")]) == 0
+    again = Bundle(tmp_path / "again.uvb").manifest.model_sha256
+    assert again == Bundle(tmp_path / "v.uvb").manifest.model_sha256
     text = json.dumps(Bundle(tmp_path / "v.uvb").manifest.to_dict())
     assert "codeword" in text  # the output kind, and nothing per user:
     for secret in ("threshold", "prototype", "private"):
@@ -312,3 +316,23 @@ def test_the_default_voice_says_what_it_is() -> None:
     )
     adapted = describe({**RECIPE, "rounds": 150})
     assert adapted[0] == "fedhide" and "150 federated rounds" in adapted[1]
+
+
+def test_the_shipped_default_bundle_says_what_it_is() -> None:
+    import hashlib
+    import zipfile
+
+    path = Path(__file__).resolve().parents[1] / "sdk" / "uvsdk" / "data" / "default.uvb"
+    with zipfile.ZipFile(path) as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+        model = archive.read("model.onnx")
+    assert manifest["name"] == "default" and manifest["method"] == "reference"
+    assert manifest["description"].startswith("The pretrained GE2E speaker encoder")
+    assert "not federatedly trained (0 rounds)" in manifest["description"]
+    assert manifest["model_sha256"] == hashlib.sha256(model).hexdigest()
+    assert manifest["provenance"]["pretrained"]["requirement"] == "Resemblyzer==0.1.4"
+    # The graph of the bundle built before this key was added, without the exporter's debug
+    # metadata (object addresses: uvexport.export._drop_debug_metadata): the model is unchanged.
+    assert manifest["model_sha256"] == (
+        "8b121823d7034f274b88e5303785ecdd36ef446bd126ed308877e0f206fb84b4"
+    )

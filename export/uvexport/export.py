@@ -101,6 +101,17 @@ def _quiet_exporter() -> Any:
                 message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                 category=FutureWarning,
             )
+            # The same for recurrent models (the GE2E encoder's LSTM): torch's graph code calling
+            # its own deprecated _check_is_size, and nn.LSTM's _flat_weights (torch's attribute,
+            # not ours) reported as "assigned during export".
+            warnings.filterwarnings(
+                "ignore", message=r"_check_is_size will be removed", category=FutureWarning
+            )
+            warnings.filterwarnings(
+                "ignore",
+                message=r"The tensor attributes \S*lstm\._flat_weights",
+                category=UserWarning,
+            )
             yield
     finally:
         registry.setLevel(level)
@@ -110,8 +121,9 @@ def export_onnx(model: Any, example: Any, dynamic_shapes: dict[int, Any]) -> byt
     """``model`` as one ONNX file's bytes: opset :data:`OPSET`, input ``input``, output
     ``output``, the given dynamic axes of the input (``torch.export.Dim``), no external data.
 
-    The exporter's ``value_info`` (intermediate shapes, optional in ONNX) is dropped: it records
-    some shapes as traced from the example (GroupNorm's reshape targets as ``[0, 32, 0, 0]``),
+    The exporter's per-node debug metadata is dropped (:func:`_drop_debug_metadata`: the same
+    model gives the same bytes), and so is its ``value_info`` (intermediate shapes, optional in
+    ONNX): it records some shapes as traced from the example (GroupNorm's reshape targets as ``[0, 32, 0, 0]``),
     ONNX Runtime ran the face network 5 % slower with it, and the quantizer's shape inference
     rejects it; ONNX Runtime infers the shapes itself."""
     import torch
@@ -131,7 +143,22 @@ def export_onnx(model: Any, example: Any, dynamic_shapes: dict[int, Any]) -> byt
         )
     proto = program.model_proto
     del proto.graph.value_info[:]
+    _drop_debug_metadata(proto.graph)
     return proto.SerializeToString()
+
+
+def _drop_debug_metadata(graph: Any) -> None:
+    """Remove the exporter's per-node debug metadata (``pkg.torch.onnx.stack_trace``, ``fx_node``,
+    ``namespace``, ...): it holds Python object addresses (``<function sym_max at 0x7f...>``) and
+    source paths, so two exports of the same model differed in their bytes and ``model_sha256``.
+    Without it an export is reproducible; ONNX Runtime never reads it."""
+    for node in graph.node:
+        del node.metadata_props[:]
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                _drop_debug_metadata(attribute.g)
+            for subgraph in attribute.graphs:
+                _drop_debug_metadata(subgraph)
 
 
 def _parity_inputs(dataset: Any) -> list[np.ndarray]:
