@@ -99,9 +99,19 @@ def test_export_errors_are_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert "signing key" in err and len(err.strip().splitlines()) == 1
 
 
-def test_manifest_reports_only_public_figures(feduv_run: Path, tmp_path: Path, monkeypatch) -> None:
+def test_manifest_reports_only_public_figures(
+    feduv_run: Path, tmp_path: Path, monkeypatch, capfd
+) -> None:
     monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
-    assert main([str(feduv_run), "--out", str(tmp_path / "v.uvb")]) == 0
+    assert main(["export", str(feduv_run), "--out", str(tmp_path / "v.uvb")]) == 0  # named
+    printed = capfd.readouterr()  # file-descriptor level: torch's logging handler included
+    # The exporter's own noise is silenced at its source (uvexport.export._quiet_exporter).
+    assert "torchvision" not in printed.err and "Warning" not in printed.err, printed.err
+    assert printed.out.startswith("wrote ") and len(printed.out.splitlines()) == 1
+    # The same run exports to the same bytes (no object addresses or paths in the graph).
+    assert main([str(feduv_run), "--out", str(tmp_path / "again.uvb")]) == 0
+    again = Bundle(tmp_path / "again.uvb").manifest.model_sha256
+    assert again == Bundle(tmp_path / "v.uvb").manifest.model_sha256
     text = json.dumps(Bundle(tmp_path / "v.uvb").manifest.to_dict())
     assert "codeword" in text  # the output kind, and nothing per user:
     for secret in ("threshold", "prototype", "private"):
@@ -250,3 +260,79 @@ def test_int8_drift_is_measured_as_the_sdk_enrolls_embeddings() -> None:
         assert candidate.int8_ms > 0 and candidate.size_bytes > 0
     with pytest.raises(ExportError, match=r"^int8 not written: dynamic-matmul .*drift .* > -1"):
         quantize_int8(fp32, bound=-1.0, **inputs)
+
+
+def test_the_command_line_keeps_its_interface_and_errors_are_one_line(
+    tmp_path: Path, capsys
+) -> None:
+    """A typer app (like uvsdk and uvtrain) with the argparse interface it had: RUN_DIR beside the
+    commands, every flag, -h; a usage error is one line and exit 2."""
+
+    def error_of(*args: str) -> str:
+        assert main(list(args)) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+        return lines[0]
+
+    run = str(tmp_path / "run")
+    assert error_of(run) == "uvexport: error: Missing option '--out'. (uvexport export --help)"
+    assert "Missing argument 'RUN_DIR'" in error_of("--out", "x.uvb")
+    assert "'int4' is not one of 'none', 'int8'" in error_of(
+        run, "--out", "x.uvb", "--quantize", "int4"
+    )
+    assert "No such option" in error_of(run, "--out", "x.uvb", "--bogus")
+    assert error_of("keygen") == "uvexport: error: Missing option '--out'. (uvexport keygen --help)"
+    assert "Missing option '--out'" in error_of("default-voice")
+    assert error_of(run, "--out", "x.uvb") == (
+        f"uvexport: {run} is not a run folder (no config.json and checkpoint.pt)"
+    )
+    assert main([]) == 2  # as argparse did: the help, and a usage error's status
+    capsys.readouterr()
+    for args, shown in (
+        (["--help"], ("RUN_DIR", "keygen", "default-voice", "export")),
+        (["-h"], ("keygen",)),
+        (["export", "--help"], ("--out", "--sign-key", "--quantize", "none|int8", "keygen")),
+        ([run, "--help"], ("--sign-key",)),
+        (["keygen", "--help"], ("--out",)),
+        (["default-voice", "--help"], ("--out", "--work", "--wheel", "--rounds", "--speakers")),
+    ):
+        assert main(args) == 0, args
+        out = capsys.readouterr().out
+        for word in shown:
+            assert word in out, (args, word)
+
+
+def test_the_default_voice_says_what_it_is() -> None:
+    """0 rounds: the pretrained encoder as it is — method ``reference``, and a description."""
+    from uvexport.default_voice import RECIPE, describe
+    from uvsdk.bundle import METHODS
+
+    method, description = describe(RECIPE)
+    assert RECIPE["rounds"] == 0 and method == "reference" and method in METHODS
+    assert description == (
+        "The pretrained GE2E speaker encoder (Resemblyzer 0.1.4 weights), exported as it is: "
+        "not federatedly trained (0 rounds)"
+    )
+    adapted = describe({**RECIPE, "rounds": 150})
+    assert adapted[0] == "fedhide" and "150 federated rounds" in adapted[1]
+
+
+def test_the_shipped_default_bundle_says_what_it_is() -> None:
+    import hashlib
+    import zipfile
+
+    path = Path(__file__).resolve().parents[1] / "sdk" / "uvsdk" / "data" / "default.uvb"
+    with zipfile.ZipFile(path) as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+        model = archive.read("model.onnx")
+    assert manifest["name"] == "default" and manifest["method"] == "reference"
+    assert manifest["description"].startswith("The pretrained GE2E speaker encoder")
+    assert "not federatedly trained (0 rounds)" in manifest["description"]
+    assert manifest["model_sha256"] == hashlib.sha256(model).hexdigest()
+    assert manifest["provenance"]["pretrained"]["requirement"] == "Resemblyzer==0.1.4"
+    # The graph of the bundle built before this key was added, without the exporter's debug
+    # metadata (object addresses: uvexport.export._drop_debug_metadata): the model is unchanged.
+    assert manifest["model_sha256"] == (
+        "8b121823d7034f274b88e5303785ecdd36ef446bd126ed308877e0f206fb84b4"
+    )

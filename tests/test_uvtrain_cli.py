@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,7 @@ def test_errors_are_one_line(
     assert result.exit_code == 2, result.output
     line = result.stderr.strip()
     assert line.startswith("uvtrain: error: ") and "\n" not in line and message in line, line
+    assert not (tmp_path / "run").exists()  # refused before the run folder is made
 
 
 def test_bad_config_file(data_root: Path, tmp_path: Path) -> None:
@@ -187,3 +189,222 @@ def test_eval_every_logs_eer_curves(data_root: Path, tmp_path: Path) -> None:
     # eval_every changes no training: resuming with another value is the same run
     again = uvtrain("run", *args[:-4], "--rounds", "5", "--eval-every", "0", "--out", out)
     assert again.exit_code == 0, again.output
+
+
+# -- bad files, bad numbers, no folder left behind, quiet logs -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-round FedUV run folder (and its dataset cache beside it, in ``data``)."""
+    root = tmp_path_factory.mktemp("tiny-run")
+    out = root / "run"
+    result = runner.invoke(
+        app,
+        ["run", "--method", "feduv", *TINY, "--rounds", "1", "--out", str(out)],
+        env={"UVTRAIN_DATA": str(root / "data")},
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def one_error_line(result) -> str:
+    line = result.stderr.strip()
+    assert result.exit_code == 2, result.output
+    assert line.startswith("uvtrain: error: ") and "\n" not in line, result.stderr
+    return line
+
+
+def _pickle_payload(path: Path, marker: Path) -> None:
+    """A checkpoint that would run code when unpickled without ``weights_only``."""
+    import torch
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"round": 1, "params": Payload()}, path)
+
+
+BROKEN_CHECKPOINTS = {
+    "truncated": ("not a readable checkpoint (truncated or corrupt", None),
+    "garbage": ("not a PyTorch checkpoint", None),
+    "pickle": ("refused: it holds pickled Python objects", None),
+    "list": ("not a uvtrain checkpoint", None),
+    "other-state": ("not a uvtrain checkpoint of this run", None),
+}
+
+
+@pytest.mark.parametrize("kind", list(BROKEN_CHECKPOINTS))
+def test_a_broken_checkpoint_is_one_line_in_eval_resume_and_export(
+    tiny_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    import shutil
+
+    import torch
+
+    from uvexport.cli import main as uvexport_main
+
+    monkeypatch.setenv("UVTRAIN_DATA", str(tiny_run.parent / "data"))
+    folder = tmp_path / "run"
+    shutil.copytree(tiny_run, folder)
+    checkpoint = folder / "checkpoint.pt"
+    marker = tmp_path / "payload-ran"
+    if kind == "truncated":
+        checkpoint.write_bytes(checkpoint.read_bytes()[:5000])
+    elif kind == "garbage":
+        checkpoint.write_bytes(b"this is not a checkpoint\n" * 10)
+    elif kind == "pickle":
+        _pickle_payload(checkpoint, marker)
+    elif kind == "list":
+        torch.save([1, 2, 3], checkpoint)
+    else:
+        torch.save({"round": 1, "params": {}}, checkpoint)
+    message = BROKEN_CHECKPOINTS[kind][0]
+    for args in (["eval", folder], ["run", "--method", "feduv", *TINY, "--rounds", "2", "--out", folder]):  # fmt: skip
+        line = one_error_line(uvtrain(*args))
+        assert str(checkpoint) in line and message in line, line
+    assert uvexport_main([str(folder), "--out", str(tmp_path / "x.uvb")]) == 2
+    assert not marker.exists()  # the payload never ran
+    assert not (tmp_path / "x.uvb").exists()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "pickled", "no-meta", "cut-member"])
+def test_a_broken_dataset_file_is_one_line(tiny_run: Path, tmp_path: Path, kind: str) -> None:
+    import zipfile
+
+    import numpy as np
+
+    built = next((tiny_run.parent / "data").glob("formant-voices-*.npz"))
+    path = tmp_path / f"{kind}.npz"
+    if kind == "truncated":
+        path.write_bytes(built.read_bytes()[:30000])
+    elif kind == "garbage":
+        path.write_bytes(b"\x80\x04K\x01." + b"garbage" * 100)  # np.load would unpickle it
+    elif kind == "pickled":
+        np.savez(path, meta=np.array([{"name": "x"}], dtype=object))
+    elif kind == "no-meta":
+        np.savez(path, other=np.zeros(3))
+    else:
+        with zipfile.ZipFile(built) as source, zipfile.ZipFile(path, "w") as target:
+            for name in source.namelist():
+                blob = source.read(name)
+                target.writestr(name, blob[: len(blob) // 2] if "clients/0/train" in name else blob)
+    out = tmp_path / "run"
+    line = one_error_line(uvtrain("run", "--method", "feduv", "--dataset", path, "--out", out))
+    assert f"{path}: not a readable dataset" in line, line
+    expected = {
+        "truncated": "not an .npz archive, or truncated",
+        "garbage": "not an .npz archive",
+        "pickled": "pickled Python objects: refused",
+        "no-meta": "no 'meta' in it",
+        "cut-member": "truncated or corrupt",
+    }[kind]
+    assert expected in line, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--lr", "inf", "lr must be a finite number, not inf"),
+        ("--lr", "nan", "lr must be a finite number"),
+        ("--lr", "-0.1", "lr must be positive"),
+        ("--lr-decay", "-1", "lr_decay >= 0"),
+        ("--fraction", "nan", "fraction must be a finite number"),
+        ("--fraction", "0", "fraction must be in (0, 1]"),
+        ("--lambda", "inf", "weight must be a finite number"),
+        ("--crop-seconds", "-inf", "crop_seconds must be a finite number"),
+        ("--batch-size", "0", "batch_size must be >= 1"),
+        ("--local-steps", "0", "local_steps must be >= 1"),
+        ("--rounds", "-1", "rounds and seed must be >= 0"),
+        ("--seed", "-3", "rounds and seed must be >= 0"),
+        ("--margin-scale", "inf", "margin_scale must be a finite number"),
+    ],
+)
+def test_numeric_options_are_checked_before_anything_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str, value: str, message: str
+) -> None:
+    # No UVTRAIN_DATA: the check comes before the dataset is built, read or even looked up.
+    monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "data"))
+    out = tmp_path / "deep" / "run"
+    result = uvtrain("run", "--method", "feduv", "--dataset", "formant-voices", option, value, "--out", out)  # fmt: skip
+    assert message in one_error_line(result)
+    assert not (tmp_path / "deep").exists() and not (tmp_path / "data").exists()
+
+
+def test_a_run_that_fails_removes_only_the_folder_it_made(data_root: Path, tmp_path: Path) -> None:
+    diverging = ["--method", "feduv", *TINY, "--rounds", "3", "--lr", "1e30"]
+    made = tmp_path / "new" / "run"
+    line = one_error_line(uvtrain("run", *diverging, "--out", made))
+    assert "the training loss became nan" in line
+    assert not (tmp_path / "new").exists()  # made by the failed command: removed, parents too
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("keep me")
+    one_error_line(uvtrain("run", *diverging, "--out", existing))
+    assert (existing / "notes.txt").read_text() == "keep me"  # a folder that was there stays
+    one_error_line(uvtrain("run", "--method", "feduv", "--dataset", "nowhere.npz", "--out", existing))  # fmt: skip
+    assert existing.is_dir()
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    assert "a file, not a folder" in one_error_line(uvtrain("run", *TINY, "--method", "feduv", "--out", file))  # fmt: skip
+
+
+def test_run_files_are_strict_json(tiny_run: Path) -> None:
+    """No NaN / Infinity tokens (not JSON) in any file of a run, whatever the values."""
+    from uvtrain.run import json_text
+
+    def strict(text: str):
+        return json.loads(text, parse_constant=lambda token: pytest.fail(f"{token} in JSON"))
+
+    for line in (tiny_run / "metrics.jsonl").read_text().splitlines():
+        strict(line)
+    strict((tiny_run / "config.json").read_text())
+    strict((tiny_run / "report.json").read_text())
+    values = {"loss": float("nan"), "lr": float("inf"), "eer": {"x": float("-inf")}, "n": 3}
+    assert strict(json_text(values)) == {"loss": None, "lr": None, "eer": {"x": None}, "n": 3}
+
+
+def test_a_line_cut_by_a_kill_is_dropped_on_resume(tmp_path: Path) -> None:
+    from uvtrain.run import trim_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"round": 1, "loss": 0.9}\n{"round": 2, "loss": 0.8}\n{"round": 3, "lo')
+    trim_metrics(path, 2)
+    assert path.read_text() == '{"round": 1, "loss": 0.9}\n{"round": 2, "loss": 0.8}\n'
+
+
+def test_progress_is_a_compact_line_when_stderr_is_no_terminal(
+    tiny_run: Path, data_root: Path, tmp_path: Path
+) -> None:
+    result = uvtrain("run", "--method", "feduv", *TINY, "--rounds", "2", "--out", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    assert "\r" not in result.stderr and "it/s" not in result.stderr and "%|" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # one line at the end
+    assert result.stderr.startswith("feduv: round 2/2, loss ")
+    assert "near chance" in result.output and "--rounds 800" in result.output
+
+
+def test_run_help_shows_the_defaults_and_settings_that_learn() -> None:
+    result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.replace("│", " ").split())
+    for shown in ("Federated rounds. [default: (50)]", "Learning rate. [default: (0.1)]",
+                  "Local batch size (B). [default: (16)]", "[default: (--pfm)]"):  # fmt: skip
+        assert shown in text, shown
+    assert "feduv --rounds 800 --fraction 0.1" in text and "--lr 0.5 --lr-decay 0.005" in text
+    assert "fedhide --rounds 600" in text
+
+
+def test_a_run_near_chance_points_to_settings_that_learn(tiny_run: Path) -> None:
+    from uvtrain.cli import near_chance_hint
+
+    report = json.loads((tiny_run / "report.json").read_text())
+    assert report["splits"]["test_known"]["eer"] > 0.3  # one round learns nothing
+    hint = near_chance_hint(report)
+    assert hint is not None and "near chance" in hint and "--rounds 800" in hint
+    report["method"] = "fedhide"
+    assert "fedhide --rounds 600" in near_chance_hint(report)
+    report["splits"]["test_known"]["eer"] = 0.12
+    assert near_chance_hint(report) is None

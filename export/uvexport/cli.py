@@ -2,57 +2,108 @@
 
     uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8]
     uvexport keygen --out KEY.pem
-    uvexport default-voice --out sdk/uvsdk/data/default.uvb [--work DIR] [--rounds N]
+    uvexport default-voice --out sdk/uvsdk/data/default.uvb [--work DIR] [--wheel WHEEL]
+                           [--rounds N] [--speakers N]
 
-Errors are one line on stderr and exit code 2.
+A typer app like ``uvsdk`` and ``uvtrain``. The export is the command ``export``, and the word may
+be left out: :class:`ExportGroup` sends a first word that is no command name to it, so
+``uvexport RUN_DIR --out NAME.uvb`` works as it always has. Errors (usage errors included) are one
+line on stderr and exit code 2 (``UVEXPORT_DEBUG=1`` shows a traceback).
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from typer.core import TyperGroup
+
+#: The command a first word that is no command name goes to.
+DEFAULT_COMMAND = "export"
 
 
-def _export(arguments: Sequence[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="uvexport",
-        description="Export a uvtrain run folder to a .uvb bundle (ONNX, parity-checked).",
-        epilog="uvexport keygen --out KEY.pem makes an Ed25519 signing key.",
-    )
-    parser.add_argument("run_dir", type=Path, help="the uvtrain run folder")
-    parser.add_argument("--out", type=Path, required=True, help="the bundle to write (.uvb)")
-    parser.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
-    parser.add_argument(
-        "--quantize",
-        choices=("none", "int8"),
-        default="none",
-        help="int8: write the fastest int8 scheme that is not slower than float32 and moves no "
-        "score by more than the drift bound (both measured here); fail when none is",
-    )
-    args = parser.parse_args(arguments)
+class ExportGroup(TyperGroup):
+    """``uvexport RUN_DIR ...`` is ``uvexport export RUN_DIR ...``: arguments that do not start
+    with a command name (or the group's own ``--help``) go to :data:`DEFAULT_COMMAND`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        first = args[0] if args else None
+        if first is not None and first not in self.commands and first not in ("-h", "--help"):
+            args = [DEFAULT_COMMAND, *args]
+        return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [DEFAULT_COMMAND] + [name for name in self.commands if name != DEFAULT_COMMAND]
+
+
+app = typer.Typer(
+    name="uvexport",
+    cls=ExportGroup,
+    help="Export a uvtrain run folder to a .uvb bundle (ONNX, parity-checked): "
+    "uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8] "
+    "(the word 'export' may be left out).",
+    add_completion=False,
+    no_args_is_help=True,
+    subcommand_metavar="[export] RUN_DIR --out NAME.uvb [OPTIONS] | COMMAND [ARGS]...",
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class Quantize(str, Enum):
+    none = "none"
+    int8 = "int8"
+
+
+class UsageFailure(Exception):
+    """A one-line error of ours (bad key file, existing key)."""
+
+
+@app.command(
+    DEFAULT_COMMAND,
+    epilog="uvexport keygen --out KEY.pem makes an Ed25519 signing key.",
+)
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="The uvtrain run folder.")],
+    out: Annotated[Path, typer.Option("--out", help="The bundle to write (.uvb).")],
+    sign_key: Annotated[
+        Path | None, typer.Option("--sign-key", help="Ed25519 private key (PEM) to sign with.")
+    ] = None,
+    quantize: Annotated[
+        Quantize,
+        typer.Option(
+            "--quantize",
+            help="int8: write the fastest int8 scheme that is not slower than float32 and moves "
+            "no score by more than the drift bound (both measured here); fail when none is.",
+        ),
+    ] = Quantize.none,
+) -> None:
+    """Export a uvtrain run folder to a .uvb bundle (ONNX, parity-checked)."""
     from .bundle import load_signing_key
     from .export import export_run
 
     key = None
-    if args.sign_key is not None:
+    if sign_key is not None:
         try:
-            key = load_signing_key(args.sign_key)
+            key = load_signing_key(sign_key)
         except (OSError, ValueError) as error:
             message = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise SystemExit(
-                f"uvexport: cannot use {args.sign_key} as a signing key: {message}"
-            ) from None
-    result = export_run(args.run_dir, args.out, sign_key=key, quantize=args.quantize)
-    print(
+            raise UsageFailure(f"cannot use {sign_key} as a signing key: {message}") from None
+    result = export_run(run_dir, out, sign_key=key, quantize=quantize.value)
+    typer.echo(
         f"wrote {result.path} ({result.size_bytes / 1e6:.2f} MB{', signed' if key else ''}) in "
         f"{result.seconds:.1f} s; ONNX Runtime vs torch max abs difference "
         f"{result.max_abs_diff:.2e}"
     )
     q = result.quantization
     if q.get("scheme", "none") != "none":
-        print(
+        typer.echo(
             f"int8 {q['scheme']}: {q['int8_ms']:.2f} ms vs float32 {q['fp32_ms']:.2f} ms per "
             f"input ({q['speedup']:.2f}x; wall {q['int8_wall_ms']:.2f} vs "
             f"{q['fp32_wall_ms']:.2f} ms), score drift {q['score_drift']:.4f} (bound "
@@ -61,79 +112,98 @@ def _export(arguments: Sequence[str]) -> None:
         )
         for c in q["candidates"]:
             if "error" in c:
-                print(f"  {c['scheme']:<16} failed: {c['error']}")
+                typer.echo(f"  {c['scheme']:<16} failed: {c['error']}")
             else:
-                print(
+                typer.echo(
                     f"  {c['scheme']:<16} {c['int8_ms']:6.2f} ms  "
                     f"{q['fp32_ms'] / c['int8_ms']:5.2f}x  drift {c['score_drift']:.4f}  "
                     f"{c['bytes'] / 1e6:.2f} MB"
                 )
 
 
-def _keygen(arguments: Sequence[str]) -> None:
-    parser = argparse.ArgumentParser(prog="uvexport keygen", description="Make an Ed25519 key.")
-    parser.add_argument("--out", type=Path, required=True, help="private key file (PEM)")
-    args = parser.parse_args(arguments)
+@app.command("keygen")
+def keygen(
+    out: Annotated[Path, typer.Option("--out", help="Private key file (PEM).")],
+) -> None:
+    """Make an Ed25519 signing key (and its public key beside it, KEY.pub.pem)."""
     from .bundle import generate_signing_key, save_signing_key
 
     try:
-        private, public = save_signing_key(generate_signing_key(), args.out)
+        private, public = save_signing_key(generate_signing_key(), out)
     except FileExistsError:
-        raise SystemExit(f"uvexport: {args.out} exists; not overwritten") from None
-    print(f"private key: {private} (keep it secret)\npublic key:  {public} (give it to apps)")
+        raise UsageFailure(f"{out} exists; not overwritten") from None
+    typer.echo(f"private key: {private} (keep it secret)\npublic key:  {public} (give it to apps)")
 
 
-def _default_voice(arguments: Sequence[str]) -> None:
-    from .default_voice import RECIPE, build_default_voice
+@app.command("default-voice")
+def default_voice(
+    out: Annotated[Path, typer.Option("--out", help="The bundle to write (.uvb).")],
+    work: Annotated[Path, typer.Option("--work", help="Data and run folder.")] = Path(
+        "default-voice-work"
+    ),
+    wheel: Annotated[
+        Path | None, typer.Option("--wheel", help="Local Resemblyzer wheel (no download).")
+    ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--rounds",
+            help="FedHide rounds that adapt the encoder (recipe: 0).",
+            show_default=False,
+        ),
+    ] = None,
+    speakers: Annotated[
+        int | None, typer.Option("--speakers", help="recipe: 250.", show_default=False)
+    ] = None,
+) -> None:
+    """Rebuild the default voice bundle shipped in the uvsdk wheel."""
+    from .default_voice import build_default_voice
 
-    parser = argparse.ArgumentParser(
-        prog="uvexport default-voice",
-        description="Rebuild the default voice bundle shipped in the uvsdk wheel.",
-    )
-    parser.add_argument("--out", type=Path, required=True, help="the bundle to write (.uvb)")
-    parser.add_argument(
-        "--work", type=Path, default=Path("default-voice-work"), help="data and run folder"
-    )
-    parser.add_argument("--wheel", type=Path, help="local Resemblyzer wheel (no download)")
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        help=f"FedHide rounds that adapt the encoder (recipe: {RECIPE['rounds']})",
-    )
-    parser.add_argument("--speakers", type=int, help=f"recipe: {RECIPE['speakers']}")
-    args = parser.parse_args(arguments)
-    result = build_default_voice(
-        args.out, work=args.work, wheel=args.wheel, rounds=args.rounds, speakers=args.speakers
-    )
-    print(
+    result = build_default_voice(out, work=work, wheel=wheel, rounds=rounds, speakers=speakers)
+    typer.echo(
         f"wrote {result.path} ({result.size_bytes / 1e6:.2f} MB) in {result.seconds:.1f} s; "
         f"ONNX Runtime vs torch max abs difference {result.max_abs_diff:.2e}"
     )
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point; returns the exit code."""
+    """The command line (the console script is :func:`uvexport.entry.main`); returns the exit
+    status: 0 done, 2 any error — one line on stderr."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    command = typer.main.get_command(app)
     try:
-        if arguments[:1] == ["keygen"]:
-            _keygen(arguments[1:])
-        elif arguments[:1] == ["default-voice"]:
-            _default_voice(arguments[1:])
-        else:
-            _export(arguments)
-    except SystemExit as stop:
-        if isinstance(stop.code, str):  # our one-line errors
-            print(stop.code, file=sys.stderr)
-            return 2
-        return int(stop.code or 0)  # argparse: --help is 0, a usage error is 2
+        status = command.main(args=arguments, prog_name="uvexport", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError:  # `uvexport` alone: typer printed the help
+        return 2
+    except click.UsageError as error:
+        context = error.ctx
+        named = context is not None and context.parent is not None
+        hint = f" (uvexport {context.info_name} --help)" if named else " (uvexport --help)"
+        print(f"uvexport: error: {_one_line(error.format_message())}{hint}", file=sys.stderr)
+        return 2
+    except click.ClickException as error:
+        print(f"uvexport: error: {_one_line(error.format_message())}", file=sys.stderr)
+        return 2
+    except click.Abort:
+        print("uvexport: interrupted", file=sys.stderr)
+        return 130
+    except UsageFailure as error:
+        print(f"uvexport: {error}", file=sys.stderr)
+        return 2
     except Exception as error:  # noqa: BLE001 - every failure is one line and exit 2
+        if os.environ.get("UVEXPORT_DEBUG"):
+            raise
         from .export import ExportError
 
         prefix = "" if isinstance(error, ExportError) else f"{type(error).__name__}: "
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"uvexport: {prefix}{message}", file=sys.stderr)
         return 2
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

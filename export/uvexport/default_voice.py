@@ -81,4 +81,28 @@ def build_default_voice(
     )
     run = train(config, work / "run")
     print(f"4/4 export to {out}")
-    return export_run(run, out, sign_key=sign_key)
+    method, description = describe(recipe)
+    return export_run(
+        run, out, sign_key=sign_key, method=method, extra={"description": description}
+    )
+
+
+def describe(recipe: dict[str, Any]) -> tuple[str, str]:
+    """The manifest's ``method`` and one-line ``description`` of a bundle built by ``recipe``.
+
+    With 0 rounds the bundle is the pretrained encoder as its authors trained it: its method is
+    ``reference`` (not trained by a federated method; docs/formats.md), and the description says
+    so. With rounds, it is the recipe's method that adapted it."""
+    from uvtrain.pretrained import WEIGHTS
+
+    weights = WEIGHTS[recipe["pretrained"]]
+    package, _, version = weights.requirement.partition("==")
+    encoder = f"pretrained GE2E speaker encoder ({package} {version} weights)"
+    if not recipe["rounds"]:
+        return "reference", (
+            f"The {encoder}, exported as it is: not federatedly trained (0 rounds)"
+        )
+    return recipe["method"], (
+        f"The {encoder}, adapted with {recipe['method']} for {recipe['rounds']} federated "
+        f"rounds on {recipe['speakers']} synthetic espeak-ng voices"
+    )

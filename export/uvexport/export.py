@@ -18,12 +18,14 @@ or louder recording.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import platform
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,31 +79,86 @@ class ExportResult:
     quantization: dict[str, Any] = field(default_factory=lambda: {"scheme": "none"})
 
 
+@contextlib.contextmanager
+def _quiet_exporter() -> Any:
+    """Silence two messages of ``torch.onnx.export`` that are about torch, not about the user's
+    model, and that every ``uvexport`` printed (torch 2.13, onnxscript 0.5):
+
+    * four ``WARNING`` lines of the exporter's op registry, "torchvision is not installed.
+      Skipping torchvision::nms" (roi_align, roi_pool, deform_conv2d): it registers torchvision's
+      ops when torchvision is there, and our models use none of them. Only that logger is raised
+      to ERROR, only for the export.
+    * a ``FutureWarning`` from torch's own pytree code, "`isinstance(treespec, LeafSpec)` is
+      deprecated": torch calling its own deprecated API. Only that message is filtered.
+    """
+    registry = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registry.level
+    registry.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore",
+                message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                category=FutureWarning,
+            )
+            # The same for recurrent models (the GE2E encoder's LSTM): torch's graph code calling
+            # its own deprecated _check_is_size, and nn.LSTM's _flat_weights (torch's attribute,
+            # not ours) reported as "assigned during export".
+            warnings.filterwarnings(
+                "ignore", message=r"_check_is_size will be removed", category=FutureWarning
+            )
+            warnings.filterwarnings(
+                "ignore",
+                message=r"The tensor attributes \S*lstm\._flat_weights",
+                category=UserWarning,
+            )
+            yield
+    finally:
+        registry.setLevel(level)
+
+
 def export_onnx(model: Any, example: Any, dynamic_shapes: dict[int, Any]) -> bytes:
     """``model`` as one ONNX file's bytes: opset :data:`OPSET`, input ``input``, output
     ``output``, the given dynamic axes of the input (``torch.export.Dim``), no external data.
 
-    The exporter's ``value_info`` (intermediate shapes, optional in ONNX) is dropped: it records
-    some shapes as traced from the example (GroupNorm's reshape targets as ``[0, 32, 0, 0]``),
+    The exporter's per-node debug metadata is dropped (:func:`_drop_debug_metadata`: the same
+    model gives the same bytes), and so is its ``value_info`` (intermediate shapes, optional in
+    ONNX): it records some shapes as traced from the example (GroupNorm's reshape targets as ``[0, 32, 0, 0]``),
     ONNX Runtime ran the face network 5 % slower with it, and the quantizer's shape inference
     rejects it; ONNX Runtime infers the shapes itself."""
     import torch
 
-    program = torch.onnx.export(
-        model,
-        (example,),
-        None,
-        dynamo=True,
-        external_data=False,
-        opset_version=OPSET,
-        input_names=["input"],
-        output_names=["output"],
-        dynamic_shapes=(dynamic_shapes,),
-        verbose=False,
-    )
+    with _quiet_exporter():
+        program = torch.onnx.export(
+            model,
+            (example,),
+            None,
+            dynamo=True,
+            external_data=False,
+            opset_version=OPSET,
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_shapes=(dynamic_shapes,),
+            verbose=False,
+        )
     proto = program.model_proto
     del proto.graph.value_info[:]
+    _drop_debug_metadata(proto.graph)
     return proto.SerializeToString()
+
+
+def _drop_debug_metadata(graph: Any) -> None:
+    """Remove the exporter's per-node debug metadata (``pkg.torch.onnx.stack_trace``, ``fx_node``,
+    ``namespace``, ...): it holds Python object addresses (``<function sym_max at 0x7f...>``) and
+    source paths, so two exports of the same model differed in their bytes and ``model_sha256``.
+    Without it an export is reproducible; ONNX Runtime never reads it."""
+    for node in graph.node:
+        del node.metadata_props[:]
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                _drop_debug_metadata(attribute.g)
+            for subgraph in attribute.graphs:
+                _drop_debug_metadata(subgraph)
 
 
 def _parity_inputs(dataset: Any) -> list[np.ndarray]:
@@ -463,9 +520,14 @@ def export_run(
     sign_key: Any | None = None,
     tolerance: float = TOLERANCE,
     quantize: str = "none",
+    method: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> ExportResult:
     """Export a run folder to a bundle; raise :class:`ExportError` when parity fails, or when
-    ``quantize="int8"`` and no int8 scheme is both not slower and within :data:`DRIFT_BOUND`."""
+    ``quantize="int8"`` and no int8 scheme is both not slower and within :data:`DRIFT_BOUND`.
+
+    ``method`` replaces the manifest's method (default: the run's), and ``extra`` adds top-level
+    manifest keys (e.g. ``description``); the default voice bundle uses both."""
     if quantize not in ("none", "int8"):
         raise ExportError(f"--quantize {quantize}: choose none or int8")
     from uvtrain.engine import TrainingError
@@ -488,7 +550,7 @@ def export_run(
         "backbone": type(model.backbone).__name__,
         "metrics": {name: split.get("eer") for name, split in report.get("splits", {}).items()},
     }
-    extra: dict[str, Any] = {"provenance": provenance, "data_licence": dataset.licence}
+    extra = {"provenance": provenance, "data_licence": dataset.licence, **(extra or {})}
     if config.pretrained:
         provenance["pretrained"] = _pretrained_provenance(config.pretrained)
         extra["weights_licence"] = provenance["pretrained"]["licence"]
@@ -501,7 +563,7 @@ def export_run(
         out,
         modality=dataset.modality,
         spec=dataset.spec,
-        method=config.method,
+        method=method or config.method,
         code_length=config.code_length,
         inputs=inputs,
         extra=extra,

@@ -620,7 +620,7 @@ def bit_recovery(
         total=len(pool),
         desc=f"client updates, round {round_number}",
         unit="client",
-        disable=not progress,
+        disable=None if progress else True,
         leave=False,
     ) as bar:
         batches = simulation.batches_of_round(round_number, pool)
@@ -786,7 +786,13 @@ def train_rounds(
 
     taken = np.zeros(simulation.num_clients, dtype=np.int64)
     loss = None
-    for _ in tqdm(range(rounds), desc=description, unit="round", disable=not progress, leave=False):
+    for _ in tqdm(
+        range(rounds),
+        desc=description,
+        unit="round",
+        disable=None if progress else True,
+        leave=False,
+    ):
         taken[simulation.clients_of_round(simulation.round + 1)] += 1
         loss = step() if step is not None else float(simulation.step()["loss"])
     return taken, loss
@@ -1043,7 +1049,7 @@ def inversion_audit(
         total=settings.steps * len(updates),
         desc=f"inversion, round {simulation.round}",
         unit="step",
-        disable=not progress,
+        disable=None if progress else True,
         leave=False,
     )
     with bar:

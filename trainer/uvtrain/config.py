@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
-
-from .algorithms import METHODS
 
 
 class ConfigError(Exception):
@@ -91,12 +90,17 @@ class RunConfig:
             kinds = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}[expected]
             if isinstance(value, bool) != (expected == "bool") or not isinstance(value, kinds):
                 raise ConfigError(f"config: {field.name} must be {expected}, not {value!r}")
+            if expected == "float" and not math.isfinite(value):  # --lr inf, --fraction nan
+                raise ConfigError(f"{field.name} must be a finite number, not {value!r}")
+        from .algorithms import METHODS  # here: importing the config needs no torch (--help)
+
         if self.method not in METHODS:
             raise ConfigError(f"unknown method {self.method!r}: one of {', '.join(METHODS)}")
         if self.code_length not in (127, 255, 511):
             raise ConfigError("code_length must be 127, 255 or 511 (the FedUV paper's BCH codes)")
         if self.clients is not None and self.clients < 2:
             raise ConfigError("clients must be at least 2")
+        self._check_schedule()
         if self.sampling not in ("random", "round-robin"):
             raise ConfigError(f"sampling must be 'random' or 'round-robin', not {self.sampling!r}")
         if self.checkpoint_every < 1 or not 0 < self.target_tpr <= 1:
@@ -112,6 +116,23 @@ class RunConfig:
         if self.eval_every < 0:
             raise ConfigError("eval_every must be >= 0 (0: only at the end)")
         self._check_fedface()
+
+    def _check_schedule(self) -> None:
+        """The engine's ranges (:class:`~uvtrain.engine.EngineConfig` checks them again), here so
+        that a bad value is refused before any data is read or any folder made."""
+        if self.rounds < 0 or self.seed < 0:
+            raise ConfigError(f"rounds and seed must be >= 0, not {self.rounds} and {self.seed}")
+        if not 0.0 < self.fraction <= 1.0:
+            raise ConfigError(f"fraction must be in (0, 1], not {self.fraction}")
+        for name in ("local_steps", "batch_size", "chunk_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, not {getattr(self, name)}")
+        if not self.lr > 0 or self.lr_decay < 0:
+            raise ConfigError(
+                f"lr must be positive and lr_decay >= 0, not {self.lr} and {self.lr_decay}"
+            )
+        if self.negative_weight < 0 or self.weight < 0:
+            raise ConfigError("negative_weight and weight (λ) must be >= 0")
 
     def _check_fedface(self) -> None:
         if self.parties < 1 or self.validators < 0 or self.fv_folds < 2:
@@ -131,6 +152,8 @@ class RunConfig:
 
     def algorithm(self) -> Any:
         """The algorithm object with this config's values for the method's parameters."""
+        from .algorithms import METHODS
+
         method = METHODS[self.method]
         return method(**{field.name: getattr(self, field.name) for field in fields(method)})
 

@@ -774,14 +774,17 @@ def plot_leakage_vs_eer(
 # ---------------------------------------------------------------------------------------------
 
 
-def _jsonable(value: Any) -> Any:
-    """A copy with numpy types made plain and non-finite floats made ``None`` (JSON ``null``)."""
+def jsonable(value: Any) -> Any:
+    """A copy with numpy types made plain and non-finite floats made ``None`` (JSON ``null``):
+    every JSON file of a run (``report.json``, ``metrics.jsonl``, ``config.json``) goes through
+    it and ``json.dumps(allow_nan=False)``, so none ever holds ``NaN`` or ``Infinity`` (not
+    JSON; strict parsers refuse them)."""
     if isinstance(value, Mapping):
-        return {str(key): _jsonable(item) for key, item in value.items()}
+        return {str(key): jsonable(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(item) for item in value]
+        return [jsonable(item) for item in value]
     if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
+        return jsonable(value.tolist())
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (int, np.integer)):
@@ -813,7 +816,7 @@ def write_report(path: str | os.PathLike[str], report: Mapping[str, Any]) -> Pat
         ``path``.
     """
     path = Path(path)
-    text = json.dumps(_jsonable(report), indent=2, allow_nan=False) + "\n"
+    text = json.dumps(jsonable(report), indent=2, allow_nan=False) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

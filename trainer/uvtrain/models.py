@@ -1232,7 +1232,9 @@ def load_backbone_checkpoint(
     ValueError
         Nothing matches, a shape differs (``strict``) or a parameter is missing (``strict``).
     """
-    checkpoint = torch.load(Path(path), map_location="cpu", weights_only=True)
+    from .checkpoints import read_checkpoint
+
+    checkpoint = read_checkpoint(path)
     state = checkpoint
     if isinstance(checkpoint, Mapping):
         for key in _NESTED_STATE_KEYS:

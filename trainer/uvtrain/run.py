@@ -15,6 +15,7 @@ import torch
 
 from uvsdk.scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
 
+from .checkpoints import load_state
 from .config import ConfigError, RunConfig
 from .data.base import FederatedDataset
 from .engine import EngineConfig, Simulation, TrainingError, pick_device
@@ -100,22 +101,57 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Any:
     return Simulation(config.algorithm(), backbone, clients, engine, pick_device(config.device))
 
 
+def json_text(data: Any, *, indent: int | None = None) -> str:
+    """Strict JSON of ``data``: non-finite floats become ``null`` (never ``NaN``/``Infinity``),
+    numpy values plain (:func:`uvtrain.evaluation.jsonable`)."""
+    from .evaluation import jsonable
+
+    return json.dumps(jsonable(data), indent=indent, allow_nan=False)
+
+
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (a temporary file, then ``os.replace``)."""
+    """Write strict JSON (:func:`json_text`) atomically (a temporary file, then ``os.replace``)."""
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(data, indent=2) + "\n")
+    temporary.write_text(json_text(data, indent=2) + "\n")
     os.replace(temporary, path)
 
 
+def read_json(path: Path) -> Any:
+    """A run folder's JSON file; :class:`TrainingError` naming the file when it is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise TrainingError(f"{path}: not valid JSON ({error})") from None
+
+
+def read_config(folder: Path) -> RunConfig:
+    """The :class:`RunConfig` of a run folder's ``config.json`` (keys added since: defaults)."""
+    data = read_json(folder / CONFIG)
+    if not isinstance(data, dict):
+        raise TrainingError(f"{folder / CONFIG}: not a run configuration")
+    names = {field.name for field in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise TrainingError(f"{folder / CONFIG}: unknown key(s) {', '.join(unknown)}")
+    try:
+        return RunConfig(**data)
+    except (TypeError, ConfigError) as error:
+        raise TrainingError(f"{folder / CONFIG}: {error}") from None
+
+
 def trim_metrics(path: Path, last_round: int) -> None:
-    """Drop the lines of rounds after the checkpoint (a killed run logged them; they rerun)."""
+    """Drop the lines of rounds after the checkpoint (a killed run logged them; they rerun), and a
+    line cut short by a kill (not JSON)."""
     if not path.exists():
         return
-    kept = [
-        line
-        for line in path.read_text().splitlines()
-        if line.strip() and json.loads(line).get("round", 0) <= last_round
-    ]
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and entry.get("round", 0) <= last_round:
+            kept.append(line)
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text("".join(line + "\n" for line in kept))
     os.replace(temporary, path)
@@ -127,15 +163,64 @@ def _save_checkpoint(simulation: Simulation, folder: Path) -> None:
     os.replace(temporary, folder / CHECKPOINT)
 
 
+#: Seconds between two progress lines when stderr is not a terminal (no progress bar there).
+PROGRESS_SECONDS = 30.0
+
+
+class Progress:
+    """Progress of the rounds: a tqdm bar on a terminal; elsewhere (logs, CI) a compact line on
+    stderr at most every :data:`PROGRESS_SECONDS` and at the last round, instead of a bar that
+    floods the log with carriage returns."""
+
+    def __init__(self, label: str, total: int, initial: int) -> None:
+        import sys
+
+        from tqdm.auto import tqdm
+
+        self.label, self.total = label, total
+        self.bar = tqdm(total=total, initial=initial, desc=label, unit="round", disable=None)
+        self.stream = sys.stderr
+        self.started = self.last = time.perf_counter()
+        self.first = initial
+
+    def update(self, round_number: int, loss: float) -> None:
+        if not self.bar.disable:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.4f}")
+            return
+        now = time.perf_counter()
+        if now - self.last >= PROGRESS_SECONDS or round_number == self.total:
+            self.last = now
+            per_round = (now - self.started) / max(1, round_number - self.first)
+            print(
+                f"{self.label}: round {round_number}/{self.total}, loss {loss:.4f}, "
+                f"{per_round:.2f} s/round",
+                file=self.stream,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _check_folder(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--out {folder}: a file, not a folder")
+
+
 def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
-    """Train (or resume) a run in ``out`` and evaluate it; returns the run folder."""
+    """Train (or resume) a run in ``out`` and evaluate it; returns the run folder.
+
+    Everything that can be refused (the dataset, the device, a checkpoint of other settings or
+    that cannot be read) is checked before the folder is made; a folder this call made is removed
+    again when training fails before its first checkpoint (one that existed is never removed)."""
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    _check_folder(folder)
     dataset = load_data(config)
     simulation = make_simulation(config, dataset)
     dataset = getattr(simulation, "dataset", dataset)
     if (folder / CHECKPOINT).exists():
-        previous = json.loads((folder / CONFIG).read_text())
+        previous = read_json(folder / CONFIG) if (folder / CONFIG).is_file() else {}
         defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
         differing = sorted(
             key
@@ -148,34 +233,56 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
                 f"{folder} holds a run with other settings ({', '.join(differing)}): "
                 "use another folder"
             )
-        simulation.load_state_dict(torch.load(folder / CHECKPOINT, weights_only=True))
+        load_state(folder / CHECKPOINT, simulation.load_state_dict)
+    made = folder  # the topmost folder this call creates, if any
+    while not made.parent.exists():
+        made = made.parent
+    made = None if made.exists() else made
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # Fresh runs start the log over (a run killed before its first checkpoint left one).
         trim_metrics(folder / METRICS, simulation.round)
-    write_json(folder / CONFIG, config.to_dict())
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+        write_json(folder / CONFIG, config.to_dict())
+        _train_rounds(simulation, dataset, config, folder, progress)
+    except Exception:
+        if made is not None and not (folder / CHECKPOINT).exists():
+            import shutil
 
-        bar = tqdm(total=config.rounds, initial=simulation.round, desc=config.method, unit="round")
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    return folder
+
+
+def _train_rounds(
+    simulation: Simulation,
+    dataset: FederatedDataset,
+    config: RunConfig,
+    folder: Path,
+    progress: bool,
+) -> None:
+    """The rounds from the simulation's round to ``config.rounds``, checkpoints, evaluation."""
+    bar = Progress(config.method, config.rounds, simulation.round) if progress else None
     started = time.perf_counter()
     updates = 0
-    with open(folder / METRICS, "a") as log:
-        while simulation.round < config.rounds:
-            metrics = simulation.step()
-            updates += metrics["clients"]
-            if config.eval_every and simulation.round % config.eval_every == 0:
-                metrics["eer"] = {
-                    name: ev_split["eer"]
-                    for name, ev_split in quick_metrics(simulation, dataset).items()
-                }
-            log.write(json.dumps(metrics) + "\n")
-            log.flush()
-            if simulation.round % config.checkpoint_every == 0:
-                _save_checkpoint(simulation, folder)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{metrics['loss']:.4f}")
-    if bar is not None:
-        bar.close()
+    try:
+        with open(folder / METRICS, "a") as log:
+            while simulation.round < config.rounds:
+                metrics = simulation.step()
+                updates += metrics["clients"]
+                if config.eval_every and simulation.round % config.eval_every == 0:
+                    metrics["eer"] = {
+                        name: ev_split["eer"]
+                        for name, ev_split in quick_metrics(simulation, dataset).items()
+                    }
+                log.write(json_text(metrics) + "\n")
+                log.flush()
+                if simulation.round % config.checkpoint_every == 0:
+                    _save_checkpoint(simulation, folder)
+                if bar is not None:
+                    bar.update(simulation.round, metrics["loss"])
+    finally:
+        if bar is not None:
+            bar.close()
     _save_checkpoint(simulation, folder)
     seconds = time.perf_counter() - started
     throughput = {
@@ -183,7 +290,6 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
         "device": simulation.device.type,
     }
     evaluate(simulation, dataset, config, folder, throughput)
-    return folder
 
 
 def _by_user(scores: np.ndarray, labels: np.ndarray, users: int) -> list[np.ndarray]:
@@ -352,11 +458,11 @@ def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Simulation]:
     folder = Path(out)
     if not (folder / CHECKPOINT).is_file() or not (folder / CONFIG).is_file():
         raise TrainingError(f"{folder} is not a run folder (no {CONFIG} and {CHECKPOINT})")
-    config = RunConfig(**json.loads((folder / CONFIG).read_text()))
+    config = read_config(folder)
     dataset = load_data(config)
     simulation = make_simulation(config, dataset)
     dataset = getattr(simulation, "dataset", dataset)
-    simulation.load_state_dict(torch.load(folder / CHECKPOINT, weights_only=True))
+    load_state(folder / CHECKPOINT, simulation.load_state_dict)
     return config, dataset, simulation
 
 
@@ -366,5 +472,5 @@ def evaluate_run(out: str | Path) -> dict[str, Any]:
     config, dataset, simulation = load_run(folder)
     throughput = None
     if (folder / REPORT).is_file():  # keep the training throughput measured by the run
-        throughput = json.loads((folder / REPORT).read_text()).get("throughput")
+        throughput = read_json(folder / REPORT).get("throughput")
     return evaluate(simulation, dataset, config, folder, throughput)

@@ -98,14 +98,21 @@ class FederatedDataset:
 
     @classmethod
     def load(cls, path: str | Path) -> FederatedDataset:
-        """Read a dataset written by :meth:`save`."""
+        """Read a dataset written by :meth:`save`; :class:`DatasetError` naming the file when it
+        is not one (not a zip, truncated, corrupt, missing arrays, pickled objects: refused)."""
         import json
+        import zipfile
+        import zlib
 
         path = Path(path)
         if not path.is_file():
             raise DatasetError(f"no dataset file at {path}")
+        if not zipfile.is_zipfile(path):  # np.load would try it as a pickle next: never
+            raise DatasetError(
+                f"{path}: not a readable dataset (not an .npz archive, or truncated)"
+            )
         try:
-            with np.load(path) as data:
+            with np.load(path, allow_pickle=False) as data:
                 meta = json.loads(bytes(data["meta"]).decode())
                 groups = {}
                 for group in ("clients", "unknown"):
@@ -118,8 +125,25 @@ class FederatedDataset:
                         )
                         for index, identity in enumerate(meta[group])
                     ]
-        except (OSError, ValueError, KeyError) as error:
-            raise DatasetError(f"{path.name}: not a readable dataset ({error})") from None
+                for key in ("name", "modality", "spec"):
+                    meta[key]  # noqa: B018 - a KeyError names what is missing
+        except KeyError as error:
+            missing = str(error.args[0]).split(" is not a file")[0] if error.args else "?"
+            raise DatasetError(
+                f"{path}: not a readable dataset (no {missing!r} in it: not written by uvtrain)"
+            ) from None
+        except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise DatasetError(
+                f"{path}: not a readable dataset (truncated or corrupt: {reason})"
+            ) from None
+        except (ValueError, TypeError, UnicodeDecodeError) as error:
+            reason = " ".join(str(error).split())[:160] or type(error).__name__
+            if "allow_pickle" in reason:
+                reason = "it holds pickled Python objects: refused, nothing in it was run"
+            elif reason.startswith("EOF"):
+                reason = f"truncated or corrupt: {reason}"
+            raise DatasetError(f"{path}: not a readable dataset ({reason})") from None
         return cls(
             meta["name"],
             meta["modality"],

@@ -122,7 +122,7 @@ def _decode(
     samples: dict[str, np.ndarray] = {}
     skipped = 0
     total = sum(len(paths) for paths in selected.values())
-    with tqdm(total=total, desc=corpus, unit="file", disable=not progress) as bar:
+    with tqdm(total=total, desc=corpus, unit="file", disable=None if progress else True) as bar:
         for name, paths in selected.items():
             decoded = []
             for path in paths:
@@ -546,7 +546,7 @@ def _femnist_digits(
     from tqdm.auto import tqdm
 
     writers: dict[str, dict[int, list[np.ndarray]]] = {}
-    for path in tqdm(files, desc="mnist-uv", unit="file", disable=not progress):
+    for path in tqdm(files, desc="mnist-uv", unit="file", disable=None if progress else True):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             user_data = data["user_data"]

