@@ -20,7 +20,7 @@ The payload (codeword, prototype, threshold, back-off state, ...) exists in clea
 It carries a *generation* that grows with every write; the last generation written is also kept
 outside the file (in the OS keyring beside a keyring key, or in a state folder outside the store
 for passphrase templates), so a template rolled back to an older copy is refused (see
-:class:`FileFreshness` and :class:`KeyringFreshness` for what each can promise). Writes are
+:mod:`uvsdk.freshness` for what each place can promise). Writes are
 atomic: a temporary file in the same folder, fsync, ``os.replace``, mode 0600, all relative to the
 store folder opened once, so a store deleted meanwhile is never recreated by an update.
 """
@@ -37,7 +37,6 @@ import json
 import os
 import re
 import secrets
-import stat
 import struct
 import sys
 import unicodedata
@@ -48,15 +47,22 @@ from typing import Any
 
 import numpy as np
 
+from . import oskeyring
 from .backoff import BackoffPolicy, BackoffState
 from .errors import (
     KeyUnavailableError,
     NotEnrolledError,
     RollbackError,
-    StorePermissionError,
     TemplateError,
     UvsdkError,
     WrongKeyError,
+)
+from .files import atomic_write, check_private, check_private_file, make_private_dir
+from .freshness import (
+    KEYRING_KEY_FRESHNESS,
+    FileFreshness,
+    Freshness,
+    KeyringFreshness,
 )
 
 MAGIC = b"UVT2"
@@ -67,7 +73,6 @@ SCRYPT_LOG2_N, SCRYPT_R, SCRYPT_P = 15, 8, 1
 SCRYPT_LOG2_N_RANGE = (10, 16)
 """scrypt costs accepted, read or written: 2^16 x r=8 is 64 MiB and well under a second; anything
 larger in a file's header is a modified file asking for gigabytes, refused before deriving."""
-KEYRING_SERVICE = "uvsdk"
 PASSPHRASE_NORMALIZATION = "NFKC"
 """Passphrases are Unicode-normalised (NIST SP 800-63B 5.1.1.2) before scrypt in version 2 files,
 so the same passphrase typed as composed or decomposed characters, or on a full-width keyboard,
@@ -78,7 +83,6 @@ _DIGEST_BYTES = 8
 _KEY_CHECK_LABEL = b"uvsdk key check"
 _USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _MAX_FILE_BYTES = 16 * 1024 * 1024
-_TEMPORARY = ".tmp"
 
 
 @dataclass(frozen=True)
@@ -308,94 +312,6 @@ def passphrase_from_environment(confirm: bool) -> str:
     return first
 
 
-# -- freshness: the last generation written, kept outside the template file --------------------
-
-
-def default_state_dir() -> Path:
-    """``$UVSDK_STATE_DIR``, else the platform's user state folder (``.../uvsdk``)."""
-    from_environment = os.environ.get("UVSDK_STATE_DIR")
-    if from_environment:
-        return Path(from_environment).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_state_dir("uvsdk", appauthor=False))
-
-
-class FileFreshness:
-    """Generations in small files in a state folder outside the store (passphrase templates).
-
-    It detects a template file rolled back on its own (a copy put back, a store folder restored
-    from a backup or a sync). It cannot stop whoever can write both folders as the same OS user
-    (or as root) from rolling back both together: a file-only store cannot be rollback-proof.
-    """
-
-    kind = "file"
-
-    def __init__(self, directory: str | Path | None = None) -> None:
-        self.directory = Path(directory) if directory is not None else default_state_dir()
-
-    def _path(self, key_id: bytes) -> Path:
-        return self.directory / "freshness" / f"{key_id.hex()}.gen"
-
-    def get(self, key_id: bytes) -> int | None:
-        path = self._path(key_id)
-        try:
-            text = path.read_text(encoding="ascii")
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as error:
-            raise TemplateError(
-                f"cannot read the template's freshness record {path} ({error})"
-            ) from None
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise TemplateError(f"the template's freshness record {path} is damaged") from None
-        return value
-
-    def set(self, key_id: bytes, generation: int) -> None:
-        path = self._path(key_id)
-        _make_private_dir(path.parent)
-        _atomic_write(path, f"{generation}\n".encode("ascii"), must_exist=False)
-
-    def delete(self, key_id: bytes) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._path(key_id).unlink()
-
-
-class KeyringFreshness:
-    """Generations in the OS keyring, outside the reach of anyone who can only touch files.
-
-    With a keyring key the generation lives in the same keyring entry as the key; a passphrase
-    template gets an entry of its own. Rolling a template back then needs the user's unlocked
-    keyring as well, so keyring mode is rollback-proof against file-level attackers (a copied
-    file, a restored backup, another local user); a process running as the same user with the
-    keyring unlocked, or root, can still edit the keyring.
-    """
-
-    kind = "keyring"
-
-    def get(self, key_id: bytes) -> int | None:
-        entry = _keyring_read(_generation_entry(key_id))
-        return None if entry is None else _parse_generation(entry)
-
-    def set(self, key_id: bytes, generation: int) -> None:
-        _keyring_write(_generation_entry(key_id), str(generation))
-
-    def delete(self, key_id: bytes) -> None:
-        _keyring_remove(_generation_entry(key_id))
-
-
-def _parse_generation(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise TemplateError("the template's keyring freshness record is damaged") from None
-
-
-Freshness = FileFreshness | KeyringFreshness
-
-
 class TemplateStore:
     """A folder of encrypted templates.
 
@@ -502,7 +418,7 @@ class TemplateStore:
     def check_permissions(self) -> None:
         """Refuse a store folder another user could write to (as ssh refuses such a ``~/.ssh``):
         owned by someone else than this user or root, or writable by group or others."""
-        _check_private(self.directory, "store")
+        check_private(self.directory, "store")
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -525,7 +441,7 @@ class TemplateStore:
         if cached is not None and hmac.compare_digest(_key_check(cached), header.check):
             return cached
         if header.kdf == KDF_KEYRING:
-            key = _keyring_get(header.salt)
+            key = oskeyring.get_key(header.salt)
             if key is None:
                 raise WrongKeyError(f"{name}: its key is not in this keyring")
             candidates = [key]
@@ -555,7 +471,7 @@ class TemplateStore:
         salt = secrets.token_bytes(16)
         if self.use_keyring:
             key = secrets.token_bytes(32)
-            _keyring_set(salt, key)
+            oskeyring.set_key(salt, key)
             return _Header(KDF_KEYRING, 0, 0, 0, salt, _key_check(key), b""), key
         passphrase = self._get_passphrase(confirm=True)
         log2_n = self.scrypt_log2_n or SCRYPT_LOG2_N
@@ -563,7 +479,7 @@ class TemplateStore:
         return _Header(KDF_SCRYPT, log2_n, SCRYPT_R, SCRYPT_P, salt, _key_check(key), b""), key
 
     def _freshness_for(self, header: _Header) -> Freshness:
-        return _KEYRING_KEY_FRESHNESS if header.kdf == KDF_KEYRING else self.freshness
+        return KEYRING_KEY_FRESHNESS if header.kdf == KDF_KEYRING else self.freshness
 
     # -- reading and writing -----------------------------------------------------------------
 
@@ -575,7 +491,7 @@ class TemplateStore:
             self.check_permissions()
         try:
             with open(path, "rb") as handle:
-                _check_private_file(handle.fileno(), path)
+                check_private_file(handle.fileno(), path)
                 blob = handle.read(_MAX_FILE_BYTES + 1)
         except FileNotFoundError:
             raise NotEnrolledError(
@@ -622,7 +538,7 @@ class TemplateStore:
         if create is None:
             create = known is None
         if create:
-            _make_private_dir(self.directory)
+            make_private_dir(self.directory)
         if self.directory.is_dir():
             self.check_permissions()
         header, key = known or self._new_key()
@@ -633,7 +549,7 @@ class TemplateStore:
         aad = header.pack()
         sealed = template.replace(generation=generation).to_payload()
         blob = aad + AESGCM(key).encrypt(header.nonce, sealed, aad)
-        _atomic_write(path, blob, must_exist=not create)
+        atomic_write(path, blob, must_exist=not create)
         self._keys[template.user] = (header, key)
         self._generations[template.user] = generation
         try:
@@ -665,7 +581,7 @@ class TemplateStore:
             with contextlib.suppress(UvsdkError):
                 self._freshness_for(header).delete(header.salt)
             if header.kdf == KDF_KEYRING:
-                _keyring_delete(header.salt)
+                oskeyring.delete_key(header.salt)
         self._keys.pop(user, None)
         self._generations.pop(user, None)
 
@@ -689,7 +605,7 @@ class TemplateStore:
         """
         self.path(user)  # validates the name
         if create:
-            _make_private_dir(self.directory)
+            make_private_dir(self.directory)
         if not self.directory.is_dir():
             yield
             return
@@ -715,203 +631,3 @@ class TemplateStore:
         self._derived.clear()
         self._generations.clear()
         self._passphrase = None
-
-
-class _KeyringKeyFreshness:
-    """The generation of a keyring-key template, kept in the key's own keyring entry."""
-
-    kind = "keyring"
-
-    def get(self, key_id: bytes) -> int | None:
-        entry = _keyring_read(_keyring_entry(key_id))
-        return None if entry is None else _decode_key_entry(entry)[1]
-
-    def set(self, key_id: bytes, generation: int) -> None:
-        entry = _keyring_read(_keyring_entry(key_id))
-        if entry is None:
-            raise KeyUnavailableError("the template's key is no longer in the keyring")
-        key, _ = _decode_key_entry(entry)
-        _keyring_write(_keyring_entry(key_id), _encode_key_entry(key, generation))
-
-    def delete(self, key_id: bytes) -> None:
-        pass  # the entry goes with the key
-
-
-_KEYRING_KEY_FRESHNESS = _KeyringKeyFreshness()
-
-
-# -- files -------------------------------------------------------------------------------------
-
-
-def _check_private(directory: Path, what: str) -> None:
-    if not hasattr(os, "geteuid"):
-        return  # Windows: ACLs, not mode bits; the user profile folder is private by default
-    try:
-        info = os.stat(directory)
-    except FileNotFoundError:
-        return
-    except OSError as error:
-        raise UvsdkError(
-            f"cannot read the {what} {directory} ({error.strerror or error})"
-        ) from None
-    if info.st_uid not in (os.geteuid(), 0):
-        raise StorePermissionError(
-            f"the {what} {directory} belongs to another user (uid {info.st_uid}): "
-            "refusing to use it; use a folder of your own"
-        )
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise StorePermissionError(
-            f"the {what} {directory} is writable by other users "
-            f"(mode {stat.S_IMODE(info.st_mode):04o}): refusing to use it; "
-            f"run chmod go-w {directory}"
-        )
-
-
-def _check_private_file(descriptor: int, path: Path) -> None:
-    if not hasattr(os, "geteuid"):
-        return
-    info = os.fstat(descriptor)
-    if info.st_uid not in (os.geteuid(), 0):
-        raise StorePermissionError(
-            f"{path.name} belongs to another user (uid {info.st_uid}): refusing to use it"
-        )
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise StorePermissionError(
-            f"{path.name} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o}): "
-            f"refusing to use it; run chmod 600 {path}"
-        )
-
-
-def _make_private_dir(directory: Path) -> None:
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as error:
-        raise UvsdkError(
-            f"cannot create the folder {directory} ({error.strerror or error})"
-        ) from None
-
-
-def _atomic_write(path: Path, blob: bytes, *, must_exist: bool) -> None:
-    """Write via a temporary file in the same folder, fsync, then ``os.replace`` (mode 0600).
-
-    Every step is relative to the folder opened once, so if the folder is deleted meanwhile the
-    write fails instead of recreating it; with ``must_exist`` the target must still be there just
-    before the rename (an update never brings back a deleted file). The folder itself is never
-    created here.
-    """
-    relative = hasattr(os, "O_DIRECTORY") and os.replace in os.supports_dir_fd
-    try:
-        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY) if relative else None
-    except FileNotFoundError:
-        raise NotEnrolledError(
-            f"{path.parent} no longer exists (deleted?): nothing written"
-        ) from None
-    except OSError as error:
-        raise UvsdkError(f"cannot write to {path.parent} ({error.strerror or error})") from None
-    target = path.name if relative else str(path)
-    temporary = f"{'' if relative else str(path.parent) + os.sep}.{path.name}.{secrets.token_hex(6)}{_TEMPORARY}"
-    created = False
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-        descriptor = os.open(temporary, flags, 0o600, dir_fd=folder)
-        created = True
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(blob)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if must_exist:
-            try:
-                os.stat(target, dir_fd=folder, follow_symlinks=False)
-            except FileNotFoundError:
-                raise NotEnrolledError(
-                    f"{path.name} was deleted meanwhile: not written again"
-                ) from None
-        os.replace(temporary, target, src_dir_fd=folder, dst_dir_fd=folder)
-        created = False
-        if folder is not None:
-            with contextlib.suppress(OSError):
-                os.fsync(folder)
-    except BaseException as error:
-        if created:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=folder)
-        if isinstance(error, FileNotFoundError) and not created:
-            raise NotEnrolledError(
-                f"{path.parent} no longer exists (deleted?): nothing written"
-            ) from None
-        if isinstance(error, OSError):
-            raise UvsdkError(f"cannot write {path} ({error.strerror or error})") from None
-        raise
-    finally:
-        if folder is not None:
-            os.close(folder)
-
-
-# -- the OS keyring ----------------------------------------------------------------------------
-
-
-def _keyring() -> Any:
-    try:
-        import keyring
-        import keyring.errors
-    except ImportError:
-        raise KeyUnavailableError(
-            "the OS keyring needs the 'keyring' package: pip install 'uvsdk[keyring]'"
-        ) from None
-    return keyring
-
-
-def _keyring_entry(key_id: bytes) -> str:
-    return f"template-key-{key_id.hex()}"
-
-
-def _generation_entry(key_id: bytes) -> str:
-    return f"template-generation-{key_id.hex()}"
-
-
-def _encode_key_entry(key: bytes, generation: int) -> str:
-    """A keyring key's entry: the key and the template's generation (``key:generation``)."""
-    return f"{base64.b64encode(key).decode()}:{generation}"
-
-
-def _decode_key_entry(entry: str) -> tuple[bytes, int | None]:
-    encoded, _, generation = entry.partition(":")  # entries written by 0.1 hold the key alone
-    try:
-        return base64.b64decode(encoded, validate=True), (int(generation) if generation else None)
-    except ValueError:
-        raise TemplateError("the template's keyring entry is damaged") from None
-
-
-def _keyring_read(entry: str) -> str | None:
-    keyring = _keyring()
-    try:
-        return keyring.get_password(KEYRING_SERVICE, entry)
-    except keyring.errors.KeyringError as error:
-        raise KeyUnavailableError(f"the OS keyring is not available ({error})") from None
-
-
-def _keyring_write(entry: str, value: str) -> None:
-    keyring = _keyring()
-    try:
-        keyring.set_password(KEYRING_SERVICE, entry, value)
-    except keyring.errors.KeyringError as error:
-        raise KeyUnavailableError(f"the OS keyring is not available ({error})") from None
-
-
-def _keyring_remove(entry: str) -> None:
-    keyring = _keyring()
-    with contextlib.suppress(keyring.errors.KeyringError):
-        keyring.delete_password(KEYRING_SERVICE, entry)
-
-
-def _keyring_set(key_id: bytes, key: bytes) -> None:
-    _keyring_write(_keyring_entry(key_id), _encode_key_entry(key, 0))
-
-
-def _keyring_get(key_id: bytes) -> bytes | None:
-    entry = _keyring_read(_keyring_entry(key_id))
-    return None if entry is None else _decode_key_entry(entry)[0]
-
-
-def _keyring_delete(key_id: bytes) -> None:
-    _keyring_remove(_keyring_entry(key_id))
