@@ -1,8 +1,11 @@
 """The whole pipeline in one command: synthetic voices → federated FedUV training → signed bundle →
 one simulated client's codeword → enrollment with the warm-up → verification.
 
-    python examples/quickstart.py --out qs            # under 2 minutes on 2 CPU cores
-    python examples/quickstart.py --out qs --small    # under a minute: what CI runs
+    python examples/quickstart.py --out qs            # 1 min 41 s on 2 idle CPU cores
+    python examples/quickstart.py --out qs --small    # 47 s idle: what CI runs
+
+(the development machine, CPU only, nothing else running; with other jobs on the same cores it
+takes several times as long — README.md, Quickstart, gives the figures measured both ways).
 
 Every step is the real command (``uvtrain``, ``uvexport``, ``uvsdk``) run as a subprocess, except
 step 4, which stands in for the device that took part in training (see :func:`provision_codeword`).

@@ -9,17 +9,24 @@ It writes, under ``--out``:
   clips of 5 speakers never seen before;
 - ``store/``: the encrypted template.
 
-Then it runs ``uvsdk enroll`` and ``uvsdk verify --json`` as a person would and prints an
-accept/reject table.
+Then it runs ``uvsdk enroll`` and ``uvsdk verify`` as a person would — each command is echoed
+exactly as it runs, and its output is printed as it came — and ends with a table saying who each
+test clip was.
 
+The template is encrypted with ``$UVSDK_PASSPHRASE`` when it is set, so that your own ``uvsdk``
+commands open the same store afterwards; without it the demo uses a passphrase of its own (and
+says so)::
+
+    export UVSDK_PASSPHRASE='a long passphrase'
     python examples/sdk_demo.py --out demo
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -33,6 +40,10 @@ from uvsdk.bundle import AudioInput
 from uvtrain.data.formant import voice_corpus
 
 SAMPLE_RATE = 16000
+#: used only when ``$UVSDK_PASSPHRASE`` is not set
+DEMO_PASSPHRASE = "demo passphrase: use your own"
+#: one line of ``uvsdk verify``: ``ACCEPT|REJECT  score=…  threshold=…  FILE``
+DECISION = re.compile(r"^(ACCEPT|REJECT)\s+score=(\S+)\s+threshold=\S+\s+(.+)$")
 
 
 def build_bundle(path: Path) -> Path:
@@ -69,10 +80,18 @@ def write_clips(out: Path) -> tuple[Path, Path]:
 
 
 def uvsdk(*args: str | Path) -> subprocess.CompletedProcess:
-    """Run the installed ``uvsdk`` command, echoing it."""
-    command = [sys.executable, "-m", "uvsdk.cli", *map(str, args)]
-    print("$ uvsdk " + " ".join(map(str, args)), flush=True)
-    return subprocess.run(command, capture_output=True, text=True)
+    """Run the ``uvsdk`` command installed beside this interpreter (else ``python -m uvsdk.cli``),
+    echoing exactly the command line it runs and then printing its output as it came."""
+    script = Path(sys.executable).with_name("uvsdk")
+    if script.is_file():
+        command, shown = [str(script), *map(str, args)], ["uvsdk", *map(str, args)]
+    else:
+        command = [sys.executable, "-m", "uvsdk.cli", *map(str, args)]
+        shown = ["python", "-m", "uvsdk.cli", *map(str, args)]
+    print("$ " + shlex.join(shown), flush=True)
+    result = subprocess.run(command, capture_output=True, text=True)
+    print(result.stdout + result.stderr, end="", flush=True)
+    return result
 
 
 def main() -> int:
@@ -83,35 +102,42 @@ def main() -> int:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    os.environ.setdefault("UVSDK_PASSPHRASE", "demo passphrase: use your own")
+    if not os.environ.get("UVSDK_PASSPHRASE"):
+        os.environ["UVSDK_PASSPHRASE"] = DEMO_PASSPHRASE
+        print(
+            f"UVSDK_PASSPHRASE is not set: the demo encrypts {out / 'store'} with a passphrase of its\n"
+            "own (DEMO_PASSPHRASE in examples/sdk_demo.py). Export UVSDK_PASSPHRASE before running\n"
+            "the demo to open that store with your own uvsdk commands afterwards.\n",
+            flush=True,
+        )
 
     bundle = build_bundle(out / "reference-voice.uvb")
     enroll, test = write_clips(out)
     store = out / "store"
 
     enrolled = uvsdk("enroll", "--samples", enroll, "--bundle", bundle, "--store", store)
-    print(enrolled.stdout + enrolled.stderr, end="")
     if enrolled.returncode != 0:
         return enrolled.returncode
+    # A batch of 13 clips, 10 of them strangers: --no-backoff, else the fifth rejection in a row
+    # would lock the user out for 30 s and the remaining clips would not be scored.
     clips = sorted(test.glob("*.wav"))
-    verified = uvsdk(
-        "verify", *clips, "--json", "--no-backoff", "--bundle", bundle, "--store", store
-    )
+    verified = uvsdk("verify", *clips, "--no-backoff", "--bundle", bundle, "--store", store)
     if verified.returncode == 2:
-        print(verified.stderr, end="")
         return 2
-    decisions = json.loads(verified.stdout)
+    decisions = [DECISION.match(line) for line in verified.stdout.splitlines()]
+    if not decisions or not all(decisions):
+        print("sdk_demo: unexpected output from uvsdk verify", file=sys.stderr)
+        return 2
 
     print(f"\n{'clip':<22} {'who':<10} {'score':>7}  decision")
     right = 0
     for decision in decisions:
-        name = Path(decision["file"]).name
+        verdict, score, name = decision[1], float(decision[2]), Path(decision[3]).name
         genuine = name.startswith("me-")
-        correct = decision["accepted"] == genuine
+        correct = (verdict == "ACCEPT") == genuine
         right += correct
-        verdict = "ACCEPT" if decision["accepted"] else "REJECT"
         print(
-            f"{name:<22} {'owner' if genuine else 'stranger':<10} {decision['score']:>7.3f}  "
+            f"{name:<22} {'owner' if genuine else 'stranger':<10} {score:>7.3f}  "
             f"{verdict}{'' if correct else '  (wrong)'}"
         )
     print(f"\n{right} of {len(decisions)} decisions right.")

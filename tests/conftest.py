@@ -1,8 +1,10 @@
-"""Shared fixtures: synthetic voices on disk, and small but real ONNX bundles built without torch."""
+"""Shared fixtures: synthetic voices on disk, small but real ONNX bundles built without torch, and
+one tiny trained FedUV run that every test needing "a run" copies (trained once per session)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +169,45 @@ def initial_codeword_bundle(tmp_path_factory: pytest.TempPathFactory, bch127: Co
     model = codeword_model(SAMPLE_RATE, centroids, codewords, n_bands=40)
     path = tmp_path_factory.mktemp("bundles") / "initial.uvb"
     return audio_bundle(path, model, "codeword", 127, bch127)
+
+
+#: the tiny FedUV run of :func:`tiny_feduv_run`: `uvtrain run --method feduv` with these options
+TINY_RUN = [
+    "--dataset",
+    "formant-voices",
+    "--clients",
+    "8",
+    "--fraction",
+    "0.5",
+    "--batch-size",
+    "4",
+]
+TINY_RUN_ROUNDS = 2
+
+
+@pytest.fixture(scope="session")
+def tiny_feduv_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``uvtrain run --method feduv`` on formant-voices, 8 clients, 2 rounds, trained once per
+    session. Its dataset is cached in the sibling folder ``data`` (set ``UVTRAIN_DATA`` to it to
+    load the run). Read it, or take :func:`feduv_run_copy` to write into one."""
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from uvtrain.cli import app
+
+    root = tmp_path_factory.mktemp("tiny-feduv")
+    out = root / "run"
+    arguments = ["run", "--method", "feduv", *TINY_RUN, "--rounds", str(TINY_RUN_ROUNDS)]
+    result = CliRunner().invoke(
+        app, [*arguments, "--out", str(out)], env={"UVTRAIN_DATA": str(root / "data")}
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture()
+def feduv_run_copy(tiny_feduv_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of :func:`tiny_feduv_run` (``tmp_path/run``), with ``UVTRAIN_DATA`` set to
+    the session's dataset cache, for a test that writes into the run folder."""
+    monkeypatch.setenv("UVTRAIN_DATA", str(tiny_feduv_run.parent / "data"))
+    return Path(shutil.copytree(tiny_feduv_run, tmp_path / "run"))

@@ -257,12 +257,9 @@ def test_audit_small_writes_the_numbers_and_figures(data_env: Path, tmp_path: Pa
     assert "-1.0,\n" not in text and "[\n      1.0" not in text
 
 
-def test_audit_of_a_run_folder(data_env: Path, tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    tiny = ("--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5")
-    trained = uvtrain("run", "--method", "feduv", *tiny, "--batch-size", "4", "--rounds", "2",
-                      "--out", run)  # fmt: skip
-    assert trained.exit_code == 0, trained.output
+def test_audit_of_a_run_folder(feduv_run_copy: Path) -> None:
+    # feduv, formant-voices, 8 clients, fraction 0.5, batch 4, 2 rounds (tests/conftest.py)
+    run = feduv_run_copy
     result = uvtrain("audit", run, "--small", "--no-inversion")
     assert result.exit_code == 0, result.output
     report = json.loads((run / "audit" / "audit.json").read_text())

@@ -33,6 +33,7 @@ def _is_png(path: Path) -> bool:
     return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_roc_comparison_and_negative_loss_share_runs(tmp_path: Path) -> None:
     output = _script("roc_methods.py", tmp_path, "--every", "2")
     out = tmp_path / "out"
@@ -51,6 +52,7 @@ def test_roc_comparison_and_negative_loss_share_runs(tmp_path: Path) -> None:
     assert rows[4].startswith("| 2 |") and rows[5].startswith("| 4 |")
 
 
+@pytest.mark.slow
 def test_leakage_sweep_writes_mean_and_std_over_seeds(tmp_path: Path) -> None:
     _script("leakage_sweep.py", tmp_path, "--only", "fedaws", "fedcs", "--seeds", "0", "1")
     out = tmp_path / "out"

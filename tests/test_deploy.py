@@ -173,6 +173,7 @@ def _run(federation, out: Path, **values) -> dict:
     return {"code": code, "status": status, "lines": lines}
 
 
+@pytest.mark.slow
 def test_feduv_trains_under_secagg_and_every_device_ends_enrolled(federation) -> None:
     from uvsdk import Verifier
 
@@ -201,6 +202,7 @@ def test_feduv_trains_under_secagg_and_every_device_ends_enrolled(federation) ->
         assert np.isfinite(score)
 
 
+@pytest.mark.slow
 def test_fedaws_runs_plain_resumes_and_devices_keep_their_user_ids(federation) -> None:
     _, root, _ = federation
     out = root / "fedaws"
@@ -223,6 +225,7 @@ def test_fedaws_runs_plain_resumes_and_devices_keep_their_user_ids(federation) -
     assert rounds == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_round_that_secagg_cannot_finish_stops_the_run(federation) -> None:
     """When SecAgg+ cannot finish a round (here: no device answers its first stage within
     ``round_seconds``; in a probe on an older setup, every device raising in its key sharing),

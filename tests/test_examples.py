@@ -163,34 +163,30 @@ def test_quickstart_table_and_results_hold_no_threshold(tmp_path: Path, capsys) 
 
 
 def test_quickstart_provisions_the_trained_codeword_and_enrolls_in_codeword_mode(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    feduv_run_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("torch")
-    from typer.testing import CliRunner
-
     from uvexport.export import export_run
     from uvsdk import Verifier
     from uvsdk.template import TemplateStore
     from uvtrain.algorithms.feduv import client_codewords
-    from uvtrain.cli import app as uvtrain
+
+    from .conftest import TINY_RUN
 
     quickstart = load_example("quickstart")
-    monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
-    run = tmp_path / "run"
-    tiny = ["--dataset", "formant-voices", "--clients", "6", "--rounds", "2", "--batch-size", "4"]
-    result = CliRunner().invoke(uvtrain, ["run", "--method", "feduv", *tiny, "--out", str(run)])
-    assert result.exit_code == 0, result.output
+    run = feduv_run_copy  # uvtrain run --method feduv, formant-voices, 8 clients, 2 rounds
+    clients = int(TINY_RUN[TINY_RUN.index("--clients") + 1])
     bundle = export_run(run, tmp_path / "voice.uvb").path
     store = tmp_path / "store"
 
     user_id, dataset = quickstart.provision_codeword(run, 2, bundle, store, "client2")
     template = TemplateStore(store).load("client2")
-    assert np.array_equal(template.codeword, client_codewords(6, 127, 0)[2])
+    assert np.array_equal(template.codeword, client_codewords(clients, 127, 0)[2])
     assert template.user_id == user_id and not template.is_enrolled
     who = quickstart.write_clips(dataset, 2, tmp_path / "enroll", tmp_path / "test")
     assert sum(name.startswith("genuine-") for name in who) == len(dataset.clients[2].test)
     report = Verifier(bundle, store=store).enroll(tmp_path / "enroll", user="client2")
     assert report.mode == "codeword"
-    with pytest.raises(quickstart.StepFailed, match="clients are 0 to 5"):
-        quickstart.provision_codeword(run, 6, bundle, tmp_path / "other", "client6")
+    with pytest.raises(quickstart.StepFailed, match=f"clients are 0 to {clients - 1}"):
+        quickstart.provision_codeword(run, clients, bundle, tmp_path / "other", "client6")

@@ -329,6 +329,7 @@ def _config(dataset, **changes) -> RunConfig:
     return RunConfig(**{**settings, **changes})
 
 
+@pytest.mark.slow
 def test_a_small_cross_silo_run_learns_and_exports(voices, tmp_path) -> None:
     from uvexport.export import export_run
     from uvsdk import Verifier
@@ -353,6 +354,7 @@ def test_a_small_cross_silo_run_learns_and_exports(voices, tmp_path) -> None:
     assert verifier.bundle.manifest.method == "fedface"
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_exactly(voices, tmp_path) -> None:
     from uvtrain.run import train
 

@@ -88,6 +88,7 @@ def test_encoder_is_frozen_and_adapter_starts_as_identity() -> None:
     }
 
 
+@pytest.mark.slow
 def test_onnx_export_matches_torch_at_any_length(tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from torch.export import Dim
