@@ -401,7 +401,8 @@ def test_palette_png(tmp_path, transparent):
 def test_16bit_greyscale_png_is_scaled_not_clipped(tmp_path):
     px = np.array([[0, 257 * 100, 65535, 1000]], dtype=np.uint16)
     path = save(Image.fromarray(px), tmp_path / "d.png")
-    assert Image.open(path).mode.startswith("I")
+    with Image.open(path) as image:
+        assert image.mode.startswith("I")
     out = load_image(path, 1, 4, 1)
     np.testing.assert_array_equal(out[0, :, 0], [0, 100, 255, 4])
     assert load_image(path, 1, 4, 3).shape == (1, 4, 3)

@@ -659,38 +659,6 @@ def enrolled_store(spectral_bundle, voice_dir, tmp_path):
     return store, spectral_bundle, enrolled_clip(voice_dir, 0)
 
 
-@pytest.fixture()
-def memory_keyring():
-    keyring = pytest.importorskip("keyring")
-    from keyring.backend import KeyringBackend
-
-    class Memory(KeyringBackend):
-        priority = 1
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.data: dict[tuple[str, str], str] = {}
-
-        @property
-        def entries(self):
-            return list(self.data)
-
-        def get_password(self, service: str, username: str) -> str | None:
-            return self.data.get((service, username))
-
-        def set_password(self, service: str, username: str, password: str) -> None:
-            self.data[(service, username)] = password
-
-        def delete_password(self, service: str, username: str) -> None:
-            self.data.pop((service, username), None)
-
-    previous = keyring.get_keyring()
-    backend = Memory()
-    keyring.set_keyring(backend)
-    yield backend
-    keyring.set_keyring(previous)
-
-
 def test_templates_written_by_version_1_still_open(alice) -> None:
     """Format 1 files (0.1.0) open with the passphrase as given, and become format 2 on the
     next write."""

@@ -131,8 +131,12 @@ def test_crash_half_way_through_a_write_keeps_the_old_file(
     assert path.read_bytes() == before
 
 
-def test_no_passphrase_and_no_tty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sys.stdin", open(os.devnull))  # noqa: SIM115
+def test_no_passphrase_and_no_tty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    devnull = open(os.devnull)  # noqa: SIM115
+    request.addfinalizer(devnull.close)
+    monkeypatch.setattr("sys.stdin", devnull)
     store = TemplateStore(tmp_path)
     with pytest.raises(KeyUnavailableError, match="UVSDK_PASSPHRASE"):
         store.save(_secret_template())
@@ -143,44 +147,20 @@ def test_no_passphrase_and_no_tty(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         TemplateStore(tmp_path, passphrase=lambda confirm: "").load("alice")
 
 
-def test_keyring_keys(tmp_path: Path) -> None:
-    keyring = pytest.importorskip("keyring")
-    from keyring.backend import KeyringBackend
-
-    class Memory(KeyringBackend):
-        priority = 1
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.entries: dict[tuple[str, str], str] = {}
-
-        def get_password(self, service: str, username: str) -> str | None:
-            return self.entries.get((service, username))
-
-        def set_password(self, service: str, username: str, password: str) -> None:
-            self.entries[(service, username)] = password
-
-        def delete_password(self, service: str, username: str) -> None:
-            self.entries.pop((service, username), None)
-
-    previous = keyring.get_keyring()
-    backend = Memory()
-    keyring.set_keyring(backend)
-    try:
-        store = TemplateStore(tmp_path, use_keyring=True, passphrase=lambda c: pytest.fail())
-        path = store.save(_secret_template())
-        assert parse_file(path.read_bytes())[0].kdf == template_module.KDF_KEYRING
-        assert len(backend.entries) == 1
-        assert TemplateStore(tmp_path).load("alice") == _secret_template()
-        backend.entries.clear()
-        with pytest.raises(WrongKeyError, match="not in this keyring"):
-            TemplateStore(tmp_path).load("alice")
-        store = TemplateStore(tmp_path, use_keyring=True)
-        store.save(_secret_template("bob"))
-        store.delete("bob")
-        assert backend.entries == {} and store.users() == ["alice"]
-    finally:
-        keyring.set_keyring(previous)
+def test_keyring_keys(tmp_path: Path, memory_keyring) -> None:
+    backend = memory_keyring
+    store = TemplateStore(tmp_path, use_keyring=True, passphrase=lambda c: pytest.fail())
+    path = store.save(_secret_template())
+    assert parse_file(path.read_bytes())[0].kdf == template_module.KDF_KEYRING
+    assert len(backend.entries) == 1
+    assert TemplateStore(tmp_path).load("alice") == _secret_template()
+    backend.entries.clear()
+    with pytest.raises(WrongKeyError, match="not in this keyring"):
+        TemplateStore(tmp_path).load("alice")
+    store = TemplateStore(tmp_path, use_keyring=True)
+    store.save(_secret_template("bob"))
+    store.delete("bob")
+    assert backend.entries == {} and store.users() == ["alice"]
 
 
 @settings(

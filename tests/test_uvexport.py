@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from typer.testing import CliRunner  # noqa: E402
 
 from uvexport import export as uvexport_export  # noqa: E402
 from uvexport.cli import main  # noqa: E402
@@ -17,22 +16,14 @@ from uvexport.export import Candidate, ExportError, choose_scheme  # noqa: E402
 from uvsdk.bundle import Bundle  # noqa: E402
 from uvsdk.errors import SignatureError  # noqa: E402
 from uvsdk.scoring import codeword_scores  # noqa: E402
-from uvtrain.cli import app  # noqa: E402
 
 TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
 
 
 @pytest.fixture(scope="module")
-def feduv_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("export")
-    out = root / "run"
-    result = CliRunner().invoke(
-        app,
-        ["run", "--method", "feduv", *TINY, "--rounds", "2", "--out", str(out)],
-        env={"UVTRAIN_DATA": str(root / "data")},
-    )
-    assert result.exit_code == 0, result.output
-    return out
+def feduv_run(tiny_feduv_run: Path) -> Path:
+    """The session's tiny FedUV run (conftest): the same settings this module trained itself."""
+    return tiny_feduv_run
 
 
 def test_export_signed_bundle_scores_like_the_trainer(
