@@ -83,7 +83,8 @@ def atomic_write(path: Path, blob: bytes, *, must_exist: bool) -> None:
     except OSError as error:
         raise UvsdkError(f"cannot write to {path.parent} ({error.strerror or error})") from None
     target = path.name if relative else str(path)
-    temporary = f"{'' if relative else str(path.parent) + os.sep}.{path.name}.{secrets.token_hex(6)}{_TEMPORARY}"
+    name = f".{path.name}.{secrets.token_hex(6)}{_TEMPORARY}"
+    temporary = name if relative else str(path.parent / name)
     created = False
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)

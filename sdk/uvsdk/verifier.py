@@ -428,7 +428,7 @@ class Verifier:
             failed = backoff_rules.record(template.backoff, template.policy, False, now)
             try:
                 self.store.save(template.replace(backoff=failed), create=False)
-            except (NotEnrolledError, AttemptNotRecordedError):
+            except NotEnrolledError:  # deleted meanwhile: say so, not "cannot be recorded"
                 raise
             except UvsdkError as error:
                 raise AttemptNotRecordedError(
