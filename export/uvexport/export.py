@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from uvsdk.bundle import AudioInput, ImageInput
+from uvtrain.errors import UvtrainError
 
 from .bundle import make_manifest, write_bundle
 
@@ -64,7 +65,7 @@ FRONTEND_PREFIX = "backbone.frontend."
 QUANTIZED_OPS = ("Conv", "MatMul", "Gemm")
 
 
-class ExportError(Exception):
+class ExportError(UvtrainError):
     """The run cannot be exported (not a run folder, parity failed, ...). One line."""
 
 

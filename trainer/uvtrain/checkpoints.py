@@ -9,12 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .engine import TrainingError
-
-
-class CheckpointError(TrainingError):
-    """A checkpoint that cannot be used: truncated, not a checkpoint, pickled objects refused,
-    or another kind of state. One line that names the file."""
+from .errors import CheckpointError, TrainingError
 
 
 def read_checkpoint(path: str | Path) -> Any:

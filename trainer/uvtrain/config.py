@@ -9,9 +9,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(Exception):
-    """An invalid configuration (unknown key, wrong type, value out of range). One line."""
+from .errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,11 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from .algorithms.base import FedAvg, Tensors
+from .errors import TrainingError
 
 #: Samples per forward/backward pass of the batched step on a CPU (measured fastest for the
 #: default audio network on 2 cores: 1,821 samples/s at 128 against 1,466 at 256).
 MICRO_BATCH = 128
-
-
-class TrainingError(Exception):
-    """Training cannot go on (a NaN loss, a checkpoint from another run, ...). One line."""
 
 
 @dataclass(frozen=True)

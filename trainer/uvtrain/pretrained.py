@@ -22,10 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .data.base import data_root
-
-
-class PretrainedError(Exception):
-    """The weights cannot be had or do not match their hash. One line."""
+from .errors import PretrainedError
 
 
 @dataclass(frozen=True)

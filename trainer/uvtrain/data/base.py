@@ -14,12 +14,7 @@ from typing import Any
 
 import numpy as np
 
-
-class DatasetError(Exception):
-    """A dataset cannot be built or read (unknown name, wrong path, empty client, bad layout).
-
-    The message is one line for a person; the CLI prints it and exits with code 2.
-    """
+from ..errors import DatasetError
 
 
 @dataclass(frozen=True)

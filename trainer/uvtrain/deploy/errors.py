@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import UvtrainError
 
-class DeployError(Exception):
+
+class DeployError(UvtrainError):
     """The deployment cannot go on. One line."""
 
 
