@@ -132,3 +132,14 @@ def trim_metrics(path: str | Path, last_round: int) -> None:
         if isinstance(entry, dict) and entry.get("round", 0) <= last_round:
             kept.append(line)
     atomic_write(path, "".join(line + "\n" for line in kept))
+
+
+def save_figure(figure: Any, path: str | Path, dpi: int = 120) -> Path:
+    """A matplotlib figure (made without pyplot) as a PNG, written atomically: the one figure
+    saver of the trainer (run reports, FedFace's weights, the audit's figures)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(figure)  # a figure made without pyplot needs a canvas to draw on
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, lambda file: figure.savefig(file, format="png", dpi=dpi))

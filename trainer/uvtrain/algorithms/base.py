@@ -60,6 +60,33 @@ class FedAvg:
     loss_reads_model: ClassVar[tuple[str, ...]] = ()
     message_noise: ClassVar[bool] = False
 
+    # -- capabilities: what generic code asks of a method instead of its name ----------------
+    #: Which trainer runs it: ``"cross-device"`` (a client is one person, :mod:`uvtrain.engine`)
+    #: or ``"cross-silo"`` (a client is an organisation with many people, FedFace).
+    setting: ClassVar[str] = "cross-device"
+    #: A single client's plain update reveals a secret of that client (FedUV: the sign of
+    #: ``ΔW ḡ`` is the codeword), so it may only travel inside secure aggregation: the Flower
+    #: deployment turns SecAgg+ on for it and its devices refuse plain rounds.
+    update_reveals_secret: ClassVar[bool] = False
+    #: What a device must hold in its SDK template store before it trains (FedUV:
+    #: ``"codeword"``, made on the device from the code the server sends at registration).
+    device_secrets: ClassVar[tuple[str, ...]] = ()
+    #: The attacks ``uvtrain audit`` runs on it: ``"codeword-bits"`` (recover a secret codeword
+    #: from the aggregates), ``"prototype-leakage"`` (P_leak of the class vectors the server
+    #: sees), ``"inversion"`` (reconstruct a client's images from its update).
+    audits: ClassVar[frozenset[str]] = frozenset({"inversion"})
+
+    def deployment_problem(self) -> str | None:
+        """Why this method (with these parameters) cannot run on Flower devices, or ``None``
+        when it can: each hook must run on the one party that owns its data."""
+        return None
+
+    def server_view_of_private(self, private: Tensors, shared: Tensors, index: int) -> Tensors:
+        """What the server holds in place of client ``index``'s private state (the audit's
+        inversion forms the client's loss with it): by default the state itself, which the
+        server either sent (FedAwS's class row) or which is empty."""
+        return private
+
     def build_model(self, backbone: nn.Module, num_clients: int) -> nn.Module:
         """The model every client trains and the server averages."""
         from ..models import EmbeddingModel

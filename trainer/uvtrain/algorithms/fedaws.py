@@ -57,6 +57,7 @@ class FedAwS(FedAvg):
     """FedAwS: positive-only client loss, class embeddings held by the server, spreadout there."""
 
     name: ClassVar[str] = "fedaws"
+    audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
     positive_margin: float = 0.9  # ν_p
     spread_margin: float = 1.2  # ν (√2: orthogonal; pairs closer than ν are pushed apart)
     spread_lr: float = 1.0  # λ: the server's step is λ η_r

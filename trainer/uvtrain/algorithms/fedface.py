@@ -282,6 +282,8 @@ class FedFace(FedAvg):
 
     name: ClassVar[str] = "fedface"
     output_kind: ClassVar[str] = "embedding"
+    setting: ClassVar[str] = "cross-silo"
+    audits: ClassVar[frozenset[str]] = frozenset()
     margin_loss: str = "arcface"
     margin_scale: float = 64.0
     margin: float | None = None
@@ -294,6 +296,9 @@ class FedFace(FedAvg):
     fv_gamma: float = 0.01
     fv_epsilon: float = 0.001
     fv_norm: str = "local"
+
+    def deployment_problem(self) -> str | None:
+        return "fedface is cross-silo (a client is an organisation): not on devices"
 
     def make_loss(self) -> ArcFace | CosFace:
         """The margin loss its heads compute."""

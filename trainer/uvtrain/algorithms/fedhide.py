@@ -56,6 +56,7 @@ class ProxyBank(FedAvg):
     :func:`contrastive_loss` against a server-held bank of the clients' proxies. They differ only in
     how a client makes its proxy from its unit prototype (:meth:`proxy`)."""
 
+    audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
     weight: float = 10.0  # λ
 
     def init_private(self, num_clients: int, dim: int, generator: torch.Generator) -> Tensors:
@@ -77,6 +78,10 @@ class ProxyBank(FedAvg):
         return contrastive_loss(
             outputs, prototype, shared["proxies"], constants["index"], self.weight
         )
+
+    def server_view_of_private(self, private: Tensors, shared: Tensors, index: int) -> Tensors:
+        # the server never sees the prototype: its best stand-in is the client's proxy
+        return {"prototype": shared["proxies"][index]}
 
     def proxy(self, prototype: Tensor, constants: Tensors, shared: Tensors) -> Tensor:
         """The vector a client shares in place of its unit prototype."""

@@ -80,8 +80,16 @@ class FedUV(FedAvg):
 
     name: ClassVar[str] = "feduv"
     output_kind: ClassVar[str] = "codeword"
+    update_reveals_secret: ClassVar[bool] = True
+    device_secrets: ClassVar[tuple[str, ...]] = ("codeword",)
+    audits: ClassVar[frozenset[str]] = frozenset({"codeword-bits", "inversion"})
     code_length: int = 127
     negative_weight: float = 0.0
+
+    def deployment_problem(self) -> str | None:
+        if self.negative_weight > 0:
+            return "negative_weight needs every user's codeword: not on Flower"
+        return None
 
     def build_model(self, backbone: nn.Module, num_clients: int) -> nn.Module:
         from ..models import CodewordModel

@@ -46,7 +46,11 @@ class Softmax(FedAvg):
 
     name: ClassVar[str] = "softmax"
     loss_reads_model: ClassVar[tuple[str, ...]] = ("classes",)
+    audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
     scale: float = 16.0
+
+    def deployment_problem(self) -> str | None:
+        return "softmax trains one class matrix with every user's row: not on Flower"
 
     def build_model(self, backbone: nn.Module, num_clients: int) -> nn.Module:
         return SoftmaxModel(backbone, num_clients)
