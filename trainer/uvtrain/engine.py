@@ -20,8 +20,6 @@ stopped.
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -31,8 +29,18 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from .algorithms.base import FedAvg, Tensors
+from .algorithms.base import FedAvg, Tensors, overrides
 from .errors import TrainingError
+from .rounds import (
+    Aggregator,
+    ClientUpdates,
+    RoundPlan,
+    UpdateStep,
+    WeightedMean,
+    gather,
+    run_round,
+    scatter,
+)
 
 #: Samples per forward/backward pass of the batched step on a CPU (measured fastest for the
 #: default audio network on 2 cores: 1,821 samples/s at 128 against 1,466 at 256).
@@ -266,14 +274,10 @@ class Simulation(GlobalModel):
             for group in (self.private, self.constants, self.shared)
         )
         self.round = 0
-        self._sends_messages = type(algorithm).client_message is not FedAvg.client_message
-        self._receives = type(algorithm).client_receive is not FedAvg.client_receive
-        self.uses_batched_step = (
-            config.vectorised
-            and config.batched
-            and config.local_steps == 1
-            and type(algorithm).aggregate is FedAvg.aggregate
-        )
+        #: how the server combines the round's updates, and the per-client postprocessing of
+        #: the updates before it (:mod:`uvtrain.rounds`)
+        self.aggregator: Aggregator = WeightedMean(algorithm)
+        self.postprocess: list[UpdateStep] = []
         self._local_vmapped = vmap(
             grad_and_value(self._client_loss, argnums=(0, 1)), in_dims=(0, 0, 0, 0, None)
         )
@@ -414,55 +418,89 @@ class Simulation(GlobalModel):
 
     # -- a round -------------------------------------------------------------------------------
 
+    @property
+    def uses_batched_step(self) -> bool:
+        """Whether rounds take the exact one-pass step (E = 1, the plain weighted mean, no
+        per-client postprocessing)."""
+        return (
+            self.config.vectorised
+            and self.config.batched
+            and self.config.local_steps == 1
+            and not self.postprocess
+            and self.aggregator.fusable()
+        )
+
+    def plan(self, round_number: int) -> RoundPlan:
+        """Round ``round_number``'s clients and learning rate."""
+        return RoundPlan(
+            round_number,
+            self.clients_of_round(round_number),
+            self.config.learning_rate(round_number),
+        )
+
     def step(self) -> dict[str, Any]:
-        """Run the next round; return its metrics."""
-        round_number = self.round + 1
-        started = time.perf_counter()
-        chosen = self.clients_of_round(round_number)
-        clients = torch.as_tensor(chosen, device=self.device)
-        batches = self.batches_of_round(round_number, chosen)
-        lr = self.config.learning_rate(round_number)
-        if self._receives:  # what each client takes from the server before training
-            constants = {k: v[clients] for k, v in self.constants.items()}
-            private = {k: v[clients] for k, v in self.private.items()}
-            received = vmap(self.algorithm.client_receive, in_dims=(0, 0, None))(
-                private, constants, self.shared
+        """Run the next round (:func:`uvtrain.rounds.run_round`); return its metrics."""
+        plan = self.plan(self.round + 1)
+        result = run_round(
+            self.algorithm,
+            plan,
+            self.params,
+            self.shared,
+            self,
+            self.aggregator,
+            self.postprocess,
+        )
+        self.params, self.shared, self.round = result.params, result.shared, plan.number
+        return result.metrics
+
+    def receive(self, clients: Tensor) -> None:
+        """What each of ``clients`` takes from the server as its round begins (FedAwS: its class
+        row), written into the simulated clients' private state."""
+        if not overrides(self.algorithm, "client_receive"):
+            return
+        received = vmap(self.algorithm.client_receive, in_dims=(0, 0, None))(
+            gather(self.private, clients), gather(self.constants, clients), self.shared
+        )
+        scatter(self.private, clients, received)
+
+    def messages(self, round_number: int, clients: Tensor, private: Tensors) -> Tensors:
+        """What each of ``clients`` sends besides its model, from its ``private`` state after
+        training (FedHide's proxy; FedGN and FedCS draw noise from ``(seed, round)``)."""
+        if not overrides(self.algorithm, "client_message"):
+            return {}
+        constants = gather(self.constants, clients)
+        if self.algorithm.message_noise:
+            constants["noise"] = self.message_noise(round_number, len(clients))
+        return vmap(self.algorithm.client_message, in_dims=(0, 0, None))(
+            private, constants, self.shared
+        )
+
+    def train(self, plan: RoundPlan, fused: Aggregator | None) -> ClientUpdates:
+        """The client side of a round (:class:`uvtrain.rounds.LocalTraining`): receive, train
+        by the batched, vmap or loop path, keep the private state, make the messages."""
+        clients = torch.as_tensor(plan.clients, device=self.device)
+        batches = self.batches_of_round(plan.number, plan.clients)
+        weights = self.sizes[plan.clients].to(self.device)
+        self.receive(clients)
+        batched = (
+            fused is not None
+            and self.config.vectorised
+            and self.config.batched
+            and self.config.local_steps == 1
+        )
+        if batched:
+            mean, private, losses = self._local_batched(clients, batches, plan.lr)
+            updates = ClientUpdates(
+                clients, weights, losses, aggregate={k: v[0] for k, v in mean.items()}
             )
-            for name, value in received.items():
-                self.private[name][clients] = value
-        if self.uses_batched_step:
-            stacked, private, losses = self._local_batched(clients, batches, lr)
-        elif self.config.vectorised:
-            stacked, private, losses = self._local_vectorised(clients, batches, lr)
         else:
-            stacked, private, losses = self._local_loop(clients, batches, lr)
-        loss = float(losses.mean())
-        if not math.isfinite(loss):
-            raise TrainingError(f"the training loss became {loss} in round {round_number}: stopped")
-        if self.uses_batched_step:  # already the weighted mean
-            self.params = {k: v[0] for k, v in stacked.items()}
-        else:
-            self.params = self.algorithm.aggregate(stacked, self.sizes[chosen].to(self.device))
-        for name, value in private.items():
-            self.private[name][clients] = value
-        if self._sends_messages:
-            constants = {k: v[clients] for k, v in self.constants.items()}
-            if self.algorithm.message_noise:
-                constants["noise"] = self.message_noise(round_number, len(chosen))
-            messages = vmap(self.algorithm.client_message, in_dims=(0, 0, None))(
-                private, constants, self.shared
-            )
-            self.shared = self.algorithm.server_update(self.shared, messages, clients, lr)
-        self.round = round_number
-        seconds = time.perf_counter() - started
-        return {
-            "round": round_number,
-            "loss": loss,
-            "lr": lr,
-            "clients": len(chosen),
-            "seconds": seconds,
-            "client_updates_per_s": len(chosen) / seconds,
-        }
+            local = self._local_vectorised if self.config.vectorised else self._local_loop
+            stacked, private, losses = local(clients, batches, plan.lr)
+            updates = ClientUpdates(clients, weights, losses, params=stacked)
+        scatter(self.private, clients, private)
+        updates.private = private
+        updates.messages = self.messages(plan.number, clients, private)
+        return updates
 
     # -- checkpoints ---------------------------------------------------------------------------
 

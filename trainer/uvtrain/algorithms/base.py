@@ -43,6 +43,12 @@ from torch import Tensor, nn
 Tensors = dict[str, Tensor]
 
 
+def overrides(algorithm: FedAvg, hook: str) -> bool:
+    """Whether ``algorithm`` defines its own ``hook`` (the engine skips a vectorised call of a
+    client hook that only returns its input); the one place this is asked."""
+    return getattr(type(algorithm), hook) is not getattr(FedAvg, hook)
+
+
 def random_unit_rows(count: int, dim: int, generator: torch.Generator) -> Tensor:
     """``[count, dim]`` random directions (unit rows): initial prototypes, banks, class rows."""
     return torch.nn.functional.normalize(torch.randn(count, dim, generator=generator), dim=1)
@@ -136,9 +142,19 @@ class FedAvg:
         }
 
     def server_update(
-        self, shared: Tensors, messages: Tensors, clients: Tensor, lr: float
+        self,
+        shared: Tensors,
+        messages: Tensors,
+        clients: Tensor,
+        lr: float,
+        *,
+        before: Tensors | None = None,
+        after: Tensors | None = None,
     ) -> Tensors:
-        """The server's step after aggregation (none for FedAvg); ``lr`` is the round's."""
+        """The server's step after aggregation (none for FedAvg), run every round: the clients'
+        ``messages`` (``[m, ...]``, empty for a method that sends none), their rows ``clients``,
+        the round's ``lr``, and the global parameters ``before`` and ``after`` the aggregation
+        (FedFace's global momentum is their difference)."""
         return shared
 
     def prototypes(

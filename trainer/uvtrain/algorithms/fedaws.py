@@ -87,7 +87,14 @@ class FedAwS(FedAvg):
         return {"embedding": functional.normalize(private["prototype"], dim=0)}
 
     def server_update(
-        self, shared: Tensors, messages: Tensors, clients: Tensor, lr: float
+        self,
+        shared: Tensors,
+        messages: Tensors,
+        clients: Tensor,
+        lr: float,
+        *,
+        before: Tensors | None = None,
+        after: Tensors | None = None,
     ) -> Tensors:
         embeddings = shared["embeddings"].clone()
         embeddings[clients] = messages["embedding"]

@@ -92,7 +92,14 @@ class ProxyBank(FedAvg):
         return {"proxy": self.proxy(prototype, constants, shared)}
 
     def server_update(
-        self, shared: Tensors, messages: Tensors, clients: Tensor, lr: float
+        self,
+        shared: Tensors,
+        messages: Tensors,
+        clients: Tensor,
+        lr: float,
+        *,
+        before: Tensors | None = None,
+        after: Tensors | None = None,
     ) -> Tensors:
         proxies = shared["proxies"].clone()
         proxies[clients] = messages["proxy"]

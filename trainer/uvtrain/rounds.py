@@ -1,0 +1,203 @@
+"""One federated round, for every setting: the simulator, the cross-silo trainer, the audit and
+the Flower deployment all run :func:`run_round`; none of them copies it.
+
+::
+
+    sample the cohort            sample(round)                     -> clients [m]
+          │
+    what each client receives    local.train(clients, round, lr)   client_view / client_receive
+    local update                   batched | vmap | loop | party     loss, SGD (or the method's
+    what it sends back             | Flower devices                  optimiser-state hooks),
+          │                                                          client_message
+          ▼
+    per-client postprocessing    for step in postprocess:          today: none; next: clipping,
+          │                          updates = step(updates, θ)    noise (differential privacy)
+          ▼
+    aggregation                  aggregator(updates, θ)  -> θ'     WeightedMean (FedAvg),
+          │                                                        UniformMean, SecAgg+ (audit),
+          ▼                                                        Flower's SecAgg+ (devices),
+    server update                algorithm.server_update(...)       Federated Validation (FedFace)
+                                   -> the server's shared state    always called: a method with
+                                                                   only a server step is run too
+
+A local-training path may aggregate as it trains when that is exact — the simulator's one-pass
+step for E = 1 under the weighted mean, Flower's SecAgg+ workflow which unmasks only the sum —
+and then hands over ``aggregate`` instead of per-client parameters; it does so only when the
+round has no postprocessing and the aggregator is the one it fuses (:meth:`Aggregator.fusable`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .algorithms.base import FedAvg, Tensors
+from .errors import TrainingError
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """A round before it runs: its number (1-based), its clients and its learning rate."""
+
+    number: int
+    clients: np.ndarray
+    lr: float
+
+
+@dataclass
+class ClientUpdates:
+    """What a round's clients hand to the server, stacked over the cohort (``[m, ...]``).
+
+    Exactly one of ``params`` (each client's parameters after local training), ``deltas`` (its
+    update ``θ_k − θ``) and ``aggregate`` (the new global parameters, when the local path
+    aggregated as it trained) is set. ``private`` stays on the clients; ``messages`` go to the
+    method's server step; ``weights`` are the FedAvg weights ``n_k``; ``losses`` ``[m, E]``.
+    """
+
+    clients: Tensor
+    weights: Tensor
+    losses: Tensor
+    params: Tensors | None = None
+    deltas: Tensors | None = None
+    aggregate: Tensors | None = None
+    private: Tensors = field(default_factory=dict)
+    messages: Tensors = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def as_deltas(self, base: Tensors) -> ClientUpdates:
+        """The same updates as ``θ_k − θ`` (what postprocessing such as clipping acts on)."""
+        if self.deltas is not None:
+            return self
+        if self.params is None:
+            raise TrainingError("the local training aggregated already: no per-client updates")
+        deltas = {name: value - base[name] for name, value in self.params.items()}
+        return replace(self, params=None, deltas=deltas)
+
+
+class LocalTraining(Protocol):
+    """The client side of a round: receive, train, and say what to send back."""
+
+    def train(self, plan: RoundPlan, fused: Aggregator | None) -> ClientUpdates:
+        """Train the plan's clients from the current global state. When ``fused`` is given the
+        path may aggregate with it as it trains (and set ``aggregate``)."""
+        ...
+
+
+UpdateStep = Callable[[ClientUpdates, Tensors, RoundPlan], ClientUpdates]
+"""A per-client postprocessing step of the updates (e.g. clipping to an L2 norm): it receives
+the updates (:meth:`ClientUpdates.as_deltas` gives ``θ_k − θ``), the global ``θ`` and the plan."""
+
+
+class Aggregator:
+    """How the server combines the cohort's updates into the new global parameters."""
+
+    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+        raise NotImplementedError
+
+    def fusable(self) -> bool:
+        """Whether a local-training path may aggregate with this as it trains (it must give the
+        same numbers as aggregating the per-client parameters would)."""
+        return False
+
+
+@dataclass
+class WeightedMean(Aggregator):
+    """FedAvg: ``θ' = Σ_k (n_k / n) θ_k`` (eq. 1 of McMahan et al.), through the method's own
+    ``aggregate`` hook; on updates ``θ' = θ + Σ_k (n_k / n) (θ_k − θ)``. ``weights`` replaces
+    the clients' sample counts (FedFace's weighting ``w``)."""
+
+    algorithm: FedAvg
+    weights: Tensor | None = None
+
+    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+        if updates.aggregate is not None:
+            return updates.aggregate
+        weights = updates.weights if self.weights is None else self.weights
+        if updates.params is not None:
+            return self.algorithm.aggregate(updates.params, weights)
+        if updates.deltas is None:
+            raise TrainingError("no client updates to aggregate")
+        mean = self.algorithm.aggregate(updates.deltas, weights)
+        return {name: value + mean[name].to(value.dtype) for name, value in base.items()}
+
+    def fusable(self) -> bool:
+        return self.weights is None and type(self.algorithm).aggregate is FedAvg.aggregate
+
+
+@dataclass
+class UniformMean(WeightedMean):
+    """The plain ``1/M`` mean of the cohort's parameters (every client counts the same)."""
+
+    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+        count = len(updates.clients)
+        ones = torch.ones(count, dtype=torch.float32, device=updates.clients.device)
+        return WeightedMean(self.algorithm, ones)(updates, base)
+
+    def fusable(self) -> bool:
+        return False
+
+
+@dataclass
+class RoundResult:
+    """A finished round: the server's new state and the round's metrics."""
+
+    params: Tensors
+    shared: Tensors
+    updates: ClientUpdates
+    metrics: dict[str, Any]
+
+
+def run_round(
+    algorithm: FedAvg,
+    plan: RoundPlan,
+    params: Tensors,
+    shared: Tensors,
+    local: LocalTraining,
+    aggregator: Aggregator,
+    postprocess: Sequence[UpdateStep] = (),
+) -> RoundResult:
+    """Run one round (see the module's docstring) from the global ``params`` and the server's
+    ``shared`` state; returns the new ones and the round's metrics. Nothing here is written into
+    a trainer: the caller keeps the result."""
+    started = time.perf_counter()
+    fused = aggregator if not postprocess and aggregator.fusable() else None
+    updates = local.train(plan, fused)
+    loss = float(updates.losses.mean())
+    if not math.isfinite(loss):
+        raise TrainingError(f"the training loss became {loss} in round {plan.number}: stopped")
+    for step in postprocess:
+        updates = step(updates, params, plan)
+    new_params = aggregator(updates, params)
+    new_shared = algorithm.server_update(
+        shared, updates.messages, updates.clients, plan.lr, before=params, after=new_params
+    )
+    seconds = time.perf_counter() - started
+    count = len(plan.clients)
+    metrics = {
+        "round": plan.number,
+        "loss": loss,
+        "lr": plan.lr,
+        "clients": count,
+        "seconds": seconds,
+        "client_updates_per_s": count / seconds,
+        **updates.metrics,
+    }
+    return RoundResult(new_params, new_shared, updates, metrics)
+
+
+def gather(state: Tensors, clients: Tensor) -> Tensors:
+    """The rows of per-client state (``[K, ...]``) of the round's clients."""
+    return {name: value[clients] for name, value in state.items()}
+
+
+def scatter(state: Tensors, clients: Tensor, rows: Tensors) -> None:
+    """Write the round's clients' rows back into per-client state, in place."""
+    for name, value in rows.items():
+        state[name][clients] = value
