@@ -22,9 +22,8 @@ Every party trains every round (cross-silo: no sampling). Everything random deri
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,10 +36,6 @@ from .algorithms.fedface import (
     best_threshold_accuracy,
     candidate_weightings,
     fv_update,
-    head_loss,
-    momentum_step,
-    pfm_backbone_step,
-    server_momentum,
 )
 from .config import ConfigError
 from .data.base import ClientData, FederatedDataset
@@ -54,6 +49,8 @@ from .engine import (
     random_windows,
     split_parameters,
 )
+from .io import METRICS, WEIGHTS
+from .rounds import Aggregator, ClientUpdates, RoundPlan, UpdateStep, run_round
 
 #: Genuine pairs per identity in a verification set, at most (impostor pairs: as many in total).
 MAX_PAIRS_PER_IDENTITY = 45
@@ -214,7 +211,13 @@ def split_unknown(
 
 
 class CrossSilo(GlobalModel):
-    """Cross-silo FedFace training (PFM and FV switchable; ``parties=1``: centralised).
+    """Cross-silo FedFace training (PFM and FV switchable; ``parties=1``: centralised): the
+    parties are the clients of :func:`uvtrain.rounds.run_round`, every one every round.
+
+    The round's pieces: :meth:`train` is the local training (each party's K steps with the
+    method's optimiser-state hooks, :meth:`FedFace.local_step`), :class:`FederatedValidation` the
+    aggregator (the weighted mean under ``w``, moved by FV), and :meth:`FedFace.server_update`
+    the server's global momentum (eq. 6).
 
     Parameters
     ----------
@@ -252,15 +255,16 @@ class CrossSilo(GlobalModel):
         self.params, self.buffers = split_parameters(self.model)
         dim = self.embedding_dim = int(backbone.embedding_dim)
         generator = torch.Generator().manual_seed(config.seed)
+        #: each party's private classifier (its identities' centres) and optimiser state
         self.heads = [
             (torch.randn(len(p.identities), dim, generator=generator) / dim**0.5).to(self.device)
             for p in parties
         ]
-        self.head_momentum = [torch.zeros_like(head) for head in self.heads]
-        zeros = {k: torch.zeros_like(v) for k, v in self.params.items()}
-        # FedAvg's (and centralised SGD's) momentum buffers, one per party; PFM has the global M
-        self.local_momentum = [dict(zeros) for _ in parties] if not algorithm.pfm else []
-        self.global_momentum = dict(zeros)
+        self.optimisers = [algorithm.init_optimiser(head, self.params) for head in self.heads]
+        #: the server's state: the global momentum M of the previous round (PFM, eq. 6)
+        self.shared: Tensors = {
+            f"momentum.{k}": torch.zeros_like(v) for k, v in self.params.items()
+        }
         sizes = np.array([len(p.samples) for p in parties], dtype=np.float64)
         self.weights = sizes / sizes.sum()
         self.normalise = algorithm.normaliser()
@@ -268,12 +272,24 @@ class CrossSilo(GlobalModel):
         self.data = [torch.as_tensor(p.samples).to(self.device) for p in parties]
         self.labels = [torch.as_tensor(p.labels).to(self.device) for p in parties]
         self.round = 0
-        # the hooks the run's evaluation reads (no per-identity state here)
+        # no per-identity state of the run's users here (the evaluation reads these)
         self.private: Tensors = {}
-        self.shared: Tensors = {}
         self.constants: Tensors = {}
         self.uses_fv = algorithm.fv and bool(validators) and len(parties) > 1
-        self.dataset: FederatedDataset | None = None  # set by make_cross_silo
+        self.aggregator = FederatedValidation(self)
+        self.postprocess: list[UpdateStep] = []
+        #: the people the run is scored on (set by :func:`make_cross_silo`; ``None``: all)
+        self.test_identities: list[ClientData] | None = None
+
+    @property
+    def local_momentum(self) -> list[Tensors]:
+        """Each party's momentum of the backbone (FedAvg with local momentum, PFM off); none
+        with PFM, whose backbone steps read the global momentum."""
+        return [
+            {k.split(".", 1)[1]: v for k, v in state.items() if k != "head"}
+            for state in self.optimisers
+            if not self.algorithm.pfm
+        ]
 
     # -- one party ------------------------------------------------------------------------------
 
@@ -291,36 +307,44 @@ class CrossSilo(GlobalModel):
         batches = random_windows(self.data[party][index], self.config.crop, rng)
         return batches, self.labels[party][index]
 
-    def local_training(self, party: int, lr: float) -> tuple[Tensors, Tensor]:
-        """Party ``party``'s K local steps (eqs. 3–4, or local momentum when PFM is off); updates
-        its head and momentum in place; returns its backbone and its K losses."""
+    def local_training(self, party: int, round_number: int, lr: float) -> tuple[Tensors, Tensor]:
+        """Party ``party``'s K local steps (:meth:`FedFace.local_step`); updates its head and
+        optimiser state in place; returns its backbone and its K losses."""
         algorithm, steps = self.algorithm, self.config.local_steps
-        mu, decay = algorithm.momentum, algorithm.weight_decay
-        batches, labels = self.party_batches(self.round + 1, party)
+        batches, labels = self.party_batches(round_number, party)
         params = {k: v.detach().clone() for k, v in self.params.items()}
-        head, head_buffer = self.heads[party], self.head_momentum[party]
+        head, state = self.heads[party], self.optimisers[party]
         losses = []
         for batch, label in zip(batches, labels, strict=True):
             leaves = [*params.values(), head]
             for leaf in leaves:
                 leaf.requires_grad_(True)
             embeddings = functional_call(self.model, (params, self.buffers), (batch,))
-            loss = head_loss(self.criterion, head, embeddings, label)
-            grads = torch.autograd.grad(loss, leaves)
-            grads = [g + decay * leaf.detach() for g, leaf in zip(grads, leaves, strict=True)]
-            head, head_buffer = momentum_step(head.detach(), head_buffer, grads[-1], lr, mu)
-            for (name, value), grad in zip(params.items(), grads[:-1], strict=True):
-                if algorithm.pfm:
-                    params[name] = pfm_backbone_step(
-                        value.detach(), grad, self.global_momentum[name], steps, lr, mu
-                    )
-                else:
-                    params[name], self.local_momentum[party][name] = momentum_step(
-                        value.detach(), self.local_momentum[party][name], grad, lr, mu
-                    )
+            loss = algorithm.loss(embeddings, {"head": head}, {"labels": label}, self.shared)
+            grads = list(torch.autograd.grad(loss, leaves))
+            params, head = algorithm.local_step(params, head, grads, state, self.shared, lr, steps)
             losses.append(loss.detach())
-        self.heads[party], self.head_momentum[party] = head.detach(), head_buffer
+        self.heads[party] = head.detach()
         return params, torch.stack(losses)
+
+    def train(self, plan: RoundPlan, fused: Aggregator | None) -> ClientUpdates:
+        """The round's local training (:class:`uvtrain.rounds.LocalTraining`): every party."""
+        finals, losses = [], []
+        for party in plan.clients.tolist():
+            params, party_losses = self.local_training(party, plan.number, plan.lr)
+            finals.append(params)
+            losses.append(party_losses)
+        stacked = {name: torch.stack([f[name] for f in finals]) for name in self.params}
+        party_losses = torch.stack(losses).mean(dim=1)
+        clients = torch.as_tensor(plan.clients, device=self.device)
+        sizes = torch.tensor([len(self.parties[p].samples) for p in plan.clients.tolist()])
+        return ClientUpdates(
+            clients,
+            sizes.to(torch.float32),
+            party_losses[:, None],
+            params=stacked,
+            metrics={"party_losses": party_losses.tolist()},
+        )
 
     # -- the server -----------------------------------------------------------------------------
 
@@ -344,42 +368,30 @@ class CrossSilo(GlobalModel):
         self.weights, best = fv_update(self.weights, candidates, normalised, self.algorithm.fv_rate)
         return {"scores": scores.tolist(), "best": best, "candidates": candidates.tolist()}
 
+    def plan(self, round_number: int) -> RoundPlan:
+        """Every party, every round (cross-silo: no sampling)."""
+        return RoundPlan(
+            round_number, np.arange(len(self.parties)), self.learning_rate(round_number)
+        )
+
     def step(self) -> dict[str, Any]:
-        """Run the next round; return its metrics."""
-        round_number = self.round + 1
-        started = time.perf_counter()
-        lr = self.learning_rate(round_number)
-        finals, losses = [], []
-        for party in range(len(self.parties)):
-            params, party_losses = self.local_training(party, lr)
-            finals.append(params)
-            losses.append(party_losses)
-        stacked = {name: torch.stack([f[name] for f in finals]) for name in self.params}
-        party_losses = torch.stack(losses).mean(dim=1)
-        loss = float(party_losses.mean())
-        if not math.isfinite(loss):
-            raise TrainingError(f"the training loss became {loss} in round {round_number}: stopped")
-        metrics: dict[str, Any] = {}
-        if self.uses_fv:
-            metrics["fv"] = self.validate(stacked, round_number)
-        aggregate = self.aggregate(stacked, self.weights)
-        self.global_momentum = {
-            name: server_momentum(self.params[name], aggregate[name], lr) for name in aggregate
-        }
-        self.params = aggregate
-        self.round = round_number
-        seconds = time.perf_counter() - started
-        return {
-            "round": round_number,
-            "loss": loss,
-            "party_losses": party_losses.tolist(),
-            "lr": lr,
-            "clients": len(self.parties),
-            "weights": self.weights.tolist(),
-            "seconds": seconds,
-            "client_updates_per_s": len(self.parties) / seconds,
-            **metrics,
-        }
+        """Run the next round (:func:`uvtrain.rounds.run_round`); return its metrics."""
+        plan = self.plan(self.round + 1)
+        self.aggregator.fv_metrics = None
+        result = run_round(
+            self.algorithm,
+            plan,
+            self.params,
+            self.shared,
+            self,
+            self.aggregator,
+            self.postprocess,
+        )
+        self.params, self.shared, self.round = result.params, result.shared, plan.number
+        metrics = {**result.metrics, "weights": self.weights.tolist()}
+        if self.aggregator.fv_metrics is not None:
+            metrics["fv"] = self.aggregator.fv_metrics
+        return metrics
 
     # -- checkpoints ----------------------------------------------------------------------------
 
@@ -387,13 +399,16 @@ class CrossSilo(GlobalModel):
         """Everything needed to resume: the global backbone and momentum, the parties' heads and
         momentum buffers, the weighting and the Moving Norm's statistics."""
         norm = getattr(self.normalise, "mean", None)
+        prefix = len("momentum.")
         return {
             "round": self.round,
             "params": {k: v.cpu() for k, v in self.params.items()},
-            "global_momentum": {k: v.cpu() for k, v in self.global_momentum.items()},
+            "global_momentum": {k[prefix:]: v.cpu() for k, v in self.shared.items()},
             "heads": [head.cpu() for head in self.heads],
-            "head_momentum": [buffer.cpu() for buffer in self.head_momentum],
-            "local_momentum": [{k: v.cpu() for k, v in m.items()} for m in self.local_momentum],
+            "head_momentum": [state["head"].cpu() for state in self.optimisers],
+            "local_momentum": [
+                {k: v.cpu() for k, v in momentum.items()} for momentum in self.local_momentum
+            ],
             "weights": torch.as_tensor(self.weights),
             "moving_norm": None
             if norm is None
@@ -409,20 +424,30 @@ class CrossSilo(GlobalModel):
         device = self.device
         self.round = int(state["round"])
         self.params = {k: v.to(device) for k, v in state["params"].items()}
-        self.global_momentum = {k: v.to(device) for k, v in state["global_momentum"].items()}
+        self.shared = {f"momentum.{k}": v.to(device) for k, v in state["global_momentum"].items()}
         self.heads = [head.to(device) for head in state["heads"]]
-        self.head_momentum = [buffer.to(device) for buffer in state["head_momentum"]]
-        self.local_momentum = [
-            {k: v.to(device) for k, v in m.items()} for m in state["local_momentum"]
+        local = state["local_momentum"] or [{} for _ in self.heads]
+        self.optimisers = [
+            {"head": buffer.to(device), **{f"backbone.{k}": v.to(device) for k, v in m.items()}}
+            for buffer, m in zip(state["head_momentum"], local, strict=True)
         ]
         self.weights = state["weights"].numpy().astype(np.float64)
         if state["moving_norm"] is not None and hasattr(self.normalise, "mean"):
             self.normalise.mean, self.normalise.var = state["moving_norm"].numpy()
 
-    # -- reporting ------------------------------------------------------------------------------
+    # -- evaluation and report ------------------------------------------------------------------
 
-    def report_extra(self, test: VerificationSet | None) -> dict[str, Any]:
-        """The ``fedface`` section of the report: parties, weighting, the test accuracy."""
+    def evaluation_dataset(self, dataset: FederatedDataset) -> FederatedDataset:
+        """The view of ``dataset`` the run is scored on: its unknown people are the held-out
+        test identities, not the validators'."""
+        if self.test_identities is None:
+            return dataset
+        return replace(dataset, unknown=list(self.test_identities))
+
+    def report_extra(self, dataset: FederatedDataset, folder: Path, seed: int) -> dict[str, Any]:
+        """The ``fedface`` section of the report (parties, weighting, the held-out people's
+        test accuracy) and ``weights.png`` (the weighting over the rounds)."""
+        test = held_out_pairs(dataset, seed)
         section: dict[str, Any] = {
             "parties": [
                 {
@@ -446,14 +471,43 @@ class CrossSilo(GlobalModel):
             accuracy = test.accuracy(self.outputs(test.samples), self.folds)
             section["test_accuracy"] = accuracy
             section["test_pairs"] = int(len(test.same))
+        plot_weights(folder / METRICS, folder / WEIGHTS, self)
         return {"fedface": section}
+
+    def summary(self, report: dict[str, Any]) -> list[str]:
+        """Lines the command line prints after the run's scores."""
+        section = report.get("fedface") or {}
+        if "test_accuracy" not in section:
+            return []
+        return [
+            f"  held-out accuracy {section['test_accuracy']:.4f} "
+            f"({section['test_pairs']} pairs), weights "
+            + ", ".join(f"{w:.3f}" for w in section["weights"])
+        ]
+
+
+@dataclass
+class FederatedValidation(Aggregator):
+    """FedFace's aggregator: the parties' weighted mean under ``w`` (eq. 5), after one FV step
+    (eqs. 7–13) has moved ``w`` toward the best-scoring candidate weighting when FV is on."""
+
+    silo: CrossSilo
+    fv_metrics: dict[str, Any] | None = None
+
+    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+        if updates.params is None:
+            raise TrainingError("federated validation needs each party's parameters")
+        if self.silo.uses_fv:
+            self.fv_metrics = self.silo.validate(updates.params, self.silo.round + 1)
+        return self.silo.aggregate(updates.params, self.silo.weights)
 
 
 def make_cross_silo(
     config: Any, dataset: FederatedDataset, backbone: nn.Module, engine: EngineConfig, device: Any
 ) -> CrossSilo:
-    """The engine of a ``fedface`` run config; its ``dataset`` is the one it is evaluated on (the
-    unknown identities are the held-out test people, not the validators')."""
+    """The trainer of a cross-silo run config (:data:`uvtrain.run.TRAINERS`); it is evaluated
+    on :meth:`CrossSilo.evaluation_dataset` (the unknown identities are the held-out test
+    people, not the validators')."""
     algorithm = config.algorithm()
     parties = partition(dataset, config.parties, config.partition, config.seed)
     # the same split with FV on or off, so that every run of a comparison has the same test people
@@ -462,7 +516,7 @@ def make_cross_silo(
         raise ConfigError("fv needs at least one validator (--validators)")
     engine = replace(engine, fraction=1.0, sampling="random")  # every party, every round
     silo = CrossSilo(algorithm, backbone, parties, validators, engine, device, config.fv_folds)
-    silo.dataset = replace(dataset, unknown=test)
+    silo.test_identities = test
     return silo
 
 

@@ -230,6 +230,21 @@ class GlobalModel:
             )
         return torch.cat(pieces).numpy() if pieces else np.zeros((0, 0), np.float32)
 
+    # -- what the run's evaluation and report ask of every trainer -------------------------------
+
+    def evaluation_dataset(self, dataset: Any) -> Any:
+        """The view of the run's dataset it is scored on (all of it, unless the trainer holds
+        people back, as the cross-silo validators)."""
+        return dataset
+
+    def report_extra(self, dataset: Any, folder: Any, seed: int) -> dict[str, Any]:
+        """Sections the trainer adds to ``report.json`` (and figures beside it): none here."""
+        return {}
+
+    def summary(self, report: dict[str, Any]) -> list[str]:
+        """Lines the command line prints after the run's scores: none here."""
+        return []
+
 
 class Simulation(GlobalModel):
     """Federated training of one algorithm over simulated clients.

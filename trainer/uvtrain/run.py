@@ -87,18 +87,36 @@ def engine_config(config: RunConfig, crop: int) -> EngineConfig:
     )
 
 
+def _cross_device(
+    config: RunConfig, dataset: FederatedDataset, backbone: Any, engine: EngineConfig, device: Any
+) -> Simulation:
+    clients = [client.train for client in dataset.clients]
+    return Simulation(config.algorithm(), backbone, clients, engine, device)
+
+
+def _cross_silo(
+    config: RunConfig, dataset: FederatedDataset, backbone: Any, engine: EngineConfig, device: Any
+) -> Any:
+    from .crosssilo import make_cross_silo
+
+    return make_cross_silo(config, dataset, backbone, engine, device)
+
+
+#: The trainer of each setting an algorithm declares (``algorithm.setting``): a
+#: :class:`~uvtrain.engine.Simulation` when a client is a person, a
+#: :class:`~uvtrain.crosssilo.CrossSilo` when it is an organisation. Both run their rounds with
+#: :func:`uvtrain.rounds.run_round` and offer the same methods to the run (``step``,
+#: ``state_dict``, ``outputs``, ``evaluation_dataset``, ``report_extra``, ``summary``).
+TRAINERS = {"cross-device": _cross_device, "cross-silo": _cross_silo}
+
+
 def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Any:
-    """Backbone, algorithm and engine for a config: a :class:`Simulation` (a client is a person),
-    or for ``fedface`` a :class:`~uvtrain.crosssilo.CrossSilo` (a client is an organisation),
-    whose ``dataset`` is the view it is evaluated on."""
+    """Backbone, algorithm and trainer for a config, the trainer picked from :data:`TRAINERS`
+    by the setting the method declares."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     engine = engine_config(config, _crop_samples(config, dataset))
-    if config.method == "fedface":
-        from .crosssilo import make_cross_silo
-
-        return make_cross_silo(config, dataset, backbone, engine, pick_device(config.device))
-    clients = [client.train for client in dataset.clients]
-    return Simulation(config.algorithm(), backbone, clients, engine, pick_device(config.device))
+    make = TRAINERS[config.algorithm().setting]
+    return make(config, dataset, backbone, engine, pick_device(config.device))
 
 
 def json_text(data: Any, *, indent: int | None = None) -> str:
@@ -218,7 +236,7 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
     _check_folder(folder)
     dataset = load_data(config)
     simulation = make_simulation(config, dataset)
-    dataset = getattr(simulation, "dataset", dataset)
+    dataset = simulation.evaluation_dataset(dataset)
     if (folder / CHECKPOINT).exists():
         previous = read_json(folder / CONFIG) if (folder / CONFIG).is_file() else {}
         defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -428,11 +446,7 @@ def evaluate(
             for name, split in (("train", "train"), ("test_known", "test"))
         }
         leakage = ev.prototype_leakage(learnt, seen)
-    if hasattr(simulation, "report_extra"):  # cross-silo: parties, weighting, test accuracy
-        from .crosssilo import held_out_pairs, plot_weights
-
-        extra.update(simulation.report_extra(held_out_pairs(dataset, config.seed)))
-        plot_weights(folder / METRICS, folder / "weights.png", simulation)
+    extra.update(simulation.report_extra(dataset, folder, config.seed))
     report = ev.make_report(
         config.method,
         dataset.name,
@@ -461,7 +475,7 @@ def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Simulation]:
     config = read_config(folder)
     dataset = load_data(config)
     simulation = make_simulation(config, dataset)
-    dataset = getattr(simulation, "dataset", dataset)
+    dataset = simulation.evaluation_dataset(dataset)
     load_state(folder / CHECKPOINT, simulation.load_state_dict)
     return config, dataset, simulation
 

@@ -71,10 +71,10 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.nn import functional
 
-from .base import FedAvg
+from .base import FedAvg, Tensors
 
 #: The paper's margins by loss (s = 64 for both).
 DEFAULT_MARGINS = {"arcface": 0.5, "cosface": 0.35}
@@ -129,21 +129,6 @@ def make_margin_loss(
         raise ValueError(f"unknown margin loss {name!r}: arcface or cosface")
     margin = DEFAULT_MARGINS[name] if margin is None else margin
     return (ArcFace if name == "arcface" else CosFace)(scale, margin)
-
-
-class ClassifierHead(nn.Module):
-    """A party's private classifier: one centre per identity, and the margin loss passed in.
-
-    ``forward(embeddings, labels)`` is the loss: cross-entropy of ``loss.logits(W̃ f, y)``.
-    """
-
-    def __init__(self, classes: int, dim: int, loss: ArcFace | CosFace) -> None:
-        super().__init__()
-        self.centres = nn.Parameter(torch.randn(classes, dim) / dim**0.5)
-        self.loss = loss
-
-    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        return head_loss(self.loss, self.centres, embeddings, labels)
 
 
 def head_loss(
@@ -309,3 +294,67 @@ class FedFace(FedAvg):
         if self.fv_norm == "moving":
             return MovingNorm(self.fv_gamma, self.fv_epsilon)
         return lambda scores: local_norm(scores, self.fv_epsilon)
+
+    # -- the round's hooks (run by uvtrain.crosssilo through uvtrain.rounds.run_round) --------
+
+    def loss(
+        self, outputs: Tensor, private: Tensors, constants: Tensors, shared: Tensors
+    ) -> Tensor:
+        """A party's margin loss on one batch: its private classifier ``private["head"]``
+        ``[C_p, d]`` and the batch's labels ``constants["labels"]`` ``[B]``."""
+        return head_loss(self.make_loss(), private["head"], outputs, constants["labels"])
+
+    def init_optimiser(self, head: Tensor, params: Tensors) -> Tensors:
+        """A party's optimiser state: the momentum of its head (eq. 3) and, with PFM off
+        (FedAvg with local momentum, the paper's baseline), of every backbone parameter."""
+        state = {"head": torch.zeros_like(head)}
+        if not self.pfm:
+            state.update({f"backbone.{k}": torch.zeros_like(v) for k, v in params.items()})
+        return state
+
+    def local_step(
+        self,
+        params: Tensors,
+        head: Tensor,
+        grads: list[Tensor],
+        state: Tensors,
+        shared: Tensors,
+        lr: float,
+        steps: int,
+    ) -> tuple[Tensors, Tensor]:
+        """One local step of a party from the gradients of ``[*params, head]`` (weight decay
+        added here): the head by local momentum (eq. 3), the backbone by PFM (eq. 4, the global
+        momentum ``shared["momentum.<name>"]`` of the previous round) or, with PFM off, by local
+        momentum. Updates ``state`` in place; returns the new parameters and head."""
+        mu = self.momentum
+        leaves = [*params.values(), head]
+        grads = [
+            g + self.weight_decay * leaf.detach() for g, leaf in zip(grads, leaves, strict=True)
+        ]
+        head, state["head"] = momentum_step(head.detach(), state["head"], grads[-1], lr, mu)
+        updated = {}
+        for (name, value), grad in zip(params.items(), grads[:-1], strict=True):
+            if self.pfm:
+                updated[name] = pfm_backbone_step(
+                    value.detach(), grad, shared[f"momentum.{name}"], steps, lr, mu
+                )
+            else:
+                key = f"backbone.{name}"
+                updated[name], state[key] = momentum_step(value.detach(), state[key], grad, lr, mu)
+        return updated, head
+
+    def server_update(
+        self,
+        shared: Tensors,
+        messages: Tensors,
+        clients: Tensor,
+        lr: float,
+        *,
+        before: Tensors | None = None,
+        after: Tensors | None = None,
+    ) -> Tensors:
+        """Eq. (6): the global momentum ``M_r = (Θ_{r−1} − Θ_r) / η_r`` the parties read next
+        round (PFM)."""
+        if before is None or after is None:
+            return shared
+        return {f"momentum.{k}": server_momentum(before[k], after[k], lr) for k in after}
