@@ -14,15 +14,15 @@ import torch
 pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
-from uvtrain.config import ConfigError  # noqa: E402
-from uvtrain.deploy.device import Device, DeviceError  # noqa: E402
-from uvtrain.deploy.local import LaunchError, LocalFederation, app_dir  # noqa: E402
-from uvtrain.deploy.settings import (  # noqa: E402
+from uvdeploy.device import Device, DeviceError  # noqa: E402
+from uvdeploy.local import LaunchError, LocalFederation, app_dir  # noqa: E402
+from uvdeploy.settings import (  # noqa: E402
     DeploySettings,
     build_model,
     pack,
     to_arrays,
 )
+from uvtrain.config import ConfigError  # noqa: E402
 from uvtrain.engine import EngineConfig, Simulation, draw_batches  # noqa: E402
 
 if sys.version_info >= (3, 11):
@@ -69,8 +69,8 @@ def test_the_flower_app_declares_every_setting_with_its_default() -> None:
     expected = {k: "" if v is None else v for k, v in defaults.items()}
     assert declared["config"] == expected
     assert declared["components"] == {
-        "serverapp": "uvtrain.deploy.server:app",
-        "clientapp": "uvtrain.deploy.client:app",
+        "serverapp": "uvdeploy.server:app",
+        "clientapp": "uvdeploy.client:app",
     }
 
 
@@ -244,7 +244,7 @@ def test_a_round_that_secagg_cannot_finish_stops_the_run(federation) -> None:
 
 
 def test_run_local_needs_a_passphrase_and_device_folders(tmp_path: Path, monkeypatch) -> None:
-    from uvtrain.deploy.local import run_local
+    from uvdeploy.local import run_local
 
     (tmp_path / "devices" / "a" / "samples").mkdir(parents=True)
     with pytest.raises(LaunchError, match="UVSDK_PASSPHRASE"):

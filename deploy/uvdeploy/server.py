@@ -49,11 +49,12 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid, ServerApp
 
-from .. import evaluation as ev
-from ..algorithms.base import FedAvg, Tensors
-from ..checkpoints import read_checkpoint
-from ..config import ConfigError
-from ..run import engine_config, json_text, trim_metrics, write_json
+from uvtrain import evaluation as ev
+from uvtrain.algorithms.base import FedAvg, Tensors
+from uvtrain.checkpoints import read_checkpoint
+from uvtrain.config import ConfigError
+from uvtrain.run import engine_config, json_text, trim_metrics, write_json
+
 from .errors import DeploymentError
 from .settings import DeploySettings, build_model, pack, to_arrays, trainable, unpack
 
@@ -82,7 +83,7 @@ class FederatedServer:
         self.folder = Path(settings.out).expanduser()
         self.code = None
         if self.config.method == "feduv":
-            from ..codes import bch_code
+            from uvtrain.codes import bch_code
 
             self.code = bch_code(self.config.code_length)
         self.secure = settings.secure

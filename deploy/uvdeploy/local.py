@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from uvtrain.io import REPORT, STATUS
+
 from .errors import LaunchError
-from .server import REPORT, STATUS
 from .settings import DeploySettings
 
 CONNECTION = "uvtrain-local"
@@ -39,7 +40,7 @@ CONNECTION = "uvtrain-local"
 
 def app_dir() -> Path:
     """The Flower app folder (its ``pyproject.toml`` names the ServerApp and ClientApp)."""
-    return Path(str(resources.files("uvtrain.deploy") / "app"))
+    return Path(str(resources.files("uvdeploy") / "app"))
 
 
 def _free_port() -> int:
@@ -80,7 +81,7 @@ def write_devices(
     """Device folders from a built-in dataset: ``DEVICE/samples/`` (the client's training
     clips, as WAV or PNG files) and ``DEVICE/test/`` (its held-out ones, to try ``uvsdk verify``
     with after the run). Returns the device folders."""
-    from ..data.registry import load_dataset
+    from uvtrain.data.registry import load_dataset
 
     data = load_dataset(dataset, root=root, seed=seed)
     if clients > len(data.clients):

@@ -16,8 +16,8 @@ import torch
 
 from uvsdk.bundle import Code
 from uvsdk.codeword import unpack_generator
+from uvtrain.algorithms.base import FedAvg
 
-from ..algorithms.base import FedAvg
 from .errors import DeviceError
 from .settings import DeploySettings, build_model, from_arrays, pack, trainable, unpack
 
@@ -157,7 +157,7 @@ class Device:
         finely), the sample count, the metrics (loss and the method's message) and the private
         state to keep.
         """
-        from ..engine import draw_batches, local_update
+        from uvtrain.engine import draw_batches, local_update
 
         settings, algorithm = self.settings, self.settings.algorithm()
         model = build_model(settings, int(config["devices"]))

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..algorithms.base import FedAvg, Tensors
-from ..algorithms.fedface import FedFace
-from ..config import ConfigError, RunConfig
+from uvtrain.algorithms.base import FedAvg, Tensors
+from uvtrain.algorithms.fedface import FedFace
+from uvtrain.config import ConfigError, RunConfig
 
 #: Methods the deployment runs (their hooks are per client; softmax needs every client's class
 #: row in one shared matrix, and FedFace is cross-silo).
@@ -153,7 +153,7 @@ class DeploySettings:
 def build_model(settings: DeploySettings, num_devices: int) -> nn.Module:
     """The network of the run (backbone + the method's head), with the seed's initial weights —
     the server's starting point, and the shape every device rebuilds to load the weights into."""
-    from ..run import build_run_backbone
+    from uvtrain.run import build_run_backbone
 
     backbone = build_run_backbone(settings.run, settings.modality, settings.spec)
     torch.manual_seed(settings.run.seed)
