@@ -3,7 +3,7 @@
     python benchmarks/flower_overhead.py [--devices 4] [--rounds 3] [--methods feduv,fedhide]
 
 Builds one device folder per client of ``--dataset`` (WAV files), runs a real federation on this
-machine (a SuperLink, one SuperNode per device, ``flwr run``: ``uvtrain.deploy.local``) for each
+machine (a SuperLink, one SuperNode per device, ``flwr run``: ``uvdeploy.local``) for each
 method, then runs the simulator on the same decoded samples with the same settings, and prints
 seconds per round for both and their ratio. FedUV runs under SecAgg+ (its default), the others
 plain. Both sides do the same maths (tests/test_deploy.py checks a device's update against the
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from uvtrain.deploy.device import Device
-from uvtrain.deploy.local import run_local, write_devices
-from uvtrain.deploy.settings import DeploySettings, build_model
+from uvdeploy.device import Device
+from uvdeploy.local import run_local, write_devices
+from uvdeploy.settings import DeploySettings, build_model
 from uvtrain.engine import Simulation
 from uvtrain.run import engine_config
 

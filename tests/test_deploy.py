@@ -14,15 +14,15 @@ import torch
 pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
-from uvtrain.config import ConfigError  # noqa: E402
-from uvtrain.deploy.device import Device, DeviceError  # noqa: E402
-from uvtrain.deploy.local import LaunchError, LocalFederation, app_dir  # noqa: E402
-from uvtrain.deploy.settings import (  # noqa: E402
+from uvdeploy.device import Device, DeviceError  # noqa: E402
+from uvdeploy.local import LaunchError, LocalFederation, app_dir  # noqa: E402
+from uvdeploy.settings import (  # noqa: E402
     DeploySettings,
     build_model,
     pack,
     to_arrays,
 )
+from uvtrain.config import ConfigError  # noqa: E402
 from uvtrain.engine import EngineConfig, Simulation, draw_batches  # noqa: E402
 
 if sys.version_info >= (3, 11):
@@ -69,8 +69,8 @@ def test_the_flower_app_declares_every_setting_with_its_default() -> None:
     expected = {k: "" if v is None else v for k, v in defaults.items()}
     assert declared["config"] == expected
     assert declared["components"] == {
-        "serverapp": "uvtrain.deploy.server:app",
-        "clientapp": "uvtrain.deploy.client:app",
+        "serverapp": "uvdeploy.server:app",
+        "clientapp": "uvdeploy.client:app",
     }
 
 
@@ -147,6 +147,114 @@ def test_a_device_keeps_its_codeword_encrypted_and_refuses_a_plain_feduv_round(
         device.check_round(secure=False)
     device.check_round(secure=True)
     Device({**node, "allow_plain_feduv": "true"}, settings).check_round(secure=False)
+
+
+# -- the server's round ----------------------------------------------------------------------------
+
+
+def _server(values: dict, samples: dict[int, int]):
+    """A server with its registration done by hand: nodes 11, 12, 13 are rows 0, 1, 2; small
+    parameters stand for the model's (the round only moves and averages tensors)."""
+    from uvdeploy.server import FederatedServer
+
+    settings = DeploySettings.from_run_config({"fraction": 1.0, **values})
+    server = FederatedServer(settings, grid=None, context=None, echo=lambda line: None)
+    server.rows = {11: 0, 12: 1, 13: 2}
+    server.node_of_row = {0: 11, 1: 12, 2: 13}
+    server.roster, server.samples = [101, 102, 103], samples
+    generator = torch.Generator().manual_seed(0)
+    server.params = {"a": torch.randn(3, 2, generator=generator), "b": torch.randn(4)}
+    server.shared = server.algorithm.init_shared(3, 8, generator, {"index": torch.arange(3)})
+    return server
+
+
+def _replies(server, deltas: list[dict], messages: list[dict]):
+    from uvdeploy.server import Replies
+
+    replies = Replies()
+    for node, delta, message in zip((13, 11, 12), deltas, messages, strict=True):
+        replies.node_ids.append(node)
+        replies.counts.append(server.samples[node])
+        replies.metrics.append({"loss": float(node), "message": pack(message)})
+        replies.updates.append([delta[name].numpy() for name in sorted(delta)])
+    return replies
+
+
+def test_a_plain_flower_round_is_run_round_with_the_devices_as_local_training() -> None:
+    """The devices' deltas go through the weighted mean (θ + Σ n_k/n δ_k), their messages
+    through the method's server_update with their rows, the loss is sample-weighted."""
+    server = _server({"method": "fedhide"}, {11: 4, 12: 6, 13: 2})
+    before, shared = dict(server.params), dict(server.shared)
+    deltas = [{k: 0.1 * torch.randn_like(v) for k, v in before.items()} for _ in range(3)]
+    proxies = [{"proxy": torch.randn(8)} for _ in range(3)]
+    sent = []
+    server._send = lambda instructions, number: (
+        sent.append(instructions) or _replies(server, deltas, proxies)
+    )
+    metrics = server.round(1, [11, 12, 13])
+    assert [node for node, _ in sent[0]] == [11, 12, 13]
+    weights = torch.tensor([2.0, 4.0, 6.0]) / 12  # nodes 13, 11, 12 as they replied
+    for name, value in before.items():
+        expected = value + sum(w * d[name] for w, d in zip(weights, deltas, strict=True))
+        torch.testing.assert_close(server.params[name], expected)
+    assert torch.equal(server.shared["proxies"][2], proxies[0]["proxy"])
+    assert torch.equal(server.shared["proxies"][0], proxies[1]["proxy"])
+    assert not torch.equal(server.shared["proxies"], shared["proxies"])
+    assert metrics["loss"] == pytest.approx((2 * 13 + 4 * 11 + 6 * 12) / 12)
+    assert metrics["clients"] == 3 and metrics["secure"] is False
+    assert metrics["update_max_abs"] > 0
+
+
+def test_a_flower_round_stops_when_the_model_does_not_change_or_is_not_finite() -> None:
+    from uvdeploy.errors import DeploymentError
+
+    server = _server({"method": "fedhide"}, {11: 4, 12: 6, 13: 2})
+    proxies = [{"proxy": torch.randn(8)} for _ in range(3)]
+    zeros = [{k: torch.zeros_like(v) for k, v in server.params.items()} for _ in range(3)]
+    server._send = lambda instructions, number: _replies(server, zeros, proxies)
+    with pytest.raises(DeploymentError, match="round 1: the model did not change"):
+        server.round(1, [11, 12, 13])
+    nans = [{k: torch.full_like(v, float("nan")) for k, v in server.params.items()}] * 3
+    server._send = lambda instructions, number: _replies(server, nans, proxies)
+    with pytest.raises(DeploymentError, match="round 1: the aggregated update is not finite"):
+        server.round(1, [11, 12, 13])
+
+
+def test_a_secure_flower_round_is_fused_with_secaggs_workflow() -> None:
+    """Under SecAgg+ the workflow is the fused aggregator: the round takes the unmasked mean;
+    a secure round without it (e.g. with per-client postprocessing) cannot run."""
+    from uvdeploy.errors import DeploymentError
+    from uvdeploy.server import FlowerSecAggPlus
+    from uvtrain.rounds import RoundPlan, run_round
+
+    server = _server({"method": "fedhide", "secagg": "on"}, {11: 4, 12: 6, 13: 2})
+    assert isinstance(server.aggregator, FlowerSecAggPlus) and server.aggregator.fusable()
+    before = dict(server.params)
+    mean = {k: 0.01 * torch.ones_like(v) for k, v in before.items()}
+    proxies = [{"proxy": torch.randn(8)} for _ in range(3)]
+    replies = _replies(server, [mean] * 3, proxies)
+    calls = []
+
+    def collect(instructions, number, max_weight):
+        calls.append(max_weight)
+        return replies, [mean[name].numpy() for name in sorted(mean)]
+
+    server.aggregator.collect = collect
+    metrics = server.round(1, [11, 12, 13])
+    assert calls == [pytest.approx(6 * 1.01)] and metrics["secure"] is True
+    for name, value in before.items():
+        torch.testing.assert_close(server.params[name], value + mean[name])
+    plan = RoundPlan(2, np.array([0, 1, 2]), 0.1)
+    with pytest.raises(DeploymentError, match="secure round"):
+        run_round(
+            server.algorithm,
+            plan,
+            server.params,
+            server.shared,
+            server,
+            server.aggregator,
+            [lambda updates, base, plan: updates],
+        )
 
 
 # -- a real federation ------------------------------------------------------------------------------
@@ -244,7 +352,7 @@ def test_a_round_that_secagg_cannot_finish_stops_the_run(federation) -> None:
 
 
 def test_run_local_needs_a_passphrase_and_device_folders(tmp_path: Path, monkeypatch) -> None:
-    from uvtrain.deploy.local import run_local
+    from uvdeploy.local import run_local
 
     (tmp_path / "devices" / "a" / "samples").mkdir(parents=True)
     with pytest.raises(LaunchError, match="UVSDK_PASSPHRASE"):

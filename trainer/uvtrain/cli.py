@@ -13,9 +13,46 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import click
 import typer
 
+#: The entry-point group through which other packages add top-level commands to ``uvtrain``
+#: (``uvtrain deploy``: the Flower deployment, :mod:`uvdeploy`, which sits above the trainer and
+#: the exporter and so is never imported by them). Declared in a distribution's metadata as
+#: ``[project.entry-points."uvtrain.commands"] NAME = "module:typer_app"``.
+COMMAND_PLUGINS = "uvtrain.commands"
+
+
+def command_plugins() -> dict[str, Any]:
+    """The installed ``uvtrain.commands`` entry points by command name (nothing is imported)."""
+    from importlib.metadata import entry_points
+
+    return {entry.name: entry for entry in entry_points(group=COMMAND_PLUGINS)}
+
+
+class PluginGroup(typer.core.TyperGroup):
+    """``uvtrain``'s own commands, then those of :data:`COMMAND_PLUGINS`: a plugin's module is
+    imported only when its command is run or the command list is shown."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        own = super().list_commands(ctx)
+        return [*own, *sorted(name for name in command_plugins() if name not in own)]
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        command = super().get_command(ctx, name)
+        entry = command_plugins().get(name) if command is None else None
+        if entry is not None:
+            loaded = entry.load()  # a Typer app, or a click command
+            command = (
+                loaded if isinstance(loaded, click.Command) else typer.main.get_command(loaded)
+            )
+            command.name = name
+            self.add_command(command)
+        return command
+
+
 app = typer.Typer(
+    cls=PluginGroup,
     name="uvtrain",
     help="Federated training of user-verification models (FedUV, FedHide).",
     add_completion=False,
@@ -66,8 +103,8 @@ def _errors_to_exit(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from .config import ConfigError
         from .data.base import DatasetError
-        from .deploy.errors import DeployError
         from .engine import TrainingError
+        from .errors import UvtrainError
         from .pretrained import PretrainedError
 
         try:
@@ -79,7 +116,7 @@ def _errors_to_exit(command: F) -> F:
             DatasetError,
             TrainingError,
             PretrainedError,
-            DeployError,
+            UvtrainError,  # the plugins' errors too (uvdeploy.DeployError)
             ValueError,
             OSError,
         ) as error:
@@ -373,74 +410,8 @@ def audit(
     typer.echo(f"audit: {out / 'audit.json'}   summary: {out / 'audit.md'}")
 
 
-deploy_app = typer.Typer(
-    help="Train across real devices with Flower (docs/deploy.md).", no_args_is_help=True
-)
-app.add_typer(deploy_app, name="deploy")
-
-
-@deploy_app.command("devices")
-@_errors_to_exit
-def deploy_devices(
-    dataset: Annotated[str, typer.Option(help="A built-in dataset (see uvtrain data list).")],
-    clients: Annotated[int, typer.Option(help="How many devices (its first clients).")],
-    out: Annotated[Path, typer.Option(help="Folder for the device folders.")],
-    seed: Annotated[int, typer.Option(help="The dataset's seed.")] = 0,
-) -> None:
-    """Device folders from a dataset: DEVICE/samples (training, enrollment) and DEVICE/test."""
-    from .deploy.local import write_devices
-
-    folders = write_devices(dataset, out, clients=clients, seed=seed)
-    typer.echo(f"{len(folders)} device folders in {out}")
-
-
-@deploy_app.command("local")
-@_errors_to_exit
-def deploy_local(
-    devices: Annotated[Path, typer.Option(help="Folder of device folders (each with samples/).")],
-    method: Annotated[str, typer.Option(help="feduv, fedhide, fedaws, fedgn or fedcs.")],
-    out: Annotated[Path, typer.Option(help="The server's run folder.")],
-    rounds: Annotated[int, typer.Option(help="Federated rounds.")] = 5,
-    fraction: Annotated[float, typer.Option(help="ε: the share of devices in a round.")] = 1.0,
-    secagg: Annotated[str, typer.Option(help="auto (SecAgg+ for FedUV), on or off.")] = "auto",
-    user: Annotated[str, typer.Option(help="The devices' template name.")] = "default",
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Any run-config key, as KEY=VALUE (repeatable)."),
-    ] = None,
-    timeout: Annotated[float | None, typer.Option(help="Give up after so many seconds.")] = None,
-) -> None:
-    """A whole federation on this machine: a SuperLink and one SuperNode per device on
-    loopback, `flwr run`, then every process stopped. Needs UVSDK_PASSPHRASE."""
-    from .config import read_toml_value
-    from .deploy.local import run_local
-
-    values: dict[str, Any] = {
-        "method": method,
-        "rounds": rounds,
-        "fraction": fraction,
-        "secagg": secagg,
-    }
-    for item in set_ or []:
-        key, equals, value = item.partition("=")
-        if not equals or not key.strip():
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
-        values[key.strip()] = read_toml_value(value)
-    report = run_local(devices, out, values, echo=typer.echo, timeout=timeout, user=user)
-    throughput = report["throughput"]
-    typer.echo(
-        f"{report['method']}: {report['rounds']} rounds on {report['deployment']['devices']} "
-        f"devices, {throughput['rounds_per_s'] or 0:.3f} rounds/s; report: {out / 'report.json'}"
-    )
-
-
-@deploy_app.command("app")
-@_errors_to_exit
-def deploy_app_dir() -> None:
-    """Print the Flower app folder, for `flwr run "$(uvtrain deploy app)" FEDERATION`."""
-    from .deploy.local import app_dir
-
-    typer.echo(str(app_dir()))
+#: What a command plugin wraps its commands in: the same one-line errors and exit codes.
+errors_to_exit = _errors_to_exit
 
 
 def _print_report(report: dict, folder: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import UvtrainError
+from uvtrain.errors import UvtrainError
 
 
 class DeployError(UvtrainError):

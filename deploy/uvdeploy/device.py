@@ -16,10 +16,12 @@ import torch
 
 from uvsdk.bundle import Code
 from uvsdk.codeword import unpack_generator
+from uvtrain.algorithms.base import overrides
+from uvtrain.engine import draw_batches, local_update, split_parameters
+from uvtrain.io import atomic_write
 
-from ..algorithms.base import FedAvg
 from .errors import DeviceError
-from .settings import DeploySettings, build_model, from_arrays, pack, trainable, unpack
+from .settings import DeploySettings, build_model, from_arrays, pack, unpack
 
 
 class Device:
@@ -64,7 +66,8 @@ class Device:
         return {"user_id": user_id, "codeword": has_codeword, "samples": len(self.samples())}
 
     def assign(self, user_id: int, code: Any | None) -> None:
-        """Take the server's user id; for FedUV, make the codeword with the SDK (kept encrypted)."""
+        """Take the server's user id; with the run's ``code`` (sent when the method's devices hold a
+        codeword), make the codeword with the SDK (kept encrypted)."""
         from uvsdk import Verifier
         from uvsdk.template import Template
 
@@ -121,10 +124,11 @@ class Device:
     # -- a round -------------------------------------------------------------------------------
 
     def constants(self, index: int, code_sha256: str = "") -> dict[str, torch.Tensor]:
-        """``index`` (its row in the server's view) and, for FedUV, the codeword from the store
-        (checked to be of the run's code, named by ``code_sha256``)."""
+        """``index`` (its row in the server's view) and the secrets the method's device holds
+        (:attr:`~uvtrain.algorithms.base.FedAvg.device_secrets`; FedUV: the codeword, from the
+        store, checked to be of the run's code, named by ``code_sha256``)."""
         constants = {"index": torch.tensor(index)}
-        if self.settings.run.method == "feduv":
+        if "codeword" in self.settings.algorithm().device_secrets:
             from uvsdk.codeword import bipolar
 
             template = self.template()
@@ -136,12 +140,15 @@ class Device:
         return constants
 
     def check_round(self, secure: bool) -> None:
-        """Refuse a plain FedUV round: one device's update reveals its codeword (docs/privacy.md),
-        unless the node config says ``allow_plain_feduv=true``."""
-        if self.settings.run.method == "feduv" and not secure and not self.allow_plain:
+        """Refuse a plain round of a method whose plain update reveals a device's secret
+        (:attr:`~uvtrain.algorithms.base.FedAvg.update_reveals_secret`; FedUV's codeword,
+        docs/privacy.md), unless the node config says ``allow_plain_feduv=true``."""
+        algorithm = self.settings.algorithm()
+        if algorithm.update_reveals_secret and not secure and not self.allow_plain:
+            secret = " and ".join(algorithm.device_secrets) or "a secret"
             raise DeviceError(
-                "refusing to send a plain FedUV update (it reveals the codeword): the server "
-                "must run SecAgg+ (secagg=auto or on)"
+                f"refusing to send a plain {type(algorithm).__name__} update (it reveals the "
+                f"{secret}): the server must run SecAgg+ (secagg=auto or on)"
             )
 
     def train(
@@ -157,11 +164,9 @@ class Device:
         finely), the sample count, the metrics (loss and the method's message) and the private
         state to keep.
         """
-        from ..engine import draw_batches, local_update
-
         settings, algorithm = self.settings, self.settings.algorithm()
         model = build_model(settings, int(config["devices"]))
-        params, buffers = trainable(model)
+        params, buffers = split_parameters(model)
         glob = from_arrays(params.keys(), arrays)
         shared = unpack(config["shared"]) if config.get("shared") else {}
         constants = self.constants(int(config["index"]), str(config.get("code_sha256", "")))
@@ -181,7 +186,7 @@ class Device:
         if not np.isfinite(loss):
             raise DeviceError(f"the local loss became {loss}")
         metrics: dict[str, Any] = {"loss": loss}
-        if type(algorithm).client_message is not FedAvg.client_message:
+        if overrides(algorithm, "client_message"):
             message_constants = dict(constants)
             if algorithm.message_noise:
                 message_constants["noise"] = torch.randn(dim, generator=_generator())
@@ -197,9 +202,7 @@ class Device:
         from uvsdk import Verifier
 
         self.bundle_path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.bundle_path.with_name(f".{self.bundle_path.name}.tmp")
-        temporary.write_bytes(bundle)
-        temporary.replace(self.bundle_path)
+        atomic_write(self.bundle_path, bundle)
         verifier = Verifier(self.bundle_path, store=self.store)
         report = verifier.enroll(self.data, user=self.user, target_tpr=target_tpr)
         return {"enrolled": True, "mode": report.mode, "samples": report.used}
@@ -210,7 +213,8 @@ def _generator() -> torch.Generator:
 
 
 def code_from_request(request: dict[str, Any]) -> Code | None:
-    """The BCH code the server sent at registration (FedUV), or ``None``."""
+    """The BCH code the server sent at registration (a method whose devices hold a codeword), or
+    ``None``."""
     if not request.get("generator"):
         return None
     n, k = int(request["n"]), int(request["k"])

@@ -20,16 +20,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..algorithms.base import FedAvg, Tensors
-from ..algorithms.fedface import FedFace
-from ..config import ConfigError, RunConfig
+from uvtrain.algorithms import METHODS
+from uvtrain.algorithms.base import FedAvg, Tensors
+from uvtrain.config import RunConfig
+from uvtrain.errors import ConfigError
 
-#: Methods the deployment runs (their hooks are per client; softmax needs every client's class
-#: row in one shared matrix, and FedFace is cross-silo).
-DEPLOYABLE = ("feduv", "fedhide", "fedaws", "fedgn", "fedcs")
 
-#: FedFace's keys (its method parameters and the cross-silo engine's): not deployed here.
-_CROSS_SILO = {f.name for f in fields(FedFace)} | {"parties", "partition", "validators", "fv_folds"}
+def _keys_of(setting: str) -> set[str]:
+    """The parameters of the methods of a ``setting`` (``"cross-device"``, ``"cross-silo"``)."""
+    return {f.name for cls in METHODS.values() if cls.setting == setting for f in fields(cls)}
+
+
+#: The cross-silo methods' keys (FedFace's) and the cross-silo trainer's: not deployed here.
+_CROSS_SILO = (_keys_of("cross-silo") - _keys_of("cross-device")) | {
+    "parties", "partition", "validators", "fv_folds",
+}  # fmt: skip
 #: RunConfig keys that mean nothing on Flower (the data is on the devices, training is theirs).
 _SIMULATOR_ONLY = {
     "dataset", "clients", "root", "device", "chunk_size", "eval_every", "sampling", *_CROSS_SILO,
@@ -40,7 +45,8 @@ _SIMULATOR_ONLY = {
 class DeploySettings:
     """A Flower run's settings: the trainer's :class:`RunConfig` and the deployment's own keys.
 
-    ``secagg``: ``"auto"`` (SecAgg+ for FedUV, whose plain update reveals the codeword; plain
+    ``secagg``: ``"auto"`` (SecAgg+ for a method whose plain update reveals a secret,
+    :attr:`~uvtrain.algorithms.base.FedAvg.update_reveals_secret` — FedUV's codeword; plain
     FedAvg for the others), ``"on"`` or ``"off"``. ``min_devices``: the server waits for this many
     devices before it starts. ``min_cohort``: the fewest devices a secure round may aggregate (a
     sum over one device is that device's update). ``num_shares`` / ``reconstruction_threshold``:
@@ -71,12 +77,9 @@ class DeploySettings:
     sign_key: str = ""
 
     def __post_init__(self) -> None:
-        if self.run.method not in DEPLOYABLE:
-            raise ConfigError(
-                f"method {self.run.method!r} does not run on Flower: one of {', '.join(DEPLOYABLE)}"
-            )
-        if self.run.negative_weight > 0:
-            raise ConfigError("negative_weight needs every user's codeword: not on Flower")
+        problem = self.algorithm().deployment_problem()
+        if problem is not None:
+            raise ConfigError(f"method {self.run.method!r} does not run on Flower: {problem}")
         if self.modality not in ("audio", "image"):
             raise ConfigError(f"modality must be 'audio' or 'image', not {self.modality!r}")
         if self.secagg not in ("auto", "on", "off"):
@@ -118,7 +121,7 @@ class DeploySettings:
     def secure(self) -> bool:
         """Whether the rounds run under SecAgg+."""
         if self.secagg == "auto":
-            return self.run.method == "feduv"
+            return self.algorithm().update_reveals_secret
         return self.secagg == "on"
 
     @property
@@ -153,19 +156,11 @@ class DeploySettings:
 def build_model(settings: DeploySettings, num_devices: int) -> nn.Module:
     """The network of the run (backbone + the method's head), with the seed's initial weights —
     the server's starting point, and the shape every device rebuilds to load the weights into."""
-    from ..run import build_run_backbone
+    from uvtrain.run import build_run_backbone
 
     backbone = build_run_backbone(settings.run, settings.modality, settings.spec)
     torch.manual_seed(settings.run.seed)
     return settings.algorithm().build_model(backbone, num_devices).eval()
-
-
-def trainable(model: nn.Module) -> tuple[Tensors, Tensors]:
-    """``(params, buffers)`` as the simulator splits them: frozen parameters count as buffers."""
-    params = {n: v.detach().clone() for n, v in model.named_parameters() if v.requires_grad}
-    buffers = dict(model.named_buffers())
-    buffers.update((n, v.detach()) for n, v in model.named_parameters() if not v.requires_grad)
-    return params, buffers
 
 
 def pack(tensors: Tensors) -> bytes:

@@ -5,12 +5,16 @@ What the server does, in order:
 1. waits for ``min_devices`` SuperNodes, asks each for its status (the user id it was assigned
    before, whether it holds a codeword of this run's code, how many samples) and assigns fresh
    random user ids, unique and never reused (``OUT/devices.json`` keeps every id ever given).
-   For FedUV it sends the BCH code (public); the device makes its codeword with the SDK;
-2. runs the rounds: samples a cohort from ``(seed, round)`` as the simulator does, sends the
-   global weights and each device's view of the shared state (:meth:`FedAvg.client_view`), and
-   aggregates the devices' updates with the method's ``aggregate`` hook (plain rounds) or with
-   Flower's SecAgg+ (secure rounds: the server learns only the cohort's weighted mean update),
-   then applies ``server_update`` to the messages (FedHide's proxies, FedAwS's rows);
+   When the method's devices hold a codeword (:attr:`FedAvg.device_secrets`: FedUV) it sends the
+   BCH code (public); the device makes its codeword with the SDK;
+2. runs the rounds, each through :func:`uvtrain.rounds.run_round` as the simulator's: it samples
+   a cohort from ``(seed, round)`` as the simulator does; :meth:`FederatedServer.train` is the
+   round's local training — it sends the global weights and each device's view of the shared
+   state (:meth:`FedAvg.client_view`) and collects each device's update θ_k − θ, sample count,
+   loss and message; the aggregator is :class:`~uvtrain.rounds.WeightedMean` (the method's
+   ``aggregate`` hook; plain rounds) or :class:`FlowerSecAggPlus` (secure rounds: Flower's
+   SecAgg+ workflow unmasks only the cohort's weighted mean update, so it aggregates while the
+   devices train); then the method's ``server_update`` (FedHide's proxies, FedAwS's rows);
 3. stops with an error when a round's model did not change or a device failed — SecAgg+ halts
    silently when it cannot finish (too few shares, a device raising in a stage), and a run that
    "succeeds" without training is worse than one that stops;
@@ -21,9 +25,6 @@ What the server does, in order:
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -49,27 +50,93 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid, ServerApp
 
-from .. import evaluation as ev
-from ..algorithms.base import FedAvg, Tensors
-from ..checkpoints import read_checkpoint
-from ..config import ConfigError
-from ..run import engine_config, json_text, trim_metrics, write_json
-from .errors import DeploymentError
-from .settings import DeploySettings, build_model, pack, to_arrays, trainable, unpack
+from uvtrain.algorithms.base import FedAvg, Tensors, overrides
+from uvtrain.checkpoints import read_checkpoint
+from uvtrain.engine import split_parameters
+from uvtrain.errors import ConfigError, UvtrainError
+from uvtrain.io import (
+    BUNDLE,
+    CHECKPOINT,
+    CONFIG,
+    METRICS,
+    REGISTRY,
+    REPORT,
+    STATUS,
+    atomic_write,
+    json_text,
+    read_json,
+    trim_metrics,
+    write_json,
+)
+from uvtrain.rounds import Aggregator, ClientUpdates, RoundPlan, WeightedMean, run_round
+from uvtrain.run import engine_config
 
-CHECKPOINT, CONFIG, METRICS, REPORT = "checkpoint.pt", "config.json", "metrics.jsonl", "report.json"
-STATUS, REGISTRY, BUNDLE = "status.json", "devices.json", "model.uvb"
+from .errors import DeploymentError
+from .settings import DeploySettings, build_model, pack, to_arrays, unpack
 
 
 @dataclass
-class RoundResult:
-    """What a round's aggregation produced (``mean_update`` is ``None`` when it never ran)."""
+class Replies:
+    """The devices' answers to a round's instructions, in the order they came: ``updates`` holds
+    each device's θ_k − θ (plain rounds; under SecAgg+ the server never sees one)."""
 
-    mean_update: Tensors | None = None
     node_ids: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    updates: list[list[np.ndarray]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FlowerSecAggPlus(Aggregator):
+    """Flower's SecAgg+ workflow as a round's aggregator. The devices mask their updates θ_k − θ
+    and the server unmasks only the cohort's sample-weighted mean, so the aggregation happens
+    while the devices train: :meth:`collect` runs it from the round's local training (run_round's
+    fused path), and the aggregator hands on the new parameters. Per-client updates never exist
+    on the server, so a secure round cannot aggregate them (nor postprocess them)."""
+
+    grid: Any
+    context: Any
+    num_shares: float
+    reconstruction_threshold: float
+    timeout: float  # for each of the workflow's four stages
+
+    def fusable(self) -> bool:
+        return True
+
+    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+        if updates.aggregate is None:
+            raise DeploymentError(
+                "SecAgg+ aggregates while the devices train: a secure round has no per-client "
+                "updates to aggregate or postprocess"
+            )
+        return updates.aggregate
+
+    def collect(
+        self, instructions: list[tuple[int, FitIns]], round_number: int, max_weight: float
+    ) -> tuple[Replies, list[np.ndarray] | None]:
+        """Run the workflow for one round: the devices' replies (counts, losses, messages) and
+        the unmasked weighted mean update (``None`` when the workflow did not complete)."""
+        replies = Replies()
+        strategy = CohortStrategy(instructions, self.grid, self.context.run_id, replies)
+        legacy = LegacyContext(self.context, strategy=strategy)
+        legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
+            {WorkflowKey.CURRENT_ROUND: round_number}
+        )
+        legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
+            instructions[0][1].parameters, True
+        )
+        shares, threshold = self.num_shares, self.reconstruction_threshold
+        workflow = SecAggPlusWorkflow(
+            num_shares=int(shares) if shares > 1 else float(shares),
+            reconstruction_threshold=int(threshold) if threshold > 1 else float(threshold),
+            max_weight=max_weight,
+            timeout=self.timeout,
+        )
+        workflow(self.grid, legacy)
+        if strategy.aggregated is None:
+            return replies, None
+        return replies, parameters_to_ndarrays(strategy.aggregated)
 
 
 class FederatedServer:
@@ -81,14 +148,25 @@ class FederatedServer:
         self.algorithm: FedAvg = settings.algorithm()
         self.folder = Path(settings.out).expanduser()
         self.code = None
-        if self.config.method == "feduv":
-            from ..codes import bch_code
+        if "codeword" in self.algorithm.device_secrets:  # sent to the devices at registration
+            from uvtrain.codes import bch_code
 
             self.code = bch_code(self.config.code_length)
         self.secure = settings.secure
         self.schedule = engine_config(self.config, settings.crop)  # the simulator's lr decay
-        if self.secure and type(self.algorithm).aggregate is not FedAvg.aggregate:
+        if self.secure and overrides(self.algorithm, "aggregate"):
             raise ConfigError(f"{self.config.method}'s aggregation cannot run under SecAgg+")
+        self.aggregator: Aggregator = (
+            FlowerSecAggPlus(
+                grid,
+                context,
+                settings.num_shares,
+                settings.reconstruction_threshold,
+                timeout=settings.round_seconds,
+            )
+            if self.secure
+            else WeightedMean(self.algorithm)
+        )
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -133,7 +211,7 @@ class FederatedServer:
         fingerprint = self.code.fingerprint if self.code is not None else ""
         status = self._query({n: {"action": "status", "code_sha256": fingerprint} for n in nodes})
         registry_path = self.folder / REGISTRY
-        registry = json.loads(registry_path.read_text()) if registry_path.exists() else {}
+        registry = read_json(registry_path) if registry_path.exists() else {}
         assigned: list[int] = list(registry.get("assigned", []))
         ids: dict[int, int] = {}
         to_assign: dict[int, dict[str, Any]] = {}
@@ -208,118 +286,107 @@ class FederatedServer:
         }
         return FitIns(ndarrays_to_parameters(to_arrays(self.params)), config)
 
-    def _plain_round(self, cohort: list[int], round_number: int, lr: float) -> RoundResult:
+    def _send(self, instructions: list[tuple[int, FitIns]], round_number: int) -> Replies:
+        """A plain round: each device's FitIns out, its update θ_k − θ, count and metrics back."""
         messages = [
             Message(
-                compat.fitins_to_recorddict(self._fit_ins(node, round_number, lr), True),
+                compat.fitins_to_recorddict(fitins, True),
                 dst_node_id=node,
                 message_type="train",
                 group_id=str(round_number),
             )
-            for node in cohort
+            for node, fitins in instructions
         ]
-        result = RoundResult()
-        updates = []
+        replies = Replies()
         for reply in self.grid.send_and_receive(messages, timeout=self.settings.round_seconds):
             node = reply.metadata.src_node_id
             if reply.has_error():
-                result.failures.append(f"device {node}: {reply.error.reason}")
+                replies.failures.append(f"device {node}: {reply.error.reason}")
                 continue
             fitres = compat.recorddict_to_fitres(reply.content, False)
             if fitres.status.code != Code.OK:
-                result.failures.append(f"device {node}: {fitres.status.message}")
+                replies.failures.append(f"device {node}: {fitres.status.message}")
                 continue
-            updates.append(parameters_to_ndarrays(fitres.parameters))
-            result.node_ids.append(node)
-            result.counts.append(int(fitres.num_examples))
-            result.metrics.append(dict(fitres.metrics))
-        if updates:
-            names = sorted(self.params)
-            stacked = {
-                name: torch.stack([torch.from_numpy(np.array(u[i])) for u in updates])
-                for i, name in enumerate(names)
-            }
-            weights = torch.tensor(result.counts, dtype=torch.float32)
-            result.mean_update = self.algorithm.aggregate(stacked, weights)
-        return result
+            replies.updates.append(parameters_to_ndarrays(fitres.parameters))
+            replies.node_ids.append(node)
+            replies.counts.append(int(fitres.num_examples))
+            replies.metrics.append(dict(fitres.metrics))
+        return replies
 
-    def _secure_round(self, cohort: list[int], round_number: int, lr: float) -> RoundResult:
-        result = RoundResult()
-        strategy = CohortStrategy(
-            [(node, self._fit_ins(node, round_number, lr)) for node in cohort],
-            self.grid,
-            self.context.run_id,
-            result,
-        )
-        legacy = LegacyContext(self.context, strategy=strategy)
-        legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
-            {WorkflowKey.CURRENT_ROUND: round_number}
-        )
-        legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
-            strategy.instructions[0][1].parameters, True
-        )
-        shares = self.settings.num_shares
-        threshold = self.settings.reconstruction_threshold
-        workflow = SecAggPlusWorkflow(
-            num_shares=int(shares) if shares > 1 else float(shares),
-            reconstruction_threshold=int(threshold) if threshold > 1 else float(threshold),
+    def train(self, plan: RoundPlan, fused: Aggregator | None) -> ClientUpdates:
+        """The round's local training (:class:`uvtrain.rounds.LocalTraining`), done by the
+        plan's devices: send each its instructions, collect the replies, and hand run_round the
+        per-device updates θ_k − θ (plain rounds) or the new parameters SecAgg+ aggregated
+        (secure rounds: ``fused`` must be the :class:`FlowerSecAggPlus` aggregator)."""
+        nodes = [self.node_of_row[int(row)] for row in plan.clients]
+        instructions = [(node, self._fit_ins(node, plan.number, plan.lr)) for node in nodes]
+        mean: list[np.ndarray] | None = None
+        if self.secure:
+            if not isinstance(fused, FlowerSecAggPlus):
+                raise DeploymentError(
+                    f"round {plan.number}: a secure round aggregates inside SecAgg+ as the "
+                    "devices train; it cannot run with another aggregator or postprocessing"
+                )
             # the weights are sample counts: room for the largest device's
-            max_weight=float(max(self.samples[n] for n in cohort)) * 1.01,
-            timeout=self.settings.round_seconds,  # for each of its four stages
-        )
-        workflow(self.grid, legacy)
-        if strategy.aggregated is not None:
-            names = sorted(self.params)
-            arrays = parameters_to_ndarrays(strategy.aggregated)
-            result.mean_update = {
-                name: torch.from_numpy(np.array(arrays[i])) for i, name in enumerate(names)
-            }
-        return result
-
-    def round(self, round_number: int, nodes: list[int]) -> dict[str, Any]:
-        started = time.perf_counter()
-        lr = self.schedule.learning_rate(round_number)
-        cohort = self.cohort(round_number, nodes)
-        run = self._secure_round if self.secure else self._plain_round
-        result = run(cohort, round_number, lr)
-        if result.failures or len(result.node_ids) < len(cohort):
-            missing = len(cohort) - len(result.node_ids)
-            detail = result.failures[0] if result.failures else "no reply"
+            max_weight = float(max(self.samples[node] for node in nodes)) * 1.01
+            replies, mean = fused.collect(instructions, plan.number, max_weight)
+        else:
+            replies = self._send(instructions, plan.number)
+        if replies.failures or len(replies.node_ids) < len(nodes):
+            missing = len(nodes) - len(replies.node_ids)
+            detail = replies.failures[0] if replies.failures else "no reply"
             raise DeploymentError(
-                f"round {round_number}: {missing} of {len(cohort)} device(s) failed ({detail}); "
+                f"round {plan.number}: {missing} of {len(nodes)} device(s) failed ({detail}); "
                 "stopped (the last checkpoint is intact)"
             )
-        update = result.mean_update
-        if update is None:
+        if self.secure and mean is None:
             raise DeploymentError(
-                f"round {round_number}: the aggregation did not complete (secure aggregation "
+                f"round {plan.number}: the aggregation did not complete (secure aggregation "
                 "halted, see the server log); the model did not change: stopped"
             )
-        largest = max(float(v.abs().max()) for v in update.values())
-        if not math.isfinite(largest):
+        counts = torch.tensor(replies.counts, dtype=torch.float64)
+        losses = torch.tensor([[float(m["loss"])] for m in replies.metrics], dtype=torch.float64)
+        updates = ClientUpdates(
+            clients=torch.tensor([self.rows[node] for node in replies.node_ids]),
+            weights=torch.tensor(replies.counts, dtype=torch.float32),
+            losses=losses,
+            # the deployment reports the sample-weighted mean of the devices' losses
+            metrics={"loss": float((counts * losses[:, 0]).sum() / counts.sum())},
+        )
+        names = sorted(self.params)
+        if mean is not None:
+            updates.aggregate = {
+                name: value + torch.from_numpy(np.array(mean[i])).to(value.dtype)
+                for i, (name, value) in enumerate(sorted(self.params.items()))
+            }
+        else:
+            updates.deltas = {
+                name: torch.stack([torch.from_numpy(np.array(u[i])) for u in replies.updates])
+                for i, name in enumerate(names)
+            }
+        if any("message" in m for m in replies.metrics):
+            unpacked = [unpack(bytes(m["message"])) for m in replies.metrics]
+            updates.messages = {k: torch.stack([u[k] for u in unpacked]) for k in unpacked[0]}
+        return updates
+
+    def round(self, round_number: int, nodes: list[int]) -> dict[str, Any]:
+        """One round (:func:`uvtrain.rounds.run_round`), then the check that the model changed
+        and stayed finite: a round that "succeeds" without training stops the run."""
+        cohort = self.cohort(round_number, nodes)
+        plan = RoundPlan(
+            round_number,
+            np.array([self.rows[node] for node in cohort]),
+            self.schedule.learning_rate(round_number),
+        )
+        result = run_round(self.algorithm, plan, self.params, self.shared, self, self.aggregator)
+        change = [(result.params[k] - v).abs() for k, v in self.params.items()]
+        if not all(bool(torch.isfinite(c).all()) for c in change):
             raise DeploymentError(f"round {round_number}: the aggregated update is not finite")
+        largest = max(float(c.max()) for c in change)
         if largest == 0.0:
             raise DeploymentError(f"round {round_number}: the model did not change: stopped")
-        self.params = {k: v + update[k].to(v.dtype) for k, v in self.params.items()}
-        counts = torch.tensor(result.counts, dtype=torch.float64)
-        losses = torch.tensor([float(m["loss"]) for m in result.metrics], dtype=torch.float64)
-        loss = float((counts * losses).sum() / counts.sum())
-        if any("message" in m for m in result.metrics):
-            rows = torch.tensor([self.rows[n] for n in result.node_ids])
-            unpacked = [unpack(bytes(m["message"])) for m in result.metrics]
-            messages = {k: torch.stack([u[k] for u in unpacked]) for k in unpacked[0]}
-            self.shared = self.algorithm.server_update(self.shared, messages, rows, lr)
-        seconds = time.perf_counter() - started
-        return {
-            "round": round_number,
-            "loss": loss,
-            "lr": lr,
-            "clients": len(cohort),
-            "seconds": seconds,
-            "client_updates_per_s": len(cohort) / seconds,
-            "secure": self.secure,
-            "update_max_abs": largest,
-        }
+        self.params, self.shared = result.params, result.shared
+        return {**result.metrics, "secure": self.secure, "update_max_abs": largest}
 
     # -- state -------------------------------------------------------------------------------
 
@@ -330,16 +397,14 @@ class FederatedServer:
             "shared": {k: v.cpu() for k, v in self.shared.items()},
             "roster": list(self.roster),
         }
-        temporary = self.folder / f".{CHECKPOINT}.tmp"
-        torch.save(state, temporary)
-        os.replace(temporary, self.folder / CHECKPOINT)
+        atomic_write(self.folder / CHECKPOINT, lambda file: torch.save(state, file))
 
     def _resume(self) -> tuple[int, list[int] | None, dict[str, Any] | None]:
         config = self.settings.to_dict()
         checkpoint = self.folder / CHECKPOINT
         if not checkpoint.exists():
             return 0, None, None
-        previous = json.loads((self.folder / CONFIG).read_text())
+        previous = read_json(self.folder / CONFIG)
         ignore = {"rounds", "wait_seconds", "round_seconds", "min_devices", "export", "sign_key"}
         ignore.add("out")
         differing = sorted(k for k in config if k not in ignore and previous.get(k) != config[k])
@@ -361,8 +426,9 @@ class FederatedServer:
         self.rows = self.register(nodes, roster)
         if not self.rows:
             raise DeploymentError("no device of this run's roster is connected")
+        self.node_of_row = {row: node for node, row in self.rows.items()}
         model = build_model(self.settings, len(self.roster))
-        self.params, self.buffers = trainable(model)
+        self.params, self.buffers = split_parameters(model)
         dim = int(model.backbone.embedding_dim)
         generator = torch.Generator().manual_seed(self.config.seed)
         self.algorithm.init_private(len(self.roster), dim, generator)  # the simulator's draws
@@ -414,7 +480,7 @@ class FederatedServer:
                 "bundle": BUNDLE if self.settings.export else None,
             },
         }
-        ev.write_report(self.folder / REPORT, report)
+        write_json(self.folder / REPORT, report)
         write_json(self.folder / STATUS, {"state": "finished", "rounds": self.config.rounds})
         self.echo(f"finished: {self.folder / REPORT}")
         return report
@@ -484,11 +550,11 @@ class CohortStrategy(Strategy):
     keeps the aggregate the workflow computed (the cohort's weighted mean update)."""
 
     def __init__(
-        self, instructions: list[tuple[int, FitIns]], grid: Grid, run_id: int, result: RoundResult
+        self, instructions: list[tuple[int, FitIns]], grid: Grid, run_id: int, replies: Replies
     ) -> None:
         self.instructions = instructions
         self.proxies = {node: GridClientProxy(node, grid, run_id) for node, _ in instructions}
-        self.result = result
+        self.replies = replies
         self.aggregated: Parameters | None = None
 
     def initialize_parameters(self, client_manager: Any) -> None:
@@ -499,10 +565,10 @@ class CohortStrategy(Strategy):
 
     def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple:
         for proxy, fitres in results:
-            self.result.node_ids.append(int(proxy.node_id))
-            self.result.counts.append(int(fitres.num_examples))
-            self.result.metrics.append(dict(fitres.metrics))
-        self.result.failures.extend(str(failure) for failure in failures)
+            self.replies.node_ids.append(int(proxy.node_id))
+            self.replies.counts.append(int(fitres.num_examples))
+            self.replies.metrics.append(dict(fitres.metrics))
+        self.replies.failures.extend(str(failure) for failure in failures)
         if results:  # the workflow put the unmasked mean into every result
             self.aggregated = results[0][1].parameters
         return self.aggregated, {}
@@ -533,7 +599,7 @@ def main(grid: Grid, context: Context) -> None:
         FederatedServer(settings, grid, context, echo=_echo).run()
     except Exception as error:
         out.mkdir(parents=True, exist_ok=True)
-        message = str(error) if isinstance(error, DeploymentError | ConfigError) else repr(error)
+        message = str(error) if isinstance(error, UvtrainError) else repr(error)
         write_json(out / STATUS, {"state": "failed", "error": message.splitlines()[0]})
         _echo(f"error: {message}")
         raise

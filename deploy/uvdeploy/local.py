@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from uvtrain.io import REPORT, STATUS, atomic_write, read_json
+
 from .errors import LaunchError
-from .server import REPORT, STATUS
 from .settings import DeploySettings
 
 CONNECTION = "uvtrain-local"
@@ -39,7 +40,7 @@ CONNECTION = "uvtrain-local"
 
 def app_dir() -> Path:
     """The Flower app folder (its ``pyproject.toml`` names the ServerApp and ClientApp)."""
-    return Path(str(resources.files("uvtrain.deploy") / "app"))
+    return Path(str(resources.files("uvdeploy") / "app"))
 
 
 def _free_port() -> int:
@@ -80,7 +81,7 @@ def write_devices(
     """Device folders from a built-in dataset: ``DEVICE/samples/`` (the client's training
     clips, as WAV or PNG files) and ``DEVICE/test/`` (its held-out ones, to try ``uvsdk verify``
     with after the run). Returns the device folders."""
-    from ..data.registry import load_dataset
+    from uvtrain.data.registry import load_dataset
 
     data = load_dataset(dataset, root=root, seed=seed)
     if clients > len(data.clients):
@@ -161,9 +162,10 @@ class LocalFederation:
         self.logs.mkdir(parents=True, exist_ok=True)
         bin_dir = Path(sys.executable).parent
         self.port = _free_port()
-        (self.home / "config.toml").write_text(
+        atomic_write(
+            self.home / "config.toml",
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n',
         )
         try:
             link = self._start(
@@ -214,8 +216,8 @@ class LocalFederation:
     ) -> int:
         """``flwr run`` the app with these run-config values; returns its exit code."""
         overrides = self.folder / "run-config.toml"
-        overrides.write_text(
-            "".join(f"{key} = {_toml_value(value)}\n" for key, value in settings.items())
+        atomic_write(
+            overrides, "".join(f"{key} = {_toml_value(value)}\n" for key, value in settings.items())
         )
         command = [
             str(Path(sys.executable).parent / "flwr"),
@@ -313,8 +315,8 @@ def run_local(
     with LocalFederation(devices, workspace, user=user) as federation:
         code = federation.run(settings, echo, timeout)
     status_path = out / STATUS
-    status = json.loads(status_path.read_text()) if status_path.exists() else {}
+    status = read_json(status_path) if status_path.exists() else {}
     if status.get("state") != "finished":
         reason = status.get("error") or f"flwr run exited {code}; see {workspace / 'logs'}"
         raise LaunchError(reason)
-    return json.loads((out / REPORT).read_text())
+    return read_json(out / REPORT)
