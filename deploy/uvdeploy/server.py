@@ -68,7 +68,14 @@ from uvtrain.io import (
     trim_metrics,
     write_json,
 )
-from uvtrain.rounds import Aggregator, ClientUpdates, RoundPlan, WeightedMean, run_round
+from uvtrain.rounds import (
+    Aggregator,
+    ClientUpdates,
+    RoundPlan,
+    WeightedMean,
+    run_round,
+    sample_cohort,
+)
 from uvtrain.run import engine_config
 
 from .errors import DeploymentError
@@ -270,8 +277,7 @@ class FederatedServer:
                     f"{len(nodes)} device(s): a secure round needs min_cohort = "
                     f"{self.settings.min_cohort} (a sum over fewer reveals too much)"
                 )
-        rng = np.random.default_rng([self.config.seed, round_number, 0])
-        picked = rng.choice(len(nodes), size=min(count, len(nodes)), replace=False)
+        picked = sample_cohort(self.config.seed, round_number, len(nodes), count)
         return sorted(nodes[i] for i in picked)
 
     def _fit_ins(self, node: int, round_number: int, lr: float) -> Any:

@@ -39,6 +39,7 @@ from .rounds import (
     WeightedMean,
     gather,
     run_round,
+    sample_cohort,
     scatter,
 )
 
@@ -316,8 +317,7 @@ class Simulation(GlobalModel):
         if self.config.sampling == "round-robin":
             start = (round_number - 1) * count
             return np.sort(np.arange(start, start + count) % self.num_clients)
-        rng = np.random.default_rng([self.config.seed, round_number, 0])
-        return np.sort(rng.choice(self.num_clients, size=count, replace=False))
+        return sample_cohort(self.config.seed, round_number, self.num_clients, count)
 
     def batches_of_round(self, round_number: int, clients: np.ndarray) -> Tensor:
         """``[m, E, B, ...]`` samples: each client's E batches, drawn from ``(seed, round)``; with

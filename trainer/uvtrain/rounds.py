@@ -192,6 +192,14 @@ def run_round(
     return RoundResult(new_params, new_shared, updates, metrics)
 
 
+def sample_cohort(seed: int, round_number: int, population: int, count: int) -> np.ndarray:
+    """Step 1 of a round: ``count`` of ``population`` clients drawn without replacement from
+    ``(seed, round)``, sorted — the simulator's clients and the Flower server's devices alike,
+    so a resumed run draws the same cohorts."""
+    rng = np.random.default_rng([seed, round_number, 0])
+    return np.sort(rng.choice(population, size=min(count, population), replace=False))
+
+
 def gather(state: Tensors, clients: Tensor) -> Tensors:
     """The rows of per-client state (``[K, ...]``) of the round's clients."""
     return {name: value[clients] for name, value in state.items()}
