@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .features import VOXCELEB_LAYERS, dft_kernels, mel_filterbank, slaney_mel_filterbank
+from ..features import VOXCELEB_LAYERS, dft_kernels, mel_filterbank, slaney_mel_filterbank
 
 __all__ = [
     "BACKBONES",
@@ -1232,7 +1232,7 @@ def load_backbone_checkpoint(
     ValueError
         Nothing matches, a shape differs (``strict``) or a parameter is missing (``strict``).
     """
-    from .checkpoints import read_checkpoint
+    from ..checkpoints import read_checkpoint
 
     checkpoint = read_checkpoint(path)
     state = checkpoint
