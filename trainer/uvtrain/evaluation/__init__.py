@@ -7,16 +7,6 @@ score during evaluation is computed by the same code as on the device.
 Conventions: a trial is *accepted* iff ``score >= threshold``; genuine trials are the user's own
 samples against the user's reference, impostor trials are anyone else's.
 
-References
-----------
-.. [FedUV] H. Hosseini, H. Park, S. Yun, C. Louizos, J. Soriaga, M. Welling. "Federated Learning
-   of User Verification Models Without Sharing Embeddings." ICML 2021. Scores ``e = v·σ(W g(x))/c``
-   (eq. 8), the warm-up threshold (Sec. 3.3), and the unknown-user evaluation (Fig. 5c).
-.. [FedHide] "FedHide: Federated Learning by Hiding in the Neighbors." Proxy prototypes and the
-   prototype leakage ``P_leak``; verification pairs among users unseen in training.
-.. [NIST] NIST Speaker Recognition Evaluation plans: the normalised detection cost
-   ``C_det / min(C_miss·P_target, C_fa·(1 − P_target))``, as in WeSpeaker's ``score_metrics.py``.
-
 The package, one job a module:
 
 * :mod:`.metrics` — ROC, EER, TPR at an FPR, minDCF, a split's metrics, prototype leakage
@@ -26,7 +16,8 @@ The package, one job a module:
 * :mod:`.plots` — the figures (ROC, DET, a metric by round, EER against leakage);
 * :mod:`.report` — ``report.json``: :func:`make_report` and :func:`write_report`.
 
-Everything is importable from here, as it was when this package was one module
+The papers are cited where they are used (:mod:`.metrics`, :mod:`.protocols`). Everything
+is importable from here, as it was when this package was one module
 (``from uvtrain import evaluation as ev; ev.split_metrics(...)``).
 """
 

@@ -6,9 +6,6 @@ samples against the user's reference, impostor trials are anyone else's.
 
 References
 ----------
-.. [FedUV] H. Hosseini, H. Park, S. Yun, C. Louizos, J. Soriaga, M. Welling. "Federated Learning
-   of User Verification Models Without Sharing Embeddings." ICML 2021. Scores ``e = v·σ(W g(x))/c``
-   (eq. 8), the warm-up threshold (Sec. 3.3), and the unknown-user evaluation (Fig. 5c).
 .. [FedHide] "FedHide: Federated Learning by Hiding in the Neighbors." Proxy prototypes and the
    prototype leakage ``P_leak``; verification pairs among users unseen in training.
 .. [NIST] NIST Speaker Recognition Evaluation plans: the normalised detection cost

@@ -12,8 +12,6 @@ References
    (eq. 8), the warm-up threshold (Sec. 3.3), and the unknown-user evaluation (Fig. 5c).
 .. [FedHide] "FedHide: Federated Learning by Hiding in the Neighbors." Proxy prototypes and the
    prototype leakage ``P_leak``; verification pairs among users unseen in training.
-.. [NIST] NIST Speaker Recognition Evaluation plans: the normalised detection cost
-   ``C_det / min(C_miss·P_target, C_fa·(1 − P_target))``, as in WeSpeaker's ``score_metrics.py``.
 """
 
 from __future__ import annotations
