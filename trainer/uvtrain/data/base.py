@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
+from ..io import atomic_write
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,6 @@ class FederatedDataset:
     def save(self, path: str | Path) -> Path:
         """Write the dataset to one ``.npz`` file (atomically)."""
         import json
-        import os
-        import tempfile
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,14 +80,7 @@ class FederatedDataset:
                 for split in ("train", "val", "test"):
                     arrays[f"{group}/{index}/{split}"] = getattr(client, split)
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        descriptor, temporary = tempfile.mkstemp(suffix=".npz", dir=path.parent)
-        os.close(descriptor)
-        try:
-            np.savez(temporary, **arrays)
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
+        atomic_write(path, lambda file: np.savez(file, **arrays))
         return path
 
     @classmethod

@@ -1,0 +1,75 @@
+"""What a bundle's manifest says about where its model came from: the run's method, data,
+rounds, backbone and metrics (``provenance``), the licences of the data and of the starting
+weights, and the input and code of the bundle contract."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from uvsdk.bundle import AudioInput, Code, ImageInput
+from uvtrain.io import REPORT
+
+
+def _pretrained_provenance(pretrained: str) -> dict[str, Any]:
+    """Where the run's starting weights came from: a known entry of :mod:`uvtrain.pretrained`
+    (by name or by hash), else the file's name and SHA-256."""
+    import hashlib
+
+    from uvtrain.pretrained import WEIGHTS, identify
+
+    entry = WEIGHTS.get(pretrained) or identify(pretrained)
+    if entry is None:
+        digest = hashlib.sha256(Path(pretrained).read_bytes()).hexdigest()
+        return {"file": Path(pretrained).name, "sha256": digest, "licence": "unknown"}
+    fields = ("name", "requirement", "member", "sha256", "licence", "description", "training_data")
+    return {key: entry.to_dict()[key] for key in fields}
+
+
+def run_extra(
+    run_dir: Path, config: Any, dataset: Any, model: Any, extra: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The manifest's extra keys for a run folder: ``provenance`` (method, dataset, rounds,
+    backbone, the report's EER per split, the pretrained weights), ``data_licence``, then
+    ``extra`` (the caller's), then ``weights_licence`` when the run started from pretrained
+    weights."""
+    report_path = run_dir / REPORT
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    provenance = {
+        "method": config.method,
+        "dataset": dataset.name,
+        "rounds": report.get("rounds"),
+        "backbone": type(model.backbone).__name__,
+        "metrics": {name: split.get("eer") for name, split in report.get("splits", {}).items()},
+    }
+    extra = {"provenance": provenance, "data_licence": dataset.licence, **(extra or {})}
+    if config.pretrained:
+        provenance["pretrained"] = _pretrained_provenance(config.pretrained)
+        extra["weights_licence"] = provenance["pretrained"]["licence"]
+    return extra
+
+
+def bundle_input(modality: str, spec: dict[str, Any]) -> AudioInput | ImageInput:
+    """The manifest's ``input`` for a dataset's modality and input spec."""
+    source: AudioInput | ImageInput
+    if modality == "audio":
+        source = AudioInput(
+            int(spec["sample_rate"]),
+            float(spec["window_seconds"]),
+            float(spec["hop_seconds"]),
+            float(spec["min_seconds"]),
+        )
+    else:
+        source = ImageInput(int(spec["height"]), int(spec["width"]), int(spec["channels"]))
+    return source
+
+
+def bundle_code(model: Any, code_length: int) -> Code | None:
+    """The manifest's ``code``: the BCH code of a codeword model, ``None`` for an embedding one."""
+    code = None
+    if model.output_kind == "codeword":
+        from uvtrain.codes import bch_code
+
+        code = bch_code(code_length)
+    return code

@@ -1,0 +1,281 @@
+"""The score protocols of the seed papers: from model outputs to genuine and impostor score
+sets (FedUV's codewords, prototypes, verification pairs among unseen users), and the
+warm-up threshold's accuracy.
+
+The scores come from the SDK (:mod:`uvsdk.scoring`), so a user's score during evaluation is
+computed by the same code as on the device.
+
+References
+----------
+.. [FedUV] H. Hosseini, H. Park, S. Yun, C. Louizos, J. Soriaga, M. Welling. "Federated Learning
+   of User Verification Models Without Sharing Embeddings." ICML 2021. Scores ``e = v·σ(W g(x))/c``
+   (eq. 8), the warm-up threshold (Sec. 3.3), and the unknown-user evaluation (Fig. 5c).
+.. [FedHide] "FedHide: Federated Learning by Hiding in the Neighbors." Proxy prototypes and the
+   prototype leakage ``P_leak``; verification pairs among users unseen in training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from uvsdk.scoring import codeword_scores, cosine_scores, rescale, warmup_threshold
+
+
+def _reference_protocol(
+    score: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    outputs: ArrayLike,
+    labels: ArrayLike,
+    references: ArrayLike,
+    impostor_outputs: ArrayLike | None,
+    impostor_labels: ArrayLike | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Genuine and impostor scores of samples against per-user references (one score function)."""
+    references = np.asarray(references, dtype=np.float64)
+    outputs = np.asarray(outputs, dtype=np.float64)
+    labels = np.asarray(labels)
+    if labels.size == 0:
+        labels = labels.astype(np.int64)  # ``np.array([])`` is float
+    if references.ndim != 2 or references.shape[0] == 0:
+        raise ValueError(
+            f"the references must be a non-empty [users, dim] array, not {references.shape}"
+        )
+    if outputs.ndim != 2 or outputs.shape[1] != references.shape[1]:
+        raise ValueError(
+            f"the outputs must be [samples, {references.shape[1]}], not {outputs.shape}"
+        )
+    if labels.shape != (outputs.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError("the labels must be one integer user index per output")
+    if labels.size and (labels.min() < 0 or labels.max() >= references.shape[0]):
+        raise ValueError(f"a label is not a user index in [0, {references.shape[0]})")
+
+    def matrix(vectors: np.ndarray) -> np.ndarray:
+        """Scores ``[samples, users]``: every row against every user's reference."""
+        if vectors.shape[0] == 0:
+            return np.empty((0, references.shape[0]))
+        return score(references, vectors)  # the SDK's scoring takes a stack of references
+
+    rows = np.arange(labels.size)
+    if impostor_outputs is None:
+        if impostor_labels is not None:
+            raise ValueError("impostor_labels is given without impostor_outputs")
+        own = matrix(outputs)
+        others = np.ones(own.shape, dtype=bool)
+        others[rows, labels] = False
+        return own[rows, labels], own[others]
+    impostor_outputs = np.asarray(impostor_outputs, dtype=np.float64)
+    if impostor_outputs.ndim != 2 or impostor_outputs.shape[1] != references.shape[1]:
+        raise ValueError(
+            f"the impostor outputs must be [samples, {references.shape[1]}], not {impostor_outputs.shape}"
+        )
+    if impostor_labels is not None and np.shape(impostor_labels) != (impostor_outputs.shape[0],):
+        raise ValueError("impostor_labels must hold one identity per impostor output")
+    # Genuine trials only: each user's reference against that user's own samples.
+    genuine = np.empty(labels.size)
+    for user in np.unique(labels):
+        mine = labels == user
+        genuine[mine] = score(references[user], outputs[mine])
+    return genuine, matrix(impostor_outputs).ravel()
+
+
+def codeword_protocol(
+    outputs: ArrayLike,
+    labels: ArrayLike,
+    codewords: ArrayLike,
+    *,
+    impostor_outputs: ArrayLike | None = None,
+    impostor_labels: ArrayLike | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Genuine and impostor trials of FedUV's codeword verification [FedUV]_.
+
+    Scores are the SDK's :func:`uvsdk.scoring.codeword_scores`, ``e = v·rescale(z)/n``.
+
+    Parameters
+    ----------
+    outputs
+        ``[N, n]`` model outputs of samples of known users.
+    labels
+        ``[N]`` integer owner of each sample: an index into ``codewords``.
+    codewords
+        ``[U, n]`` the known users' ±1 codewords.
+    impostor_outputs
+        ``[M, n]`` outputs of samples of users unknown to training (the "unknown" split, FedUV
+        Fig. 5c). When given, the impostor trials are every one of these against every known
+        user's codeword; when not (train and test_known splits), every sample against every
+        codeword but its owner's.
+    impostor_labels
+        ``[M]`` identities of the unknown samples. Unknown users own no codeword, so every
+        (unknown sample, known codeword) pair is an impostor trial whatever the identity; the
+        labels are only checked for length (kept for symmetry with the data the trainer holds).
+
+    Returns
+    -------
+    genuine
+        ``[N]``: sample ``i`` against ``codewords[labels[i]]``, in sample order.
+    impostor
+        Sample-major: for each sample in order, its scores against the other users' codewords in
+        user order (``[N·(U−1)]``), or for each unknown sample its scores against all ``U``
+        codewords (``[M·U]``).
+    """
+    return _reference_protocol(
+        codeword_scores, outputs, labels, codewords, impostor_outputs, impostor_labels
+    )
+
+
+def prototype_protocol(
+    embeddings: ArrayLike,
+    labels: ArrayLike,
+    prototypes: ArrayLike,
+    *,
+    impostor_embeddings: ArrayLike | None = None,
+    impostor_labels: ArrayLike | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Genuine and impostor trials against per-user prototypes, scored by cosine [FedHide]_.
+
+    The same protocol as :func:`codeword_protocol` with the SDK's
+    :func:`uvsdk.scoring.cosine_scores` against each client's learnt prototype ``w_c`` (or an
+    enrollment reference from :func:`uvsdk.scoring.prototype`) in place of the codeword score.
+
+    Parameters
+    ----------
+    embeddings
+        ``[N, d]`` embeddings of samples of known users.
+    labels
+        ``[N]`` integer owner of each sample: an index into ``prototypes``.
+    prototypes
+        ``[U, d]`` the known users' prototypes (need not be normalised).
+    impostor_embeddings, impostor_labels
+        Samples of users unknown to training, as in :func:`codeword_protocol`.
+
+    Returns
+    -------
+    genuine, impostor
+        As in :func:`codeword_protocol`.
+    """
+    return _reference_protocol(
+        cosine_scores, embeddings, labels, prototypes, impostor_embeddings, impostor_labels
+    )
+
+
+def _sample_pairs(
+    partners_start: np.ndarray, partners_end: np.ndarray, limit: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs ``(p, q)`` with ``partners_start[q] <= p < partners_end[q]``: all of them when there
+    are at most ``limit``, else ``limit`` of them drawn uniformly without replacement.
+
+    The pairs are numbered ``q``-major without listing them, so the draw costs O(limit + N).
+    """
+    per_q = partners_end - partners_start
+    ends = np.cumsum(per_q)
+    total = int(ends[-1]) if ends.size else 0
+    if total <= limit:
+        index = np.arange(total, dtype=np.int64)
+    else:
+        index = np.sort(rng.choice(total, size=limit, replace=False))
+    q = np.searchsorted(ends, index, side="right")
+    p = partners_start[q] + (index - (ends[q] - per_q[q]))
+    return p, q
+
+
+def pair_protocol(
+    embeddings: ArrayLike, labels: ArrayLike, *, max_pairs: int = 200_000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Verification pairs among users unseen in training, scored by cosine [FedHide]_.
+
+    Every unordered pair of distinct samples is a trial: genuine when both samples have the same
+    identity, impostor otherwise. When a set has more than ``max_pairs`` pairs, ``max_pairs`` of
+    them are drawn uniformly without replacement (each set on its own), reproducibly from
+    ``seed``.
+
+    Parameters
+    ----------
+    embeddings
+        ``[N, d]`` embeddings (need not be normalised).
+    labels
+        ``[N]`` identity of each sample (any values numpy can sort).
+    max_pairs
+        The most trials of each kind.
+    seed
+        Seed of the draw.
+
+    Returns
+    -------
+    genuine, impostor
+        Cosines of the genuine and impostor pairs.
+    """
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    labels = np.asarray(labels)
+    if embeddings.ndim != 2 or labels.shape != (embeddings.shape[0],):
+        raise ValueError("pair_protocol needs [N, d] embeddings and [N] labels")
+    if max_pairs < 1:
+        raise ValueError("max_pairs must be at least 1")
+    # Sort by identity; in sorted order the samples of one identity are the block [start, q].
+    order = np.argsort(labels, kind="stable")
+    units = rescale(embeddings[order], 1.0)
+    sorted_labels = labels[order]
+    new_block = np.append(True, sorted_labels[1:] != sorted_labels[:-1])
+    block_start = np.maximum.accumulate(np.where(new_block, np.arange(labels.size), 0))
+    rng = np.random.default_rng(seed)
+    zeros = np.zeros(labels.size, dtype=np.int64)
+    positions = np.arange(labels.size, dtype=np.int64)
+
+    def cosines(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+        return np.einsum("ij,ij->i", units[p], units[q])
+
+    genuine = cosines(*_sample_pairs(block_start, positions, max_pairs, rng))
+    impostor = cosines(*_sample_pairs(zeros, block_start, max_pairs, rng))
+    return genuine, impostor
+
+
+def warmup_evaluation(
+    val_scores_by_user: Mapping[Hashable, ArrayLike],
+    test_genuine_by_user: Mapping[Hashable, ArrayLike],
+    test_impostor_by_user: Mapping[Hashable, ArrayLike],
+    target_tpr: float = 0.95,
+) -> dict[str, Any]:
+    """The accuracy of each user's own warm-up threshold [FedUV]_ (Sec. 3.3).
+
+    Each known user sets τ from their own validation scores with the SDK's
+    :func:`uvsdk.scoring.warmup_threshold` (the ⌊n(1 − q)⌋-th smallest). The user's test genuine
+    scores are then accepted iff ``e >= τ``, and so are their test impostor trials (other people's
+    samples against this user's reference); the rates are pooled over all users' trials.
+
+    Parameters
+    ----------
+    val_scores_by_user
+        User → warm-up scores (the user's own validation samples). Users with no validation
+        scores cannot set a threshold and are left out.
+    test_genuine_by_user, test_impostor_by_user
+        User → test genuine / impostor scores against that user's reference. A user missing from
+        one of them contributes no trials of that kind.
+    target_tpr
+        The target TPR ``q``.
+
+    Returns
+    -------
+    dict
+        ``{"target_tpr": q, "tpr": float, "fpr": float, "users": int}``; a rate with no trials is
+        NaN.
+    """
+    accepted_genuine = accepted_impostor = total_genuine = total_impostor = users = 0
+    for user, val in val_scores_by_user.items():
+        val = np.asarray(val, dtype=np.float64).ravel()
+        if val.size == 0:
+            continue
+        threshold = warmup_threshold(val, target_tpr)
+        users += 1
+        genuine = np.asarray(test_genuine_by_user.get(user, ()), dtype=np.float64).ravel()
+        impostor = np.asarray(test_impostor_by_user.get(user, ()), dtype=np.float64).ravel()
+        accepted_genuine += int(np.count_nonzero(genuine >= threshold))
+        accepted_impostor += int(np.count_nonzero(impostor >= threshold))
+        total_genuine += genuine.size
+        total_impostor += impostor.size
+    return {
+        "target_tpr": float(target_tpr),
+        "tpr": accepted_genuine / total_genuine if total_genuine else float("nan"),
+        "fpr": accepted_impostor / total_impostor if total_impostor else float("nan"),
+        "users": users,
+    }

@@ -1,0 +1,75 @@
+"""The backbones by name (:data:`BACKBONES`), building one for a dataset's input spec, and the
+default backbone of a modality."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .base import Backbone, BackboneError, _image_shape, _sample_rate
+from .convnets import CelebAConv2d, MnistUvConv2d, VoxCelebConv1d
+from .ge2e import GE2ESpeakerEncoder
+from .iresnet import IResNet, _IResNet50, _IResNetSmall
+from .resnet import LogMelResNet, ResNet18Small, _FastResNet34
+from .tdnn import LogMelTDNN
+
+#: Backbones by name; ``BACKBONES[name].from_spec(spec, **options)`` builds one (see
+#: :func:`build_backbone`), ``BACKBONES[name].modality`` says which inputs it takes.
+BACKBONES: dict[str, type[Backbone]] = {
+    "voxceleb-conv1d": VoxCelebConv1d,
+    "celeba-conv2d": CelebAConv2d,
+    "mnistuv-conv2d": MnistUvConv2d,
+    "logmel-resnet": LogMelResNet,
+    "logmel-tdnn": LogMelTDNN,
+    "fast-resnet34": _FastResNet34,
+    "ge2e-lstm": GE2ESpeakerEncoder,
+    "resnet18-small": ResNet18Small,
+    "ir-18": IResNet,
+    "ir-50": _IResNet50,
+    "ir-small": _IResNetSmall,
+}
+
+
+def build_backbone(name: str, spec: Mapping[str, Any], **options: Any) -> Backbone:
+    """Build a registered backbone for a dataset's input spec.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`BACKBONES`.
+    spec : mapping
+        The dataset's input spec: ``{"sample_rate", ...}`` for audio, ``{"height", "width",
+        "channels"}`` for images; input channels and sample rate come from it.
+    **options
+        Constructor arguments of the backbone (``embedding_dim``, ``width``, ``blocks``, ...).
+
+    Returns
+    -------
+    Backbone
+        A freshly initialised module.
+
+    Raises
+    ------
+    BackboneError
+        Unknown name, or a spec of the other modality (a :class:`ValueError` too).
+    """
+    if name not in BACKBONES:
+        raise BackboneError(f"unknown backbone {name!r}; known: {', '.join(sorted(BACKBONES))}")
+    return BACKBONES[name].from_spec(spec, **options)
+
+
+def default_backbone(modality: str, spec: Mapping[str, Any]) -> str:
+    """A small backbone that trains on a CPU, for a modality and input spec.
+
+    Audio: ``"logmel-tdnn"`` (the cheapest audio network that learns here; ``logmel-resnet`` and
+    ``fast-resnet34`` are the FedHide-style alternatives). Images: ``"mnistuv-conv2d"``
+    below 32 pixels on a side, else ``"celeba-conv2d"`` (both end in a spatial mean, so any size
+    works).
+    """
+    if modality == "audio":
+        _sample_rate(spec)
+        return "logmel-tdnn"
+    if modality == "image":
+        height, width, _ = _image_shape(spec)
+        return "mnistuv-conv2d" if min(height, width) < 32 else "celeba-conv2d"
+    raise ValueError(f"unknown modality {modality!r}; expected 'audio' or 'image'")
