@@ -545,15 +545,15 @@ def export_run(
     report_path = run_dir / "report.json"
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     provenance = {
-        "method": config.method,
+        "method": config.method.name,
         "dataset": dataset.name,
         "rounds": report.get("rounds"),
         "backbone": type(model.backbone).__name__,
         "metrics": {name: split.get("eer") for name, split in report.get("splits", {}).items()},
     }
     extra = {"provenance": provenance, "data_licence": dataset.licence, **(extra or {})}
-    if config.pretrained:
-        provenance["pretrained"] = _pretrained_provenance(config.pretrained)
+    if config.model.pretrained:
+        provenance["pretrained"] = _pretrained_provenance(config.model.pretrained)
         extra["weights_licence"] = provenance["pretrained"]["licence"]
 
     def int8(onnx_bytes: bytes) -> tuple[bytes, dict[str, Any]]:
@@ -564,8 +564,8 @@ def export_run(
         out,
         modality=dataset.modality,
         spec=dataset.spec,
-        method=method or config.method,
-        code_length=config.code_length,
+        method=method or config.method.name,
+        code_length=getattr(config.method, "code_length", 127),
         inputs=inputs,
         extra=extra,
         sign_key=sign_key,

@@ -124,7 +124,7 @@ class Device:
         """``index`` (its row in the server's view) and, for FedUV, the codeword from the store
         (checked to be of the run's code, named by ``code_sha256``)."""
         constants = {"index": torch.tensor(index)}
-        if self.settings.run.method == "feduv":
+        if self.settings.run.method.name == "feduv":
             from uvsdk.codeword import bipolar
 
             template = self.template()
@@ -138,7 +138,7 @@ class Device:
     def check_round(self, secure: bool) -> None:
         """Refuse a plain FedUV round: one device's update reveals its codeword (docs/privacy.md),
         unless the node config says ``allow_plain_feduv=true``."""
-        if self.settings.run.method == "feduv" and not secure and not self.allow_plain:
+        if self.settings.run.method.name == "feduv" and not secure and not self.allow_plain:
             raise DeviceError(
                 "refusing to send a plain FedUV update (it reveals the codeword): the server "
                 "must run SecAgg+ (secagg=auto or on)"
@@ -173,7 +173,9 @@ class Device:
         samples = torch.as_tensor(self.samples())
         rng = rng or np.random.default_rng(secrets.randbits(64))  # tests pass their own
         run = settings.run
-        batches = draw_batches(samples, run.local_steps, run.batch_size, settings.crop, rng)
+        batches = draw_batches(
+            samples, run.schedule.local_steps, run.schedule.batch_size, settings.crop, rng
+        )
         trained, private, losses = local_update(
             model, buffers, algorithm, glob, private, constants, shared, batches, config["lr"]
         )

@@ -21,19 +21,11 @@ import torch
 from torch import nn
 
 from ..algorithms.base import FedAvg, Tensors
-from ..algorithms.fedface import FedFace
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, flower_keys
 
 #: Methods the deployment runs (their hooks are per client; softmax needs every client's class
 #: row in one shared matrix, and FedFace is cross-silo).
 DEPLOYABLE = ("feduv", "fedhide", "fedaws", "fedgn", "fedcs")
-
-#: FedFace's keys (its method parameters and the cross-silo engine's): not deployed here.
-_CROSS_SILO = {f.name for f in fields(FedFace)} | {"parties", "partition", "validators", "fv_folds"}
-#: RunConfig keys that mean nothing on Flower (the data is on the devices, training is theirs).
-_SIMULATOR_ONLY = {
-    "dataset", "clients", "root", "device", "chunk_size", "eval_every", "sampling", *_CROSS_SILO,
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -71,12 +63,12 @@ class DeploySettings:
     sign_key: str = ""
 
     def __post_init__(self) -> None:
-        if self.run.method not in DEPLOYABLE:
+        if self.run.method.name not in DEPLOYABLE:
             raise ConfigError(
-                f"method {self.run.method!r} does not run on Flower: one of {', '.join(DEPLOYABLE)}"
+                f"method {self.run.method.name!r} does not run on Flower: one of {', '.join(DEPLOYABLE)}"
             )
-        if self.run.negative_weight > 0:
-            raise ConfigError("negative_weight needs every user's codeword: not on Flower")
+        if self.run.method.deployment_problem():  # FedUV's negative_weight
+            raise ConfigError(self.run.method.deployment_problem())
         if self.modality not in ("audio", "image"):
             raise ConfigError(f"modality must be 'audio' or 'image', not {self.modality!r}")
         if self.secagg not in ("auto", "on", "off"):
@@ -91,34 +83,39 @@ class DeploySettings:
 
     @classmethod
     def from_run_config(cls, values: Mapping[str, Any]) -> DeploySettings:
-        """From Flower's run config (flat keys; ``""`` stands for "not set")."""
+        """From Flower's run config (flat keys; ``""`` stands for "not set"). The app declares
+        every device method's keys (:func:`~uvtrain.config.flower_keys`): those of the other
+        methods are dropped."""
         values = {key.replace("-", "_"): value for key, value in values.items()}
         own = {f.name for f in fields(cls)} - {"run"}
-        run_keys = {f.name for f in fields(RunConfig)} - _SIMULATOR_ONLY
+        run_keys = {"method", *flower_keys()}
         unknown = sorted(set(values) - own - run_keys)
         if unknown:
             raise ConfigError(f"unknown run config key(s): {', '.join(unknown)}")
         run_values = {
             k: v for k, v in values.items() if k in run_keys and not (v == "" and k != "method")
         }
+        run_values = {**run_values, "dataset": "flower", "device": "cpu"}
+        run = RunConfig.from_flat(run_values, other_methods="ignore")
         try:
-            run = RunConfig(dataset="flower", device="cpu", **run_values)
             return cls(run=run, **{k: v for k, v in values.items() if k in own})
         except TypeError as error:
             raise ConfigError(f"run config: {error}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        """Flat: the run's keys, then the deployment's."""
-        data = {k: v for k, v in self.run.to_dict().items() if k not in _SIMULATOR_ONLY}
+        """Flat: the run's keys, every other device method's at its default (the app declares
+        them all: `flwr run --run-config` only overrides declared keys), then the deployment's."""
+        run = self.run.to_dict()
+        data = {k: run.get(k, default) for k, default in flower_keys().items()}
         data.update({f.name: getattr(self, f.name) for f in fields(self) if f.name != "run"})
-        data["method"] = self.run.method
+        data["method"] = self.run.method.name
         return data
 
     @property
     def secure(self) -> bool:
         """Whether the rounds run under SecAgg+."""
         if self.secagg == "auto":
-            return self.run.method == "feduv"
+            return self.run.method.name == "feduv"
         return self.secagg == "on"
 
     @property
@@ -142,12 +139,12 @@ class DeploySettings:
     @property
     def crop(self) -> int:
         """Training window in samples (audio; 0: whole windows, or images)."""
-        if self.modality != "audio" or not self.run.crop_seconds:
+        if self.modality != "audio" or not self.run.data.crop_seconds:
             return 0
-        return max(1, round(self.run.crop_seconds * self.sample_rate))
+        return max(1, round(self.run.data.crop_seconds * self.sample_rate))
 
     def algorithm(self) -> FedAvg:
-        return self.run.algorithm()
+        return self.run.method
 
 
 def build_model(settings: DeploySettings, num_devices: int) -> nn.Module:
@@ -195,5 +192,5 @@ def from_arrays(names: list[str] | Any, arrays: list[np.ndarray]) -> Tensors:
 
 
 def replace_run(settings: DeploySettings, **changes: Any) -> DeploySettings:
-    """The settings with some of the run's keys changed (tests, the launcher)."""
-    return dataclasses.replace(settings, run=dataclasses.replace(settings.run, **changes))
+    """The settings with some of the run's (flat) keys changed (tests, the launcher)."""
+    return dataclasses.replace(settings, run=settings.run.replace(**changes))
