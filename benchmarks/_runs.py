@@ -103,20 +103,20 @@ def run_folder(cache: Path, config: RunConfig) -> Path:
     """``cache/METHOD-HASH``: the hash of the settings that change training."""
     key = {k: v for k, v in config.to_dict().items() if k not in _NOT_TRAINING}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    return cache / f"{config.method}-{digest}"
+    return cache / f"{config.method.name}-{digest}"
 
 
 def train_once(cache: Path, label: str, overrides: dict[str, Any], root: str | None) -> Path:
     """Train the run these settings name (or reuse it when it is done); returns its folder."""
     from uvtrain.run import REPORT, train
 
-    config = RunConfig(**{**overrides, "root": root})
+    config = RunConfig.from_flat({**overrides, "root": root})
     folder = run_folder(cache, config)
     report = folder / REPORT
-    if report.is_file() and json.loads(report.read_text()).get("rounds") == config.rounds:
+    if report.is_file() and json.loads(report.read_text()).get("rounds") == config.schedule.rounds:
         print(f"  {label}: done before ({folder.name})", flush=True)
         return folder
-    print(f"  {label}: training {config.rounds} rounds into {folder}", flush=True)
+    print(f"  {label}: training {config.schedule.rounds} rounds into {folder}", flush=True)
     started = time.perf_counter()
     train(config, folder)
     print(f"  {label}: {time.perf_counter() - started:.0f} s", flush=True)

@@ -101,12 +101,12 @@ def provision_codeword(
 
     config, dataset, simulation = load_run(run_dir)
     code = Bundle(bundle).manifest.code
-    if config.method != "feduv" or code is None or code.n != config.code_length:
+    if config.method.name != "feduv" or code is None or code.n != config.method.code_length:
         raise StepFailed(f"{run_dir} is not a FedUV run exported to {bundle.name}")
     clients = len(dataset.clients)
     if not 0 <= client < clients:
         raise StepFailed(f"--client {client}: the run's clients are 0 to {clients - 1}")
-    bits = client_codewords(clients, config.code_length, config.seed)[client]
+    bits = client_codewords(clients, config.method.code_length, config.seed)[client]
     if not np.array_equal(bipolar(bits), simulation.constants["codeword"][client].cpu().numpy()):
         raise StepFailed("the recomputed codeword is not the one the client trained with")
     user_id = int(client_user_ids(clients, config.seed, code.id_bits)[client])

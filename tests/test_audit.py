@@ -150,7 +150,9 @@ def feduv(data_root: Path) -> tuple:
     previous = os.environ.get("UVTRAIN_DATA")
     os.environ["UVTRAIN_DATA"] = str(data_root)
     try:
-        config = RunConfig(method="feduv", dataset="formant-voices", batch_size=4, device="cpu")
+        config = RunConfig.from_flat(
+            dict(method="feduv", dataset="formant-voices", batch_size=4, device="cpu")
+        )
         dataset = load_data(config)
     finally:
         if previous is None:

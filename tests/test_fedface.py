@@ -286,8 +286,13 @@ def test_random_partition_and_validators() -> None:
         partition(dataset, 25)
 
 
+def _flat(**values) -> RunConfig:
+    """A config from the flat keys a user writes."""
+    return RunConfig.from_flat(values)
+
+
 def test_fedface_config_is_checked() -> None:
-    RunConfig(method="fedface", dataset="x", pfm=False, fv=True)
+    _flat(method="fedface", dataset="x", pfm=False, fv=True)
     for bad in (
         {"margin_loss": "softmax"},
         {"fv_norm": "global"},
@@ -297,7 +302,7 @@ def test_fedface_config_is_checked() -> None:
         {"momentum": 1.0},
     ):
         with pytest.raises(ConfigError):
-            RunConfig(method="fedface", dataset="x", **bad)
+            _flat(method="fedface", dataset="x", **bad)
 
 
 # -- a small run -----------------------------------------------------------------------------------
@@ -326,7 +331,7 @@ def _config(dataset, **changes) -> RunConfig:
         "device": "cpu",
         "checkpoint_every": 1,
     }
-    return RunConfig(**{**settings, **changes})
+    return RunConfig.from_flat({**settings, **changes})
 
 
 @pytest.mark.slow
@@ -380,5 +385,7 @@ def test_the_paper_scale_config_is_valid() -> None:
     from uvtrain.config import resolve
 
     config = resolve({}, Path(__file__).parents[1] / "benchmarks" / "fedface-paper.toml")
-    assert config.method == "fedface" and config.backbone == "ir-18" and config.pfm and config.fv
+    assert (
+        config.method.name == "fedface" and config.backbone == "ir-18" and config.pfm and config.fv
+    )
     assert config.algorithm().make_loss() == ArcFace(64.0, 0.5)

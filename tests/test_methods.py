@@ -122,13 +122,16 @@ def test_leakage_is_one_when_the_server_holds_the_prototypes() -> None:
 def test_every_method_is_registered_with_its_parameters() -> None:
     from uvtrain.config import RunConfig
 
+    def flat(**values: object) -> RunConfig:  # a config from the flat keys a user writes
+        return RunConfig.from_flat(values)
+
     assert set(METHODS) == {"feduv", "fedhide", "fedgn", "fedcs", "fedaws", "softmax", "fedface"}
-    built = RunConfig(method="fedcs", dataset="x", cosine=0.2, weight=3.0).algorithm()
+    built = flat(method="fedcs", dataset="x", cosine=0.2, weight=3.0).algorithm()
     assert built == FedCS(weight=3.0, cosine=0.2)
-    assert RunConfig(method="fedaws", dataset="x", spread_lr=7.0).algorithm().spread_lr == 7.0
-    assert RunConfig(method="softmax", dataset="x", scale=8.0).algorithm() == Softmax(scale=8.0)
+    assert flat(method="fedaws", dataset="x", spread_lr=7.0).algorithm().spread_lr == 7.0
+    assert flat(method="softmax", dataset="x", scale=8.0).algorithm() == Softmax(scale=8.0)
     assert set(FedGN().parameters()) == {"weight", "sigma"}
-    fedface = RunConfig(method="fedface", dataset="x", margin_loss="cosface", pfm=False)
+    fedface = flat(method="fedface", dataset="x", margin_loss="cosface", pfm=False)
     assert fedface.algorithm().margin_loss == "cosface" and not fedface.algorithm().pfm
 
 

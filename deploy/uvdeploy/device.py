@@ -178,7 +178,9 @@ class Device:
         samples = torch.as_tensor(self.samples())
         rng = rng or np.random.default_rng(secrets.randbits(64))  # tests pass their own
         run = settings.run
-        batches = draw_batches(samples, run.local_steps, run.batch_size, settings.crop, rng)
+        batches = draw_batches(
+            samples, run.schedule.local_steps, run.schedule.batch_size, settings.crop, rng
+        )
         trained, private, losses = local_update(
             model, buffers, algorithm, glob, private, constants, shared, batches, config["lr"]
         )

@@ -158,11 +158,11 @@ class FederatedServer:
         if "codeword" in self.algorithm.device_secrets:  # sent to the devices at registration
             from uvtrain.codes import bch_code
 
-            self.code = bch_code(self.config.code_length)
+            self.code = bch_code(self.config.method.code_length)
         self.secure = settings.secure
         self.schedule = engine_config(self.config, settings.crop)  # the simulator's lr decay
         if self.secure and overrides(self.algorithm, "aggregate"):
-            raise ConfigError(f"{self.config.method}'s aggregation cannot run under SecAgg+")
+            raise ConfigError(f"{self.config.method.name}'s aggregation cannot run under SecAgg+")
         self.aggregator: Aggregator = (
             FlowerSecAggPlus(
                 grid,
@@ -269,7 +269,7 @@ class FederatedServer:
 
     def cohort(self, round_number: int, nodes: list[int]) -> list[int]:
         """The round's devices, drawn from ``(seed, round)`` as the simulator draws clients."""
-        count = max(1, round(self.config.fraction * len(nodes)))
+        count = max(1, round(self.config.schedule.fraction * len(nodes)))
         if self.secure:
             count = max(count, self.settings.min_cohort)
             if len(nodes) < self.settings.min_cohort:
@@ -446,12 +446,12 @@ class FederatedServer:
             trim_metrics(self.folder / METRICS, start_round)
             self.echo(f"resumed at round {start_round}")
         mode = "SecAgg+" if self.secure else "plain FedAvg"
-        self.echo(f"{self.config.method}: {self.config.rounds} rounds, {mode}")
+        self.echo(f"{self.config.method.name}: {self.config.schedule.rounds} rounds, {mode}")
         started = time.perf_counter()
         updates = 0
         nodes = sorted(self.rows)
         with open(self.folder / METRICS, "a") as log:
-            for round_number in range(start_round + 1, self.config.rounds + 1):
+            for round_number in range(start_round + 1, self.config.schedule.rounds + 1):
                 metrics = self.round(round_number, nodes)
                 updates += metrics["clients"]
                 log.write(json_text(metrics) + "\n")
@@ -459,17 +459,17 @@ class FederatedServer:
                 if round_number % self.config.checkpoint_every == 0:
                     self._save(round_number)
                 self.echo(
-                    f"round {round_number}/{self.config.rounds}: loss {metrics['loss']:.4f}, "
+                    f"round {round_number}/{self.config.schedule.rounds}: loss {metrics['loss']:.4f}, "
                     f"{metrics['clients']} devices, {metrics['seconds']:.1f} s"
                 )
-        self._save(self.config.rounds)
+        self._save(self.config.schedule.rounds)
         seconds = time.perf_counter() - started
-        rounds_done = self.config.rounds - start_round
+        rounds_done = self.config.schedule.rounds - start_round
         enrolled = self.finish(model) if self.settings.export else {}
         report = {
-            "method": self.config.method,
+            "method": self.config.method.name,
             "dataset": "flower",
-            "rounds": self.config.rounds,
+            "rounds": self.config.schedule.rounds,
             # the server holds no labelled data: evaluate the exported model with
             # `uvtrain eval`-style scoring on a labelled set, or on the devices
             "splits": {},
@@ -487,7 +487,9 @@ class FederatedServer:
             },
         }
         write_json(self.folder / REPORT, report)
-        write_json(self.folder / STATUS, {"state": "finished", "rounds": self.config.rounds})
+        write_json(
+            self.folder / STATUS, {"state": "finished", "rounds": self.config.schedule.rounds}
+        )
         self.echo(f"finished: {self.folder / REPORT}")
         return report
 
@@ -507,9 +509,9 @@ class FederatedServer:
         inputs = _parity_inputs(self.settings, self.config.seed)
         extra = {
             "provenance": {
-                "method": self.config.method,
+                "method": self.config.method.name,
                 "dataset": "flower",
-                "rounds": self.config.rounds,
+                "rounds": self.config.schedule.rounds,
                 "backbone": type(model.backbone).__name__,
                 "devices": len(self.rows),
                 "secure_aggregation": self.secure,
@@ -521,8 +523,8 @@ class FederatedServer:
             self.folder / BUNDLE,
             modality=self.settings.modality,
             spec=self.settings.spec,
-            method=self.config.method,
-            code_length=self.config.code_length,
+            method=self.config.method.name,
+            code_length=getattr(self.config.method, "code_length", 127),
             inputs=inputs,
             extra=extra,
             sign_key=sign_key,

@@ -20,25 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from uvtrain.algorithms import METHODS
 from uvtrain.algorithms.base import FedAvg, Tensors
-from uvtrain.config import RunConfig
+from uvtrain.config import RunConfig, flower_keys
 from uvtrain.errors import ConfigError
-
-
-def _keys_of(setting: str) -> set[str]:
-    """The parameters of the methods of a ``setting`` (``"cross-device"``, ``"cross-silo"``)."""
-    return {f.name for cls in METHODS.values() if cls.setting == setting for f in fields(cls)}
-
-
-#: The cross-silo methods' keys (FedFace's) and the cross-silo trainer's: not deployed here.
-_CROSS_SILO = (_keys_of("cross-silo") - _keys_of("cross-device")) | {
-    "parties", "partition", "validators", "fv_folds",
-}  # fmt: skip
-#: RunConfig keys that mean nothing on Flower (the data is on the devices, training is theirs).
-_SIMULATOR_ONLY = {
-    "dataset", "clients", "root", "device", "chunk_size", "eval_every", "sampling", *_CROSS_SILO,
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -79,7 +63,7 @@ class DeploySettings:
     def __post_init__(self) -> None:
         problem = self.algorithm().deployment_problem()
         if problem is not None:
-            raise ConfigError(f"method {self.run.method!r} does not run on Flower: {problem}")
+            raise ConfigError(f"method {self.run.method.name!r} does not run on Flower: {problem}")
         if self.modality not in ("audio", "image"):
             raise ConfigError(f"modality must be 'audio' or 'image', not {self.modality!r}")
         if self.secagg not in ("auto", "on", "off"):
@@ -94,27 +78,32 @@ class DeploySettings:
 
     @classmethod
     def from_run_config(cls, values: Mapping[str, Any]) -> DeploySettings:
-        """From Flower's run config (flat keys; ``""`` stands for "not set")."""
+        """From Flower's run config (flat keys; ``""`` stands for "not set"). The app declares
+        every device method's keys (:func:`~uvtrain.config.flower_keys`): those of the other
+        methods are dropped."""
         values = {key.replace("-", "_"): value for key, value in values.items()}
         own = {f.name for f in fields(cls)} - {"run"}
-        run_keys = {f.name for f in fields(RunConfig)} - _SIMULATOR_ONLY
+        run_keys = {"method", *flower_keys()}
         unknown = sorted(set(values) - own - run_keys)
         if unknown:
             raise ConfigError(f"unknown run config key(s): {', '.join(unknown)}")
         run_values = {
             k: v for k, v in values.items() if k in run_keys and not (v == "" and k != "method")
         }
+        run_values = {**run_values, "dataset": "flower", "device": "cpu"}
+        run = RunConfig.from_flat(run_values, other_methods="ignore")
         try:
-            run = RunConfig(dataset="flower", device="cpu", **run_values)
             return cls(run=run, **{k: v for k, v in values.items() if k in own})
         except TypeError as error:
             raise ConfigError(f"run config: {error}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        """Flat: the run's keys, then the deployment's."""
-        data = {k: v for k, v in self.run.to_dict().items() if k not in _SIMULATOR_ONLY}
+        """Flat: the run's keys, every other device method's at its default (the app declares
+        them all: `flwr run --run-config` only overrides declared keys), then the deployment's."""
+        run = self.run.to_dict()
+        data = {k: run.get(k, default) for k, default in flower_keys().items()}
         data.update({f.name: getattr(self, f.name) for f in fields(self) if f.name != "run"})
-        data["method"] = self.run.method
+        data["method"] = self.run.method.name
         return data
 
     @property
@@ -145,12 +134,12 @@ class DeploySettings:
     @property
     def crop(self) -> int:
         """Training window in samples (audio; 0: whole windows, or images)."""
-        if self.modality != "audio" or not self.run.crop_seconds:
+        if self.modality != "audio" or not self.run.data.crop_seconds:
             return 0
-        return max(1, round(self.run.crop_seconds * self.sample_rate))
+        return max(1, round(self.run.data.crop_seconds * self.sample_rate))
 
     def algorithm(self) -> FedAvg:
-        return self.run.algorithm()
+        return self.run.method
 
 
 def build_model(settings: DeploySettings, num_devices: int) -> nn.Module:
@@ -190,5 +179,5 @@ def from_arrays(names: list[str] | Any, arrays: list[np.ndarray]) -> Tensors:
 
 
 def replace_run(settings: DeploySettings, **changes: Any) -> DeploySettings:
-    """The settings with some of the run's keys changed (tests, the launcher)."""
-    return dataclasses.replace(settings, run=dataclasses.replace(settings.run, **changes))
+    """The settings with some of the run's (flat) keys changed (tests, the launcher)."""
+    return dataclasses.replace(settings, run=settings.run.replace(**changes))

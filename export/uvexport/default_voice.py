@@ -67,17 +67,19 @@ def build_default_voice(
     print(
         f"3/4 federated training ({recipe['method']}, {recipe['rounds']} rounds) in {work / 'run'}"
     )
-    config = RunConfig(
-        method=recipe["method"],
-        dataset=str(dataset),
-        pretrained=recipe["pretrained"],
-        rounds=recipe["rounds"],
-        fraction=recipe["fraction"],
-        batch_size=recipe["batch_size"],
-        lr=recipe["lr"],
-        lr_decay=recipe["lr_decay"],
-        crop_seconds=recipe["crop_seconds"],
-        seed=recipe["seed"],
+    config = RunConfig.from_flat(
+        dict(
+            method=recipe["method"],
+            dataset=str(dataset),
+            pretrained=recipe["pretrained"],
+            rounds=recipe["rounds"],
+            fraction=recipe["fraction"],
+            batch_size=recipe["batch_size"],
+            lr=recipe["lr"],
+            lr_decay=recipe["lr_decay"],
+            crop_seconds=recipe["crop_seconds"],
+            seed=recipe["seed"],
+        )
     )
     run = train(config, work / "run")
     print(f"4/4 export to {out}")

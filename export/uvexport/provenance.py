@@ -37,15 +37,15 @@ def run_extra(
     report_path = run_dir / REPORT
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     provenance = {
-        "method": config.method,
+        "method": config.method.name,
         "dataset": dataset.name,
         "rounds": report.get("rounds"),
         "backbone": type(model.backbone).__name__,
         "metrics": {name: split.get("eer") for name, split in report.get("splits", {}).items()},
     }
     extra = {"provenance": provenance, "data_licence": dataset.licence, **(extra or {})}
-    if config.pretrained:
-        provenance["pretrained"] = _pretrained_provenance(config.pretrained)
+    if config.model.pretrained:
+        provenance["pretrained"] = _pretrained_provenance(config.model.pretrained)
         extra["weights_licence"] = provenance["pretrained"]["licence"]
     return extra
 

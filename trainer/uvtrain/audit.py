@@ -531,8 +531,8 @@ def public_samples(
     each = max(1, math.ceil(limit / len(dataset.unknown)))
     pools = [np.concatenate([c.train, c.val, c.test])[:each] for c in dataset.unknown]
     samples = np.concatenate(pools)[:limit]
-    if dataset.modality == "audio" and config.crop_seconds:
-        window = max(1, round(config.crop_seconds * dataset.spec["sample_rate"]))
+    if dataset.modality == "audio" and config.data.crop_seconds:
+        window = max(1, round(config.data.crop_seconds * dataset.spec["sample_rate"]))
         samples = samples[:, :window]
     return torch.as_tensor(samples)
 
@@ -806,8 +806,10 @@ def leakage_audit(
 
     out = {}
     for method in methods:
-        simulation = make_simulation(dataclasses.replace(config, method=method), dataset)
-        taken, loss = train_rounds(simulation, config.rounds, progress, f"{method} (P_leak)")
+        simulation = make_simulation(config.with_method(method), dataset)
+        taken, loss = train_rounds(
+            simulation, config.schedule.rounds, progress, f"{method} (P_leak)"
+        )
         out[method] = {
             "p_leak": prototype_leak(simulation),
             "chance": 1.0 / simulation.num_clients,
@@ -1144,13 +1146,15 @@ def _feduv_states(
     if trained is None:
         record: dict[str, list[np.ndarray]] = {"membership": [], "observations": []}
         step = _secure_trainer(initial, settings.secagg, _rng(settings.seed, 2), public, record)
-        train_rounds(initial, rounds, progress, f"feduv c={config.code_length} (SecAgg+)", step)
+        train_rounds(
+            initial, rounds, progress, f"feduv c={config.method.code_length} (SecAgg+)", step
+        )
         trained = initial
         if record["observations"]:
             codewords = initial.constants["codeword"].cpu().numpy()
-            decode = bch_decoder(config.code_length) if settings.decode else None
+            decode = bch_decoder(config.method.code_length) if settings.decode else None
             out["disaggregation"] = {
-                "cohort": max(1, round(config.fraction * initial.num_clients)),
+                "cohort": max(1, round(config.schedule.fraction * initial.num_clients)),
                 "rounds": disaggregation_scores(
                     record["observations"], record["membership"], codewords, decode
                 ),
@@ -1187,10 +1191,12 @@ def _inversion_states(
                         {"membership": [], "observations": []},
                     )
                     train_rounds(
-                        initial, rounds, progress, f"{config.method} ({dataset.name})", step
+                        initial, rounds, progress, f"{config.method.name} ({dataset.name})", step
                     )
                 else:
-                    train_rounds(initial, rounds, progress, f"{config.method} ({dataset.name})")
+                    train_rounds(
+                        initial, rounds, progress, f"{config.method.name} ({dataset.name})"
+                    )
                 trained = initial
             if trained.round == 0:
                 break
@@ -1242,18 +1248,18 @@ def run_audit(
         run_config, dataset, trained = load_run(run_dir)
         initial = make_simulation(run_config, dataset)
         results.update(mode="run", run_dir=str(run_dir), setup=run_config.to_dict())
-        lengths = (run_config.code_length,) if run_config.method == "feduv" else ()
+        lengths = (run_config.method.code_length,) if run_config.method.name == "feduv" else ()
         if lengths:
             clock = time.perf_counter()
             states = _feduv_states(
                 initial, trained, trained.round, dataset, run_config, settings, progress
             )
-            results["bit_recovery"] = {str(run_config.code_length): states}
+            results["bit_recovery"] = {str(run_config.method.code_length): states}
             seconds["bit_recovery"] = time.perf_counter() - clock
         leak = prototype_leak(trained)
         if leak is not None:
             results["leakage"] = {
-                run_config.method: {
+                run_config.method.name: {
                     "p_leak": leak,
                     "chance": 1.0 / trained.num_clients,
                     "rounds": trained.round,
@@ -1275,14 +1281,14 @@ def run_audit(
             raise ConfigError("give a run folder or a fresh setup's config")
         results.update(mode="fresh", setup=config.to_dict())
         dataset = load_data(config)
-        if config.method == "feduv" and settings.code_lengths:
+        if config.method.name == "feduv" and settings.code_lengths:
             clock = time.perf_counter()
             results["bit_recovery"] = {}
             for length in settings.code_lengths:
-                setup = dataclasses.replace(config, code_length=length)
+                setup = config.replace(code_length=length)
                 simulation = make_simulation(setup, dataset)
                 results["bit_recovery"][str(length)] = _feduv_states(
-                    simulation, None, config.rounds, dataset, setup, settings, progress
+                    simulation, None, config.schedule.rounds, dataset, setup, settings, progress
                 )
             seconds["bit_recovery"] = time.perf_counter() - clock
         if settings.methods:
@@ -1291,19 +1297,22 @@ def run_audit(
             seconds["leakage"] = time.perf_counter() - clock
         if settings.inversion is not None:
             clock = time.perf_counter()
-            code_length = settings.code_lengths[0] if settings.code_lengths else config.code_length
-            setup = dataclasses.replace(
-                config,
-                dataset=settings.inversion.dataset,
-                clients=None,
-                root=None,
-                code_length=code_length,
+            feduv = config.method.name == "feduv" and settings.code_lengths
+            lengths = {"code_length": settings.code_lengths[0]} if feduv else {}
+            setup = config.replace(
+                dataset=settings.inversion.dataset, clients=None, root=None, **lengths
             )
             faces = load_data(setup)
             if faces.modality != "image":
                 raise ConfigError(f"--inversion-dataset {faces.name}: an image dataset")
             results["inversion"], pictures = _inversion_states(
-                make_simulation(setup, faces), None, config.rounds, faces, setup, settings, progress
+                make_simulation(setup, faces),
+                None,
+                config.schedule.rounds,
+                faces,
+                setup,
+                settings,
+                progress,
             )
             results["inversion_setup"] = setup.to_dict()
             seconds["inversion"] = time.perf_counter() - clock

@@ -80,22 +80,71 @@ RUN_EPILOG = (
 
 
 class RunCommand(typer.core.TyperCommand):
-    """``uvtrain run``: its options default to ``None`` (so that a ``--config`` file can set
-    them: command line > file > default), so the help shows :class:`RunConfig`'s defaults."""
+    """``uvtrain run``: its config options are made from the config's parts and the registered
+    methods' parameter dataclasses (:func:`uvtrain.config.cli_options`: each field's help and flag
+    in its metadata), when the command is parsed or its help shown — so ``uvtrain --help`` imports
+    no torch. They default to ``None`` (so that a ``--config`` file can set them: command line >
+    file > default); the help shows the dataclasses' defaults."""
+
+    #: Where :meth:`invoke` leaves the generated options' values for the command's function.
+    GIVEN = "uvtrain.run.given"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from dataclasses import MISSING, fields
+        self._generated: list[click.Parameter] | None = None
 
-        from .config import RunConfig
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if self._generated is None:
+            self._generated = _config_options()
+            names = {param.name for param in self._generated}
+            # --out first, the generated options, then --config (and the rest) as declared
+            self.params = [
+                *self.params[:1],
+                *self._generated,
+                *(p for p in self.params[1:] if p.name not in names),
+            ]
+        return super().get_params(ctx)
 
-        defaults = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
-        for param in self.params:
-            value = defaults.get(param.name or "")
-            if isinstance(param, typer.core.TyperOption) and value is not None:
-                if isinstance(value, bool):
-                    value = f"--{'' if value else 'no-'}{param.name.replace('_', '-')}"
-                param.show_default = str(value)
+    def invoke(self, ctx: click.Context) -> Any:
+        names = {param.name for param in self._generated or ()}
+        ctx.meta[self.GIVEN] = {name: ctx.params.pop(name) for name in names if name in ctx.params}
+        return super().invoke(ctx)
+
+
+def _config_options() -> list[click.Parameter]:
+    """``--method`` and the options of :func:`uvtrain.config.cli_options`."""
+    from .config import cli_options
+
+    try:
+        from .algorithms import METHODS
+    except (
+        ModuleNotFoundError
+    ):  # no torch: help still prints, the command then says what is missing
+        names, options = "the method", []
+    else:
+        names, options = ", ".join(METHODS), cli_options()
+        names = names[::-1].replace(" ,", " ro ", 1)[::-1]  # "a, b or c"
+    made = [
+        typer.core.TyperOption(
+            param_decls=["--method", "method"], type=click.STRING, default=None, help=f"{names}."
+        )
+    ]
+    kinds = {"int": click.INT, "float": click.FLOAT, "str": click.STRING}
+    for option in options:
+        shown = option.default
+        if isinstance(shown, bool):
+            shown = option.flag.split("/")[0 if shown else 1]
+        made.append(
+            typer.core.TyperOption(
+                param_decls=[option.flag, option.name],
+                type=click.BOOL if option.kind == "bool" else kinds[option.kind],
+                is_flag=option.kind == "bool" or None,
+                default=None,
+                help=option.help,
+                show_default=None if shown is None else str(shown),
+            )
+        )
+    return made
 
 
 def _errors_to_exit(command: F) -> F:
@@ -193,93 +242,13 @@ def run(
     out: Annotated[
         Path, typer.Option("--out", help="Run folder (resumes when it has a checkpoint).")
     ],
-    method: Annotated[
-        str | None,
-        typer.Option(help="feduv, fedhide, fedgn, fedcs, fedaws, softmax or fedface."),
-    ] = None,
-    dataset: Annotated[str | None, typer.Option(help="Dataset name or .npz path.")] = None,
-    clients: Annotated[int | None, typer.Option(help="Use the first K known clients.")] = None,
-    rounds: Annotated[int | None, typer.Option(help="Federated rounds.")] = None,
-    fraction: Annotated[
-        float | None, typer.Option(help="Fraction of clients per round (ε).")
-    ] = None,
-    sampling: Annotated[str | None, typer.Option(help="random or round-robin.")] = None,
-    local_steps: Annotated[
-        int | None, typer.Option(help="Local SGD steps per round (E; FedFace: K).")
-    ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Local batch size (B).")] = None,
-    crop_seconds: Annotated[
-        float | None, typer.Option(help="Audio: train on random windows this long (0: whole).")
-    ] = None,
-    lr: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
-    lr_decay: Annotated[float | None, typer.Option(help="lr / (1 + decay·(round−1)).")] = None,
-    code_length: Annotated[
-        int | None, typer.Option(help="FedUV BCH length: 127, 255, 511.")
-    ] = None,
-    negative_weight: Annotated[
-        float | None, typer.Option(help="FedUV ablation: negative loss weight.")
-    ] = None,
-    weight: Annotated[float | None, typer.Option("--lambda", help="FedHide/FedGN/FedCS λ.")] = None,
-    alpha: Annotated[float | None, typer.Option(help="FedHide α.")] = None,
-    neighbours: Annotated[int | None, typer.Option(help="FedHide K nearest proxies.")] = None,
-    sigma: Annotated[float | None, typer.Option(help="FedGN noise σ.")] = None,
-    cosine: Annotated[float | None, typer.Option(help="FedCS cos θ to the prototype.")] = None,
-    scale: Annotated[float | None, typer.Option(help="Softmax logit scale s.")] = None,
-    positive_margin: Annotated[
-        float | None, typer.Option(help="FedAwS positive-loss margin.")
-    ] = None,
-    spread_margin: Annotated[float | None, typer.Option(help="FedAwS spreadout ν.")] = None,
-    spread_lr: Annotated[
-        float | None, typer.Option(help="FedAwS server learning-rate multiplier λ.")
-    ] = None,
-    eval_every: Annotated[
-        int | None, typer.Option(help="Log test/unknown EERs every N rounds (0: off).")
-    ] = None,
-    parties: Annotated[
-        int | None, typer.Option(help="FedFace: parties P (1: centralised baseline).")
-    ] = None,
-    partition: Annotated[
-        str | None, typer.Option(help="FedFace: auto, language or random.")
-    ] = None,
-    validators: Annotated[
-        int | None, typer.Option(help="FedFace: validators V holding verification sets.")
-    ] = None,
-    margin_loss: Annotated[str | None, typer.Option(help="FedFace: arcface or cosface.")] = None,
-    margin_scale: Annotated[float | None, typer.Option(help="FedFace: logit scale s.")] = None,
-    margin: Annotated[
-        float | None, typer.Option(help="FedFace: margin m (default 0.5 / 0.35).")
-    ] = None,
-    momentum: Annotated[float | None, typer.Option(help="FedFace: momentum μ.")] = None,
-    weight_decay: Annotated[float | None, typer.Option(help="FedFace: weight decay.")] = None,
-    pfm: Annotated[
-        bool | None, typer.Option("--pfm/--no-pfm", help="FedFace: Partially Federated Momentum.")
-    ] = None,
-    fv: Annotated[
-        bool | None, typer.Option("--fv/--no-fv", help="FedFace: Federated Validation.")
-    ] = None,
-    fv_candidates: Annotated[int | None, typer.Option(help="FedFace FV: candidates T.")] = None,
-    fv_rate: Annotated[
-        float | None, typer.Option(help="FedFace FV: step φ toward the best.")
-    ] = None,
-    fv_gamma: Annotated[float | None, typer.Option(help="FedFace FV: Moving Norm rate γ.")] = None,
-    fv_epsilon: Annotated[float | None, typer.Option(help="FedFace FV: ε of the norms.")] = None,
-    fv_norm: Annotated[str | None, typer.Option(help="FedFace FV: local or moving.")] = None,
-    backbone: Annotated[
-        str | None, typer.Option(help="Backbone name (default: by modality).")
-    ] = None,
-    pretrained: Annotated[
-        str | None, typer.Option(help="Backbone checkpoint to start from.")
-    ] = None,
-    root: Annotated[str | None, typer.Option(help="Dataset root (local corpus copy).")] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
 ) -> None:
     """Train a federated model (and evaluate it) into a run folder."""
-    given = {k: v for k, v in locals().items() if k not in ("out", "config")}
     from .config import resolve
     from .run import train
 
+    given = click.get_current_context().meta.get(RunCommand.GIVEN, {})
     settings = resolve(given, config)
     folder = train(settings, out)
     report = json.loads((folder / "report.json").read_text())

@@ -1,166 +1,308 @@
-"""Run configuration: a frozen dataclass that validates itself; CLI > TOML file > default."""
+"""Run configuration by parts: CLI > TOML file > default.
+
+A :class:`RunConfig` is made of frozen parts that each validate themselves: the
+:class:`Schedule`, the :class:`Data`, the :class:`Model`, and ``method`` — the chosen algorithm's
+own parameters dataclass (:data:`uvtrain.algorithms.METHODS`: ``FedHide(alpha=0.2)``; its
+``name`` is the method's name) — plus the run-level options (seed, device, ...).
+
+Users keep writing flat keys (``--alpha 0.2``, ``alpha = 0.2`` in a TOML file, ``config.json``):
+:meth:`RunConfig.from_flat` sends each key to the part or the method that declares it, and
+:meth:`RunConfig.to_dict` writes the flat form back (with the chosen method's parameters only).
+A TOML file may also group keys in sections: ``[schedule]``, ``[data]``, ``[model]``, ``[run]``
+and one per method (``[fedhide]``), of which only the chosen method's is read.
+
+Every field's ``dataclasses.field(metadata=...)`` says how the user reaches it: ``help`` (the
+``uvtrain run`` option's help), ``flag`` (its option name when it is not ``--field-name``:
+FedHide's ``weight`` is ``--lambda``), ``cli`` (``False``: a TOML/config key only) and ``flower``
+(``False``: means nothing on Flower devices, not in the deployment's run config). The command line
+and the deployment's keys are generated from them, so a new method is one file in
+``algorithms/`` and one line in :data:`~uvtrain.algorithms.METHODS`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import sys
-from dataclasses import dataclass, fields
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
+_KINDS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def check_field(item: dataclasses.Field, value: Any) -> None:
+    """``value`` has the field's type (``int``, ``float``, ``str``, ``bool``, or one of them
+    ``| None``); a float is finite. :class:`ConfigError` naming the field otherwise."""
+    declared = item.type if isinstance(item.type, str) else item.type.__name__
+    expected = declared.replace(" | None", "")
+    if value is None and "None" in declared:
+        return
+    if isinstance(value, bool) != (expected == "bool") or not isinstance(value, _KINDS[expected]):
+        raise ConfigError(f"config: {item.name} must be {expected}, not {value!r}")
+    if expected == "float" and not math.isfinite(value):  # --lr inf, --fraction nan
+        raise ConfigError(f"{item.name} must be a finite number, not {value!r}")
+
+
+def check_types(instance: Any) -> None:
+    """:func:`check_field` for every field of a parameters dataclass (parts and algorithms call it
+    first in ``__post_init__``, before their ranges)."""
+    for item in fields(instance):
+        check_field(item, getattr(instance, item.name))
+
 
 @dataclass(frozen=True)
-class RunConfig:
-    """Everything a run depends on; written to ``RUN_DIR/config.json``.
+class Schedule:
+    """FedAvg's schedule: rounds, the cohort, local SGD (:class:`~uvtrain.engine.EngineConfig`
+    checks the same ranges again). FedFace: ``local_steps`` is the synchronisation interval K and
+    ``lr_decay`` applies per local step."""
 
-    ``crop_seconds``: audio training samples are random windows of this length (0: whole clips).
-    ``eval_every``: > 0 adds the EERs on test_known and unknown to ``metrics.jsonl`` every so many
-    rounds (the curves of EER against rounds).
-    Method parameters, each read by the methods that have a field of its name:
-    ``code_length``, ``negative_weight`` (FedUV); ``weight`` (λ: FedHide, FedGN, FedCS); ``alpha``
-    (α), ``neighbours`` (K) (FedHide); ``sigma`` (FedGN); ``cosine`` (cos θ, FedCS); ``scale``
-    (softmax); ``positive_margin``, ``spread_margin`` (ν), ``spread_lr`` (λ) (FedAwS).
-    FedFace (cross-silo): ``parties`` (P; 1 = centralised), ``partition`` (auto, language,
-    random), ``validators`` (V), ``margin_loss`` (arcface, cosface), ``margin_scale`` (s),
-    ``margin`` (m; default by loss), ``momentum`` (μ), ``weight_decay``, ``pfm``, ``fv``,
-    ``fv_candidates`` (T), ``fv_rate`` (φ), ``fv_gamma`` (γ), ``fv_epsilon`` (ε), ``fv_norm``
-    (local, moving), ``fv_folds``; ``local_steps`` is the synchronisation interval K and
-    ``lr_decay`` applies per local step.
-    """
-
-    method: str
-    dataset: str
-    clients: int | None = None
-    rounds: int = 50
-    fraction: float = 0.1
-    sampling: str = "random"
-    local_steps: int = 1
-    batch_size: int = 16
-    crop_seconds: float = 1.0
-    lr: float = 0.1
-    lr_decay: float = 0.01
-    code_length: int = 127
-    negative_weight: float = 0.0
-    weight: float = 10.0
-    alpha: float = 0.1
-    neighbours: int = 5
-    sigma: float = 0.3
-    cosine: float = 0.3
-    scale: float = 16.0
-    positive_margin: float = 0.9
-    spread_margin: float = 1.2
-    spread_lr: float = 1.0
-    device: str = "auto"
-    seed: int = 0
-    backbone: str | None = None
-    pretrained: str | None = None
-    root: str | None = None
-    checkpoint_every: int = 10
-    chunk_size: int = 64
-    target_tpr: float = 0.95
-    eval_every: int = 0
-    parties: int = 3
-    partition: str = "auto"
-    validators: int = 2
-    margin_loss: str = "arcface"
-    margin_scale: float = 64.0
-    margin: float | None = None
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    pfm: bool = True
-    fv: bool = True
-    fv_candidates: int = 3
-    fv_rate: float = 0.01
-    fv_gamma: float = 0.01
-    fv_epsilon: float = 0.001
-    fv_norm: str = "local"
-    fv_folds: int = 10
+    rounds: int = field(default=50, metadata={"help": "Federated rounds."})
+    fraction: float = field(default=0.1, metadata={"help": "Fraction of clients per round (ε)."})
+    sampling: str = field(
+        default="random", metadata={"help": "random or round-robin.", "flower": False}
+    )
+    local_steps: int = field(
+        default=1, metadata={"help": "Local SGD steps per round (E; FedFace: K)."}
+    )
+    batch_size: int = field(default=16, metadata={"help": "Local batch size (B)."})
+    lr: float = field(default=0.1, metadata={"help": "Learning rate."})
+    lr_decay: float = field(default=0.01, metadata={"help": "lr / (1 + decay·(round−1))."})
 
     def __post_init__(self) -> None:
-        for field in fields(self):
-            value = getattr(self, field.name)
-            expected = field.type.replace(" | None", "")
-            if value is None and "None" in field.type:
-                continue
-            kinds = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}[expected]
-            if isinstance(value, bool) != (expected == "bool") or not isinstance(value, kinds):
-                raise ConfigError(f"config: {field.name} must be {expected}, not {value!r}")
-            if expected == "float" and not math.isfinite(value):  # --lr inf, --fraction nan
-                raise ConfigError(f"{field.name} must be a finite number, not {value!r}")
-        from .algorithms import METHODS  # here: importing the config needs no torch (--help)
-
-        if self.method not in METHODS:
-            raise ConfigError(f"unknown method {self.method!r}: one of {', '.join(METHODS)}")
-        if self.code_length not in (127, 255, 511):
-            raise ConfigError("code_length must be 127, 255 or 511 (the FedUV paper's BCH codes)")
-        if self.clients is not None and self.clients < 2:
-            raise ConfigError("clients must be at least 2")
-        self._check_schedule()
-        if self.sampling not in ("random", "round-robin"):
-            raise ConfigError(f"sampling must be 'random' or 'round-robin', not {self.sampling!r}")
-        if self.checkpoint_every < 1 or not 0 < self.target_tpr <= 1:
-            raise ConfigError("checkpoint_every must be >= 1 and target_tpr in (0, 1]")
-        if self.crop_seconds < 0:
-            raise ConfigError("crop_seconds must be >= 0 (0: train on whole clips)")
-        if not 0 <= self.alpha <= 1 or self.neighbours < 1:
-            raise ConfigError("alpha must be in [0, 1] and neighbours >= 1")
-        if self.sigma < 0 or not -1 <= self.cosine <= 1:
-            raise ConfigError("sigma must be >= 0 and cosine in [-1, 1]")
-        if self.scale <= 0 or self.spread_lr < 0 or self.spread_margin < 0:
-            raise ConfigError("scale must be positive, spread_lr and spread_margin >= 0")
-        if self.eval_every < 0:
-            raise ConfigError("eval_every must be >= 0 (0: only at the end)")
-        self._check_fedface()
-
-    def _check_schedule(self) -> None:
-        """The engine's ranges (:class:`~uvtrain.engine.EngineConfig` checks them again), here so
-        that a bad value is refused before any data is read or any folder made."""
-        if self.rounds < 0 or self.seed < 0:
-            raise ConfigError(f"rounds and seed must be >= 0, not {self.rounds} and {self.seed}")
+        check_types(self)
+        if self.rounds < 0:
+            raise ConfigError(f"rounds and seed must be >= 0, not rounds = {self.rounds}")
         if not 0.0 < self.fraction <= 1.0:
             raise ConfigError(f"fraction must be in (0, 1], not {self.fraction}")
-        for name in ("local_steps", "batch_size", "chunk_size"):
+        if self.sampling not in ("random", "round-robin"):
+            raise ConfigError(f"sampling must be 'random' or 'round-robin', not {self.sampling!r}")
+        for name in ("local_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, not {getattr(self, name)}")
         if not self.lr > 0 or self.lr_decay < 0:
             raise ConfigError(
                 f"lr must be positive and lr_decay >= 0, not {self.lr} and {self.lr_decay}"
             )
-        if self.negative_weight < 0 or self.weight < 0:
-            raise ConfigError("negative_weight and weight (λ) must be >= 0")
 
-    def _check_fedface(self) -> None:
-        if self.parties < 1 or self.validators < 0 or self.fv_folds < 2:
-            raise ConfigError("parties must be >= 1, validators >= 0 and fv_folds >= 2")
-        if self.partition not in ("auto", "language", "random"):
-            raise ConfigError(f"partition must be auto, language or random, not {self.partition!r}")
-        if self.margin_loss not in ("arcface", "cosface"):
-            raise ConfigError(f"margin_loss must be arcface or cosface, not {self.margin_loss!r}")
-        if self.margin_scale <= 0 or (self.margin is not None and not 0 <= self.margin < 3.14):
-            raise ConfigError("margin_scale must be positive and margin in [0, π)")
-        if not 0 <= self.momentum < 1 or self.weight_decay < 0:
-            raise ConfigError("momentum must be in [0, 1) and weight_decay >= 0")
-        if self.fv_candidates < 2 or not 0 < self.fv_rate <= 1 or not 0 < self.fv_gamma <= 1:
-            raise ConfigError("fv_candidates must be >= 2, fv_rate and fv_gamma in (0, 1]")
-        if self.fv_epsilon <= 0 or self.fv_norm not in ("local", "moving"):
-            raise ConfigError("fv_epsilon must be positive and fv_norm local or moving")
 
-    def algorithm(self) -> Any:
-        """The algorithm object with this config's values for the method's parameters."""
+@dataclass(frozen=True)
+class Data:
+    """What the run trains on. ``crop_seconds``: audio training samples are random windows of this
+    length (0: whole clips)."""
+
+    dataset: str = field(metadata={"help": "Dataset name or .npz path.", "flower": False})
+    clients: int | None = field(
+        default=None, metadata={"help": "Use the first K known clients.", "flower": False}
+    )
+    root: str | None = field(
+        default=None, metadata={"help": "Dataset root (local corpus copy).", "flower": False}
+    )
+    crop_seconds: float = field(
+        default=1.0,
+        metadata={"help": "Audio: train on random windows this long (0: whole)."},
+    )
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if self.clients is not None and self.clients < 2:
+            raise ConfigError("clients must be at least 2")
+        if self.crop_seconds < 0:
+            raise ConfigError("crop_seconds must be >= 0 (0: train on whole clips)")
+
+
+@dataclass(frozen=True)
+class Model:
+    """The backbone: by name (default: by modality, or the pretrained weights' own) and the
+    weights it starts from."""
+
+    backbone: str | None = field(
+        default=None, metadata={"help": "Backbone name (default: by modality)."}
+    )
+    pretrained: str | None = field(
+        default=None, metadata={"help": "Backbone checkpoint to start from."}
+    )
+
+    def __post_init__(self) -> None:
+        check_types(self)
+
+
+#: The parts of a run config by their attribute (and TOML section) name.
+PARTS: dict[str, type] = {"schedule": Schedule, "data": Data, "model": Model}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run depends on; written (flat, :meth:`to_dict`) to ``RUN_DIR/config.json``.
+
+    ``method`` is the chosen algorithm's parameters (``config.method.name``: its name).
+    ``eval_every``: > 0 adds the EERs on test_known and unknown to ``metrics.jsonl`` every so many
+    rounds (the curves of EER against rounds).
+    """
+
+    schedule: Schedule
+    data: Data
+    model: Model
+    method: Any  # an algorithm of uvtrain.algorithms.METHODS (its own frozen dataclass)
+    seed: int = field(default=0, metadata={"help": "Random seed."})
+    device: str = field(default="auto", metadata={"help": "auto, cpu or cuda.", "flower": False})
+    checkpoint_every: int = field(default=10, metadata={"cli": False})
+    chunk_size: int = field(default=64, metadata={"cli": False, "flower": False})
+    target_tpr: float = field(default=0.95, metadata={"cli": False})
+    eval_every: int = field(
+        default=0,
+        metadata={"help": "Log test/unknown EERs every N rounds (0: off).", "flower": False},
+    )
+
+    def __post_init__(self) -> None:
+        from .algorithms import METHODS  # here: importing the config needs no torch (--help)
+
+        for name, kind in PARTS.items():
+            if not isinstance(getattr(self, name), kind):
+                raise ConfigError(f"config: {name} must be a {kind.__name__}")
+        if type(self.method) not in METHODS.values():
+            raise ConfigError(f"config: method must be one of {', '.join(METHODS)}'s parameters")
+        for item in run_fields():
+            check_field(item, getattr(self, item.name))
+        if self.seed < 0:
+            raise ConfigError(f"rounds and seed must be >= 0, not seed = {self.seed}")
+        if self.chunk_size < 1:
+            raise ConfigError(f"chunk_size must be >= 1, not {self.chunk_size}")
+        if self.checkpoint_every < 1 or not 0 < self.target_tpr <= 1:
+            raise ConfigError("checkpoint_every must be >= 1 and target_tpr in (0, 1]")
+        if self.eval_every < 0:
+            raise ConfigError("eval_every must be >= 0 (0: only at the end)")
+
+    # -- flat keys ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any], *, other_methods: str = "error") -> RunConfig:
+        """A config from flat keys: ``method`` (a name) and any key of a part, of the run or of
+        that method (which go to its own dataclass). A key no part and no method declares is an
+        error. A key of another registered method is refused (``other_methods="error"``: its
+        value would apply to nothing) or dropped (``"ignore"``: a run folder's ``config.json``
+        written when the config held every method's keys, Flower's run config)."""
         from .algorithms import METHODS
 
-        method = METHODS[self.method]
-        return method(**{field.name: getattr(self, field.name) for field in fields(method)})
+        values = dict(values)
+        for required in ("method", "dataset"):
+            if required not in values:
+                raise ConfigError(f"no {required}: give --{required} or set it in the config file")
+        name = values.pop("method")
+        if not isinstance(name, str):
+            raise ConfigError(f"config: method must be str, not {name!r}")
+        if name not in METHODS:
+            raise ConfigError(f"unknown method {name!r}: one of {', '.join(METHODS)}")
+        method = METHODS[name]
+        own = {item.name for item in fields(method)}
+        where = {item.name: part for part, item in part_fields()}
+        parts: dict[str, dict[str, Any]] = {part: {} for part in (*PARTS, "run", "method")}
+        unknown, foreign = [], []
+        for key, value in values.items():
+            if key in where:
+                parts[where[key]][key] = value
+            elif key in own:
+                parts["method"][key] = value
+            elif key in method_fields():
+                foreign.append(key)
+            else:
+                unknown.append(key)
+        if unknown:
+            raise ConfigError(f"unknown config key(s): {', '.join(sorted(unknown))}")
+        if foreign and other_methods != "ignore":
+            for key in foreign:  # a bad value is named as such (--lambda inf), then the key
+                check_field(method_fields()[key], values[key])
+            key = foreign[0]
+            owners = [other for other, kind in METHODS.items() if key in _names(kind)]
+            raise ConfigError(
+                f"{key} is a parameter of {', '.join(owners)}, not of {name}: drop it, or put it "
+                f"in a [{owners[0]}] section of the config file"
+            )
+        try:
+            return cls(
+                **{part: kind(**parts[part]) for part, kind in PARTS.items()},
+                method=method(**parts["method"]),
+                **parts["run"],
+            )
+        except TypeError as error:
+            raise ConfigError(f"config: {error}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Flat keys (what ``config.json`` holds): the method's name and its own parameters, the
+        parts' keys and the run's."""
+        flat: dict[str, Any] = {"method": self.method.name}
+        flat.update(self.method.parameters())
+        for part, item in part_fields():
+            holder = self if part == "run" else getattr(self, part)
+            flat[item.name] = getattr(holder, item.name)
+        return flat
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """This config with some flat keys changed (``config.replace(code_length=255)``)."""
+        return RunConfig.from_flat({**self.to_dict(), **changes})
+
+    def with_method(self, name: str) -> RunConfig:
+        """This config for method ``name``: with this config's parameters when it is already that
+        method, with that method's defaults otherwise."""
+        from .algorithms import METHODS
+
+        if self.method.name == name:
+            return self
+        return dataclasses.replace(self, method=METHODS[name]())
+
+    def algorithm(self) -> Any:
+        """The algorithm object: ``method`` itself (kept for scripts of the flat config)."""
+        return self.method
+
+    def __getattr__(self, name: str) -> Any:
+        # Reading a flat key (``config.rounds``, ``config.alpha``) still works for scripts written
+        # against the flat config: it is the part's or the method's field. Only for reading.
+        if not name.startswith("_"):
+            for part in (*PARTS, "method"):
+                holder = self.__dict__.get(part)
+                if holder is not None and name in _names(type(holder)):
+                    return getattr(holder, name)
+        raise AttributeError(f"{type(self).__name__} has no {name!r}")
+
+
+def _names(kind: type) -> set[str]:
+    return {item.name for item in fields(kind)}
+
+
+def run_fields() -> list[dataclasses.Field]:
+    """The run-level options: :class:`RunConfig`'s fields besides its parts and ``method``."""
+    return [item for item in fields(RunConfig) if item.name not in (*PARTS, "method")]
+
+
+def part_fields() -> Iterator[tuple[str, dataclasses.Field]]:
+    """``(part, field)`` of every key that is not a method's: ``data``, ``schedule``, ``model``,
+    then ``run`` (the run-level options)."""
+    for part in ("data", "schedule", "model"):
+        for item in fields(PARTS[part]):
+            yield part, item
+    for item in run_fields():
+        yield "run", item
+
+
+def method_fields() -> dict[str, dataclasses.Field]:
+    """Every registered method's parameter fields by name (first declaration wins: FedHide, FedGN
+    and FedCS share ``weight``)."""
+    from .algorithms import METHODS
+
+    found: dict[str, dataclasses.Field] = {}
+    for kind in METHODS.values():
+        for item in fields(kind):
+            found.setdefault(item.name, item)
+    return found
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """A config file's keys (flat, or under a ``[run]`` table)."""
+    """A config file's flat keys: top level, or under ``[run]``, ``[schedule]``, ``[data]``,
+    ``[model]``; a method's section (``[fedhide]``) stays a table under the method's name
+    (:func:`flatten_sections` picks the chosen method's)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
@@ -172,7 +314,58 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"{path.name}: not a valid TOML file ({error})") from None
-    return data.get("run", data)
+    return _sections(data, path.name)
+
+
+def _sections(data: dict[str, Any], name: str) -> dict[str, Any]:
+    from .algorithms import METHODS
+
+    flat: dict[str, Any] = {}
+
+    def put(key: str, value: Any, where: str) -> None:
+        if key in flat:
+            raise ConfigError(f"{name}: {key} is set twice ({where} and before)")
+        flat[key] = value
+
+    for key, value in data.items():
+        if not isinstance(value, dict):
+            put(key, value, "top level")
+        elif key in METHODS:
+            put(key, value, f"[{key}]")
+        elif key in (*PARTS, "run"):
+            declared = {item.name for part, item in part_fields() if part == key}
+            for inner, inner_value in value.items():
+                if key != "run" and inner not in declared:
+                    raise ConfigError(f"{name}: [{key}] has no key {inner!r}")
+                if key == "run" and isinstance(inner_value, dict) and inner in METHODS:
+                    put(inner, inner_value, f"[run.{inner}]")
+                else:
+                    put(inner, inner_value, f"[{key}]")
+        else:
+            raise ConfigError(
+                f"{name}: unknown section [{key}]: one of run, schedule, data, model, "
+                f"{', '.join(METHODS)}"
+            )
+    return flat
+
+
+def flatten_sections(values: Mapping[str, Any], method: str | None) -> dict[str, Any]:
+    """``values`` (from :func:`read_toml`) with the chosen ``method``'s section merged into the
+    flat keys and the other methods' sections dropped; its keys must be that method's."""
+    from .algorithms import METHODS
+
+    flat = {k: v for k, v in values.items() if not (k in METHODS and isinstance(v, dict))}
+    for key, section in values.items():
+        if key != method or not isinstance(section, dict):
+            continue
+        own = {item.name for item in fields(METHODS[key])}
+        for inner, value in section.items():
+            if inner not in own:
+                raise ConfigError(f"[{key}] has no parameter {inner!r}: one of {', '.join(own)}")
+            if inner in flat:
+                raise ConfigError(f"{inner} is set twice (top level and [{key}])")
+            flat[inner] = value
+    return flat
 
 
 def read_toml_value(text: str) -> Any:
@@ -190,16 +383,58 @@ def read_toml_value(text: str) -> Any:
 
 def resolve(cli: dict[str, Any], file: str | Path | None = None) -> RunConfig:
     """Merge: options given on the command line beat the file, which beats the defaults."""
-    merged = read_toml(file) if file else {}
-    names = {field.name for field in fields(RunConfig)}
-    unknown = sorted(set(merged) - names)
-    if unknown:
-        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
-    merged.update({key: value for key, value in cli.items() if value is not None})
-    for required in ("method", "dataset"):
-        if required not in merged:
-            raise ConfigError(f"no {required}: give --{required} or set it in the config file")
-    try:
-        return RunConfig(**merged)
-    except TypeError as error:
-        raise ConfigError(f"config: {error}") from None
+    in_file = read_toml(file) if file else {}
+    given = {key: value for key, value in cli.items() if value is not None}
+    merged = flatten_sections(in_file, given.get("method", in_file.get("method")))
+    merged.update(given)
+    return RunConfig.from_flat(merged)
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``uvtrain run`` option made from a config field."""
+
+    name: str  # the flat key
+    flag: str  # "--lambda", "--pfm/--no-pfm"
+    kind: str  # int, float, str, bool
+    default: Any
+    help: str
+
+
+def _option(item: dataclasses.Field) -> Option:
+    declared = item.type if isinstance(item.type, str) else item.type.__name__
+    kind = declared.replace(" | None", "")
+    flag = item.metadata.get("flag") or "--" + item.name.replace("_", "-")
+    if kind == "bool" and "/" not in flag:
+        flag = f"{flag}/--no-{flag[2:]}"
+    default = None if item.default is dataclasses.MISSING else item.default
+    return Option(item.name, flag, kind, default, item.metadata.get("help", ""))
+
+
+def cli_options() -> list[Option]:
+    """The options of ``uvtrain run`` besides ``--out``, ``--method`` and ``--config``: the parts'
+    and the run's keys, then every registered method's parameters (a key several methods share
+    once), in declaration order; fields with ``cli=False`` in their metadata are left out."""
+    items = [item for _, item in part_fields()] + list(method_fields().values())
+    return [_option(item) for item in items if item.metadata.get("cli", True)]
+
+
+def flower_keys() -> dict[str, Any]:
+    """The flat keys (with their defaults) a Flower run config may set: every key of the parts
+    and the run that means something on devices, and the parameters of every cross-device method
+    (FedFace's are cross-silo), so that one app declares them all."""
+    from .algorithms import METHODS
+
+    keys = {
+        item.name: item.default
+        for _, item in part_fields()
+        if item.metadata.get("flower", True) and item.name != "method"
+    }
+    for kind in METHODS.values():
+        if kind.setting == "cross-device":
+            for item in fields(kind):
+                keys.setdefault(item.name, item.default)
+    return keys

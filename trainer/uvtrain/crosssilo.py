@@ -508,14 +508,16 @@ def make_cross_silo(
     """The trainer of a cross-silo run config (:data:`uvtrain.run.TRAINERS`); it is evaluated
     on :meth:`CrossSilo.evaluation_dataset` (the unknown identities are the held-out test
     people, not the validators')."""
-    algorithm = config.algorithm()
-    parties = partition(dataset, config.parties, config.partition, config.seed)
+    algorithm = config.method
+    parties = partition(dataset, config.method.parties, config.method.partition, config.seed)
     # the same split with FV on or off, so that every run of a comparison has the same test people
-    validators, test = split_unknown(dataset, config.validators, config.seed)
-    if config.parties > 1 and algorithm.fv and not validators:
+    validators, test = split_unknown(dataset, config.method.validators, config.seed)
+    if config.method.parties > 1 and algorithm.fv and not validators:
         raise ConfigError("fv needs at least one validator (--validators)")
     engine = replace(engine, fraction=1.0, sampling="random")  # every party, every round
-    silo = CrossSilo(algorithm, backbone, parties, validators, engine, device, config.fv_folds)
+    silo = CrossSilo(
+        algorithm, backbone, parties, validators, engine, device, config.method.fv_folds
+    )
     silo.test_identities = test
     return silo
 

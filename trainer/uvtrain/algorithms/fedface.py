@@ -66,7 +66,7 @@ exact form are our reading); ``docs/trainer.md`` says so too.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -74,6 +74,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional
 
+from ..errors import ConfigError
 from .base import FedAvg, Tensors
 
 #: The paper's margins by loss (s = 64 for both).
@@ -269,18 +270,46 @@ class FedFace(FedAvg):
     output_kind: ClassVar[str] = "embedding"
     setting: ClassVar[str] = "cross-silo"
     audits: ClassVar[frozenset[str]] = frozenset()
-    margin_loss: str = "arcface"
-    margin_scale: float = 64.0
-    margin: float | None = None
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    pfm: bool = True
-    fv: bool = True
-    fv_candidates: int = 3
-    fv_rate: float = 0.01
-    fv_gamma: float = 0.01
-    fv_epsilon: float = 0.001
-    fv_norm: str = "local"
+    margin_loss: str = field(default="arcface", metadata={"help": "FedFace: arcface or cosface."})
+    margin_scale: float = field(default=64.0, metadata={"help": "FedFace: logit scale s."})
+    margin: float | None = field(
+        default=None, metadata={"help": "FedFace: margin m (default 0.5 / 0.35)."}
+    )
+    momentum: float = field(default=0.9, metadata={"help": "FedFace: momentum μ."})
+    weight_decay: float = field(default=5e-4, metadata={"help": "FedFace: weight decay."})
+    pfm: bool = field(default=True, metadata={"help": "FedFace: Partially Federated Momentum."})
+    fv: bool = field(default=True, metadata={"help": "FedFace: Federated Validation."})
+    fv_candidates: int = field(default=3, metadata={"help": "FedFace FV: candidates T."})
+    fv_rate: float = field(default=0.01, metadata={"help": "FedFace FV: step φ toward the best."})
+    fv_gamma: float = field(default=0.01, metadata={"help": "FedFace FV: Moving Norm rate γ."})
+    fv_epsilon: float = field(default=0.001, metadata={"help": "FedFace FV: ε of the norms."})
+    fv_norm: str = field(default="local", metadata={"help": "FedFace FV: local or moving."})
+    # the cross-silo trainer's: parties, how identities are split among them, validators, folds
+    parties: int = field(
+        default=3, metadata={"help": "FedFace: parties P (1: centralised baseline)."}
+    )
+    partition: str = field(default="auto", metadata={"help": "FedFace: auto, language or random."})
+    validators: int = field(
+        default=2, metadata={"help": "FedFace: validators V holding verification sets."}
+    )
+    fv_folds: int = field(default=10, metadata={"cli": False})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.parties < 1 or self.validators < 0 or self.fv_folds < 2:
+            raise ConfigError("parties must be >= 1, validators >= 0 and fv_folds >= 2")
+        if self.partition not in ("auto", "language", "random"):
+            raise ConfigError(f"partition must be auto, language or random, not {self.partition!r}")
+        if self.margin_loss not in ("arcface", "cosface"):
+            raise ConfigError(f"margin_loss must be arcface or cosface, not {self.margin_loss!r}")
+        if self.margin_scale <= 0 or (self.margin is not None and not 0 <= self.margin < 3.14):
+            raise ConfigError("margin_scale must be positive and margin in [0, π)")
+        if not 0 <= self.momentum < 1 or self.weight_decay < 0:
+            raise ConfigError("momentum must be in [0, 1) and weight_decay >= 0")
+        if self.fv_candidates < 2 or not 0 < self.fv_rate <= 1 or not 0 < self.fv_gamma <= 1:
+            raise ConfigError("fv_candidates must be >= 2, fv_rate and fv_gamma in (0, 1]")
+        if self.fv_epsilon <= 0 or self.fv_norm not in ("local", "moving"):
+            raise ConfigError("fv_epsilon must be positive and fv_norm local or moving")
 
     def deployment_problem(self) -> str | None:
         return "fedface is cross-silo (a client is an organisation): not on devices"

@@ -17,13 +17,14 @@ The FedHide paper's baselines keep the loss and the bank and change only the pro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 from torch.nn import functional
 
+from ..errors import ConfigError
 from .base import FedAvg, Tensors, random_unit_rows
 
 
@@ -57,7 +58,14 @@ class ProxyBank(FedAvg):
     how a client makes its proxy from its unit prototype (:meth:`proxy`)."""
 
     audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
-    weight: float = 10.0  # λ
+    weight: float = field(  # λ
+        default=10.0, metadata={"help": "FedHide/FedGN/FedCS λ.", "flag": "--lambda"}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.weight < 0:
+            raise ConfigError("weight (λ) must be >= 0")
 
     def init_private(self, num_clients: int, dim: int, generator: torch.Generator) -> Tensors:
         # Unit norm from the start: the loss sees normalize(p), whose gradient is scaled by
@@ -116,8 +124,13 @@ class FedHide(ProxyBank):
     """FedHide: private prototypes, proxy prototypes hidden among K neighbours."""
 
     name: ClassVar[str] = "fedhide"
-    alpha: float = 0.1
-    neighbours: int = 5  # K
+    alpha: float = field(default=0.1, metadata={"help": "FedHide α."})
+    neighbours: int = field(default=5, metadata={"help": "FedHide K nearest proxies."})  # K
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.alpha <= 1 or self.neighbours < 1:
+            raise ConfigError("alpha must be in [0, 1] and neighbours >= 1")
 
     def proxy(self, prototype: Tensor, constants: Tensors, shared: Tensors) -> Tensor:
         return proxy_prototype(
@@ -146,7 +159,12 @@ class FedGN(ProxyBank):
 
     name: ClassVar[str] = "fedgn"
     message_noise: ClassVar[bool] = True
-    sigma: float = 0.3
+    sigma: float = field(default=0.3, metadata={"help": "FedGN noise σ."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.sigma < 0:
+            raise ConfigError("sigma must be >= 0")
 
     def proxy(self, prototype: Tensor, constants: Tensors, shared: Tensors) -> Tensor:
         return gaussian_proxy(prototype, constants["noise"], self.sigma)
@@ -159,7 +177,12 @@ class FedCS(ProxyBank):
 
     name: ClassVar[str] = "fedcs"
     message_noise: ClassVar[bool] = True
-    cosine: float = 0.3
+    cosine: float = field(default=0.3, metadata={"help": "FedCS cos θ to the prototype."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not -1 <= self.cosine <= 1:
+            raise ConfigError("cosine must be in [-1, 1]")
 
     def proxy(self, prototype: Tensor, constants: Tensors, shared: Tensors) -> Tensor:
         return cosine_proxy(prototype, constants["noise"], self.cosine)

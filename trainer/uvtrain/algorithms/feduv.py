@@ -12,7 +12,7 @@ so no class embedding of another user is ever needed or shared.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from uvsdk.codeword import bipolar, encode, user_id_bits
 
 from ..codes import bch_code
+from ..errors import ConfigError
 from .base import FedAvg, Tensors
 
 
@@ -83,8 +84,17 @@ class FedUV(FedAvg):
     update_reveals_secret: ClassVar[bool] = True
     device_secrets: ClassVar[tuple[str, ...]] = ("codeword",)
     audits: ClassVar[frozenset[str]] = frozenset({"codeword-bits", "inversion"})
-    code_length: int = 127
-    negative_weight: float = 0.0
+    code_length: int = field(default=127, metadata={"help": "FedUV BCH length: 127, 255, 511."})
+    negative_weight: float = field(
+        default=0.0, metadata={"help": "FedUV ablation: negative loss weight."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.code_length not in (127, 255, 511):
+            raise ConfigError("code_length must be 127, 255 or 511 (the FedUV paper's BCH codes)")
+        if self.negative_weight < 0:
+            raise ConfigError("negative_weight must be >= 0")
 
     def deployment_problem(self) -> str | None:
         if self.negative_weight > 0:

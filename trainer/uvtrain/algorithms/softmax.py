@@ -12,13 +12,14 @@ with ``f(x)`` the unit embedding and scale ``s``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
+from ..errors import ConfigError
 from ..models import EmbeddingModel
 from .base import FedAvg, Tensors
 
@@ -47,7 +48,12 @@ class Softmax(FedAvg):
     name: ClassVar[str] = "softmax"
     loss_reads_model: ClassVar[tuple[str, ...]] = ("classes",)
     audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
-    scale: float = 16.0
+    scale: float = field(default=16.0, metadata={"help": "Softmax logit scale s."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.scale <= 0:
+            raise ConfigError("scale must be positive")
 
     def deployment_problem(self) -> str | None:
         return "softmax trains one class matrix with every user's row: not on Flower"

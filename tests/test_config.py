@@ -1,0 +1,160 @@
+"""The run config by parts: each part and each method's parameters check themselves; flat keys
+(command line, TOML, config.json) reach the part or method that declares them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from uvtrain.algorithms import (  # noqa: E402
+    METHODS,
+    FedAvg,
+    FedAwS,
+    FedCS,
+    FedFace,
+    FedGN,
+    FedHide,
+    FedUV,
+    Softmax,
+)
+from uvtrain.config import (  # noqa: E402
+    ConfigError,
+    Data,
+    Model,
+    RunConfig,
+    Schedule,
+    cli_options,
+    read_toml,
+    resolve,
+)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: FedHide(alpha=2), "alpha must be in [0, 1]"),
+        (lambda: FedHide(neighbours=0), "neighbours >= 1"),
+        (lambda: FedHide(weight=-1.0), "weight (λ) must be >= 0"),
+        (lambda: FedGN(sigma=-0.1), "sigma must be >= 0"),
+        (lambda: FedCS(cosine=1.5), "cosine must be in [-1, 1]"),
+        (lambda: Softmax(scale=0.0), "scale must be positive"),
+        (lambda: FedAwS(spread_lr=-1.0), "spread_lr and spread_margin must be >= 0"),
+        (lambda: FedUV(code_length=100), "code_length must be 127, 255 or 511"),
+        (lambda: FedUV(negative_weight=-1.0), "negative_weight must be >= 0"),
+        (lambda: FedFace(parties=0), "parties must be >= 1"),
+        (lambda: FedFace(partition="alphabetical"), "partition must be"),
+        (lambda: FedFace(pfm=1), "pfm must be bool"),
+        (lambda: FedHide(alpha=float("nan")), "alpha must be a finite number"),
+        (lambda: Schedule(fraction=0.0), "fraction must be in (0, 1]"),
+        (lambda: Schedule(rounds=-1), "rounds and seed must be >= 0"),
+        (lambda: Data("x", clients=1), "clients must be at least 2"),
+        (lambda: Data("x", crop_seconds=-1.0), "crop_seconds must be >= 0"),
+        (lambda: Model(backbone=3), "backbone must be str"),
+    ],
+)
+def test_every_part_and_method_checks_itself(make, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        make()
+    assert message in str(error.value)
+
+
+def test_flat_keys_go_to_their_part_and_the_method_keeps_only_its_own() -> None:
+    config = RunConfig.from_flat(
+        {"method": "fedhide", "dataset": "x", "alpha": 0.2, "rounds": 3, "backbone": "b", "seed": 4}
+    )
+    assert config.method == FedHide(alpha=0.2) and config.method.name == "fedhide"
+    assert config.schedule == Schedule(rounds=3) and config.data == Data("x")
+    assert config.model == Model(backbone="b") and config.seed == 4
+    flat = config.to_dict()
+    assert flat["method"] == "fedhide" and flat["alpha"] == 0.2 and flat["weight"] == 10.0
+    assert not {"code_length", "sigma", "cosine", "scale", "parties", "pfm"} & set(flat)
+    assert RunConfig.from_flat(flat) == config
+    assert config.replace(alpha=0.3).method == FedHide(alpha=0.3)
+    assert config.with_method("fedgn").method == FedGN()
+    assert config.with_method("fedhide") is config
+    assert config.rounds == 3 and config.alpha == 0.2  # flat reads for older scripts
+
+
+def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
+    with pytest.raises(ConfigError, match="weight is a parameter of fedhide, fedgn, fedcs"):
+        RunConfig.from_flat({"method": "feduv", "dataset": "x", "weight": 3.0})
+    with pytest.raises(ConfigError, match="unknown config key"):
+        RunConfig.from_flat({"method": "feduv", "dataset": "x", "learning_rate": 3.0})
+    # config.json of a run made when RunConfig held every method's keys (47 of them)
+    flat = {"method": "feduv", "dataset": "x", "rounds": 5, "code_length": 255}
+    old = RunConfig.from_flat(flat).to_dict()
+    for kind in METHODS.values():
+        old.update({k: v for k, v in kind().parameters().items() if k not in old})
+    assert len(old) == 47
+    config = RunConfig.from_flat(old, other_methods="ignore")
+    assert config.method == FedUV(code_length=255) and config.schedule.rounds == 5
+
+
+def test_toml_sections_by_part_and_method(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text(
+        'method = "fedhide"\n[data]\ndataset = "x"\nclients = 6\n[schedule]\nrounds = 2\n'
+        "[fedhide]\nalpha = 0.2\n[feduv]\ncode_length = 255\n"
+    )
+    config = resolve({}, path)
+    assert config.method == FedHide(alpha=0.2) and config.data.clients == 6
+    assert config.schedule.rounds == 2
+    assert resolve({"method": "feduv"}, path).method == FedUV(code_length=255)
+    assert resolve({"alpha": 0.3}, path).method.alpha == 0.3  # the command line beats the file
+    path.write_text('method = "fedhide"\ndataset = "x"\n[fedhide]\nsigma = 0.2\n')
+    with pytest.raises(ConfigError, match=r"\[fedhide\] has no parameter 'sigma'"):
+        resolve({}, path)
+    path.write_text("[schedule]\nalpha = 0.2\n")
+    with pytest.raises(ConfigError, match=r"\[schedule\] has no key 'alpha'"):
+        read_toml(path)
+    path.write_text("[training]\nrounds = 2\n")
+    with pytest.raises(ConfigError, match=r"unknown section \[training\]"):
+        read_toml(path)
+
+
+def test_the_command_line_options_are_the_dataclasses_fields() -> None:
+    flags = {option.name: option.flag for option in cli_options()}
+    assert flags["weight"] == "--lambda" and flags["pfm"] == "--pfm/--no-pfm"
+    for kind in METHODS.values():
+        for item in kind.__dataclass_fields__.values():
+            if item.metadata.get("cli", True) and item.name in kind().parameters():
+                assert item.name in flags, item.name
+    assert "fv_folds" not in flags and "checkpoint_every" not in flags  # config keys only
+
+
+@dataclass(frozen=True)
+class FedTest(FedAvg):
+    """A new method: one dataclass (and, in the project, one registry line)."""
+
+    name: ClassVar[str] = "fedtest"
+    gamma: float = field(default=1.0, metadata={"help": "FedTest γ."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.gamma <= 0:
+            raise ConfigError("gamma must be positive")
+
+
+def test_a_new_method_is_one_dataclass_and_one_registry_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from uvtrain.cli import app
+
+    monkeypatch.setitem(METHODS, "fedtest", FedTest)
+    config = RunConfig.from_flat({"method": "fedtest", "dataset": "x", "gamma": 2.0})
+    assert config.method == FedTest(gamma=2.0) and config.to_dict()["gamma"] == 2.0
+    path = tmp_path / "run.toml"
+    path.write_text('method = "fedtest"\ndataset = "x"\n[fedtest]\ngamma = 3.0\n')
+    assert resolve({}, path).method.gamma == 3.0
+    with pytest.raises(ConfigError, match="gamma must be positive"):
+        RunConfig.from_flat({"method": "fedtest", "dataset": "x", "gamma": -1.0})
+    shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
+    assert "--gamma" in shown.output and "FedTest γ." in shown.output
+    assert "fedface or fedtest." in shown.output
