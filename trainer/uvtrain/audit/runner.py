@@ -65,10 +65,10 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, vmap
 
-from .algorithms.base import FedAvg, Tensors
-from .config import ConfigError, RunConfig
-from .data.base import FederatedDataset
-from .engine import Simulation
+from ..algorithms.base import FedAvg, Tensors
+from ..config import ConfigError, RunConfig
+from ..data.base import FederatedDataset
+from ..engine import Simulation
 
 #: FedUV's class matrix W in :class:`uvtrain.models.CodewordModel`.
 CODEWORD_WEIGHT = "class_embedding.weight"
@@ -102,7 +102,7 @@ def parse_sizes(text: str, name: str) -> tuple[int, ...]:
 
 def parse_methods(text: str) -> tuple[str, ...]:
     """``"fedhide,fedaws"`` → those prototype methods; ``""`` or ``"none"`` → ``()``."""
-    from .algorithms import METHODS
+    from ..algorithms import METHODS
 
     if text.strip().lower() in ("", "none"):
         return ()
@@ -252,8 +252,8 @@ def resolve(
     Precedence: an option given > the ``--small`` preset > :data:`DEFAULTS`. A run folder is
     audited as it is: the options of a fresh setup (:data:`SETUP_OPTIONS`) are refused with it.
     """
-    from .config import read_toml
-    from .config import resolve as resolve_run
+    from ..config import read_toml
+    from ..config import resolve as resolve_run
 
     explicit = {key: value for key, value in given.items() if value is not None}
     if run_dir is not None:
@@ -576,7 +576,7 @@ def bch_decoder(length: int) -> Callable[[np.ndarray], np.ndarray]:
     FedUV code of :func:`uvtrain.codes.bch_code`; galois, about 10 s to compile once)."""
     import galois
 
-    from .codes import bch_code
+    from ..codes import bch_code
 
     code = bch_code(length)
     bch = galois.BCH(code.n, code.k)
@@ -762,7 +762,7 @@ def disaggregation_scores(
 def prototype_leak(simulation: Simulation) -> float | None:
     """``P_leak`` of the simulation's current state, as the run report computes it (``None`` for
     a method without class vectors)."""
-    from . import evaluation as ev
+    from .. import evaluation as ev
 
     vectors = simulation.algorithm.prototypes(
         simulation.params, simulation.private, simulation.shared
@@ -802,7 +802,7 @@ def leakage_audit(
     methods: Sequence[str], config: RunConfig, dataset: FederatedDataset, progress: bool = True
 ) -> dict[str, Any]:
     """``P_leak`` of each prototype method after ``config.rounds`` rounds of training."""
-    from .run import make_simulation
+    from ..run import make_simulation
 
     out = {}
     for method in methods:
@@ -953,7 +953,7 @@ def attack_loss(
     """The client's loss as the server can form it: FedUV with the attacker's ``codeword``;
     FedHide/FedGN/FedCS with the client's proxy from the bank in place of its private prototype;
     FedAwS with the class row the server sent; softmax with the client's index."""
-    from .algorithms.fedhide import ProxyBank
+    from ..algorithms.fedhide import ProxyBank
 
     algorithm = simulation.algorithm
     constants = {k: v[client] for k, v in simulation.constants.items()}
@@ -1218,8 +1218,8 @@ def run_audit(
     """Audit a run folder (its initial and its trained model) or a fresh setup (``config``:
     built, measured, trained ``config.rounds`` rounds, measured again); write ``audit.json``,
     ``audit.md`` and the figures into ``out``; return the results."""
-    from . import evaluation as ev
-    from .run import load_data, load_run, make_simulation
+    from .. import evaluation as ev
+    from ..run import load_data, load_run, make_simulation
 
     settings = settings or AuditSettings()
     folder = Path(out)
