@@ -35,6 +35,7 @@ from .rounds import (
     Aggregator,
     ClientUpdates,
     RoundPlan,
+    RoundResult,
     UpdateStep,
     WeightedMean,
     gather,
@@ -455,18 +456,27 @@ class Simulation(GlobalModel):
 
     def step(self) -> dict[str, Any]:
         """Run the next round (:func:`uvtrain.rounds.run_round`); return its metrics."""
+        return self.next_round().metrics
+
+    def next_round(
+        self, aggregator: Aggregator | None = None, path: str | None = None
+    ) -> RoundResult:
+        """Run the next round and keep its result: with the simulation's own aggregator and
+        postprocessing, or with ``aggregator`` (the audit's SecAgg+); by the usual local-update
+        path, or by ``path`` (``"loop"``: each client's update as it would send it alone)."""
         plan = self.plan(self.round + 1)
+        local = self if path is None else _OnePath(self, path)
         result = run_round(
             self.algorithm,
             plan,
             self.params,
             self.shared,
-            self,
-            self.aggregator,
+            local,
+            aggregator or self.aggregator,
             self.postprocess,
         )
         self.params, self.shared, self.round = result.params, result.shared, plan.number
-        return result.metrics
+        return result
 
     def receive(self, clients: Tensor) -> None:
         """What each of ``clients`` takes from the server as its round begins (FedAwS: its class
@@ -490,26 +500,33 @@ class Simulation(GlobalModel):
             private, constants, self.shared
         )
 
-    def train(self, plan: RoundPlan, fused: Aggregator | None) -> ClientUpdates:
+    def train(
+        self, plan: RoundPlan, fused: Aggregator | None, path: str | None = None
+    ) -> ClientUpdates:
         """The client side of a round (:class:`uvtrain.rounds.LocalTraining`): receive, train
-        by the batched, vmap or loop path, keep the private state, make the messages."""
+        by the batched, vmap or loop path (``path`` forces ``"vmap"`` or ``"loop"``), keep the
+        private state, make the messages."""
+        if path not in (None, "vmap", "loop"):
+            raise ValueError(f"path must be 'vmap' or 'loop', not {path!r}")
         clients = torch.as_tensor(plan.clients, device=self.device)
         batches = self.batches_of_round(plan.number, plan.clients)
         weights = self.sizes[plan.clients].to(self.device)
         self.receive(clients)
         batched = (
-            fused is not None
+            path is None
+            and fused is not None
             and self.config.vectorised
             and self.config.batched
             and self.config.local_steps == 1
         )
+        vectorised = self.config.vectorised if path is None else path == "vmap"
         if batched:
             mean, private, losses = self._local_batched(clients, batches, plan.lr)
             updates = ClientUpdates(
                 clients, weights, losses, aggregate={k: v[0] for k, v in mean.items()}
             )
         else:
-            local = self._local_vectorised if self.config.vectorised else self._local_loop
+            local = self._local_vectorised if vectorised else self._local_loop
             stacked, private, losses = local(clients, batches, plan.lr)
             updates = ClientUpdates(clients, weights, losses, params=stacked)
         scatter(self.private, clients, private)
@@ -537,6 +554,17 @@ class Simulation(GlobalModel):
         self.params = {k: v.to(self.device) for k, v in state["params"].items()}
         self.private = {k: v.to(self.device) for k, v in state["private"].items()}
         self.shared = {k: v.to(self.device) for k, v in state["shared"].items()}
+
+
+@dataclass
+class _OnePath:
+    """The simulation's local training by one local-update path (:meth:`Simulation.next_round`)."""
+
+    simulation: Simulation
+    path: str
+
+    def train(self, plan: RoundPlan, fused: Aggregator | None) -> ClientUpdates:
+        return self.simulation.train(plan, None, self.path)
 
 
 def _concat(pieces: list[Tensors]) -> Tensors:

@@ -1,0 +1,279 @@
+"""Running an audit (:func:`run_audit`): a run folder's initial and trained model, or a fresh
+setup built, measured, trained and measured again; each attack where the method declares it
+(:attr:`~uvtrain.algorithms.base.FedAvg.audits`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import Tensor
+
+from ..config import RunConfig
+from ..data.base import FederatedDataset
+from ..engine import Simulation
+from ..errors import ConfigError
+from .bits import (
+    CODEWORD_WEIGHT,
+    bch_decoder,
+    bit_recovery,
+    code_length,
+    disaggregation_scores,
+    mean_hidden,
+    public_samples,
+)
+from .inversion import inversion_audit
+from .leakage import leakage_audit, leakage_entry
+from .report import write_results
+from .secagg import SecAggPlus
+from .settings import PUBLIC_SAMPLES, AuditSettings
+from .training import secure_round, train_rounds
+
+
+def _rng(seed: int, part: int) -> np.random.Generator:
+    return np.random.default_rng([seed, 0xA0D17, part])
+
+
+def _secure_rounds(simulation: Simulation, aggregator: SecAggPlus) -> Callable[[], float]:
+    """A ``step`` for :func:`train_rounds`: a :func:`secure_round`; returns its loss."""
+    return lambda: float(secure_round(simulation, aggregator).metrics["loss"])
+
+
+def _observed_secure_rounds(
+    simulation: Simulation,
+    aggregator: SecAggPlus,
+    public: Tensor | None,
+    record: dict[str, list[np.ndarray]],
+) -> Callable[[], float]:
+    """A ``step`` for :func:`train_rounds`: a :func:`secure_round` whose membership and
+    observation ``ΔW ḡ`` the server records (``ΔW`` the unmasked mean update of the codeword
+    matrix, ``ḡ`` over the ``public`` samples under the global model before the round)."""
+
+    def step() -> float:
+        hidden = mean_hidden(simulation, public) if public is not None else None
+        result = secure_round(simulation, aggregator)
+        if hidden is not None and CODEWORD_WEIGHT in aggregator.mean_update:
+            row = np.zeros(simulation.num_clients)
+            row[result.updates.clients.cpu().numpy()] = 1.0
+            record["membership"].append(row)
+            observation = aggregator.mean_update[CODEWORD_WEIGHT].cpu() @ hidden.double()
+            record["observations"].append(observation.numpy())
+        return float(result.metrics["loss"])
+
+    return step
+
+
+def codeword_states(
+    initial: Simulation,
+    trained: Simulation | None,
+    rounds: int,
+    public: Tensor | None,
+    settings: AuditSettings,
+    progress: bool,
+) -> dict[str, Any]:
+    """Bit recovery at the initial model and a trained one, with the attacker's ``public``
+    samples; a fresh setup (``trained`` None) is trained here through SecAgg+, and the rounds'
+    aggregates are disaggregated."""
+    pool = np.arange(initial.num_clients)
+    out: dict[str, Any] = {}
+    out["initial"] = bit_recovery(initial, pool, public, settings, _rng(settings.seed, 1), progress)
+    if trained is None:
+        record: dict[str, list[np.ndarray]] = {"membership": [], "observations": []}
+        aggregator = SecAggPlus(settings.secagg, _rng(settings.seed, 2))
+        step = _observed_secure_rounds(initial, aggregator, public, record)
+        length = code_length(initial)
+        name = initial.algorithm.name
+        train_rounds(initial, rounds, progress, f"{name} c={length} (SecAgg+)", step)
+        trained = initial
+        if record["observations"]:
+            codewords = initial.constants["codeword"].cpu().numpy()
+            decode = bch_decoder(length) if settings.decode else None
+            out["disaggregation"] = {
+                "cohort": int(record["membership"][0].sum()),
+                "rounds": disaggregation_scores(
+                    record["observations"], record["membership"], codewords, decode
+                ),
+            }
+    if trained.round > 0:
+        out["trained"] = bit_recovery(
+            trained, pool, public, settings, _rng(settings.seed, 3), progress
+        )
+    return out
+
+
+def inversion_states(
+    initial: Simulation,
+    trained: Simulation | None,
+    rounds: int,
+    dataset: FederatedDataset,
+    config: RunConfig,
+    settings: AuditSettings,
+    progress: bool,
+) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """The inversion at the initial model and a trained one; a fresh setup (``trained`` None)
+    is trained here — through SecAgg+ when a plain update would reveal the method's secret
+    (:attr:`~uvtrain.algorithms.base.FedAvg.update_reveals_secret`), as it is deployed."""
+    inversion = settings.inversion
+    assert inversion is not None
+    public = public_samples(dataset, config)
+    results, pictures = {}, {}
+    for state in ("initial", "trained"):
+        if state == "trained":
+            if trained is None:
+                description = f"{initial.algorithm.name} ({dataset.name})"
+                step = None
+                if initial.algorithm.update_reveals_secret:
+                    step = _secure_rounds(
+                        initial, SecAggPlus(settings.secagg, _rng(settings.seed, 5))
+                    )
+                train_rounds(initial, rounds, progress, description, step)
+                trained = initial
+            if trained.round == 0:
+                break
+        simulation = initial if state == "initial" else trained
+        results[state], pictures[state] = inversion_audit(
+            simulation,
+            dataset,
+            inversion,
+            settings.secagg,
+            public,
+            _rng(settings.seed, 4),
+            settings.seed,
+            progress,
+        )
+    return results, pictures
+
+
+def _settings_entry(settings: AuditSettings) -> dict[str, Any]:
+    return {
+        "cohorts": list(settings.cohorts),
+        "cohort_draws": settings.cohort_draws,
+        "decode": settings.decode,
+        "seed": settings.seed,
+        "public_samples": PUBLIC_SAMPLES,
+    }
+
+
+def run_audit(
+    out: str | Path,
+    run_dir: str | Path | None = None,
+    config: RunConfig | None = None,
+    settings: AuditSettings | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Audit a run folder (its initial and its trained model) or a fresh setup (``config``:
+    built, measured, trained ``config.rounds`` rounds, measured again); write ``audit.json``,
+    ``audit.md`` and the figures into ``out``; return the results."""
+    settings = settings or AuditSettings()
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "audit": "uvtrain audit",
+        "threat_model": "honest-but-curious server: follows the protocol, keeps what it sees",
+        "secagg": dataclasses.asdict(settings.secagg),
+        "settings": _settings_entry(settings),
+    }
+    if run_dir is not None:
+        seconds, pictures = _audit_run(results, Path(run_dir), settings, progress)
+    elif config is None:
+        raise ConfigError("give a run folder or a fresh setup's config")
+    else:
+        seconds, pictures = _audit_fresh(results, config, settings, progress)
+    seconds["total"] = time.perf_counter() - started
+    results["seconds"] = seconds
+    write_results(results, pictures, Path(out))
+    return results
+
+
+def _audit_run(
+    results: dict[str, Any], run_dir: Path, settings: AuditSettings, progress: bool
+) -> tuple[dict[str, float], dict[str, dict[str, np.ndarray]]]:
+    """A run folder's initial model (rebuilt from its seed) and its trained one."""
+    from ..run import load_run, make_simulation
+
+    run_config, dataset, trained = load_run(run_dir)
+    initial = make_simulation(run_config, dataset)
+    audits = initial.algorithm.audits
+    results.update(mode="run", run_dir=str(run_dir), setup=run_config.to_dict())
+    seconds: dict[str, float] = {}
+    pictures: dict[str, dict[str, np.ndarray]] = {}
+    if "codeword-bits" in audits:
+        clock = time.perf_counter()
+        public = public_samples(dataset, run_config)
+        states = codeword_states(initial, trained, trained.round, public, settings, progress)
+        results["bit_recovery"] = {str(code_length(initial)): states}
+        seconds["bit_recovery"] = time.perf_counter() - clock
+    if "prototype-leakage" in audits:
+        entry = leakage_entry(trained)
+        if entry["p_leak"] is not None:
+            results["leakage"] = {trained.algorithm.name: entry}
+    if settings.inversion is not None:
+        if "inversion" not in audits:
+            results["inversion"] = {"skipped": f"{initial.algorithm.name} declares no inversion"}
+        elif dataset.modality != "image":
+            results["inversion"] = {"skipped": "the inversion attacks image models only"}
+        else:
+            clock = time.perf_counter()
+            fresh = make_simulation(run_config, dataset)
+            results["inversion"], pictures = inversion_states(
+                fresh, trained, 0, dataset, run_config, settings, progress
+            )
+            seconds["inversion"] = time.perf_counter() - clock
+    return seconds, pictures
+
+
+def _audit_fresh(
+    results: dict[str, Any], config: RunConfig, settings: AuditSettings, progress: bool
+) -> tuple[dict[str, float], dict[str, dict[str, np.ndarray]]]:
+    """A fresh setup: built, measured at round 0, trained ``config.rounds`` rounds, measured."""
+    from ..run import load_data, make_simulation
+
+    results.update(mode="fresh", setup=config.to_dict())
+    dataset = load_data(config)
+    algorithm = config.method
+    audits = algorithm.audits
+    seconds: dict[str, float] = {}
+    pictures: dict[str, dict[str, np.ndarray]] = {}
+    if "codeword-bits" in audits and settings.code_lengths:
+        clock = time.perf_counter()
+        results["bit_recovery"] = {}
+        for length in settings.code_lengths:
+            setup = config.replace(code_length=length)
+            simulation = make_simulation(setup, dataset)
+            public = public_samples(dataset, setup)
+            results["bit_recovery"][str(length)] = codeword_states(
+                simulation, None, config.schedule.rounds, public, settings, progress
+            )
+        seconds["bit_recovery"] = time.perf_counter() - clock
+    if settings.methods:
+        clock = time.perf_counter()
+        results["leakage"] = leakage_audit(settings.methods, config, dataset, progress)
+        seconds["leakage"] = time.perf_counter() - clock
+    if settings.inversion is not None and "inversion" not in audits:
+        results["inversion"] = {"skipped": f"{algorithm.name} declares no inversion"}
+    elif settings.inversion is not None:
+        clock = time.perf_counter()
+        # a codeword method is inverted at the first code length the bits were audited at
+        codes = settings.code_lengths if "codeword-bits" in audits else ()
+        lengths = {"code_length": codes[0]} if codes else {}
+        setup = config.replace(
+            dataset=settings.inversion.dataset, clients=None, root=None, **lengths
+        )
+        faces = load_data(setup)
+        if faces.modality != "image":
+            raise ConfigError(f"--inversion-dataset {faces.name}: an image dataset")
+        results["inversion"], pictures = inversion_states(
+            make_simulation(setup, faces),
+            None,
+            config.schedule.rounds,
+            faces,
+            setup,
+            settings,
+            progress,
+        )
+        results["inversion_setup"] = setup.to_dict()
+        seconds["inversion"] = time.perf_counter() - clock
+    return seconds, pictures

@@ -1,0 +1,87 @@
+"""The clients' side of what the audit observes, through the engine's own code.
+
+- :func:`client_parameters`: each client's parameters after its local training from the global
+  ``θ`` (:func:`uvtrain.engine.local_update`, the per-client reference path a device runs) — the
+  plain updates the attacks read. The simulation is left as it was.
+- :func:`secure_round`: one round of a simulation through :func:`uvtrain.rounds.run_round` with
+  the :class:`~.secagg.SecAggPlus` aggregator; the clients train by the simulation's own local
+  training (receive, update, messages), by its per-client loop path.
+- :func:`train_rounds`: rounds with a progress bar, counting who took part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from torch import Tensor
+
+from ..engine import Simulation, local_update
+from ..rounds import RoundResult
+from .secagg import Layout, SecAggPlus
+
+
+def client_parameters(
+    simulation: Simulation,
+    clients: np.ndarray,
+    batches: Tensor,
+    lr: float,
+    layout: Layout,
+    progress: Any = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[m, P]`` each client's parameters after its local training on its ``batches``
+    (``[m, E, B, ...]``) from the global ``θ``, flattened by ``layout``, and the clients' mean
+    losses; ``progress`` (a tqdm bar) is ticked once a client."""
+    rows, losses = [], []
+    for position, client in enumerate(np.asarray(clients).tolist()):
+        params, _, loss = local_update(
+            simulation.model,
+            simulation.buffers,
+            simulation.algorithm,
+            simulation.params,
+            {name: value[client] for name, value in simulation.private.items()},
+            {name: value[client] for name, value in simulation.constants.items()},
+            simulation.shared,
+            batches[position],
+            lr,
+        )
+        rows.append(layout.flatten(params))
+        losses.append(loss.mean().cpu().numpy())
+        if progress is not None:
+            progress.update(1)
+    return np.stack(rows), np.stack(losses)
+
+
+def secure_round(simulation: Simulation, aggregator: SecAggPlus) -> RoundResult:
+    """The simulation's next round (:meth:`Simulation.next_round`, i.e.
+    :func:`uvtrain.rounds.run_round`) with the SecAgg+ ``aggregator``, each client trained by the
+    per-client loop path — its update the one it would send alone, as the audit's numbers have
+    always been measured; the simulation keeps the result, and ``aggregator.mean_update`` holds
+    what the server unmasked."""
+    return simulation.next_round(aggregator, path="loop")
+
+
+def train_rounds(
+    simulation: Simulation,
+    rounds: int,
+    progress: bool,
+    description: str,
+    step: Callable[[], float] | None = None,
+) -> tuple[np.ndarray, float | None]:
+    """Train ``rounds`` rounds (``simulation.step`` unless ``step`` is given, which returns the
+    round's loss); returns how many times each client took part and the last loss."""
+    from tqdm.auto import tqdm
+
+    taken = np.zeros(simulation.num_clients, dtype=np.int64)
+    loss = None
+    for _ in tqdm(
+        range(rounds),
+        desc=description,
+        unit="round",
+        disable=None if progress else True,
+        leave=False,
+    ):
+        taken[simulation.clients_of_round(simulation.round + 1)] += 1
+        loss = step() if step is not None else float(simulation.step()["loss"])
+    return taken, loss
