@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from uvtrain.cli import errors_to_exit
+from uvtrain.errors import ConfigError
 
 deploy_app = typer.Typer(
     help="Train across real devices with Flower (docs/deploy.md).", no_args_is_help=True
@@ -62,7 +63,7 @@ def deploy_local(
     for item in set_ or []:
         key, equals, value = item.partition("=")
         if not equals or not key.strip():
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
         values[key.strip()] = read_toml_value(value)
     report = run_local(devices, out, values, echo=typer.echo, timeout=timeout, user=user)
     throughput = report["throughput"]

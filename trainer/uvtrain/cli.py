@@ -150,25 +150,16 @@ def _config_options() -> list[click.Parameter]:
 def _errors_to_exit(command: F) -> F:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from .config import ConfigError
-        from .data.base import DatasetError
-        from .engine import TrainingError
         from .errors import UvtrainError
-        from .pretrained import PretrainedError
 
         try:
             return command(*args, **kwargs)
         except typer.Exit:
             raise
-        except (
-            ConfigError,
-            DatasetError,
-            TrainingError,
-            PretrainedError,
-            UvtrainError,  # the plugins' errors too (uvdeploy.DeployError)
-            ValueError,
-            OSError,
-        ) as error:
+        # What a user can cause (every trainer, exporter and plugin error derives from
+        # UvtrainError) and what the machine refuses (a full disk, a folder not writable):
+        # one line, exit 2. Anything else is a bug and shows its traceback.
+        except (UvtrainError, OSError) as error:
             if os.environ.get("UVTRAIN_DEBUG"):
                 raise
             typer.echo(f"uvtrain: error: {' '.join(str(error).split())}", err=True)
@@ -371,7 +362,9 @@ def audit(
     setup, settings = resolve(run_dir, given, small)
     if out is None:
         if run_dir is None:
-            raise ValueError("--out is needed for a fresh setup")
+            from .errors import ConfigError
+
+            raise ConfigError("--out is needed for a fresh setup")
         out = run_dir / "audit"
     results = run_audit(out, run_dir=run_dir, config=setup, settings=settings)
     for line in summary_lines(results):
@@ -402,13 +395,10 @@ def _print_report(report: dict, folder: Path) -> None:
         typer.echo(f"  EER against the learnt prototypes w_c: {figures}")
     if report.get("leakage") is not None:
         typer.echo(f"  prototype leakage P_leak {report['leakage']:.3f}")
-    fedface = report.get("fedface")
-    if fedface:
-        weights = ", ".join(f"{w:.3f}" for w in fedface["weights"])
-        accuracy = fedface.get("test_accuracy")
-        if accuracy is not None:
-            typer.echo(f"  held-out pairs: accuracy {accuracy:.4f} at the best threshold (10-fold)")
-        typer.echo(f"  {len(fedface['parties'])} parties, weighting w = ({weights})")
+    from .run import summary_lines
+
+    for line in summary_lines(report):
+        typer.echo(line)
     typer.echo(f"report: {folder / 'report.json'}   ROC: {folder / 'roc.png'}")
 
 

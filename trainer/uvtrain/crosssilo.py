@@ -474,16 +474,22 @@ class CrossSilo(GlobalModel):
         plot_weights(folder / METRICS, folder / WEIGHTS, self)
         return {"fedface": section}
 
-    def summary(self, report: dict[str, Any]) -> list[str]:
-        """Lines the command line prints after the run's scores."""
-        section = report.get("fedface") or {}
-        if "test_accuracy" not in section:
+    @staticmethod
+    def summary(report: dict[str, Any]) -> list[str]:
+        """Lines the command line prints after a cross-silo run's scores: the held-out accuracy
+        and the parties' weighting."""
+        section = report.get("fedface")
+        if not section:
             return []
-        return [
-            f"  held-out accuracy {section['test_accuracy']:.4f} "
-            f"({section['test_pairs']} pairs), weights "
-            + ", ".join(f"{w:.3f}" for w in section["weights"])
-        ]
+        lines = []
+        weights = ", ".join(f"{w:.3f}" for w in section["weights"])
+        accuracy = section.get("test_accuracy")
+        if accuracy is not None:
+            lines.append(
+                f"  held-out pairs: accuracy {accuracy:.4f} at the best threshold (10-fold)"
+            )
+        lines.append(f"  {len(section['parties'])} parties, weighting w = ({weights})")
+        return lines
 
 
 @dataclass

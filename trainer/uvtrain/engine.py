@@ -243,8 +243,10 @@ class GlobalModel:
         """Sections the trainer adds to ``report.json`` (and figures beside it): none here."""
         return {}
 
-    def summary(self, report: dict[str, Any]) -> list[str]:
-        """Lines the command line prints after the run's scores: none here."""
+    @staticmethod
+    def summary(report: dict[str, Any]) -> list[str]:
+        """Lines the command line prints after the run's scores (from its ``report.json``):
+        none here."""
         return []
 
 

@@ -7,6 +7,8 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +83,15 @@ def engine_config(config: RunConfig, crop: int) -> EngineConfig:
     )
 
 
+@dataclass(frozen=True)
+class TrainerKind:
+    """A trainer of one setting: ``make(config, dataset, backbone, engine, device)`` builds it,
+    ``summary(report)`` gives the lines the command line prints after its run's scores."""
+
+    make: Callable[..., Any]
+    summary: Callable[[dict[str, Any]], list[str]]
+
+
 def _cross_device(
     config: RunConfig, dataset: FederatedDataset, backbone: Any, engine: EngineConfig, device: Any
 ) -> Simulation:
@@ -96,12 +107,29 @@ def _cross_silo(
     return make_cross_silo(config, dataset, backbone, engine, device)
 
 
+def _cross_silo_summary(report: dict[str, Any]) -> list[str]:
+    from .crosssilo import CrossSilo
+
+    return CrossSilo.summary(report)
+
+
 #: The trainer of each setting an algorithm declares (``algorithm.setting``): a
 #: :class:`~uvtrain.engine.Simulation` when a client is a person, a
 #: :class:`~uvtrain.crosssilo.CrossSilo` when it is an organisation. Both run their rounds with
 #: :func:`uvtrain.rounds.run_round` and offer the same methods to the run (``step``,
 #: ``state_dict``, ``outputs``, ``evaluation_dataset``, ``report_extra``, ``summary``).
-TRAINERS = {"cross-device": _cross_device, "cross-silo": _cross_silo}
+TRAINERS = {
+    "cross-device": TrainerKind(_cross_device, Simulation.summary),
+    "cross-silo": TrainerKind(_cross_silo, _cross_silo_summary),
+}
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The trainer's own lines about a run's report (FedFace: held-out accuracy, weighting)."""
+    from .algorithms import METHODS
+
+    method = METHODS.get(str(report.get("method")))
+    return [] if method is None else TRAINERS[method.setting].summary(report)
 
 
 def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Any:
@@ -109,8 +137,8 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Any:
     by the setting the method declares."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     engine = engine_config(config, _crop_samples(config, dataset))
-    make = TRAINERS[config.method.setting]
-    return make(config, dataset, backbone, engine, pick_device(config.device))
+    kind = TRAINERS[config.method.setting]
+    return kind.make(config, dataset, backbone, engine, pick_device(config.device))
 
 
 def json_text(data: Any, *, indent: int | None = None) -> str:
