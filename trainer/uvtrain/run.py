@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -90,12 +90,40 @@ def engine_config(config: RunConfig, crop: int) -> EngineConfig:
     )
 
 
+class Trainer(Protocol):
+    """What a run asks of its trainer (:class:`~uvtrain.engine.Simulation`,
+    :class:`~uvtrain.crosssilo.CrossSilo`): rounds, checkpoints, outputs for scoring, and its
+    own report sections. Generic code uses only these, never the trainer's type."""
+
+    algorithm: Any
+    round: int
+    device: torch.device
+    params: dict[str, torch.Tensor]
+    private: dict[str, torch.Tensor]
+    shared: dict[str, torch.Tensor]
+    constants: dict[str, torch.Tensor]
+
+    def step(self) -> dict[str, Any]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def outputs(self, samples: Any, batch_size: int = 256, params: Any = None) -> np.ndarray: ...
+
+    def load_into_model(self) -> torch.nn.Module: ...
+
+    def evaluation_dataset(self, dataset: FederatedDataset) -> FederatedDataset: ...
+
+    def report_extra(self, dataset: FederatedDataset, folder: Path, seed: int) -> dict: ...
+
+
 @dataclass(frozen=True)
 class TrainerKind:
     """A trainer of one setting: ``make(config, dataset, backbone, engine, device)`` builds it,
     ``summary(report)`` gives the lines the command line prints after its run's scores."""
 
-    make: Callable[..., Any]
+    make: Callable[..., Trainer]
     summary: Callable[[dict[str, Any]], list[str]]
 
 
@@ -139,7 +167,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     return [] if method is None else TRAINERS[method.setting].summary(report)
 
 
-def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Any:
+def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     """Backbone, algorithm and trainer for a config, the trainer picked from :data:`TRAINERS`
     by the setting the method declares."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
@@ -159,7 +187,7 @@ def read_config(folder: Path) -> RunConfig:
         raise TrainingError(f"{folder / CONFIG}: {error}") from None
 
 
-def _save_checkpoint(simulation: Any, folder: Path) -> None:
+def _save_checkpoint(simulation: Trainer, folder: Path) -> None:
     atomic_write(folder / CHECKPOINT, lambda file: torch.save(simulation.state_dict(), file))
 
 
@@ -254,7 +282,7 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
 
 
 def _train_rounds(
-    simulation: Simulation,
+    simulation: Trainer,
     dataset: FederatedDataset,
     config: RunConfig,
     folder: Path,
@@ -295,7 +323,7 @@ def _train_rounds(
 
 
 def evaluate(
-    simulation: Any,
+    simulation: Trainer,
     dataset: FederatedDataset,
     config: RunConfig,
     folder: Path,
@@ -332,7 +360,7 @@ def evaluate(
     return report
 
 
-def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Simulation]:
+def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Trainer]:
     """A run folder's config, dataset and simulation at its last checkpoint."""
     folder = Path(out)
     if not (folder / CHECKPOINT).is_file() or not (folder / CONFIG).is_file():
