@@ -4,26 +4,33 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-
-from uvsdk.scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
 
 from .checkpoints import load_state
 from .config import ConfigError, RunConfig
 from .data.base import FederatedDataset
 from .engine import EngineConfig, Simulation, TrainingError, pick_device
-
-CHECKPOINT, CONFIG, METRICS, REPORT = "checkpoint.pt", "config.json", "metrics.jsonl", "report.json"
-SCORES = "scores.npz"
+from .evaluation.scoring import quick_metrics
+from .io import (  # noqa: F401 - the run folder's names and JSON helpers, as uvtrain.run had them
+    CHECKPOINT,
+    CONFIG,
+    METRICS,
+    REPORT,
+    ROC,
+    SCORES,
+    atomic_write,
+    json_text,
+    read_json,
+    trim_metrics,
+    write_json,
+)
 
 
 def load_data(config: RunConfig) -> FederatedDataset:
@@ -83,12 +90,40 @@ def engine_config(config: RunConfig, crop: int) -> EngineConfig:
     )
 
 
+class Trainer(Protocol):
+    """What a run asks of its trainer (:class:`~uvtrain.engine.Simulation`,
+    :class:`~uvtrain.crosssilo.CrossSilo`): rounds, checkpoints, outputs for scoring, and its
+    own report sections. Generic code uses only these, never the trainer's type."""
+
+    algorithm: Any
+    round: int
+    device: torch.device
+    params: dict[str, torch.Tensor]
+    private: dict[str, torch.Tensor]
+    shared: dict[str, torch.Tensor]
+    constants: dict[str, torch.Tensor]
+
+    def step(self) -> dict[str, Any]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def outputs(self, samples: Any, batch_size: int = 256, params: Any = None) -> np.ndarray: ...
+
+    def load_into_model(self) -> torch.nn.Module: ...
+
+    def evaluation_dataset(self, dataset: FederatedDataset) -> FederatedDataset: ...
+
+    def report_extra(self, dataset: FederatedDataset, folder: Path, seed: int) -> dict: ...
+
+
 @dataclass(frozen=True)
 class TrainerKind:
     """A trainer of one setting: ``make(config, dataset, backbone, engine, device)`` builds it,
     ``summary(report)`` gives the lines the command line prints after its run's scores."""
 
-    make: Callable[..., Any]
+    make: Callable[..., Trainer]
     summary: Callable[[dict[str, Any]], list[str]]
 
 
@@ -132,36 +167,13 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     return [] if method is None else TRAINERS[method.setting].summary(report)
 
 
-def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Any:
+def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     """Backbone, algorithm and trainer for a config, the trainer picked from :data:`TRAINERS`
     by the setting the method declares."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     engine = engine_config(config, _crop_samples(config, dataset))
     kind = TRAINERS[config.method.setting]
     return kind.make(config, dataset, backbone, engine, pick_device(config.device))
-
-
-def json_text(data: Any, *, indent: int | None = None) -> str:
-    """Strict JSON of ``data``: non-finite floats become ``null`` (never ``NaN``/``Infinity``),
-    numpy values plain (:func:`uvtrain.evaluation.jsonable`)."""
-    from .evaluation import jsonable
-
-    return json.dumps(jsonable(data), indent=indent, allow_nan=False)
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write strict JSON (:func:`json_text`) atomically (a temporary file, then ``os.replace``)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json_text(data, indent=2) + "\n")
-    os.replace(temporary, path)
-
-
-def read_json(path: Path) -> Any:
-    """A run folder's JSON file; :class:`TrainingError` naming the file when it is not JSON."""
-    try:
-        return json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise TrainingError(f"{path}: not valid JSON ({error})") from None
 
 
 def read_config(folder: Path) -> RunConfig:
@@ -175,28 +187,8 @@ def read_config(folder: Path) -> RunConfig:
         raise TrainingError(f"{folder / CONFIG}: {error}") from None
 
 
-def trim_metrics(path: Path, last_round: int) -> None:
-    """Drop the lines of rounds after the checkpoint (a killed run logged them; they rerun), and a
-    line cut short by a kill (not JSON)."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(entry, dict) and entry.get("round", 0) <= last_round:
-            kept.append(line)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text("".join(line + "\n" for line in kept))
-    os.replace(temporary, path)
-
-
-def _save_checkpoint(simulation: Simulation, folder: Path) -> None:
-    temporary = folder / f".{CHECKPOINT}.tmp"
-    torch.save(simulation.state_dict(), temporary)
-    os.replace(temporary, folder / CHECKPOINT)
+def _save_checkpoint(simulation: Trainer, folder: Path) -> None:
+    atomic_write(folder / CHECKPOINT, lambda file: torch.save(simulation.state_dict(), file))
 
 
 #: Seconds between two progress lines when stderr is not a terminal (no progress bar there).
@@ -290,7 +282,7 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
 
 
 def _train_rounds(
-    simulation: Simulation,
+    simulation: Trainer,
     dataset: FederatedDataset,
     config: RunConfig,
     folder: Path,
@@ -330,166 +322,45 @@ def _train_rounds(
     evaluate(simulation, dataset, config, folder, throughput)
 
 
-def _by_user(scores: np.ndarray, labels: np.ndarray, users: int) -> list[np.ndarray]:
-    return [scores[labels == user] for user in range(users)]
-
-
-def _stack(dataset: FederatedDataset, split: str) -> tuple[np.ndarray, np.ndarray]:
-    arrays = [getattr(client, split) for client in dataset.clients]
-    labels = np.concatenate([np.full(len(a), i) for i, a in enumerate(arrays)])
-    return np.concatenate(arrays), labels
-
-
-def _score_splits(
-    simulation: Simulation, dataset: FederatedDataset, splits: tuple[str, ...]
-) -> dict[str, Any]:
-    """Outputs of every sample, each user's reference, and the genuine/impostor scores of the
-    asked splits (``train``, ``test_known``, ``unknown``) as the SDK would score them."""
-    from . import evaluation as ev
-
-    algorithm = simulation.algorithm
-    users = len(dataset.clients)
-    outputs, labels = {}, {}
-    needed = {"val", "test"} | ({"train"} if "train" in splits else set())
-    for split in ("train", "val", "test"):
-        if split in needed:
-            samples, labels[split] = _stack(dataset, split)
-            outputs[split] = simulation.outputs(samples)
-    # Unknown identities never train: every sample of theirs is a probe.
-    unknown, unknown_labels = None, None
-    if dataset.unknown:
-        pools = [np.concatenate([c.train, c.val, c.test]) for c in dataset.unknown]
-        unknown = np.concatenate(pools)
-        unknown_labels = np.concatenate([np.full(len(p), i) for i, p in enumerate(pools)])
-    unknown_outputs = simulation.outputs(unknown) if unknown is not None else None
-
-    if algorithm.output_kind == "codeword":
-        references = simulation.constants["codeword"].cpu().numpy()
-        protocol = ev.codeword_protocol
-    else:
-        # What the SDK does with an embedding bundle: the user's reference is the normalised
-        # mean of their enrollment (here: validation) embeddings, the warm-up scores are the
-        # enrollment clips' leave-one-out cosines. The learnt prototypes w_c are reported too.
-        references = np.stack(
-            [prototype(outputs["val"][labels["val"] == user]) for user in range(users)]
-        )
-        protocol = ev.prototype_protocol
-
-    curves = {}
-    for name, split in (("train", "train"), ("test_known", "test")):
-        if name in splits:
-            curves[name] = protocol(outputs[split], labels[split], references)
-    if unknown_outputs is not None and "unknown" in splits:
-        if algorithm.output_kind == "codeword":
-            genuine, _ = protocol(outputs["test"], labels["test"], references)
-            _, impostor = protocol(
-                outputs["test"],
-                labels["test"],
-                references,
-                impostor_outputs=unknown_outputs,
-                impostor_labels=unknown_labels,
-            )
-        else:
-            genuine, impostor = ev.pair_protocol(unknown_outputs, unknown_labels)
-        curves["unknown"] = (genuine, impostor)
-    return {
-        "outputs": outputs,
-        "labels": labels,
-        "unknown_outputs": unknown_outputs,
-        "references": references,
-        "protocol": protocol,
-        "curves": curves,
-    }
-
-
-def quick_metrics(simulation: Simulation, dataset: FederatedDataset) -> dict[str, Any]:
-    """EER and TPR figures on test_known and unknown (``--eval-every``: curves over rounds)."""
-    from . import evaluation as ev
-
-    curves = _score_splits(simulation, dataset, ("test_known", "unknown"))["curves"]
-    return {name: ev.split_metrics(*pair) for name, pair in curves.items()}
-
-
 def evaluate(
-    simulation: Simulation,
+    simulation: Trainer,
     dataset: FederatedDataset,
     config: RunConfig,
     folder: Path,
     throughput: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Score train / test_known / unknown, the warm-up thresholds, leakage; write the report."""
+    """Score train / test_known / unknown, the warm-up thresholds, leakage
+    (:func:`uvtrain.evaluation.scoring.score_run`); write ``scores.npz``, the report (with the
+    trainer's own sections) and ``roc.png``."""
     from . import evaluation as ev
+    from .evaluation.scoring import score_run
 
-    algorithm = simulation.algorithm
-    users = len(dataset.clients)
-    scored = _score_splits(simulation, dataset, ("train", "test_known", "unknown"))
-    outputs, labels = scored["outputs"], scored["labels"]
-    unknown_outputs, references = scored["unknown_outputs"], scored["references"]
-    protocol, curves = scored["protocol"], scored["curves"]
-    score = codeword_scores if algorithm.output_kind == "codeword" else cosine_scores
-    splits = {name: ev.split_metrics(*pair) for name, pair in curves.items()}
-    # the genuine and impostor scores behind the ROC, for comparisons across runs
-    arrays = {
-        f"{name}_{kind}": pair[i]
-        for name, pair in curves.items()
-        for i, kind in enumerate(("genuine", "impostor"))
-    }
-    temporary = folder / f".{SCORES}.tmp.npz"
-    np.savez_compressed(temporary, **arrays)
-    os.replace(temporary, folder / SCORES)
-
-    # One [samples, users] matrix per split (the SDK scores a stack of references at once).
-    val_scores = score(references, outputs["val"])
-    test_scores = score(references, outputs["test"])
-    unknown_scores = score(references, unknown_outputs) if unknown_outputs is not None else None
-    val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
-    for user in range(users):
-        mine = labels["test"] == user
-        enrolled = labels["val"] == user
-        if algorithm.output_kind == "codeword" or enrolled.sum() < 2:
-            val_by_user[user] = val_scores[enrolled, user]
-        else:
-            val_by_user[user] = leave_one_out_scores(outputs["val"][enrolled])
-        genuine_by_user[user] = test_scores[mine, user]
-        others = [test_scores[~mine, user]]
-        if unknown_scores is not None:
-            others.append(unknown_scores[:, user])
-        impostor_by_user[user] = np.concatenate(others)
-    warmup = ev.warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, config.target_tpr)
-
-    leakage, extra = None, {}
-    vectors = algorithm.prototypes(simulation.params, simulation.private, simulation.shared)
-    if vectors is not None:
-        learnt, seen = (value.detach().cpu().numpy() for value in vectors)
-        extra["learnt_prototypes"] = {
-            name: {"eer": ev.split_metrics(*protocol(outputs[split], labels[split], learnt))["eer"]}
-            for name, split in (("train", "train"), ("test_known", "test"))
-        }
-        leakage = ev.prototype_leakage(learnt, seen)
-    extra.update(simulation.report_extra(dataset, folder, config.seed))
+    scored = score_run(simulation, dataset, config.target_tpr)
+    atomic_write(folder / SCORES, lambda file: np.savez_compressed(file, **scored["arrays"]))
+    extra = {**scored["extra"], **simulation.report_extra(dataset, folder, config.seed)}
     report = ev.make_report(
         config.method.name,
         dataset.name,
         simulation.round,
-        splits,
-        warmup,
-        leakage,
+        scored["splits"],
+        scored["warmup"],
+        scored["leakage"],
         throughput or {"client_updates_per_s": None, "device": simulation.device.type},
-        clients=users,
+        clients=len(dataset.clients),
         unknown_identities=len(dataset.unknown),
         config=config.to_dict(),
         **extra,
     )
     ev.write_report(folder / REPORT, report)
     ev.plot_roc(
-        curves,
-        folder / "roc.png",
+        scored["curves"],
+        folder / ROC,
         f"{config.method.name} on {dataset.name}, round {simulation.round}",
     )
     return report
 
 
-def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Simulation]:
+def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Trainer]:
     """A run folder's config, dataset and simulation at its last checkpoint."""
     folder = Path(out)
     if not (folder / CHECKPOINT).is_file() or not (folder / CONFIG).is_file():

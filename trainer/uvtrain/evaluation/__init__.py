@@ -42,8 +42,12 @@ from .plots import _save_figure as _save_figure
 from .plots import plot_det, plot_leakage_vs_eer, plot_metric_over_rounds, plot_roc
 from .protocols import codeword_protocol, pair_protocol, prototype_protocol, warmup_evaluation
 from .report import SPLITS, make_report, write_report
+from .scoring import quick_metrics, score_run, score_splits
 
 __all__ = [
+    "quick_metrics",
+    "score_run",
+    "score_splits",
     "SPLITS",
     "codeword_protocol",
     "equal_error_rate",

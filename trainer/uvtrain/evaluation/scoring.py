@@ -1,0 +1,154 @@
+"""The scoring step of a run: every sample through the trained model, scored as the SDK would
+score it (the protocols of :mod:`.protocols`), and the figures the report holds (EERs, the
+warm-up thresholds, the learnt prototypes and their leakage).
+
+``uvtrain run`` and ``uvtrain eval`` call :func:`score_run`; ``--eval-every`` calls
+:func:`quick_metrics` during training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from uvsdk.scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
+
+from ..data.base import FederatedDataset
+from .metrics import prototype_leakage, split_metrics
+from .protocols import codeword_protocol, pair_protocol, prototype_protocol, warmup_evaluation
+
+
+def _by_user(scores: np.ndarray, labels: np.ndarray, users: int) -> list[np.ndarray]:
+    return [scores[labels == user] for user in range(users)]
+
+
+def _stack(dataset: FederatedDataset, split: str) -> tuple[np.ndarray, np.ndarray]:
+    arrays = [getattr(client, split) for client in dataset.clients]
+    labels = np.concatenate([np.full(len(a), i) for i, a in enumerate(arrays)])
+    return np.concatenate(arrays), labels
+
+
+def score_splits(
+    simulation: Any, dataset: FederatedDataset, splits: tuple[str, ...]
+) -> dict[str, Any]:
+    """Outputs of every sample, each user's reference, and the genuine/impostor scores of the
+    asked splits (``train``, ``test_known``, ``unknown``) as the SDK would score them."""
+    algorithm = simulation.algorithm
+    users = len(dataset.clients)
+    outputs, labels = {}, {}
+    needed = {"val", "test"} | ({"train"} if "train" in splits else set())
+    for split in ("train", "val", "test"):
+        if split in needed:
+            samples, labels[split] = _stack(dataset, split)
+            outputs[split] = simulation.outputs(samples)
+    # Unknown identities never train: every sample of theirs is a probe.
+    unknown, unknown_labels = None, None
+    if dataset.unknown:
+        pools = [np.concatenate([c.train, c.val, c.test]) for c in dataset.unknown]
+        unknown = np.concatenate(pools)
+        unknown_labels = np.concatenate([np.full(len(p), i) for i, p in enumerate(pools)])
+    unknown_outputs = simulation.outputs(unknown) if unknown is not None else None
+
+    if algorithm.output_kind == "codeword":
+        references = simulation.constants["codeword"].cpu().numpy()
+        protocol = codeword_protocol
+    else:
+        # What the SDK does with an embedding bundle: the user's reference is the normalised
+        # mean of their enrollment (here: validation) embeddings, the warm-up scores are the
+        # enrollment clips' leave-one-out cosines. The learnt prototypes w_c are reported too.
+        references = np.stack(
+            [prototype(outputs["val"][labels["val"] == user]) for user in range(users)]
+        )
+        protocol = prototype_protocol
+
+    curves = {}
+    for name, split in (("train", "train"), ("test_known", "test")):
+        if name in splits:
+            curves[name] = protocol(outputs[split], labels[split], references)
+    if unknown_outputs is not None and "unknown" in splits:
+        if algorithm.output_kind == "codeword":
+            genuine, _ = protocol(outputs["test"], labels["test"], references)
+            _, impostor = protocol(
+                outputs["test"],
+                labels["test"],
+                references,
+                impostor_outputs=unknown_outputs,
+                impostor_labels=unknown_labels,
+            )
+        else:
+            genuine, impostor = pair_protocol(unknown_outputs, unknown_labels)
+        curves["unknown"] = (genuine, impostor)
+    return {
+        "outputs": outputs,
+        "labels": labels,
+        "unknown_outputs": unknown_outputs,
+        "references": references,
+        "protocol": protocol,
+        "curves": curves,
+    }
+
+
+def quick_metrics(simulation: Any, dataset: FederatedDataset) -> dict[str, Any]:
+    """EER and TPR figures on test_known and unknown (``--eval-every``: curves over rounds)."""
+    curves = score_splits(simulation, dataset, ("test_known", "unknown"))["curves"]
+    return {name: split_metrics(*pair) for name, pair in curves.items()}
+
+
+def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> dict[str, Any]:
+    """Score a trained model on train / test_known / unknown: ``splits`` (EER, TPR at FPRs),
+    ``warmup`` (each user's warm-up threshold at ``target_tpr``, as the SDK sets it), ``leakage``
+    (P_leak, ``None`` without class vectors), ``extra`` (the EERs against the learnt prototypes),
+    ``curves`` (genuine and impostor scores per split) and ``arrays`` (the same, for
+    ``scores.npz``)."""
+    algorithm = simulation.algorithm
+    users = len(dataset.clients)
+    scored = score_splits(simulation, dataset, ("train", "test_known", "unknown"))
+    outputs, labels = scored["outputs"], scored["labels"]
+    unknown_outputs, references = scored["unknown_outputs"], scored["references"]
+    protocol, curves = scored["protocol"], scored["curves"]
+    score = codeword_scores if algorithm.output_kind == "codeword" else cosine_scores
+    splits = {name: split_metrics(*pair) for name, pair in curves.items()}
+    # the genuine and impostor scores behind the ROC, for comparisons across runs
+    arrays = {
+        f"{name}_{kind}": pair[i]
+        for name, pair in curves.items()
+        for i, kind in enumerate(("genuine", "impostor"))
+    }
+
+    # One [samples, users] matrix per split (the SDK scores a stack of references at once).
+    val_scores = score(references, outputs["val"])
+    test_scores = score(references, outputs["test"])
+    unknown_scores = score(references, unknown_outputs) if unknown_outputs is not None else None
+    val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
+    for user in range(users):
+        mine = labels["test"] == user
+        enrolled = labels["val"] == user
+        if algorithm.output_kind == "codeword" or enrolled.sum() < 2:
+            val_by_user[user] = val_scores[enrolled, user]
+        else:
+            val_by_user[user] = leave_one_out_scores(outputs["val"][enrolled])
+        genuine_by_user[user] = test_scores[mine, user]
+        others = [test_scores[~mine, user]]
+        if unknown_scores is not None:
+            others.append(unknown_scores[:, user])
+        impostor_by_user[user] = np.concatenate(others)
+    warmup = warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, target_tpr)
+
+    leakage, extra = None, {}
+    vectors = algorithm.prototypes(simulation.params, simulation.private, simulation.shared)
+    if vectors is not None:
+        learnt, seen = (value.detach().cpu().numpy() for value in vectors)
+        extra["learnt_prototypes"] = {
+            name: {"eer": split_metrics(*protocol(outputs[split], labels[split], learnt))["eer"]}
+            for name, split in (("train", "train"), ("test_known", "test"))
+        }
+        leakage = prototype_leakage(learnt, seen)
+    return {
+        "splits": splits,
+        "warmup": warmup,
+        "leakage": leakage,
+        "extra": extra,
+        "curves": curves,
+        "arrays": arrays,
+    }
