@@ -384,7 +384,7 @@ def test_the_paper_scale_config_is_valid() -> None:
 
     from uvtrain.config import resolve
 
-    config = resolve({}, Path(__file__).parents[1] / "benchmarks" / "fedface-paper.toml")
+    config = resolve({}, Path(__file__).parents[2] / "benchmarks" / "fedface-paper.toml")
     assert (
         config.method.name == "fedface" and config.backbone == "ir-18" and config.pfm and config.fv
     )
