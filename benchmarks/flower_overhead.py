@@ -6,9 +6,9 @@ Builds one device folder per client of ``--dataset`` (WAV files), runs a real fe
 machine (a SuperLink, one SuperNode per device, ``flwr run``: ``uvdeploy.local``) for each
 method, then runs the simulator on the same decoded samples with the same settings, and prints
 seconds per round for both and their ratio. FedUV runs under SecAgg+ (its default), the others
-plain. Both sides do the same maths (tests/test_deploy.py checks a device's update against the
-simulator's); the ratio is what the deployment runtime costs: a process per message, Flower's
-polling, SecAgg+'s four stages.
+plain. Both sides do the same maths (tests/deploy/test_deploy.py checks a device's update
+against the simulator's); the ratio is what the deployment runtime costs: a process per message,
+Flower's polling, SecAgg+'s four stages.
 """
 
 from __future__ import annotations

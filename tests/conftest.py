@@ -211,32 +211,3 @@ def feduv_run_copy(tiny_feduv_run: Path, tmp_path: Path, monkeypatch: pytest.Mon
     the session's dataset cache, for a test that writes into the run folder."""
     monkeypatch.setenv("UVTRAIN_DATA", str(tiny_feduv_run.parent / "data"))
     return Path(shutil.copytree(tiny_feduv_run, tmp_path / "run"))
-
-
-@pytest.fixture()
-def memory_keyring():
-    """An in-memory OS keyring for the test (``.entries``: ``(service, name) -> value``)."""
-    keyring = pytest.importorskip("keyring")
-    from keyring.backend import KeyringBackend
-
-    class Memory(KeyringBackend):
-        priority = 1
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.entries: dict[tuple[str, str], str] = {}
-
-        def get_password(self, service: str, username: str) -> str | None:
-            return self.entries.get((service, username))
-
-        def set_password(self, service: str, username: str, password: str) -> None:
-            self.entries[(service, username)] = password
-
-        def delete_password(self, service: str, username: str) -> None:
-            self.entries.pop((service, username), None)
-
-    previous = keyring.get_keyring()
-    backend = Memory()
-    keyring.set_keyring(backend)
-    yield backend
-    keyring.set_keyring(previous)

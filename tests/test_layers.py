@@ -1,8 +1,9 @@
 """The packages' dependency direction: sdk <- trainer <- export <- deploy.
 
 ``uvtrain`` imports neither ``uvexport`` nor ``uvdeploy``; ``uvexport`` does not import
-``uvdeploy``. (``uvsdk`` importing none of them is tests/test_isolation.py's.) ``uvtrain deploy``
-reaches the deployment through the ``uvtrain.commands`` entry point, never by an import.
+``uvdeploy``. (``uvsdk`` importing none of them is tests/sdk/test_isolation.py's.)
+``uvtrain deploy`` reaches the deployment through the ``uvtrain.commands`` entry point, never by
+an import.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from uvsdk.errors import (
 )
 from uvsdk.template import Template, TemplateStore, parse_file
 
-from .conftest import PASSPHRASE
+from ..conftest import PASSPHRASE
 
 
 def _secret_template(user: str = "alice") -> Template:

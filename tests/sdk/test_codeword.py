@@ -19,7 +19,7 @@ from uvsdk.codeword import (
 )
 from uvsdk.errors import BundleError, UvsdkError
 
-from .conftest import FIXTURES
+from ..conftest import FIXTURES
 
 CODES = [(127, 64, 21), (255, 71, 59), (511, 67, 175)]
 

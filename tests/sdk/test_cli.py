@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from uvsdk.cli import app
 
-from .conftest import PASSPHRASE, SAMPLE_RATE, enrolled_clip, enrollment_dir
+from ..conftest import PASSPHRASE, SAMPLE_RATE, enrolled_clip, enrollment_dir
 
 runner = CliRunner()
 

@@ -1,8 +1,7 @@
-"""The simulation engine and the algorithms' maths."""
+"""The simulation engine (uvtrain.engine): the local-update paths against the per-client loop,
+resuming, sampling and batches. Each method's maths by hand is in tests/trainer/algorithms/."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -11,12 +10,6 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from uvtrain.algorithms import FedAvg, FedAwS, FedCS, FedGN, FedHide, FedUV, Softmax  # noqa: E402
-from uvtrain.algorithms.fedhide import contrastive_loss, proxy_prototype  # noqa: E402
-from uvtrain.algorithms.feduv import (  # noqa: E402
-    client_codewords,
-    client_user_ids,
-    positive_loss,
-)
 from uvtrain.engine import EngineConfig, Simulation, TrainingError  # noqa: E402
 
 
@@ -174,46 +167,3 @@ def test_batches_are_random_windows_of_the_clients_samples() -> None:
     assert whole.shape[-1] == 800
     with pytest.raises(ValueError, match="crop"):
         EngineConfig(crop=-1)
-
-
-def test_fedavg_is_the_sample_weighted_mean() -> None:
-    stacked = {"w": torch.tensor([[1.0, 2.0], [3.0, 6.0]])}
-    mean = FedAvg().aggregate(stacked, torch.tensor([1.0, 3.0]))
-    torch.testing.assert_close(mean["w"], torch.tensor([2.5, 5.0]))
-
-
-def test_feduv_positive_loss_by_hand() -> None:
-    v = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    outputs = torch.tensor([[2.0, -2.0, 2.0, -2.0], [2.0, 2.0, 2.0, 2.0], [-2.0, 2.0, 0.0, 0.0]])
-    # scores v.o / 4 = 2, 0, -1  ->  hinge 0, 1, 2  ->  mean 1
-    assert float(positive_loss(outputs, v)) == pytest.approx(1.0)
-
-
-def test_feduv_codewords_are_the_sdk_encoding_of_id_bits() -> None:
-    from uvsdk.codeword import user_id_bits
-    from uvtrain.codes import bch_code
-
-    code = bch_code(127)
-    words = client_codewords(5, 127, seed=0)
-    ids = client_user_ids(5, seed=0)
-    assert words.shape == (5, 127) and len(set(ids.tolist())) == 5
-    # systematic code: the first k bits of the codeword are the message, which starts with the id
-    for user_id, word in zip(ids.tolist(), words, strict=True):
-        np.testing.assert_array_equal(word[:32], user_id_bits(int(user_id), 32))
-    # random ids share no bits: no codeword position is the same for every one of 200 users
-    many = client_codewords(200, 127, seed=1)
-    assert not np.any(np.all(many == many[0], axis=0))
-    distances = [int(np.sum(a != b)) for i, a in enumerate(words) for b in words[i + 1 :]]
-    assert min(distances) >= code.d_min
-
-
-def test_fedhide_loss_and_proxy_by_hand() -> None:
-    features = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
-    prototype = torch.tensor([1.0, 0.0])
-    proxies = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
-    # positive: ((1-1)^2 + (1-0)^2)/2 = 0.5; negative over rows 1, 2: (1+0)^2 + (1-1)^2 = 1 -> /2
-    loss = contrastive_loss(features, prototype, proxies, torch.tensor(0), weight=10.0)
-    assert float(loss) == pytest.approx(0.5 + 10.0 * 0.5)
-    # K = 1 nearest of rows 1, 2 to (1, 0): row 1 (cos 0) beats row 2 (cos -1)
-    proxy = proxy_prototype(prototype, proxies, torch.tensor(0), alpha=0.5, k=1)
-    torch.testing.assert_close(proxy, torch.tensor([1.0, 1.0]) / math.sqrt(2))

@@ -41,7 +41,7 @@ from uvsdk.errors import (
 )
 from uvsdk.template import TemplateStore, parse_file
 
-from .conftest import PASSPHRASE, enrolled_clip, enrollment_dir
+from ..conftest import PASSPHRASE, enrolled_clip, enrollment_dir
 
 runner = CliRunner()
 IMPOSTOR = ("speaker7", "clip1.wav")

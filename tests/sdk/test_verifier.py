@@ -20,7 +20,7 @@ from uvsdk.errors import (
 )
 from uvsdk.template import TemplateStore
 
-from .conftest import (
+from ..conftest import (
     N_SPEAKERS,
     PASSPHRASE,
     SAMPLE_RATE,
@@ -97,7 +97,7 @@ def test_codeword_mode_end_to_end(
 def _spectral(tmp_path: Path) -> Path:
     from uvexport.reference import spectral_embedding_model
 
-    from .conftest import audio_bundle
+    from ..conftest import audio_bundle
 
     return audio_bundle(
         tmp_path / "frontend.uvb", spectral_embedding_model(SAMPLE_RATE, 40), "embedding", 40

@@ -16,7 +16,7 @@ from uvexport.bundle import generate_signing_key, make_manifest, save_signing_ke
 from uvsdk.bundle import Bundle, Manifest
 from uvsdk.errors import BundleError, SignatureError
 
-from .conftest import AUDIO, audio_bundle
+from ..conftest import AUDIO, audio_bundle
 
 
 def _members(path: Path) -> dict[str, bytes]:

@@ -1,12 +1,7 @@
-"""The baselines' maths against values computed by hand, and every method learning a tiny task.
-
-softmax (shared class matrix), FedAwS (positive loss + the server's spreadout step), and the
-proxy generators FedGN and FedCS beside FedHide's.
-"""
+"""What holds for every method: the registry and its parameters, the prototypes a server sees, and
+every method learning a tiny task. Each method's own maths by hand is in test_<method>.py here."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -24,13 +19,6 @@ from uvtrain.algorithms import (  # noqa: E402
     FedUV,
     Softmax,
 )
-from uvtrain.algorithms.fedaws import (  # noqa: E402
-    positive_hinge_loss,
-    spreadout,
-    spreadout_step,
-)
-from uvtrain.algorithms.fedhide import cosine_proxy, gaussian_proxy  # noqa: E402
-from uvtrain.algorithms.softmax import softmax_loss  # noqa: E402
 from uvtrain.engine import EngineConfig, Simulation  # noqa: E402
 from uvtrain.evaluation import (  # noqa: E402
     codeword_protocol,
@@ -39,73 +27,7 @@ from uvtrain.evaluation import (  # noqa: E402
     prototype_protocol,
 )
 
-# -- the pure functions, by hand ---------------------------------------------------------------
-
-
-def test_softmax_loss_by_hand() -> None:
-    outputs = torch.tensor([[1.0, 0.0]])
-    classes = torch.tensor([[2.0, 0.0], [0.0, 3.0]])  # rows normalised: e1, e2
-    # logits s·(1, 0) with s = 2: CE of class 0 = log(1 + e^-2); of class 1 = log(1 + e^2)
-    assert float(softmax_loss(outputs, classes, torch.tensor(0), 2.0)) == pytest.approx(
-        math.log(1 + math.exp(-2))
-    )
-    assert float(softmax_loss(outputs, classes, torch.tensor(1), 2.0)) == pytest.approx(
-        math.log(1 + math.exp(2))
-    )
-
-
-def test_fedaws_positive_loss_by_hand() -> None:
-    outputs = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
-    # cosines with normalize((2, 0)) = 1 and 0: hinge (0.9 − ·)² = 0 and 0.81, mean 0.405
-    assert float(positive_hinge_loss(outputs, torch.tensor([2.0, 0.0]), 0.9)) == pytest.approx(
-        0.405
-    )
-
-
-def test_spreadout_and_the_servers_step_by_hand() -> None:
-    rows = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
-    # distances: d01 = d12 = √2 < ν = 1.5, d02 = 2 > ν; each pair counted both ways
-    assert float(spreadout(rows, 1.5)) == pytest.approx(4 * (1.5 - math.sqrt(2)) ** 2)
-    assert float(spreadout(rows, 1.0)) == 0.0  # everything farther apart than ν
-    # ∂/∂w_0 (on the unit sphere) = 2·2(ν − d01)/d01 · w_1 = 2√2 (ν − √2) · e2; step η = 0.5
-    gradient = 2 * math.sqrt(2) * (1.5 - math.sqrt(2))
-    stepped = spreadout_step(rows, 1.5, 0.5)
-    expected = torch.tensor([1.0, -0.5 * gradient])
-    torch.testing.assert_close(stepped[0], expected / expected.norm())
-    assert torch.allclose(stepped.norm(dim=1), torch.ones(3))
-    before = torch.pdist(rows).min()
-    assert torch.pdist(stepped).min() > before  # the step spreads the classes out
-
-
-def test_fedaws_server_writes_rows_then_spreads_and_clients_receive_theirs() -> None:
-    method = FedAwS(spread_margin=1.5, spread_lr=2.0)
-    shared = {"embeddings": torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])}
-    message = {"embedding": torch.tensor([[0.6, 0.8]])}
-    updated = method.server_update(shared, message, torch.tensor([2]), lr=0.25)
-    written = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
-    torch.testing.assert_close(updated["embeddings"], spreadout_step(written, 1.5, 0.5))
-    received = method.client_receive(
-        {"prototype": torch.zeros(2)}, {"index": torch.tensor(1)}, updated
-    )
-    torch.testing.assert_close(received["prototype"], updated["embeddings"][1])
-
-
-def test_gaussian_and_cosine_proxies_by_hand() -> None:
-    prototype = torch.tensor([1.0, 0.0, 0.0])
-    torch.testing.assert_close(
-        gaussian_proxy(prototype, torch.tensor([0.0, 1.0, 0.0]), 1.0),
-        torch.tensor([1.0, 1.0, 0.0]) / math.sqrt(2),
-    )
-    # n = (3, 4, 0): its part orthogonal to w is (0, 4, 0) -> u = e2; proxy = 0.6 w + 0.8 u
-    torch.testing.assert_close(
-        cosine_proxy(prototype, torch.tensor([3.0, 4.0, 0.0]), 0.6), torch.tensor([0.6, 0.8, 0.0])
-    )
-    generator = torch.Generator().manual_seed(0)
-    unit = torch.nn.functional.normalize(torch.randn(64, generator=generator), dim=0)
-    for cosine in (0.1, 0.5):
-        proxy = cosine_proxy(unit, torch.randn(64, generator=generator), cosine)
-        assert float(proxy.norm()) == pytest.approx(1.0, abs=1e-6)
-        assert float(proxy @ unit) == pytest.approx(cosine, abs=1e-6)
+# -- the registry and the prototypes ----------------------------------------------------------
 
 
 def test_leakage_is_one_when_the_server_holds_the_prototypes() -> None:

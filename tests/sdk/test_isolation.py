@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import PASSPHRASE, enrolled_clip, enrollment_dir
+from ..conftest import PASSPHRASE, enrolled_clip, enrollment_dir
 
 FORBIDDEN = ("torch", "galois", "numba", "onnx", "uvtrain", "uvexport", "torchaudio", "torchvision")
 
@@ -54,7 +54,7 @@ def test_enroll_and_verify_load_nothing_heavy(
 
 
 def test_no_heavy_import_in_sdk_sources() -> None:
-    sources = Path(__file__).resolve().parents[1] / "sdk" / "uvsdk"
+    sources = Path(__file__).resolve().parents[2] / "sdk" / "uvsdk"
     for path in sources.rglob("*.py"):
         for line in path.read_text().splitlines():
             words = line.split()

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _script(name: str, tmp_path: Path, *args: str) -> str:

@@ -313,7 +313,7 @@ def test_the_shipped_default_bundle_says_what_it_is() -> None:
     import hashlib
     import zipfile
 
-    path = Path(__file__).resolve().parents[1] / "sdk" / "uvsdk" / "data" / "default.uvb"
+    path = Path(__file__).resolve().parents[2] / "sdk" / "uvsdk" / "data" / "default.uvb"
     with zipfile.ZipFile(path) as archive:
         manifest = json.loads(archive.read("manifest.json"))
         model = archive.read("model.onnx")

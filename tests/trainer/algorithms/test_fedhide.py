@@ -1,0 +1,47 @@
+"""FedHide's maths (uvtrain.algorithms.fedhide) against values computed by hand: its loss and
+proxy, and the proxy generators of FedGN (Gaussian) and FedCS (fixed cosine) beside it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from uvtrain.algorithms.fedhide import (  # noqa: E402
+    contrastive_loss,
+    cosine_proxy,
+    gaussian_proxy,
+    proxy_prototype,
+)
+
+
+def test_fedhide_loss_and_proxy_by_hand() -> None:
+    features = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    prototype = torch.tensor([1.0, 0.0])
+    proxies = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    # positive: ((1-1)^2 + (1-0)^2)/2 = 0.5; negative over rows 1, 2: (1+0)^2 + (1-1)^2 = 1 -> /2
+    loss = contrastive_loss(features, prototype, proxies, torch.tensor(0), weight=10.0)
+    assert float(loss) == pytest.approx(0.5 + 10.0 * 0.5)
+    # K = 1 nearest of rows 1, 2 to (1, 0): row 1 (cos 0) beats row 2 (cos -1)
+    proxy = proxy_prototype(prototype, proxies, torch.tensor(0), alpha=0.5, k=1)
+    torch.testing.assert_close(proxy, torch.tensor([1.0, 1.0]) / math.sqrt(2))
+
+
+def test_gaussian_and_cosine_proxies_by_hand() -> None:
+    prototype = torch.tensor([1.0, 0.0, 0.0])
+    torch.testing.assert_close(
+        gaussian_proxy(prototype, torch.tensor([0.0, 1.0, 0.0]), 1.0),
+        torch.tensor([1.0, 1.0, 0.0]) / math.sqrt(2),
+    )
+    # n = (3, 4, 0): its part orthogonal to w is (0, 4, 0) -> u = e2; proxy = 0.6 w + 0.8 u
+    torch.testing.assert_close(
+        cosine_proxy(prototype, torch.tensor([3.0, 4.0, 0.0]), 0.6), torch.tensor([0.6, 0.8, 0.0])
+    )
+    generator = torch.Generator().manual_seed(0)
+    unit = torch.nn.functional.normalize(torch.randn(64, generator=generator), dim=0)
+    for cosine in (0.1, 0.5):
+        proxy = cosine_proxy(unit, torch.randn(64, generator=generator), cosine)
+        assert float(proxy.norm()) == pytest.approx(1.0, abs=1e-6)
+        assert float(proxy @ unit) == pytest.approx(cosine, abs=1e-6)
