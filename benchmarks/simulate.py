@@ -1,8 +1,11 @@
 """Simulation engine throughput: vectorised (torch.func over the round's clients) vs a plain
 per-client loop, on the same workload and maths, in one run — and, as the ceiling a federated
-simulation can approach, centralised minibatch SGD on the same model and total batch.
+simulation can approach, centralised minibatch SGD on the same model and total batch. With
+``--dp``, also a differentially private round (each client's update clipped, Gaussian noise:
+``uvtrain.privacy``), which needs every client's own update and so runs the vmap path where the
+plain run takes the one-pass batched step.
 
-    python benchmarks/simulate.py [--method feduv] [--clients 32] [--rounds 3] [--device auto]
+    python benchmarks/simulate.py [--method feduv] [--clients 32] [--rounds 3] [--device auto] [--dp]
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="sample length")
     parser.add_argument("--backbone", default=None)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--dp", action="store_true", help="also time a DP round (clip + noise)")
     args = parser.parse_args()
 
     corpus = voice_corpus(args.clients, args.batch_size, args.seconds, SAMPLE_RATE, seed=0)
@@ -121,6 +125,18 @@ def main() -> None:
     print(
         f"\nvectorised / loop: {loop / vectorised:.2f}x;  centralised / vectorised: {central / (fed_samples / vectorised):.2f}x"
     )
+    if args.dp:
+        from uvtrain.privacy import install, plan_privacy
+
+        private = make(args.method, data, args, vectorised=True)
+        plan = plan_privacy("central", clip_norm=1.0, rounds=args.rounds + 1, cohort=args.clients,
+                            users=10 * args.clients, noise=1.0)  # fmt: skip
+        install(private, plan, seed=0)
+        dp = time_rounds(private, args.rounds)
+        path = "batched one-pass" if fast.uses_batched_step else "vmap"
+        print(f"| DP (clip C=1 + central noise z=1), vmap | {args.clients / dp:.1f} | "
+              f"{fed_samples / dp:.0f} | {dp:.3f} s |")  # fmt: skip
+        print(f"\nnon-DP ({path}) / DP: {dp / vectorised:.2f}x the round time")
 
 
 if __name__ == "__main__":

@@ -111,7 +111,9 @@ class FlowerSecAggPlus(Aggregator):
     def fusable(self) -> bool:
         return True
 
-    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+    def __call__(
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
+    ) -> Tensors:
         if updates.aggregate is None:
             raise DeploymentError(
                 "SecAgg+ aggregates while the devices train: a secure round has no per-client "

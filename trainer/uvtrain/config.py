@@ -130,8 +130,54 @@ class Model:
         check_types(self)
 
 
+@dataclass(frozen=True)
+class Privacy:
+    """User-level differential privacy (:mod:`uvtrain.privacy`, docs/privacy.md): ``dp`` places
+    the noise (``off``, ``central``: the server adds it, ``distributed``: each client adds its
+    share before aggregation); the noise follows from the budget ``dp_epsilon`` (for the run's
+    rounds and sampling rate) or is given as ``dp_noise_multiplier``; ``dp_delta`` defaults to
+    ``0.1 / N`` for ``N`` users; ``clip_norm`` bounds each client's update (L2)."""
+
+    dp: str = field(
+        default="off",
+        metadata={"help": "Differential privacy: off, central or distributed.", "flower": False},
+    )
+    dp_epsilon: float | None = field(
+        default=None,
+        metadata={"help": "DP budget ε of the whole run (sets the noise).", "flower": False},
+    )
+    dp_delta: float | None = field(
+        default=None, metadata={"help": "DP δ (default: 0.1 / users).", "flower": False}
+    )
+    dp_noise_multiplier: float | None = field(
+        default=None,
+        metadata={"help": "DP noise multiplier z (instead of --dp-epsilon).", "flower": False},
+    )
+    clip_norm: float = field(
+        default=1.0,
+        metadata={"help": "DP: each client's update clipped to this L2 norm (C).", "flower": False},
+    )
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if self.dp not in ("off", "central", "distributed"):
+            raise ConfigError(f"dp must be off, central or distributed, not {self.dp!r}")
+        if self.dp_epsilon is not None and not self.dp_epsilon > 0:
+            raise ConfigError(f"dp_epsilon must be positive, not {self.dp_epsilon}")
+        if self.dp_delta is not None and not 0 < self.dp_delta < 1:
+            raise ConfigError(f"dp_delta must be in (0, 1), not {self.dp_delta}")
+        if self.dp_noise_multiplier is not None and not self.dp_noise_multiplier > 0:
+            raise ConfigError(
+                f"dp_noise_multiplier must be positive, not {self.dp_noise_multiplier}"
+            )
+        if not self.clip_norm > 0:
+            raise ConfigError(f"clip_norm must be positive, not {self.clip_norm}")
+        if self.dp != "off" and (self.dp_epsilon is None) == (self.dp_noise_multiplier is None):
+            raise ConfigError(f"--dp {self.dp} needs one of --dp-epsilon, --dp-noise-multiplier")
+
+
 #: The parts of a run config by their attribute (and TOML section) name.
-PARTS: dict[str, type] = {"schedule": Schedule, "data": Data, "model": Model}
+PARTS: dict[str, type] = {"schedule": Schedule, "data": Data, "model": Model, "privacy": Privacy}
 
 
 @dataclass(frozen=True)
@@ -147,6 +193,7 @@ class RunConfig:
     data: Data
     model: Model
     method: Any  # an algorithm of uvtrain.algorithms.METHODS (its own frozen dataclass)
+    privacy: Privacy = field(default_factory=Privacy)
     seed: int = field(default=0, metadata={"help": "Random seed."})
     device: str = field(default="auto", metadata={"help": "auto, cpu or cuda.", "flower": False})
     checkpoint_every: int = field(default=10, metadata={"cli": False})
@@ -279,8 +326,8 @@ def run_fields() -> list[dataclasses.Field]:
 
 def part_fields() -> Iterator[tuple[str, dataclasses.Field]]:
     """``(part, field)`` of every key that is not a method's: ``data``, ``schedule``, ``model``,
-    then ``run`` (the run-level options)."""
-    for part in ("data", "schedule", "model"):
+    ``privacy``, then ``run`` (the run-level options)."""
+    for part in ("data", "schedule", "model", "privacy"):
         for item in fields(PARTS[part]):
             yield part, item
     for item in run_fields():

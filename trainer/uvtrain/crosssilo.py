@@ -500,7 +500,9 @@ class FederatedValidation(Aggregator):
     silo: CrossSilo
     fv_metrics: dict[str, Any] | None = None
 
-    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+    def __call__(
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
+    ) -> Tensors:
         if updates.params is None:
             raise TrainingError("federated validation needs each party's parameters")
         if self.silo.uses_fv:

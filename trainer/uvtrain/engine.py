@@ -232,6 +232,9 @@ class GlobalModel:
             )
         return torch.cat(pieces).numpy() if pieces else np.zeros((0, 0), np.float32)
 
+    #: the run's differential privacy (:class:`uvtrain.privacy.PrivacyPlan`), ``None``: off
+    privacy: Any = None
+
     # -- what the run's evaluation and report ask of every trainer -------------------------------
 
     def evaluation_dataset(self, dataset: Any) -> Any:

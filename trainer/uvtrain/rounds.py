@@ -96,9 +96,12 @@ the updates (:meth:`ClientUpdates.as_deltas` gives ``θ_k − θ``), the global 
 
 
 class Aggregator:
-    """How the server combines the cohort's updates into the new global parameters."""
+    """How the server combines the cohort's updates into the new global parameters (``plan``:
+    the round, for an aggregator that draws noise from it)."""
 
-    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+    def __call__(
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
+    ) -> Tensors:
         raise NotImplementedError
 
     def fusable(self) -> bool:
@@ -116,7 +119,9 @@ class WeightedMean(Aggregator):
     algorithm: FedAvg
     weights: Tensor | None = None
 
-    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+    def __call__(
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
+    ) -> Tensors:
         if updates.aggregate is not None:
             return updates.aggregate
         weights = updates.weights if self.weights is None else self.weights
@@ -135,10 +140,12 @@ class WeightedMean(Aggregator):
 class UniformMean(WeightedMean):
     """The plain ``1/M`` mean of the cohort's parameters (every client counts the same)."""
 
-    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+    def __call__(
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
+    ) -> Tensors:
         count = len(updates.clients)
         ones = torch.ones(count, dtype=torch.float32, device=updates.clients.device)
-        return WeightedMean(self.algorithm, ones)(updates, base)
+        return WeightedMean(self.algorithm, ones)(updates, base, plan)
 
     def fusable(self) -> bool:
         return False
@@ -174,7 +181,7 @@ def run_round(
         raise TrainingError(f"the training loss became {loss} in round {plan.number}: stopped")
     for step in postprocess:
         updates = step(updates, params, plan)
-    new_params = aggregator(updates, params)
+    new_params = aggregator(updates, params, plan)
     new_shared = algorithm.server_update(
         shared, updates.messages, updates.clients, plan.lr, before=params, after=new_params
     )

@@ -117,6 +117,8 @@ class Trainer(Protocol):
 
     def report_extra(self, dataset: FederatedDataset, folder: Path, seed: int) -> dict: ...
 
+    privacy: Any  # the run's PrivacyPlan, None: off
+
 
 @dataclass(frozen=True)
 class TrainerKind:
@@ -173,7 +175,38 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     engine = engine_config(config, _crop_samples(config, dataset))
     kind = TRAINERS[config.method.setting]
-    return kind.make(config, dataset, backbone, engine, pick_device(config.device))
+    trainer = kind.make(config, dataset, backbone, engine, pick_device(config.device))
+    _install_privacy(config, trainer)
+    return trainer
+
+
+def _install_privacy(config: RunConfig, trainer: Trainer) -> None:
+    """User-level DP (:mod:`uvtrain.privacy`): the run's mechanism planned before training and
+    put into the trainer's round (``trainer.privacy``: the plan, ``None`` when off)."""
+    from .privacy import install, plan_privacy
+
+    settings = config.privacy
+    trainer.privacy = None
+    if settings.dp == "off":
+        return
+    if config.method.setting != "cross-device":
+        raise ConfigError(
+            f"--dp is user-level privacy of cross-device training; {config.method.name} is "
+            f"{config.method.setting}"
+        )
+    users = trainer.num_clients
+    cohort = max(1, round(config.schedule.fraction * users))
+    trainer.privacy = plan_privacy(
+        settings.dp,
+        clip_norm=settings.clip_norm,
+        rounds=config.schedule.rounds,
+        cohort=cohort,
+        users=users,
+        target_epsilon=settings.dp_epsilon,
+        noise=settings.dp_noise_multiplier,
+        delta=settings.dp_delta,
+    )
+    install(trainer, trainer.privacy, config.seed)
 
 
 def read_config(folder: Path) -> RunConfig:
@@ -211,17 +244,19 @@ class Progress:
         self.started = self.last = time.perf_counter()
         self.first = initial
 
-    def update(self, round_number: int, loss: float) -> None:
+    def update(self, round_number: int, loss: float, epsilon: float | None = None) -> None:
+        spent = {} if epsilon is None else {"ε": f"{epsilon:.3g}"}
         if not self.bar.disable:
             self.bar.update(1)
-            self.bar.set_postfix(loss=f"{loss:.4f}")
+            self.bar.set_postfix(loss=f"{loss:.4f}", **spent)
             return
         now = time.perf_counter()
         if now - self.last >= PROGRESS_SECONDS or round_number == self.total:
             self.last = now
             per_round = (now - self.started) / max(1, round_number - self.first)
+            budget = "" if epsilon is None else f", ε spent {epsilon:.3g}"
             print(
-                f"{self.label}: round {round_number}/{self.total}, loss {loss:.4f}, "
+                f"{self.label}: round {round_number}/{self.total}, loss {loss:.4f}{budget}, "
                 f"{per_round:.2f} s/round",
                 file=self.stream,
                 flush=True,
@@ -250,12 +285,22 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
     if (folder / CHECKPOINT).exists():
         previous = read_json(folder / CONFIG) if (folder / CONFIG).is_file() else {}
         defaults = RunConfig.from_flat({"method": config.method.name, "dataset": ""}).to_dict()
+        # A DP run's rounds are part of its mechanism (the noise is set for them, and its
+        # budget is spent at the last one): they may not grow.
+        free = ("device", "checkpoint_every", "chunk_size", "eval_every")
+        free += () if config.privacy.dp != "off" else ("rounds",)
         differing = sorted(
             key
             for key, value in config.to_dict().items()
-            if key not in ("rounds", "device", "checkpoint_every", "chunk_size", "eval_every")
+            if key not in free
             and previous.get(key, defaults[key]) != value  # a key added since: its default
         )
+        if differing == ["rounds"]:
+            raise ConfigError(
+                f"{folder} holds a differentially private run of {previous.get('rounds')} "
+                "rounds: its privacy budget is spent at its last round; train more in another "
+                "folder"
+            )
         if differing:
             raise ConfigError(
                 f"{folder} holds a run with other settings ({', '.join(differing)}): "
@@ -299,6 +344,8 @@ def _train_rounds(
             while simulation.round < config.schedule.rounds:
                 metrics = simulation.step()
                 updates += metrics["clients"]
+                if simulation.privacy is not None:  # the ε spent so far
+                    metrics["epsilon"] = simulation.privacy.spent(simulation.round)
                 if config.eval_every and simulation.round % config.eval_every == 0:
                     metrics["eer"] = {
                         name: ev_split["eer"]
@@ -309,7 +356,7 @@ def _train_rounds(
                 if simulation.round % config.checkpoint_every == 0:
                     _save_checkpoint(simulation, folder)
                 if bar is not None:
-                    bar.update(simulation.round, metrics["loss"])
+                    bar.update(simulation.round, metrics["loss"], metrics.get("epsilon"))
     finally:
         if bar is not None:
             bar.close()
@@ -338,6 +385,7 @@ def evaluate(
     scored = score_run(simulation, dataset, config.target_tpr)
     atomic_write(folder / SCORES, lambda file: np.savez_compressed(file, **scored["arrays"]))
     extra = {**scored["extra"], **simulation.report_extra(dataset, folder, config.seed)}
+    extra["privacy"] = None if simulation.privacy is None else simulation.privacy.report()
     report = ev.make_report(
         config.method.name,
         dataset.name,

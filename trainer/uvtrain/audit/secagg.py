@@ -20,7 +20,7 @@ import torch
 
 from ..algorithms.base import Tensors
 from ..errors import ConfigError, TrainingError
-from ..rounds import Aggregator, ClientUpdates
+from ..rounds import Aggregator, ClientUpdates, RoundPlan
 from .settings import SecAggModel
 
 
@@ -177,7 +177,9 @@ class SecAggPlus(Aggregator):
     rng: np.random.Generator
     mean_update: Tensors = field(default_factory=dict)
 
-    def __call__(self, updates: ClientUpdates, base: Tensors) -> Tensors:
+    def __call__(
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
+    ) -> Tensors:
         layout = Layout.of(base)
         before = layout.flatten(base).astype(np.float64)
         sizes = updates.weights.cpu().numpy()

@@ -1,0 +1,156 @@
+"""User-level differential privacy (uvtrain.privacy): clipping, noise, accounting, runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("dp_accounting")
+
+from uvtrain.algorithms import FedUV  # noqa: E402
+from uvtrain.errors import ConfigError  # noqa: E402
+from uvtrain.privacy import (  # noqa: E402
+    ClipUpdates,
+    DistributedNoise,
+    DPSum,
+    epsilon,
+    noise_multiplier,
+    plan_privacy,
+    update_norms,
+)
+from uvtrain.rounds import ClientUpdates, RoundPlan  # noqa: E402
+
+
+def _updates(count: int, scale: float, seed: int = 0) -> tuple[ClientUpdates, dict]:
+    generator = torch.Generator().manual_seed(seed)
+    base = {"w": torch.zeros(30, 4), "b": torch.zeros(7)}
+    deltas = {k: scale * torch.randn(count, *v.shape, generator=generator) for k, v in base.items()}
+    clients = torch.arange(count)
+    updates = ClientUpdates(clients, torch.ones(count), torch.zeros(count, 1), deltas=deltas)
+    return updates, base
+
+
+def test_each_clients_update_is_clipped_to_the_norm_and_small_ones_are_kept() -> None:
+    updates, base = _updates(12, 1.0)
+    updates.deltas = {k: v * torch.linspace(0.01, 3, 12).reshape(-1, *[1] * (v.dim() - 1))
+                      for k, v in updates.deltas.items()}  # fmt: skip
+    before = update_norms(updates.deltas)
+    clipped = ClipUpdates(2.5)(updates, base, RoundPlan(1, np.arange(12), 0.1))
+    after = update_norms(clipped.deltas)
+    assert float(after.max()) <= 2.5 * (1 + 1e-6)
+    small = before <= 2.5
+    torch.testing.assert_close(after[small], before[small])
+    torch.testing.assert_close(after[~small], torch.full_like(after[~small], 2.5))
+    assert 0 < clipped.metrics["clipped"] < 1
+
+
+@pytest.mark.parametrize("mechanism", ["central", "distributed"])
+def test_the_aggregate_carries_noise_of_the_computed_scale(mechanism: str) -> None:
+    count, std = 20, 0.8  # σ = z·C of the sum
+    updates, base = _updates(count, 0.0)
+    plan = RoundPlan(3, np.arange(count), 0.1)
+    if mechanism == "distributed":
+        updates = DistributedNoise(std, seed=5)(updates, base, plan)
+        aggregate = DPSum(FedUV(), 0.0, seed=5)(updates, base, plan)
+    else:
+        aggregate = DPSum(FedUV(), std, seed=5)(updates, base, plan)
+    total = torch.cat([(aggregate[k] - base[k]).reshape(-1) for k in base]) * count
+    # 127 values of N(0, σ²): the sample std within 20 % (a 4-sigma band of its spread), mean ~0
+    assert float(total.std()) == pytest.approx(std, rel=0.2)
+    assert abs(float(total.mean())) < 4 * std / math.sqrt(total.numel())
+
+
+def test_the_accountant_matches_the_librarys_published_example() -> None:
+    # dp-accounting's rdp test: z = 4.530877117 without sampling is exactly (1, 1e-6)-DP
+    assert epsilon(4.530877117, 1.0, 1, 1e-6) == pytest.approx(1.0, rel=0.02)
+    assert noise_multiplier(1.0, 1.0, 1, 1e-6) == pytest.approx(4.530877117, rel=0.02)
+    # and ε grows with the rounds and falls with the noise
+    assert epsilon(1.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.1, 200, 1e-5)
+    assert epsilon(2.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.1, 100, 1e-5)
+
+
+def test_a_target_epsilon_sets_a_noise_that_spends_at_most_it() -> None:
+    plan = plan_privacy("central", clip_norm=1.0, rounds=50, cohort=10, users=100,
+                        target_epsilon=4.0)  # fmt: skip
+    assert plan is not None and plan.delta == pytest.approx(1e-3)
+    assert 3.9 < plan.epsilon <= 4.0
+    assert plan.spent(10) < plan.spent(50) == pytest.approx(plan.epsilon)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ConfigError, match="positive"):
+            plan_privacy("central", clip_norm=1.0, rounds=5, cohort=2, users=10,
+                         target_epsilon=bad)  # fmt: skip
+
+
+TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
+
+
+def _run(out: Path, *extra: str):
+    from typer.testing import CliRunner
+
+    from uvtrain.cli import app
+
+    return CliRunner().invoke(app, ["run", "--method", "feduv", *TINY, *extra, "--out", str(out)])
+
+
+def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_feduv_run: Path
+) -> None:
+    monkeypatch.setenv("UVTRAIN_DATA", str(tiny_feduv_run.parent / "data"))
+    dp = ["--dp", "distributed", "--dp-noise-multiplier", "1.0", "--clip-norm", "0.5"]
+    straight = _run(tmp_path / "straight", *dp, "--rounds", "3")
+    assert straight.exit_code == 0, straight.output
+    report = json.loads((tmp_path / "straight" / "report.json").read_text())
+    privacy = report["privacy"]
+    assert privacy["mechanism"] == "distributed" and privacy["noise_multiplier"] == 1.0
+    assert privacy["clip_norm"] == 0.5 and privacy["rounds"] == 3
+    assert privacy["sampling_rate"] == 0.5 and 0 < privacy["epsilon"] < math.inf
+    lines = [
+        json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
+    ]
+    spent = [x["epsilon"] for x in lines]
+    assert spent == sorted(spent) and spent[-1] == pytest.approx(privacy["epsilon"])
+    # resumed from the checkpoint of round 1, the run continues bit-exactly
+    from uvtrain.config import RunConfig
+    from uvtrain.run import load_data, make_simulation
+
+    config = RunConfig.from_flat({
+        "method": "feduv", "dataset": "formant-voices", "clients": 8, "fraction": 0.5,
+        "batch_size": 4, "rounds": 3, "dp": "distributed", "dp_noise_multiplier": 1.0,
+        "clip_norm": 0.5,
+    })  # fmt: skip
+    dataset = load_data(config)
+    straight_run = make_simulation(config, dataset)
+    for _ in range(3):
+        straight_run.step()
+    first = make_simulation(config, dataset)
+    first.step()
+    resumed = make_simulation(config, dataset)
+    resumed.load_state_dict(first.state_dict())
+    resumed.step()
+    resumed.step()
+    for name, value in straight_run.params.items():
+        assert torch.equal(value, resumed.params[name])
+
+
+def test_dp_input_errors_are_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_feduv_run: Path
+) -> None:
+    monkeypatch.setenv("UVTRAIN_DATA", str(tiny_feduv_run.parent / "data"))
+    for bad in (["--dp", "central", "--dp-epsilon", "0"],
+                ["--dp", "central", "--dp-epsilon", "-2"],
+                ["--dp", "central"],
+                ["--dp", "sometimes", "--dp-epsilon", "4"]):  # fmt: skip
+        result = _run(tmp_path / "bad", *bad, "--rounds", "1")
+        assert result.exit_code == 2, (bad, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    # a budget already spent: a finished DP run cannot be trained further
+    done = _run(tmp_path / "done", "--dp", "central", "--dp-epsilon", "30", "--rounds", "1")
+    assert done.exit_code == 0, done.output
+    more = _run(tmp_path / "done", "--dp", "central", "--dp-epsilon", "30", "--rounds", "2")
+    assert more.exit_code == 2 and "budget is spent" in more.output
+    assert len(more.output.strip().splitlines()) == 1, more.output

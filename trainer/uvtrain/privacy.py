@@ -1,0 +1,284 @@
+"""User-level differential privacy for the one round (:mod:`uvtrain.rounds`): clipping, Gaussian
+noise (central or distributed) and the accountant.
+
+The mechanism is DP-FedAvg (McMahan et al., ICLR 2018) with the noise placed as in Kairouz et al.
+(ICML 2021) when the server must not see it:
+
+1. each participating client's update ``δ_k = θ_k − θ`` is clipped to L2 norm ``C`` over all of
+   its trainable parameters, ``δ̂_k = δ_k · min(1, C / ‖δ_k‖)`` (:class:`ClipUpdates`, a
+   per-client postprocessing step);
+2. the round's *sum* ``Σ_k δ̂_k`` carries Gaussian noise of standard deviation ``z·C``
+   (``z`` the noise multiplier):
+
+   - ``central``: the server adds ``N(0, z²C²)`` after summing (:class:`DPSum`); it protects
+     the released model and trusts the server;
+   - ``distributed``: each client adds its share ``N(0, z²C²/m)`` before secure aggregation
+     (:class:`DistributedNoise`), so that the sum of the ``m`` shares has the full noise and the
+     server only ever sees the noisy sum;
+
+3. the new model is ``θ + (Σ_k δ̂_k + noise) / m`` with ``m`` the cohort size (every client
+   weighs the same: a sample-count weight would let one user's influence exceed ``C``).
+
+**Accounting** (:func:`epsilon`, :func:`noise_multiplier`) uses Google's ``dp-accounting``
+library (the accountant of TensorFlow Privacy and of DP-FedAvg's production systems; kept up to
+date, pure Python): the Rényi-DP accountant of the Poisson-subsampled Gaussian mechanism with
+sampling rate ``q = m / N``, composed over the run's rounds, add-or-remove-one-user adjacency.
+The simulator draws a fixed-size cohort without replacement; accounting it as Poisson sampling
+at ``q = m / N`` is the usual approximation of federated DP systems (TensorFlow Federated,
+pfl-research). Everything random is drawn from ``(seed, round, client)``, so a resumed DP run
+is bit-exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .algorithms.base import FedAvg, Tensors
+from .errors import ConfigError
+from .rounds import Aggregator, ClientUpdates, RoundPlan
+
+#: The placements of the noise (``off``: no differential privacy).
+MECHANISMS = ("off", "central", "distributed")
+
+
+def default_delta(users: int) -> float:
+    """``δ`` when none is given: an order of magnitude below ``1 / N`` for ``N`` users."""
+    return 0.1 / max(1, users)
+
+
+@lru_cache(maxsize=256)
+def _rdp_per_round(sampling_rate: float, noise: float) -> tuple[tuple[float, ...], np.ndarray]:
+    """The RDP orders and the Rényi divergence of one round (it composes by addition)."""
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    logging.getLogger("absl").setLevel(logging.ERROR)  # its convergence notes per order
+    accountant = rdp.RdpAccountant()
+    event = dp_accounting.PoissonSampledDpEvent(sampling_rate, dp_accounting.GaussianDpEvent(noise))
+    accountant.compose(event, 1)
+    return tuple(accountant._orders), np.asarray(accountant._rdp, dtype=np.float64)
+
+
+def epsilon(noise: float, sampling_rate: float, rounds: int, delta: float) -> float:
+    """The ``ε`` of ``rounds`` rounds of the Poisson-subsampled Gaussian mechanism with noise
+    multiplier ``noise`` at ``sampling_rate``, for ``δ`` (``inf`` without noise)."""
+    if rounds <= 0:
+        return 0.0
+    if noise <= 0:
+        return math.inf
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    orders, per_round = _rdp_per_round(float(sampling_rate), float(noise))
+    value, _ = rdp.compute_epsilon(orders, per_round * rounds, delta)
+    return float(value)
+
+
+def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: float) -> float:
+    """The smallest noise multiplier ``z`` (to 0.1 %) whose run of ``rounds`` rounds spends at
+    most ``target`` ε (bisection on :func:`epsilon`, which falls as ``z`` grows)."""
+    if not target > 0:
+        raise ConfigError(f"--dp-epsilon must be positive, not {target}")
+    low, high = 0.0, 1.0
+    while epsilon(high, sampling_rate, rounds, delta) > target:
+        low, high = high, high * 2
+        if high > 1e4:
+            raise ConfigError(f"no noise reaches ε = {target} in {rounds} rounds")
+    while high - low > 1e-3 * high:
+        middle = (low + high) / 2
+        if epsilon(middle, sampling_rate, rounds, delta) > target:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """A run's mechanism, fixed before training: what ``report.json`` calls ``privacy``."""
+
+    mechanism: str
+    noise_multiplier: float
+    clip_norm: float
+    delta: float
+    rounds: int
+    sampling_rate: float
+    target_epsilon: float | None = None
+
+    @property
+    def epsilon(self) -> float:
+        """The ``ε`` of the whole run."""
+        return epsilon(self.noise_multiplier, self.sampling_rate, self.rounds, self.delta)
+
+    def spent(self, rounds: int) -> float:
+        """The ``ε`` spent after ``rounds`` rounds."""
+        return epsilon(self.noise_multiplier, self.sampling_rate, rounds, self.delta)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "noise_multiplier": self.noise_multiplier,
+            "clip_norm": self.clip_norm,
+            "rounds": self.rounds,
+            "sampling_rate": self.sampling_rate,
+        }
+
+
+def plan_privacy(
+    mechanism: str,
+    *,
+    clip_norm: float,
+    rounds: int,
+    cohort: int,
+    users: int,
+    target_epsilon: float | None = None,
+    noise: float | None = None,
+    delta: float | None = None,
+) -> PrivacyPlan | None:
+    """The run's mechanism from its settings (``None`` when off): given a target ``ε`` the noise
+    multiplier is computed for the run's ``rounds`` and sampling rate ``cohort / users``; given
+    the noise multiplier, the ``ε`` follows."""
+    if mechanism == "off":
+        return None
+    if mechanism not in MECHANISMS:
+        raise ConfigError(f"--dp must be one of {', '.join(MECHANISMS)}, not {mechanism!r}")
+    if not clip_norm > 0:
+        raise ConfigError(f"--clip-norm must be positive, not {clip_norm}")
+    delta = default_delta(users) if delta is None else delta
+    if not 0 < delta < 1:
+        raise ConfigError(f"--dp-delta must be in (0, 1), not {delta}")
+    rate = min(1.0, cohort / users)
+    if noise is None:
+        if target_epsilon is None:
+            raise ConfigError("--dp needs --dp-epsilon (or --dp-noise-multiplier)")
+        noise = noise_multiplier(target_epsilon, rate, rounds, delta)
+    elif not noise > 0:
+        raise ConfigError(f"--dp-noise-multiplier must be positive, not {noise}")
+    plan = PrivacyPlan(mechanism, float(noise), clip_norm, delta, rounds, rate, target_epsilon)
+    if target_epsilon is not None and plan.epsilon > target_epsilon * (1 + 1e-6):
+        raise ConfigError(
+            f"this run would spend ε = {plan.epsilon:.3g} > the budget {target_epsilon:g}: "
+            "lower --rounds or raise --dp-epsilon"
+        )
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------
+# The mechanism as steps of the round
+# ----------------------------------------------------------------------------------------------
+
+
+def _generator(seed: int, round_number: int, stream: int, client: int) -> torch.Generator:
+    """A torch generator for one client's (or the server's) noise of one round."""
+    entropy = np.random.SeedSequence([seed, round_number, stream, client]).generate_state(2)
+    return torch.Generator().manual_seed(int(entropy[0]) << 32 | int(entropy[1]))
+
+
+def update_norms(deltas: Tensors) -> Tensor:
+    """``[m]`` each client's L2 norm over all its parameters' updates."""
+    squares = [
+        value.reshape(value.shape[0], -1).double().pow(2).sum(1) for value in deltas.values()
+    ]
+    return torch.stack(squares).sum(0).sqrt()
+
+
+@dataclass
+class ClipUpdates:
+    """Per-client postprocessing: each update ``θ_k − θ`` clipped to L2 norm ``clip_norm`` (over
+    all its trainable parameters together)."""
+
+    clip_norm: float
+
+    def __call__(self, updates: ClientUpdates, base: Tensors, plan: RoundPlan) -> ClientUpdates:
+        updates = updates.as_deltas(base)
+        assert updates.deltas is not None
+        norms = update_norms(updates.deltas)
+        scale = torch.clamp(self.clip_norm / norms.clamp_min(1e-12), max=1.0)
+        deltas = {
+            name: value * scale.to(value.dtype).reshape(-1, *[1] * (value.dim() - 1))
+            for name, value in updates.deltas.items()
+        }
+        updates.deltas = deltas
+        updates.metrics = {
+            **updates.metrics,
+            "clipped": float((norms > self.clip_norm).double().mean()),
+            "update_norm": float(norms.median()),
+        }
+        return updates
+
+
+@dataclass
+class DistributedNoise:
+    """Per-client postprocessing (``distributed``): client ``k`` adds ``N(0, σ² / m)`` to its
+    clipped update, ``σ = z·C``, from its own generator (on a device: its own secret seed; in the
+    simulator ``(seed, round, client)``), so that the sum over the cohort carries ``N(0, σ²)``."""
+
+    std: float  # σ = z·C, of the sum
+    seed: int
+
+    def __call__(self, updates: ClientUpdates, base: Tensors, plan: RoundPlan) -> ClientUpdates:
+        updates = updates.as_deltas(base)
+        assert updates.deltas is not None
+        count = len(updates.clients)
+        share = self.std / math.sqrt(count)
+        noisy = {name: value.clone() for name, value in updates.deltas.items()}
+        for row, client in enumerate(updates.clients.tolist()):
+            generator = _generator(self.seed, plan.number, 1, int(client))
+            for value in noisy.values():
+                noise = torch.randn(value.shape[1:], generator=generator, dtype=torch.float32)
+                value[row] += share * noise.to(value.device, value.dtype)
+        updates.deltas = noisy
+        return updates
+
+
+@dataclass
+class DPSum(Aggregator):
+    """The DP aggregate: ``θ' = θ + (Σ_k δ̂_k + n) / m``, every client weighing the same; ``n``
+    is the server's ``N(0, σ²)`` (``central``) or nothing (``distributed``: the clients' shares
+    are in the sum already)."""
+
+    algorithm: FedAvg
+    central_std: float = 0.0
+    seed: int = 0
+    last_round: int = field(default=0, repr=False)
+
+    def __call__(
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
+    ) -> Tensors:
+        if updates.deltas is None:
+            raise ConfigError("differential privacy needs each client's clipped update")
+        count = len(updates.clients)
+        number = plan.number if plan is not None else self.last_round + 1
+        self.last_round = number
+        generator = _generator(self.seed, number, 2, 0)
+        out = {}
+        for name, value in base.items():
+            total = updates.deltas[name].sum(0)
+            if self.central_std > 0:
+                noise = torch.randn(total.shape, generator=generator, dtype=torch.float32)
+                total = total + self.central_std * noise.to(total.device, total.dtype)
+            out[name] = value + (total / count).to(value.dtype)
+        return out
+
+
+def install(simulation: Any, plan: PrivacyPlan | None, seed: int) -> None:
+    """Put the mechanism into a trainer's round: the clipping (and distributed noise) steps and
+    the DP aggregator."""
+    if plan is None:
+        return
+    std = plan.noise_multiplier * plan.clip_norm
+    simulation.postprocess = [ClipUpdates(plan.clip_norm)]
+    if plan.mechanism == "distributed":
+        simulation.postprocess.append(DistributedNoise(std, seed))
+        simulation.aggregator = DPSum(simulation.algorithm, 0.0, seed)
+    else:
+        simulation.aggregator = DPSum(simulation.algorithm, std, seed)
