@@ -172,7 +172,10 @@ def _one_line(text: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (the console script is :func:`uvexport.entry.main`); returns the exit
-    status: 0 done, 2 any error — one line on stderr."""
+    status: 0 done, 2 an error the user can fix (one line on stderr), 130 interrupted; anything
+    else is a bug and shows its traceback."""
+    from uvtrain.errors import UvtrainError  # no dependencies: the SDK-only install has it
+
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(app)
     try:
@@ -194,7 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageFailure as error:
         print(f"uvexport: {error}", file=sys.stderr)
         return 2
-    except Exception as error:  # noqa: BLE001 - every failure is one line and exit 2
+    except (UvtrainError, OSError) as error:
+        # What a user can cause (ExportError, a broken checkpoint, a bad config: every one a
+        # UvtrainError) and what the machine refuses (a full disk, a folder not writable): one
+        # line, exit 2. Anything else is a bug and shows its traceback.
         if os.environ.get("UVEXPORT_DEBUG"):
             raise
         from .export import ExportError
