@@ -416,22 +416,30 @@ class Simulation(GlobalModel):
             new_private[name] = (value - lr * grad_private[name] / own_weight).detach()
         return mean, new_private, losses.detach()[:, None]
 
+    def client_update(
+        self, client: int, batches: Tensor, lr: float
+    ) -> tuple[Tensors, Tensors, Tensor]:
+        """Client ``client``'s local training on its ``batches`` (``[E, B, ...]``) from the
+        global parameters and its own state, alone (:func:`local_update`): its parameters, its
+        private state and its E losses — the reference path, and the update it would send."""
+        return local_update(
+            self.model,
+            self.buffers,
+            self.algorithm,
+            self.params,
+            {k: v[client] for k, v in self.private.items()},
+            {k: v[client] for k, v in self.constants.items()},
+            self.shared,
+            batches,
+            lr,
+        )
+
     def _local_loop(
         self, clients: Tensor, batches: Tensor, lr: float
     ) -> tuple[Tensors, Tensors, Tensor]:
         all_params, all_private, all_losses = [], [], []
         for position, client in enumerate(clients.tolist()):
-            params, private, losses = local_update(
-                self.model,
-                self.buffers,
-                self.algorithm,
-                self.params,
-                {k: v[client] for k, v in self.private.items()},
-                {k: v[client] for k, v in self.constants.items()},
-                self.shared,
-                batches[position],
-                lr,
-            )
+            params, private, losses = self.client_update(client, batches[position], lr)
             all_params.append({k: v[None] for k, v in params.items()})
             all_private.append({k: v[None] for k, v in private.items()})
             all_losses.append(losses[None])

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from .algorithms.base import FedAvg, Tensors
-from .errors import ConfigError
+from .errors import ConfigError, TrainingError
 from .rounds import Aggregator, ClientUpdates, RoundPlan
 
 #: The placements of the noise (``off``: no differential privacy).
@@ -249,17 +249,14 @@ class DPSum(Aggregator):
     algorithm: FedAvg
     central_std: float = 0.0
     seed: int = 0
-    last_round: int = field(default=0, repr=False)
 
     def __call__(
         self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
     ) -> Tensors:
-        if updates.deltas is None:
-            raise ConfigError("differential privacy needs each client's clipped update")
+        if updates.deltas is None or plan is None:
+            raise TrainingError("the DP sum needs the round and each client's clipped update")
         count = len(updates.clients)
-        number = plan.number if plan is not None else self.last_round + 1
-        self.last_round = number
-        generator = _generator(self.seed, number, 2, 0)
+        generator = _generator(self.seed, plan.number, 2, 0)
         out = {}
         for name, value in base.items():
             total = updates.deltas[name].sum(0)

@@ -1,7 +1,7 @@
 """The clients' side of what the audit observes, through the engine's own code.
 
 - :func:`client_parameters`: each client's parameters after its local training from the global
-  ``θ`` (:func:`uvtrain.engine.local_update`, the per-client reference path a device runs) — the
+  ``θ`` (:meth:`Simulation.client_update`, the per-client reference path a device runs) — the
   plain updates the attacks read. The simulation is left as it was.
 - :func:`secure_round`: one round of a simulation through :func:`uvtrain.rounds.run_round` with
   the :class:`~.secagg.SecAggPlus` aggregator; the clients train by the simulation's own local
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from ..engine import Simulation, local_update
+from ..engine import Simulation
 from ..rounds import RoundResult
 from .secagg import Layout, SecAggPlus
 
@@ -35,17 +35,7 @@ def client_parameters(
     losses; ``progress`` (a tqdm bar) is ticked once a client."""
     rows, losses = [], []
     for position, client in enumerate(np.asarray(clients).tolist()):
-        params, _, loss = local_update(
-            simulation.model,
-            simulation.buffers,
-            simulation.algorithm,
-            simulation.params,
-            {name: value[client] for name, value in simulation.private.items()},
-            {name: value[client] for name, value in simulation.constants.items()},
-            simulation.shared,
-            batches[position],
-            lr,
-        )
+        params, _, loss = simulation.client_update(client, batches[position], lr)
         rows.append(layout.flatten(params))
         losses.append(loss.mean().cpu().numpy())
         if progress is not None:

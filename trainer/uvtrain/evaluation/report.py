@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write, json_text
+from ..io import write_json
 from .metrics import REPORT_FPRS, _fpr_key
 
 #: The splits of ``report.json`` (DESIGN.md, "The trainer"), in order.
@@ -35,9 +35,8 @@ def write_report(path: str | os.PathLike[str], report: Mapping[str, Any]) -> Pat
         ``path``.
     """
     path = Path(path)
-    text = json_text(report, indent=2) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, text)
+    return write_json(path, report)
 
 
 def _number(value: Any) -> float:
