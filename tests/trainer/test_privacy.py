@@ -15,12 +15,14 @@ pytest.importorskip("dp_accounting")
 from uvtrain.algorithms import FedUV  # noqa: E402
 from uvtrain.errors import ConfigError  # noqa: E402
 from uvtrain.privacy import (  # noqa: E402
+    AdaptiveClipping,
     ClipUpdates,
     DistributedNoise,
     DPSum,
     epsilon,
     noise_multiplier,
     plan_privacy,
+    update_noise_multiplier,
     update_norms,
 )
 from uvtrain.rounds import ClientUpdates, RoundPlan  # noqa: E402
@@ -86,6 +88,43 @@ def test_a_target_epsilon_sets_a_noise_that_spends_at_most_it() -> None:
                          target_epsilon=bad)  # fmt: skip
 
 
+def test_adaptive_clipping_follows_the_quantile_of_the_update_norms() -> None:
+    # norms spread over [0.5, 5]; the clip norm starts at 0.1 and must settle near the median
+    clip = ClipUpdates(0.1, AdaptiveClipping(0.5, 0.2, count_std=1.0), seed=3, distributed=True)
+    norms_seen = []
+    for round_number in range(1, 121):
+        updates, base = _updates(50, 1.0, seed=round_number)
+        factor = torch.linspace(0.5, 5.0, 50) / update_norms(updates.deltas)
+        updates.deltas = {k: v * factor.reshape(-1, *[1] * (v.dim() - 1)).to(v.dtype)
+                          for k, v in updates.deltas.items()}  # fmt: skip
+        norms_seen.append(float(update_norms(updates.deltas).median()))
+        clipped = clip(updates, base, RoundPlan(round_number, None, 0.1))
+        assert float(update_norms(clipped.deltas).max()) <= clipped.metrics["clip_norm"] * 1.0001
+    assert clip.clip_norm == pytest.approx(np.median(norms_seen), rel=0.25)
+    # its state resumes the next round's norm
+    again = ClipUpdates(0.1, AdaptiveClipping(0.5, 0.2, 1.0), seed=3, distributed=True)
+    again.load_state_dict(clip.state_dict())
+    assert again.clip_norm == clip.clip_norm
+
+
+def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
+    # Andrew et al., Theorem 1: 1/z² = 1/z_Δ² + 1/(2σ_b)²
+    z, count_std = 1.0, 5.0
+    z_update = update_noise_multiplier(z, count_std)
+    assert z_update**-2 + (2 * count_std) ** -2 == pytest.approx(z**-2)
+    assert z < z_update < 1.01 * z
+    with pytest.raises(ConfigError, match="clip-count-std"):
+        update_noise_multiplier(2.0, 0.9)  # σ_b ≤ z/2: nothing left for the update
+    plan = plan_privacy("distributed", clip_norm=0.1, rounds=50, cohort=100, users=1000,
+                        target_epsilon=4.0, adaptive=True)  # fmt: skip
+    assert plan is not None and plan.adaptive.count_std == 5.0  # m / 20
+    report = plan.report()["adaptive_clipping"]
+    assert report["update_noise_multiplier"] == pytest.approx(plan.update_noise)
+    with pytest.raises(ConfigError, match="clip-count-std"):
+        plan_privacy("distributed", clip_norm=0.1, rounds=50, cohort=6, users=60,
+                     target_epsilon=4.0, adaptive=True)  # fmt: skip
+
+
 TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
 
 
@@ -97,11 +136,14 @@ def _run(out: Path, *extra: str):
     return CliRunner().invoke(app, ["run", "--method", "feduv", *TINY, *extra, "--out", str(out)])
 
 
+@pytest.mark.parametrize("adaptive", [False, True])
 def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_feduv_run: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_feduv_run: Path, adaptive: bool
 ) -> None:
     monkeypatch.setenv("UVTRAIN_DATA", str(tiny_feduv_run.parent / "data"))
     dp = ["--dp", "distributed", "--dp-noise-multiplier", "1.0", "--clip-norm", "0.5"]
+    if adaptive:
+        dp += ["--adaptive-clipping", "--clip-count-std", "1.0"]
     straight = _run(tmp_path / "straight", *dp, "--rounds", "3")
     assert straight.exit_code == 0, straight.output
     report = json.loads((tmp_path / "straight" / "report.json").read_text())
@@ -114,6 +156,9 @@ def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
     ]
     spent = [x["epsilon"] for x in lines]
     assert spent == sorted(spent) and spent[-1] == pytest.approx(privacy["epsilon"])
+    norms = [x["clip_norm"] for x in lines]
+    assert (len(set(norms)) == 3) if adaptive else norms == [0.5] * 3
+    assert (privacy["adaptive_clipping"] is not None) == adaptive
     # resumed from the checkpoint of round 1, the run continues bit-exactly
     from uvtrain.config import RunConfig
     from uvtrain.run import load_data, make_simulation
@@ -121,7 +166,7 @@ def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
     config = RunConfig.from_flat({
         "method": "feduv", "dataset": "formant-voices", "clients": 8, "fraction": 0.5,
         "batch_size": 4, "rounds": 3, "dp": "distributed", "dp_noise_multiplier": 1.0,
-        "clip_norm": 0.5,
+        "clip_norm": 0.5, "adaptive_clipping": adaptive, "clip_count_std": 1.0,
     })  # fmt: skip
     dataset = load_data(config)
     straight_run = make_simulation(config, dataset)
@@ -135,6 +180,7 @@ def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
     resumed.step()
     for name, value in straight_run.params.items():
         assert torch.equal(value, resumed.params[name])
+    assert resumed.postprocess[0].clip_norm == straight_run.postprocess[0].clip_norm
 
 
 def test_dp_input_errors_are_one_line_and_exit_2(

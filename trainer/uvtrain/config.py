@@ -155,7 +155,33 @@ class Privacy:
     )
     clip_norm: float = field(
         default=1.0,
-        metadata={"help": "DP: each client's update clipped to this L2 norm (C).", "flower": False},
+        metadata={
+            "help": "DP: each client's update clipped to this L2 norm (C; with adaptive "
+            "clipping, its start).",
+            "flower": False,
+        },
+    )
+    adaptive_clipping: bool = field(
+        default=False,
+        metadata={
+            "help": "DP: adapt the clip norm to a quantile of the update norms (Andrew et al.).",
+            "flower": False,
+        },
+    )
+    clip_quantile: float = field(
+        default=0.5,
+        metadata={"help": "Adaptive clipping: the quantile γ of update norms.", "flower": False},
+    )
+    clip_learning_rate: float = field(
+        default=0.2,
+        metadata={"help": "Adaptive clipping: the geometric step η_C.", "flower": False},
+    )
+    clip_count_std: float | None = field(
+        default=None,
+        metadata={
+            "help": "Adaptive clipping: noise std σ_b of the unclipped count (default: cohort/20).",
+            "flower": False,
+        },
     )
 
     def __post_init__(self) -> None:
@@ -172,6 +198,12 @@ class Privacy:
             )
         if not self.clip_norm > 0:
             raise ConfigError(f"clip_norm must be positive, not {self.clip_norm}")
+        if not 0 < self.clip_quantile < 1:
+            raise ConfigError(f"clip_quantile must be in (0, 1), not {self.clip_quantile}")
+        if not self.clip_learning_rate > 0:
+            raise ConfigError(f"clip_learning_rate must be positive, not {self.clip_learning_rate}")
+        if self.clip_count_std is not None and not self.clip_count_std > 0:
+            raise ConfigError(f"clip_count_std must be positive, not {self.clip_count_std}")
         if self.dp != "off" and (self.dp_epsilon is None) == (self.dp_noise_multiplier is None):
             raise ConfigError(f"--dp {self.dp} needs one of --dp-epsilon, --dp-noise-multiplier")
 

@@ -558,6 +558,11 @@ class Simulation(GlobalModel):
             "private": {k: v.cpu() for k, v in self.private.items()},
             "shared": {k: v.cpu() for k, v in self.shared.items()},
             "engine": asdict(self.config),
+            # the postprocessing's own state (adaptive clipping's next clip norm)
+            "postprocess": [
+                step.state_dict() if hasattr(step, "state_dict") else None
+                for step in self.postprocess
+            ],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -567,6 +572,9 @@ class Simulation(GlobalModel):
         self.params = {k: v.to(self.device) for k, v in state["params"].items()}
         self.private = {k: v.to(self.device) for k, v in state["private"].items()}
         self.shared = {k: v.to(self.device) for k, v in state["shared"].items()}
+        for step, saved in zip(self.postprocess, state.get("postprocess", []), strict=False):
+            if saved is not None and hasattr(step, "load_state_dict"):
+                step.load_state_dict(saved)
 
 
 @dataclass

@@ -19,6 +19,16 @@ The mechanism is DP-FedAvg (McMahan et al., ICLR 2018) with the noise placed as 
 3. the new model is ``θ + (Σ_k δ̂_k + noise) / m`` with ``m`` the cohort size (every client
    weighs the same: a sample-count weight would let one user's influence exceed ``C``).
 
+**Adaptive clipping** (Andrew, Thakkar, McMahan and Ramaswamy, "Differentially Private
+Learning with Adaptive Clipping", NeurIPS 2021; :class:`AdaptiveClipping`): instead of a fixed
+``C``, the clip norm follows the ``γ``-quantile of the clients' update norms. Each round every
+client also reports the bit ``b_k = 1[‖δ_k‖ ≤ C_r]``; the server sees ``b̃ = (Σ_k b_k + N(0,
+σ_b²)) / m`` (in ``distributed`` each client adds its share of that noise too) and moves the
+norm geometrically, ``C_{r+1} = C_r · exp(−η_C (b̃ − γ))``. The count is a second Gaussian query
+of the same users; for the pair to be as private as one Gaussian mechanism of multiplier ``z``,
+the update's noise multiplier is ``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)`` (their Theorem 1), and the
+accountant composes ``z``.
+
 **Accounting** (:func:`epsilon`, :func:`noise_multiplier`) uses Google's ``dp-accounting``
 library (the accountant of TensorFlow Privacy and of DP-FedAvg's production systems; kept up to
 date, pure Python): the Rényi-DP accountant of the Poisson-subsampled Gaussian mechanism with
@@ -100,6 +110,50 @@ def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: fl
     return high
 
 
+#: ``ε`` of the default mechanism wherever secure aggregation is on (``uvtrain deploy``,
+#: ``uvtrain audit``): distributed noise at this budget for the whole run.
+SECURE_DEFAULT_EPSILON = 8.0
+
+
+@dataclass(frozen=True)
+class AdaptiveClipping:
+    """Adaptive clipping (Andrew et al., NeurIPS 2021): the clip norm moves towards the
+    ``target_quantile`` (``γ``) of the clients' update norms by geometric steps of
+    ``learning_rate`` (``η_C``), from a count of unclipped clients carrying noise of standard
+    deviation ``count_std`` (``σ_b``, on the sum). Their defaults: ``γ = 0.5``, ``η_C = 0.2``,
+    ``σ_b = m / 20``."""
+
+    target_quantile: float = 0.5
+    learning_rate: float = 0.2
+    count_std: float = 1.0
+
+    def next_clip_norm(self, clip_norm: float, unclipped: float) -> float:
+        """``C_{r+1} = C_r · exp(−η_C (b̃ − γ))`` from the noisy fraction ``b̃`` of unclipped
+        clients."""
+        return clip_norm * math.exp(-self.learning_rate * (unclipped - self.target_quantile))
+
+    def report(self, noise: float) -> dict[str, float]:
+        return {
+            "target_quantile": self.target_quantile,
+            "learning_rate": self.learning_rate,
+            "count_std": self.count_std,
+            "update_noise_multiplier": update_noise_multiplier(noise, self.count_std),
+        }
+
+
+def update_noise_multiplier(noise: float, count_std: float) -> float:
+    """``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)``: the update's noise multiplier that, with the clip
+    count's noise ``σ_b``, makes the pair as private as one Gaussian mechanism of multiplier
+    ``z`` (Andrew et al., Theorem 1)."""
+    rest = noise**-2 - (2.0 * count_std) ** -2
+    if not rest > 0:
+        raise ConfigError(
+            f"adaptive clipping: a count noise of {count_std:.3g} spends the whole budget of "
+            f"z = {noise:.3g}; give --clip-count-std above {noise / 2:.3g}"
+        )
+    return rest**-0.5
+
+
 @dataclass(frozen=True)
 class PrivacyPlan:
     """A run's mechanism, fixed before training: what ``report.json`` calls ``privacy``."""
@@ -111,6 +165,14 @@ class PrivacyPlan:
     rounds: int
     sampling_rate: float
     target_epsilon: float | None = None
+    adaptive: AdaptiveClipping | None = None
+
+    @property
+    def update_noise(self) -> float:
+        """The update's noise multiplier: ``z``, or ``z_Δ`` with adaptive clipping."""
+        if self.adaptive is None:
+            return self.noise_multiplier
+        return update_noise_multiplier(self.noise_multiplier, self.adaptive.count_std)
 
     @property
     def epsilon(self) -> float:
@@ -130,6 +192,9 @@ class PrivacyPlan:
             "clip_norm": self.clip_norm,
             "rounds": self.rounds,
             "sampling_rate": self.sampling_rate,
+            "adaptive_clipping": None
+            if self.adaptive is None
+            else self.adaptive.report(self.noise_multiplier),
         }
 
 
@@ -143,10 +208,15 @@ def plan_privacy(
     target_epsilon: float | None = None,
     noise: float | None = None,
     delta: float | None = None,
+    adaptive: bool = False,
+    clip_quantile: float = 0.5,
+    clip_learning_rate: float = 0.2,
+    clip_count_std: float | None = None,
 ) -> PrivacyPlan | None:
     """The run's mechanism from its settings (``None`` when off): given a target ``ε`` the noise
     multiplier is computed for the run's ``rounds`` and sampling rate ``cohort / users``; given
-    the noise multiplier, the ``ε`` follows."""
+    the noise multiplier, the ``ε`` follows. ``adaptive``: adaptive clipping from ``clip_norm``
+    (:class:`AdaptiveClipping`; ``clip_count_std`` defaults to ``cohort / 20``)."""
     if mechanism == "off":
         return None
     if mechanism not in MECHANISMS:
@@ -163,7 +233,14 @@ def plan_privacy(
         noise = noise_multiplier(target_epsilon, rate, rounds, delta)
     elif not noise > 0:
         raise ConfigError(f"--dp-noise-multiplier must be positive, not {noise}")
-    plan = PrivacyPlan(mechanism, float(noise), clip_norm, delta, rounds, rate, target_epsilon)
+    clipping = None
+    if adaptive:
+        count_std = cohort / 20 if clip_count_std is None else clip_count_std
+        clipping = AdaptiveClipping(clip_quantile, clip_learning_rate, float(count_std))
+        update_noise_multiplier(float(noise), clipping.count_std)  # refused when impossible
+    plan = PrivacyPlan(
+        mechanism, float(noise), clip_norm, delta, rounds, rate, target_epsilon, clipping
+    )
     if target_epsilon is not None and plan.epsilon > target_epsilon * (1 + 1e-6):
         raise ConfigError(
             f"this run would spend ε = {plan.epsilon:.3g} > the budget {target_epsilon:g}: "
@@ -194,15 +271,28 @@ def update_norms(deltas: Tensors) -> Tensor:
 @dataclass
 class ClipUpdates:
     """Per-client postprocessing: each update ``θ_k − θ`` clipped to L2 norm ``clip_norm`` (over
-    all its trainable parameters together)."""
+    all its trainable parameters together).
+
+    With ``adaptive`` (:class:`AdaptiveClipping`) the norm moves after each round from the noisy
+    count of unclipped clients: in ``distributed`` each client adds ``N(0, σ_b² / m)`` to its
+    bit (from ``(seed, round, client)``), otherwise the server adds ``N(0, σ_b²)`` to the count.
+    ``round_norm`` is the norm the last round clipped to (its noise is scaled by it);
+    :meth:`state_dict` holds the next one, so that a resumed run goes on bit-exactly."""
 
     clip_norm: float
+    adaptive: AdaptiveClipping | None = None
+    seed: int = 0
+    distributed: bool = False
+
+    def __post_init__(self) -> None:
+        self.round_norm = self.clip_norm
 
     def __call__(self, updates: ClientUpdates, base: Tensors, plan: RoundPlan) -> ClientUpdates:
         updates = updates.as_deltas(base)
         assert updates.deltas is not None
         norms = update_norms(updates.deltas)
-        scale = torch.clamp(self.clip_norm / norms.clamp_min(1e-12), max=1.0)
+        self.round_norm = clip_norm = self.clip_norm
+        scale = torch.clamp(clip_norm / norms.clamp_min(1e-12), max=1.0)
         deltas = {
             name: value * scale.to(value.dtype).reshape(-1, *[1] * (value.dim() - 1))
             for name, value in updates.deltas.items()
@@ -210,10 +300,36 @@ class ClipUpdates:
         updates.deltas = deltas
         updates.metrics = {
             **updates.metrics,
-            "clipped": float((norms > self.clip_norm).double().mean()),
+            "clipped": float((norms > clip_norm).double().mean()),
             "update_norm": float(norms.median()),
+            "clip_norm": clip_norm,
         }
+        if self.adaptive is not None:
+            unclipped = self.noisy_unclipped(norms <= clip_norm, updates.clients, plan.number)
+            self.clip_norm = self.adaptive.next_clip_norm(clip_norm, unclipped)
         return updates
+
+    def noisy_unclipped(self, bits: Tensor, clients: Tensor, round_number: int) -> float:
+        """``b̃``: the fraction of unclipped clients with the count's noise."""
+        assert self.adaptive is not None
+        count = len(bits)
+        total = float(bits.double().sum())
+        if self.distributed:
+            share = self.adaptive.count_std / math.sqrt(count)
+            for client in clients.tolist():
+                generator = _generator(self.seed, round_number, 3, int(client))
+                total += share * float(torch.randn((), generator=generator, dtype=torch.float64))
+        else:
+            generator = _generator(self.seed, round_number, 4, 0)
+            noise = float(torch.randn((), generator=generator, dtype=torch.float64))
+            total += self.adaptive.count_std * noise
+        return total / count
+
+    def state_dict(self) -> dict[str, float]:
+        return {"clip_norm": self.clip_norm}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.clip_norm = self.round_norm = float(state["clip_norm"])
 
 
 @dataclass
@@ -222,14 +338,16 @@ class DistributedNoise:
     clipped update, ``σ = z·C``, from its own generator (on a device: its own secret seed; in the
     simulator ``(seed, round, client)``), so that the sum over the cohort carries ``N(0, σ²)``."""
 
-    std: float  # σ = z·C, of the sum
+    std: float  # σ = z·C, of the sum; with ``clip``: z, and σ = z · clip.round_norm
     seed: int
+    clip: ClipUpdates | None = None
 
     def __call__(self, updates: ClientUpdates, base: Tensors, plan: RoundPlan) -> ClientUpdates:
         updates = updates.as_deltas(base)
         assert updates.deltas is not None
         count = len(updates.clients)
-        share = self.std / math.sqrt(count)
+        std = self.std if self.clip is None else self.std * self.clip.round_norm
+        share = std / math.sqrt(count)
         noisy = {name: value.clone() for name, value in updates.deltas.items()}
         for row, client in enumerate(updates.clients.tolist()):
             generator = _generator(self.seed, plan.number, 1, int(client))
@@ -247,8 +365,9 @@ class DPSum(Aggregator):
     are in the sum already)."""
 
     algorithm: FedAvg
-    central_std: float = 0.0
+    central_std: float = 0.0  # with ``clip``: z, and σ = z · clip.round_norm
     seed: int = 0
+    clip: ClipUpdates | None = None
 
     def __call__(
         self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
@@ -257,25 +376,27 @@ class DPSum(Aggregator):
             raise TrainingError("the DP sum needs the round and each client's clipped update")
         count = len(updates.clients)
         generator = _generator(self.seed, plan.number, 2, 0)
+        std = self.central_std if self.clip is None else self.central_std * self.clip.round_norm
         out = {}
         for name, value in base.items():
             total = updates.deltas[name].sum(0)
-            if self.central_std > 0:
+            if std > 0:
                 noise = torch.randn(total.shape, generator=generator, dtype=torch.float32)
-                total = total + self.central_std * noise.to(total.device, total.dtype)
+                total = total + std * noise.to(total.device, total.dtype)
             out[name] = value + (total / count).to(value.dtype)
         return out
 
 
 def install(simulation: Any, plan: PrivacyPlan | None, seed: int) -> None:
     """Put the mechanism into a trainer's round: the clipping (and distributed noise) steps and
-    the DP aggregator."""
+    the DP aggregator; the noise's standard deviation is ``z_Δ`` times the round's clip norm."""
     if plan is None:
         return
-    std = plan.noise_multiplier * plan.clip_norm
-    simulation.postprocess = [ClipUpdates(plan.clip_norm)]
-    if plan.mechanism == "distributed":
-        simulation.postprocess.append(DistributedNoise(std, seed))
+    distributed = plan.mechanism == "distributed"
+    clip = ClipUpdates(plan.clip_norm, plan.adaptive, seed, distributed)
+    simulation.postprocess = [clip]
+    if distributed:
+        simulation.postprocess.append(DistributedNoise(plan.update_noise, seed, clip))
         simulation.aggregator = DPSum(simulation.algorithm, 0.0, seed)
     else:
-        simulation.aggregator = DPSum(simulation.algorithm, std, seed)
+        simulation.aggregator = DPSum(simulation.algorithm, plan.update_noise, seed, clip)

@@ -205,6 +205,10 @@ def _install_privacy(config: RunConfig, trainer: Trainer) -> None:
         target_epsilon=settings.dp_epsilon,
         noise=settings.dp_noise_multiplier,
         delta=settings.dp_delta,
+        adaptive=settings.adaptive_clipping,
+        clip_quantile=settings.clip_quantile,
+        clip_learning_rate=settings.clip_learning_rate,
+        clip_count_std=settings.clip_count_std,
     )
     install(trainer, trainer.privacy, config.seed)
 
