@@ -38,6 +38,15 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
             "sweep": {"rounds": 150, "lr": 0.1, "lr_decay": 0.0},
         },
     },
+    "dp": {  # the privacy–accuracy curve (issue 19): a population where DP leaves room to learn
+        "synth-voices": {
+            "dataset": "synth-voices",
+            "build": {"speakers": 1250},
+            "common": {"clients": 1000, "fraction": 0.1, "batch_size": 16},
+            "feduv": {"rounds": 100, "lr": 0.5, "lr_decay": 0.005},
+            "embedding": {"rounds": 100, "lr": 0.1, "lr_decay": 0.0},
+        },
+    },
     "tiny": {  # seconds: what the test suite runs, to keep the scripts working
         "formant-voices": {
             "dataset": "formant-voices",

@@ -1,0 +1,210 @@
+"""The privacy–accuracy curve (issue 19): FedUV and FedHide trained with user-level differential
+privacy at ε ∈ {∞, 16, 8, 4, 2}, on a population large enough for DP to leave room to learn
+(1,000 synth-voices users, cohorts of 100), and their EER against ε.
+
+Each run is ``uvtrain run`` with the deployment's default mechanism (``--dp distributed``: every
+client clips its update and adds its share of the noise; the sum is what SecAgg+ would reveal),
+adaptive clipping (Andrew et al. 2021: γ 0.5, η_C 0.2, σ_b = m/20, from C = 0.1), ``δ = 0.1/N``.
+ε = ∞ is the same run without DP. With ``--audit AUDIT_JSON`` (``uvtrain audit --dp-epsilon
+inf,16,8,4,2``, the disaggregation attack through SecAgg+ at the same budgets) it also plots EER
+against the whole codewords that attack recovers.
+
+    python benchmarks/privacy_curve.py [--scale dp] [--epsilons inf,16,8,4,2]
+        [--methods feduv,fedhide] [--audit audit/dp/audit.json]
+        [--out results/privacy] [--cache results/runs] [--root DIR]
+
+Writes ``OUT/privacy-curve.md``, ``OUT/privacy-curve.json`` and ``OUT/eer-vs-epsilon.png`` (and
+``OUT/eer-vs-recovery.png`` with ``--audit``); runs go to ``--cache`` and are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+from _runs import dataset_file, report, run_folder, settings, train_once, write_table
+
+from uvtrain.config import RunConfig
+from uvtrain.io import save_figure, write_json
+
+#: The mechanism of every DP run of the curve (ε is the variable).
+MECHANISM = {
+    "dp": "distributed",
+    "adaptive_clipping": True,
+    "clip_norm": 0.1,
+}
+FAMILY = {"feduv": "feduv", "fedhide": "embedding"}
+
+
+def parse_epsilons(text: str) -> list[float]:
+    values = [math.inf if part.strip() in ("inf", "off") else float(part) for part in text.split(",")]
+    if any(not value > 0 for value in values):
+        raise SystemExit("--epsilons: each ε positive, or inf")
+    return values
+
+
+def run_settings(args: argparse.Namespace, method: str, epsilon: float, data: str) -> dict:
+    values = settings(args.scale, args.dataset, FAMILY[method], data, method=method)
+    if math.isfinite(epsilon):
+        values.update(MECHANISM, dp_epsilon=epsilon)
+        if args.scale == "tiny":  # cohorts of 4: too few for a noisy count of the clipped
+            values.update(adaptive_clipping=False, clip_norm=1.0)
+    return {**values, "seed": args.seed}
+
+
+def row_of(folder: Path, method: str, epsilon: float) -> dict[str, Any]:
+    result = report(folder)
+    splits = result["splits"]
+    privacy = result.get("privacy") or {}
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    seconds = sum(json.loads(line)["seconds"] for line in lines)  # training, without evaluation
+    return {
+        "method": method,
+        "epsilon": epsilon,
+        "noise_multiplier": privacy.get("noise_multiplier"),
+        "update_noise_multiplier": (privacy.get("adaptive_clipping") or {}).get(
+            "update_noise_multiplier"
+        ),
+        "delta": privacy.get("delta"),
+        "test_known_eer": splits["test_known"]["eer"],
+        "unknown_eer": splits["unknown"]["eer"],
+        "p_leak": result.get("leakage"),  # P_leak (FedHide), None for FedUV
+        "rounds": result["rounds"],
+        "seconds": seconds,
+        "device": result["throughput"]["device"],
+        "run": folder.name,
+    }
+
+
+def recovery_by_epsilon(path: Path) -> dict[float, dict[str, float]]:
+    """The last observed round's disaggregation entry per ε (``audit.json``'s list)."""
+    out: dict[float, dict[str, float]] = {}
+    audit = json.loads(path.read_text())
+    entries = audit.get("disaggregation", [])
+    for entry in entries:
+        epsilon = math.inf if entry["dp"] is None else float(entry["dp"]["epsilon"])
+        best = out.get(epsilon)
+        if best is None or entry["rounds"] >= best["rounds"]:
+            out[epsilon] = entry
+    return out
+
+
+def plot(rows: list[dict[str, Any]], recovery: dict[float, Any] | None, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    finite = [row["epsilon"] for row in rows if math.isfinite(row["epsilon"])]
+    right = 2 * max(finite) if finite else 32.0  # where ∞ is drawn
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for method in dict.fromkeys(row["method"] for row in rows):
+        mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["epsilon"])
+        xs = [r["epsilon"] if math.isfinite(r["epsilon"]) else right for r in mine]
+        for split, style in (("test_known", "-o"), ("unknown", "--s")):
+            axis.plot(xs, [r[f"{split}_eer"] for r in mine], style, label=f"{method} {split}")
+    axis.set_xscale("log", base=2)
+    ticks = sorted(set(finite)) + [right]
+    axis.set_xticks(ticks, [f"{t:g}" for t in ticks[:-1]] + ["∞ (off)"])
+    axis.set_xlabel("ε (user-level, whole run)")
+    axis.set_ylabel("EER")
+    axis.set_title("EER against the privacy budget")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    paths.append(save_figure(figure, out / "eer-vs-epsilon.png"))
+    if recovery:
+        figure, axis = plt.subplots(figsize=(6, 4))
+        for method in dict.fromkeys(row["method"] for row in rows):
+            if method != "feduv":
+                continue
+            mine = [r for r in rows if r["method"] == method and r["epsilon"] in recovery]
+            mine.sort(key=lambda r: r["epsilon"])
+            xs = [recovery[r["epsilon"]]["whole_decoded"] or 0.0 for r in mine]
+            axis.plot(xs, [r["test_known_eer"] for r in mine], "-o", label=f"{method} test_known")
+            for x, r in zip(xs, mine, strict=True):
+                label = "∞" if not math.isfinite(r["epsilon"]) else f"{r['epsilon']:g}"
+                axis.annotate(f"ε {label}", (x, r["test_known_eer"]), fontsize=8)
+        axis.set_xlabel("whole codewords recovered by disaggregation (decoded)")
+        axis.set_ylabel("EER")
+        axis.set_title("Accuracy against what the server recovers")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+        paths.append(save_figure(figure, out / "eer-vs-recovery.png"))
+    plt.close("all")
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", default="synth-voices")
+    parser.add_argument("--scale", default="dp", choices=["dp", "tiny"])
+    parser.add_argument("--epsilons", default="inf,16,8,4,2")
+    parser.add_argument("--methods", default="feduv,fedhide")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--audit", type=Path, help="an audit.json with --dp-epsilon entries")
+    parser.add_argument("--out", type=Path, default=Path("results/privacy"))
+    parser.add_argument("--cache", type=Path, default=Path("results/runs"))
+    parser.add_argument("--root")
+    args = parser.parse_args()
+    if args.scale == "tiny":
+        args.dataset = "formant-voices"
+
+    epsilons = parse_epsilons(args.epsilons)
+    methods = [m.strip() for m in args.methods.split(",")]
+    data = dataset_file(args.scale, args.dataset, args.root)
+    rows = []
+    for method in methods:
+        for epsilon in epsilons:
+            values = run_settings(args, method, epsilon, data)
+            label = f"{method} ε={epsilon:g}"
+            folder = train_once(args.cache, label, values, args.root)
+            rows.append(row_of(folder, method, epsilon))
+    recovery = recovery_by_epsilon(args.audit) if args.audit else None
+    config = RunConfig.from_flat({**run_settings(args, methods[0], epsilons[-1], data)})
+    header = ["method", "ε", "z (z_Δ)", "test_known EER", "unknown EER", "P_leak", "wall-clock"]
+    if recovery:
+        header += ["whole codewords recovered (audit)", "bits (audit)"]
+    table = []
+    for row in rows:
+        eps = row["epsilon"]
+        noise = "–" if row["noise_multiplier"] is None else f"{row['noise_multiplier']:.3f}"
+        if row["update_noise_multiplier"] is not None:
+            noise += f" ({row['update_noise_multiplier']:.3f})"
+        line = [
+            row["method"],
+            "∞ (off)" if not math.isfinite(eps) else f"{eps:g}",
+            noise,
+            f"{row['test_known_eer']:.3f}",
+            f"{row['unknown_eer']:.3f}",
+            "–" if row["p_leak"] is None else f"{row['p_leak']:.3f}",
+            f"{row['seconds'] / 60:.1f} min ({row['device']})",
+        ]
+        if recovery:
+            entry = recovery.get(eps) if row["method"] == "feduv" else None
+            line += ["–", "–"] if entry is None else [
+                f"{100 * (entry['whole_decoded'] or 0):.1f} %", f"{100 * entry['bits']:.1f} %"
+            ]
+        table.append(line)
+    device = f"{platform.processor() or platform.machine()}, {config.device}"
+    title = (
+        f"Privacy–accuracy: {config.data.clients} users, cohorts of "
+        f"{round(config.schedule.fraction * config.data.clients)}, {config.schedule.rounds} rounds"
+    )
+    write_table(args.out / "privacy-curve.md", title, header, table)
+    write_json(
+        args.out / "privacy-curve.json",
+        {"mechanism": MECHANISM, "device": device, "rows": rows,
+         "recovery": {str(k): v for k, v in (recovery or {}).items()}},
+    )  # fmt: skip
+    for path in plot(rows, recovery, args.out):
+        print(f"figure: {path}")
+    print(f"runs: {', '.join(run_folder(args.cache, RunConfig.from_flat(run_settings(args, m, e, data))).name for m in methods for e in epsilons)}")  # noqa: E501
+
+
+if __name__ == "__main__":
+    main()
