@@ -39,7 +39,7 @@ def deploy_local(
     method: Annotated[str, typer.Option(help="feduv, fedhide, fedaws, fedgn or fedcs.")],
     out: Annotated[Path, typer.Option(help="The server's run folder.")],
     rounds: Annotated[int, typer.Option(help="Federated rounds.")] = 5,
-    fraction: Annotated[float, typer.Option(help="ε: the share of devices in a round.")] = 1.0,
+    fraction: Annotated[float, typer.Option(help="The share of devices in a round.")] = 1.0,
     secagg: Annotated[
         str, typer.Option(help="auto (SecAgg+ for FedUV and for --dp distributed), on or off.")
     ] = "auto",

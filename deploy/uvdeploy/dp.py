@@ -224,8 +224,9 @@ class DeviceDP(Aggregator):
         """SecAgg+'s per-entry range for this round: Flower's 8.0, or wide enough that an entry
         of a clipped update (at most ``C_r``) plus 8 standard deviations of its noise share (and
         the bit with its share) is never cut by the quantization (which would cut the noise)."""
-        share = self.plan.update_noise * self.clip_norm / math.sqrt(self.survivors)
-        widest = self.clip_norm + 8 * share if self.plan.mechanism == "distributed" else 0.0
+        widest = self.clip_norm
+        if self.plan.mechanism == "distributed":
+            widest += 8 * self.plan.update_noise * self.clip_norm / math.sqrt(self.survivors)
         if self.plan.adaptive is not None:
             count_share = self.plan.adaptive.count_std / math.sqrt(self.survivors)
             widest = max(widest, 1 + 8 * count_share)

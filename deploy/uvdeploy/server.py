@@ -523,7 +523,7 @@ class FederatedServer:
         if secure is not None:  # SecAgg+ unmasks no sum of fewer than m_min devices
             secure.reconstruction_threshold = float(survivors)
         self.dp = self.aggregator = dp
-        shares = f", noise shares for >= {survivors} of {cohort}" if secure is not None else ""
+        shares = f", sums of >= {survivors} of {cohort} devices" if secure is not None else ""
         self.echo(
             f"user-level DP, {plan.mechanism}: ε = {plan.epsilon:.3g}, δ = {plan.delta:.3g} "
             f"over {plan.rounds} rounds (z = {plan.noise_multiplier:.3g}, C = "
