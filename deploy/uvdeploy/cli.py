@@ -39,8 +39,45 @@ def deploy_local(
     method: Annotated[str, typer.Option(help="feduv, fedhide, fedaws, fedgn or fedcs.")],
     out: Annotated[Path, typer.Option(help="The server's run folder.")],
     rounds: Annotated[int, typer.Option(help="Federated rounds.")] = 5,
-    fraction: Annotated[float, typer.Option(help="ε: the share of devices in a round.")] = 1.0,
-    secagg: Annotated[str, typer.Option(help="auto (SecAgg+ for FedUV), on or off.")] = "auto",
+    fraction: Annotated[float, typer.Option(help="The share of devices in a round.")] = 1.0,
+    secagg: Annotated[
+        str, typer.Option(help="auto (SecAgg+ for FedUV and for --dp distributed), on or off.")
+    ] = "auto",
+    dp: Annotated[
+        str,
+        typer.Option(
+            help="User-level differential privacy: auto (distributed when SecAgg+ is on, off "
+            "otherwise), off, central or distributed."
+        ),
+    ] = "auto",
+    dp_epsilon: Annotated[
+        float | None, typer.Option(help="DP budget ε of the whole run [default: 8].")
+    ] = None,
+    dp_delta: Annotated[float | None, typer.Option(help="DP δ [default: 0.1 / devices].")] = None,
+    dp_noise_multiplier: Annotated[
+        float | None, typer.Option(help="DP noise multiplier z (instead of --dp-epsilon).")
+    ] = None,
+    clip_norm: Annotated[
+        float | None,
+        typer.Option(help="DP: each device's update clipped to this L2 norm [default: 1.0]."),
+    ] = None,
+    adaptive_clipping: Annotated[
+        bool | None,
+        typer.Option(
+            "--adaptive-clipping/--no-adaptive-clipping",
+            help="DP: the clip norm follows a quantile of the update norms [default: off].",
+        ),
+    ] = None,
+    clip_quantile: Annotated[
+        float | None, typer.Option(help="Adaptive clipping: the quantile γ [default: 0.5].")
+    ] = None,
+    clip_learning_rate: Annotated[
+        float | None, typer.Option(help="Adaptive clipping: the step η_C [default: 0.2].")
+    ] = None,
+    clip_count_std: Annotated[
+        float | None,
+        typer.Option(help="Adaptive clipping: noise std σ_b of the count [default: cohort/20]."),
+    ] = None,
     user: Annotated[str, typer.Option(help="The devices' template name.")] = "default",
     set_: Annotated[
         list[str] | None,
@@ -49,7 +86,8 @@ def deploy_local(
     timeout: Annotated[float | None, typer.Option(help="Give up after so many seconds.")] = None,
 ) -> None:
     """A whole federation on this machine: a SuperLink and one SuperNode per device on
-    loopback, `flwr run`, then every process stopped. Needs UVSDK_PASSPHRASE."""
+    loopback, `flwr run`, then every process stopped. Needs UVSDK_PASSPHRASE. With DP (the
+    default under SecAgg+) the devices clip and noise their updates (docs/deploy.md)."""
     from uvtrain.config import read_toml_value
 
     from .local import run_local
@@ -59,7 +97,19 @@ def deploy_local(
         "rounds": rounds,
         "fraction": fraction,
         "secagg": secagg,
+        "dp": dp,
     }
+    optional = {
+        "dp_epsilon": dp_epsilon,
+        "dp_delta": dp_delta,
+        "dp_noise_multiplier": dp_noise_multiplier,
+        "clip_norm": clip_norm,
+        "adaptive_clipping": adaptive_clipping,
+        "clip_quantile": clip_quantile,
+        "clip_learning_rate": clip_learning_rate,
+        "clip_count_std": clip_count_std,
+    }
+    values.update({key: value for key, value in optional.items() if value is not None})
     for item in set_ or []:
         key, equals, value = item.partition("=")
         if not equals or not key.strip():
@@ -67,9 +117,14 @@ def deploy_local(
         values[key.strip()] = read_toml_value(value)
     report = run_local(devices, out, values, echo=typer.echo, timeout=timeout, user=user)
     throughput = report["throughput"]
+    privacy = report.get("privacy")
+    spent = (
+        "" if privacy is None else f", {privacy['mechanism']} DP at ε = {privacy['epsilon']:.3g}"
+    )
     typer.echo(
         f"{report['method']}: {report['rounds']} rounds on {report['deployment']['devices']} "
-        f"devices, {throughput['rounds_per_s'] or 0:.3f} rounds/s; report: {out / 'report.json'}"
+        f"devices{spent}, {throughput['rounds_per_s'] or 0:.3f} rounds/s; report: "
+        f"{out / 'report.json'}"
     )
 
 

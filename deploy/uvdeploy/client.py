@@ -11,7 +11,8 @@ enrollment decodes them; ``store`` is the SDK's encrypted template store, opened
 final model is written; ``user`` names the template (default ``default``).
 
 What leaves the device: its parameter update (masked by SecAgg+ for FedUV, so the server sees
-only the cohort's sum), its sample count, its loss, its user id (assigned by the server), and its
+only the cohort's sum; with DP clipped and, distributed, with the device's share of the noise,
+whose seed never leaves it), its sample count, its loss, its user id (assigned by the server), and its
 method's message — FedHide's proxy prototype, FedAwS's class embedding (as the FedAwS paper has
 it). What never leaves it: its samples, its FedUV codeword (made by the SDK from the server's
 code and kept encrypted in the store), its private prototype, its threshold.
@@ -60,7 +61,7 @@ def train(msg: Message, context: Context) -> Message:
     me = _device(context)
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     secure = RECORD_KEY_CONFIGS in msg.content.config_records
-    me.check_round(secure)
+    me.check_round(secure, str(fitins.config.get("dp", "off")))
     kept = context.state.array_records.get(_PRIVATE)
     state = dict(kept.to_torch_state_dict()) if kept else {}
     update, count, metrics, private = me.train(

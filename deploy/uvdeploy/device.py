@@ -20,6 +20,7 @@ from uvtrain.algorithms.base import overrides
 from uvtrain.engine import draw_batches, local_update, split_parameters
 from uvtrain.io import atomic_write
 
+from .dp import private_update
 from .errors import DeviceError
 from .settings import DeploySettings, build_model, from_arrays, pack, unpack
 
@@ -139,16 +140,27 @@ class Device:
             constants["codeword"] = torch.from_numpy(bipolar(template.codeword))
         return constants
 
-    def check_round(self, secure: bool) -> None:
+    def check_round(self, secure: bool, dp: str = "off") -> None:
         """Refuse a plain round of a method whose plain update reveals a device's secret
         (:attr:`~uvtrain.algorithms.base.FedAvg.update_reveals_secret`; FedUV's codeword,
-        docs/privacy.md), unless the node config says ``allow_plain_feduv=true``."""
+        docs/privacy.md), unless the node config says ``allow_plain_feduv=true``; refuse a
+        distributed-DP round outside SecAgg+ (the update would carry only a share of the noise)
+        and a round whose DP is not the run's."""
         algorithm = self.settings.algorithm()
         if algorithm.update_reveals_secret and not secure and not self.allow_plain:
             secret = " and ".join(algorithm.device_secrets) or "a secret"
             raise DeviceError(
                 f"refusing to send a plain {type(algorithm).__name__} update (it reveals the "
                 f"{secret}): the server must run SecAgg+ (secagg=auto or on)"
+            )
+        if dp == "distributed" and not secure:
+            raise DeviceError(
+                "refusing to send a distributed-DP update outside SecAgg+: it carries only a "
+                "share of the noise"
+            )
+        if dp != self.settings.mechanism:
+            raise DeviceError(
+                f"the round asks for dp {dp!r}, the run's settings say {self.settings.mechanism!r}"
             )
 
     def train(
@@ -157,12 +169,16 @@ class Device:
         config: dict[str, Any],
         state: dict[str, torch.Tensor],
         rng: np.random.Generator | None = None,
+        noise: torch.Generator | None = None,
     ) -> tuple[list[np.ndarray], int, dict[str, Any], dict[str, torch.Tensor]]:
         """One round: the run's local update from the global weights, with the simulator's code.
 
         Returns the parameter *update* (θ_k − θ: what SecAgg+ sums; small values quantise
         finely), the sample count, the metrics (loss and the method's message) and the private
-        state to keep.
+        state to keep. With DP (``config["dp"]``, :func:`uvdeploy.dp.private_update`) the update
+        is clipped (and noised: distributed) with the bit of adaptive clipping appended, and the
+        count is 1 (every device weighs the same). ``rng``, ``noise``: tests pass their own; a
+        device draws its batches and its noise from fresh secret seeds, which it never keeps.
         """
         settings, algorithm = self.settings, self.settings.algorithm()
         model = build_model(settings, int(config["devices"]))
@@ -194,7 +210,15 @@ class Device:
                 message_constants["noise"] = torch.randn(dim, generator=_generator())
             message = algorithm.client_message(private, message_constants, shared)
             metrics["message"] = pack(message)
-        update = [(trained[n] - glob[n]).numpy() for n in sorted(glob)]
+        delta = {name: trained[name] - glob[name] for name in sorted(glob)}
+        if str(config.get("dp", "off")) != "off":
+            if int(config["dp_survivors"]) < (settings.min_cohort if settings.secure else 1):
+                raise DeviceError(
+                    f"the round calibrates the noise to {config['dp_survivors']} survivors, "
+                    f"fewer than the run's min_cohort {settings.min_cohort}"
+                )
+            return private_update(delta, config, noise), 1, metrics, private
+        update = [value.numpy() for value in delta.values()]
         return update, len(samples), metrics, private
 
     # -- the end of the run ---------------------------------------------------------------------

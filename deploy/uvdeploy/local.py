@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from uvtrain.io import REPORT, STATUS, atomic_write, read_json
+from uvtrain.io import CHECKPOINT, CONFIG, REPORT, STATUS, atomic_write, read_json
 
 from .errors import LaunchError
 from .settings import DeploySettings
@@ -305,7 +305,14 @@ def run_local(
         )
     out = Path(out).resolve()
     settings = {"min_devices": len(devices), **values, "out": str(out)}
-    DeploySettings.from_run_config(settings)  # a bad key or value fails here, before any process
+    # a bad key or value fails here, before any process starts; so does a DP run that cannot
+    # keep within its budget or would train a DP run further (the server checks both again)
+    from .dp import check_rounds, plan
+
+    parsed = DeploySettings.from_run_config(settings)
+    plan(parsed, len(devices))
+    if (out / CHECKPOINT).exists() and (out / CONFIG).exists():
+        check_rounds(parsed, read_json(out / CONFIG), out)
     out.mkdir(parents=True, exist_ok=True)
     workspace = out / "federation"
     shutil.rmtree(workspace, ignore_errors=True)

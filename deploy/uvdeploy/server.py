@@ -21,6 +21,12 @@ What the server does, in order:
 4. writes ``config.json``, ``metrics.jsonl``, ``checkpoint.pt`` (resumable), ``report.json`` and
    ``status.json`` to ``OUT``, exports ``model.uvb`` and sends it to every device, which enrolls
    with its own samples (the warm-up threshold never leaves it).
+
+With user-level differential privacy (``dp``, :mod:`uvdeploy.dp`) the mechanism is planned after
+registration, before round 1 (a run that cannot keep within its budget does not start); the
+devices clip (and, distributed, noise) their updates, the aggregator is
+:class:`~uvdeploy.dp.DeviceDP` (around SecAgg+ in secure rounds), a secure round finishes with
+the survivors when at least ``m_min`` remain, and each round's log line states the ε spent.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ from uvtrain.io import (
     trim_metrics,
     write_json,
 )
+from uvtrain.privacy import clip_updates
 from uvtrain.rounds import (
     Aggregator,
     ClientUpdates,
@@ -78,6 +85,8 @@ from uvtrain.rounds import (
 )
 from uvtrain.run import engine_config
 
+from .dp import LEDGER, DeviceDP, check_rounds, min_survivors, released
+from .dp import plan as plan_privacy
 from .errors import DeploymentError
 from .settings import DeploySettings, build_model, pack, to_arrays, unpack
 
@@ -122,10 +131,15 @@ class FlowerSecAggPlus(Aggregator):
         return updates.aggregate
 
     def collect(
-        self, instructions: list[tuple[int, FitIns]], round_number: int, max_weight: float
+        self,
+        instructions: list[tuple[int, FitIns]],
+        round_number: int,
+        max_weight: float,
+        clipping_range: float = 8.0,
     ) -> tuple[Replies, list[np.ndarray] | None]:
         """Run the workflow for one round: the devices' replies (counts, losses, messages) and
-        the unmasked weighted mean update (``None`` when the workflow did not complete)."""
+        the unmasked weighted mean update (``None`` when the workflow did not complete);
+        ``clipping_range``: SecAgg+'s per-entry quantization range."""
         replies = Replies()
         strategy = CohortStrategy(instructions, self.grid, self.context.run_id, replies)
         legacy = LegacyContext(self.context, strategy=strategy)
@@ -140,6 +154,7 @@ class FlowerSecAggPlus(Aggregator):
             num_shares=int(shares) if shares > 1 else float(shares),
             reconstruction_threshold=int(threshold) if threshold > 1 else float(threshold),
             max_weight=max_weight,
+            clipping_range=clipping_range,
             timeout=self.timeout,
         )
         workflow(self.grid, legacy)
@@ -176,6 +191,7 @@ class FederatedServer:
             if self.secure
             else WeightedMean(self.algorithm)
         )
+        self.dp: DeviceDP | None = None  # planned after registration (run)
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -271,14 +287,12 @@ class FederatedServer:
 
     def cohort(self, round_number: int, nodes: list[int]) -> list[int]:
         """The round's devices, drawn from ``(seed, round)`` as the simulator draws clients."""
-        count = max(1, round(self.config.schedule.fraction * len(nodes)))
-        if self.secure:
-            count = max(count, self.settings.min_cohort)
-            if len(nodes) < self.settings.min_cohort:
-                raise DeploymentError(
-                    f"{len(nodes)} device(s): a secure round needs min_cohort = "
-                    f"{self.settings.min_cohort} (a sum over fewer reveals too much)"
-                )
+        count = self.settings.cohort_size(len(nodes))
+        if self.secure and len(nodes) < self.settings.min_cohort:
+            raise DeploymentError(
+                f"{len(nodes)} device(s): a secure round needs min_cohort = "
+                f"{self.settings.min_cohort} (a sum over fewer reveals too much)"
+            )
         picked = sample_cohort(self.config.seed, round_number, len(nodes), count)
         return sorted(nodes[i] for i in picked)
 
@@ -291,6 +305,7 @@ class FederatedServer:
             "devices": len(self.roster),
             "shared": pack(view) if view else b"",
             "code_sha256": self.code.fingerprint if self.code is not None else "",
+            **(self.dp.instructions() if self.dp is not None else {"dp": "off"}),
         }
         return FitIns(ndarrays_to_parameters(to_arrays(self.params)), config)
 
@@ -328,25 +343,37 @@ class FederatedServer:
         (secure rounds: ``fused`` must be the :class:`FlowerSecAggPlus` aggregator)."""
         nodes = [self.node_of_row[int(row)] for row in plan.clients]
         instructions = [(node, self._fit_ins(node, plan.number, plan.lr)) for node in nodes]
+        dp = fused if isinstance(fused, DeviceDP) else None
+        secagg = dp.secure if dp is not None else fused
         mean: list[np.ndarray] | None = None
         if self.secure:
-            if not isinstance(fused, FlowerSecAggPlus):
+            if not isinstance(secagg, FlowerSecAggPlus):
                 raise DeploymentError(
                     f"round {plan.number}: a secure round aggregates inside SecAgg+ as the "
                     "devices train; it cannot run with another aggregator or postprocessing"
                 )
-            # the weights are sample counts: room for the largest device's
-            max_weight = float(max(self.samples[node] for node in nodes)) * 1.01
-            replies, mean = fused.collect(instructions, plan.number, max_weight)
+            if dp is not None:  # every device weighs the same: each reports one sample
+                range_ = dp.quantization_range()
+                replies, mean = secagg.collect(instructions, plan.number, 1.0, range_)
+            else:  # the weights are sample counts: room for the largest device's
+                max_weight = float(max(self.samples[node] for node in nodes)) * 1.01
+                replies, mean = secagg.collect(instructions, plan.number, max_weight)
         else:
             replies = self._send(instructions, plan.number)
         if replies.failures or len(replies.node_ids) < len(nodes):
             missing = len(nodes) - len(replies.node_ids)
             detail = replies.failures[0] if replies.failures else "no reply"
-            raise DeploymentError(
-                f"round {plan.number}: {missing} of {len(nodes)} device(s) failed ({detail}); "
-                "stopped (the last checkpoint is intact)"
-            )
+            if dp is not None and mean is not None and len(replies.node_ids) >= dp.survivors:
+                # SecAgg+ finished with the survivors: their sum carries at least the full noise
+                self.echo(
+                    f"round {plan.number}: {missing} of {len(nodes)} device(s) dropped out "
+                    f"({detail}); the sum of the other {len(replies.node_ids)} is released"
+                )
+            else:
+                raise DeploymentError(
+                    f"round {plan.number}: {missing} of {len(nodes)} device(s) failed "
+                    f"({detail}); stopped (the last checkpoint is intact)"
+                )
         if self.secure and mean is None:
             raise DeploymentError(
                 f"round {plan.number}: the aggregation did not complete (secure aggregation "
@@ -362,7 +389,10 @@ class FederatedServer:
             metrics={"loss": float((counts * losses[:, 0]).sum() / counts.sum())},
         )
         names = sorted(self.params)
-        if mean is not None:
+        if dp is not None:
+            updates.aggregate, dp_metrics = self._release(dp, replies, mean, plan.number)
+            updates.metrics.update(dp_metrics)
+        elif mean is not None:
             updates.aggregate = {
                 name: value + torch.from_numpy(np.array(mean[i])).to(value.dtype)
                 for i, (name, value) in enumerate(sorted(self.params.items()))
@@ -376,6 +406,39 @@ class FederatedServer:
             unpacked = [unpack(bytes(m["message"])) for m in replies.metrics]
             updates.messages = {k: torch.stack([u[k] for u in unpacked]) for k in unpacked[0]}
         return updates
+
+    def _release(
+        self, dp: DeviceDP, replies: Replies, mean: list[np.ndarray] | None, round_number: int
+    ) -> tuple[Tensors, dict[str, Any]]:
+        """A DP round's new parameters from the survivors' sum: SecAgg+'s mean over the ``m′``
+        survivors times ``m′`` (secure), or the sum of the devices' clipped updates, clipped
+        again here with the same code (plain, central: the server holds the bound itself); the
+        devices' bits (adaptive clipping) are the last array."""
+        names = sorted(self.params)
+        survivors = len(replies.node_ids)
+        adaptive = dp.plan.adaptive is not None
+        expected = len(names) + int(adaptive)
+        if mean is not None:
+            if len(mean) != expected:
+                raise DeploymentError(f"round {round_number}: {len(mean)} arrays, not {expected}")
+            sums = [np.asarray(array, dtype=np.float64) * survivors for array in mean]
+            total = {
+                name: torch.from_numpy(sums[i]).to(self.params[name].dtype)
+                for i, name in enumerate(names)
+            }
+            unclipped = float(sums[-1].reshape(-1)[0]) if adaptive else None
+        else:
+            if any(len(update) != expected for update in replies.updates):
+                raise DeploymentError(f"round {round_number}: a device sent a malformed update")
+            stacked = {
+                name: torch.stack([torch.from_numpy(np.array(u[i])) for u in replies.updates])
+                for i, name in enumerate(names)
+            }
+            clipped, _ = clip_updates(stacked, dp.clip_norm)
+            total = {name: value.sum(0) for name, value in clipped.items()}
+            bits = [float(np.asarray(u[-1]).reshape(-1)[0]) for u in replies.updates]
+            unclipped = float(sum(bits)) if adaptive else None
+        return dp.release(self.params, total, unclipped, survivors, round_number)
 
     def round(self, round_number: int, nodes: list[int]) -> dict[str, Any]:
         """One round (:func:`uvtrain.rounds.run_round`), then the check that the model changed
@@ -405,6 +468,8 @@ class FederatedServer:
             "shared": {k: v.cpu() for k, v in self.shared.items()},
             "roster": list(self.roster),
         }
+        if self.dp is not None:
+            state["privacy"] = self.dp.state_dict()
         atomic_write(self.folder / CHECKPOINT, lambda file: torch.save(state, file))
 
     def _resume(self) -> tuple[int, list[int] | None, dict[str, Any] | None]:
@@ -420,10 +485,51 @@ class FederatedServer:
             raise ConfigError(
                 f"{self.folder} holds a run with other settings ({', '.join(differing)})"
             )
+        check_rounds(self.settings, previous, self.folder)
         state = read_checkpoint(checkpoint)
         return int(state["round"]), [int(u) for u in state["roster"]], state
 
     # -- the run -------------------------------------------------------------------------------
+
+    def _plan_privacy(self, state: dict[str, Any] | None) -> None:
+        """The run's DP mechanism (:mod:`uvdeploy.dp`), planned for the roster before round 1,
+        with the clip norm the checkpoint kept; refused when the budget cannot hold or when a
+        noisy aggregate was released after the checkpoint (running its round again would spend
+        more than planned)."""
+        if self.settings.mechanism == "off":
+            return
+        users = len(self.roster)
+        if len(self.rows) < users:
+            raise DeploymentError(
+                f"a DP run draws its cohorts from the {users} devices it was planned for; "
+                f"{len(self.rows)} of them are connected (its sampling rate would change)"
+            )
+        plan = plan_privacy(self.settings, users)
+        assert plan is not None
+        cohort = self.settings.cohort_size(users)
+        survivors = min_survivors(self.settings, cohort)
+        secure = self.aggregator if isinstance(self.aggregator, FlowerSecAggPlus) else None
+        dp = DeviceDP(plan, survivors, secure, self.folder / LEDGER)
+        if state is not None:
+            if "privacy" not in state:
+                raise ConfigError(f"{self.folder / CHECKPOINT} holds no DP state")
+            dp.load_state_dict(state["privacy"])
+        if released(self.folder) > dp.releases:
+            raise DeploymentError(
+                f"{self.folder}: a noisy aggregate was released after the last checkpoint "
+                f"(round {dp.releases + 1} did not complete); running it again would spend more "
+                "than the planned ε: start a new run folder"
+            )
+        if secure is not None:  # SecAgg+ unmasks no sum of fewer than m_min devices
+            secure.reconstruction_threshold = float(survivors)
+        self.dp = self.aggregator = dp
+        shares = f", sums of >= {survivors} of {cohort} devices" if secure is not None else ""
+        self.echo(
+            f"user-level DP, {plan.mechanism}: ε = {plan.epsilon:.3g}, δ = {plan.delta:.3g} "
+            f"over {plan.rounds} rounds (z = {plan.noise_multiplier:.3g}, C = "
+            f"{plan.clip_norm:g}{', adaptive' if plan.adaptive else ''}, q = "
+            f"{plan.sampling_rate:.3g}{shares})"
+        )
 
     def run(self) -> dict[str, Any]:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -447,6 +553,7 @@ class FederatedServer:
             self.shared = dict(state["shared"])
             trim_metrics(self.folder / METRICS, start_round)
             self.echo(f"resumed at round {start_round}")
+        self._plan_privacy(state)
         mode = "SecAgg+" if self.secure else "plain FedAvg"
         self.echo(f"{self.config.method.name}: {self.config.schedule.rounds} rounds, {mode}")
         started = time.perf_counter()
@@ -458,11 +565,15 @@ class FederatedServer:
                 updates += metrics["clients"]
                 log.write(json_text(metrics) + "\n")
                 log.flush()
-                if round_number % self.config.checkpoint_every == 0:
+                # a DP run keeps every round: a round resumed twice would be released twice
+                if self.dp is not None or round_number % self.config.checkpoint_every == 0:
                     self._save(round_number)
+                spent = ""
+                if self.dp is not None:
+                    spent = f", ε spent {metrics['epsilon']:.3g} of {self.dp.plan.epsilon:.3g}"
                 self.echo(
                     f"round {round_number}/{self.config.schedule.rounds}: loss {metrics['loss']:.4f}, "
-                    f"{metrics['clients']} devices, {metrics['seconds']:.1f} s"
+                    f"{metrics['clients']} devices, {metrics['seconds']:.1f} s{spent}"
                 )
         self._save(self.config.schedule.rounds)
         seconds = time.perf_counter() - started
@@ -477,6 +588,9 @@ class FederatedServer:
             "splits": {},
             "warmup": {"target_tpr": self.config.target_tpr, **enrolled},
             "leakage": None,
+            "privacy": None
+            if self.dp is None
+            else {**self.dp.plan.report(), "min_survivors": self.dp.survivors},
             "throughput": {
                 "client_updates_per_s": updates / seconds if updates else None,
                 "rounds_per_s": rounds_done / seconds if rounds_done else None,

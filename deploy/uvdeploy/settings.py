@@ -4,8 +4,9 @@ config), the model they build from them, and how tensors travel inside Flower's 
 The run config holds the simulator's :class:`~uvtrain.config.RunConfig` keys (``method``,
 ``rounds``, ``fraction``, ``lr``, ``code_length``, λ, α, K, ...) plus what only a deployment
 needs: the input the devices' files are decoded to (``modality``, ``sample_rate``,
-``window_seconds``, ``hop_seconds``, ``min_seconds``, ``image_size``), ``secagg``, the cohort and
-the server's run folder ``out``. Both sides read the same values, so both build the same network.
+``window_seconds``, ``hop_seconds``, ``min_seconds``, ``image_size``), ``secagg``, ``dp`` (the
+simulator's privacy keys ``dp_epsilon``, ``clip_norm``, ... are run keys), the cohort and the
+server's run folder ``out``. Both sides read the same values, so both build the same network.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from uvtrain.algorithms.base import FedAvg, Tensors
+from uvtrain.algorithms.base import FedAvg, Tensors, overrides
 from uvtrain.config import RunConfig, flower_keys
 from uvtrain.errors import ConfigError
+
+#: The deployment's ``dp`` values (``auto``: distributed under SecAgg+, off otherwise).
+DP_CHOICES = ("auto", "off", "central", "distributed")
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,14 @@ class DeploySettings:
     as failed. ``export``: write ``model.uvb`` after the last round
     and send it to the devices, which enroll with it. ``sign_key``: an Ed25519 key (PEM) to sign
     that bundle.
+
+    ``dp``: user-level differential privacy (:mod:`uvdeploy.dp`): ``"auto"`` (``distributed``
+    whenever the rounds run under SecAgg+, ``off`` otherwise), ``"off"``, ``"central"`` (devices
+    clip, the server adds the noise) or ``"distributed"`` (devices clip and add their share of
+    the noise; needs SecAgg+, which ``secagg = "auto"`` then turns on). Its budget and clipping
+    are the run's privacy keys (``dp_epsilon``, default
+    :data:`~uvtrain.privacy.SECURE_DEFAULT_EPSILON`, ``dp_delta``, ``dp_noise_multiplier``,
+    ``clip_norm``, ``adaptive_clipping``, ...).
     """
 
     run: RunConfig
@@ -50,6 +62,7 @@ class DeploySettings:
     min_seconds: float = 0.5
     image_size: str = "64x64x1"
     secagg: str = "auto"
+    dp: str = "auto"
     min_devices: int = 2
     min_cohort: int = 3
     num_shares: float = 1.0
@@ -68,6 +81,8 @@ class DeploySettings:
             raise ConfigError(f"modality must be 'audio' or 'image', not {self.modality!r}")
         if self.secagg not in ("auto", "on", "off"):
             raise ConfigError(f"secagg must be auto, on or off, not {self.secagg!r}")
+        if self.dp not in DP_CHOICES:
+            raise ConfigError(f"dp must be one of {', '.join(DP_CHOICES)}, not {self.dp!r}")
         if self.min_devices < 1 or self.min_cohort < 2:
             raise ConfigError("min_devices must be >= 1 and min_cohort >= 2")
         if self.wait_seconds <= 0 or self.round_seconds <= 0:
@@ -75,6 +90,30 @@ class DeploySettings:
         if not 0 < self.reconstruction_threshold <= max(1.0, self.num_shares):
             raise ConfigError("reconstruction_threshold must be positive (and <= num_shares)")
         _ = self.spec  # validates image_size
+        self._check_privacy()
+
+    def _check_privacy(self) -> None:
+        mechanism, privacy = self.mechanism, self.run.privacy
+        if mechanism == "off":
+            return
+        if mechanism == "distributed" and not self.secure:
+            raise ConfigError(
+                "dp distributed needs secure aggregation (secagg auto or on): without it the "
+                "server would see each device's noisy update alone, which carries only a share "
+                "of the noise"
+            )
+        if self.run.method.setting != "cross-device":
+            raise ConfigError(
+                f"dp is user-level privacy of cross-device training; {self.run.method.name} is "
+                f"{self.run.method.setting}"
+            )
+        if overrides(self.algorithm(), "aggregate"):
+            raise ConfigError(
+                f"dp weighs every device the same: {self.run.method.name}'s own aggregation "
+                "cannot run with it"
+            )
+        if privacy.dp_epsilon is not None and privacy.dp_noise_multiplier is not None:
+            raise ConfigError("dp takes one of dp_epsilon and dp_noise_multiplier, not both")
 
     @classmethod
     def from_run_config(cls, values: Mapping[str, Any]) -> DeploySettings:
@@ -108,10 +147,26 @@ class DeploySettings:
 
     @property
     def secure(self) -> bool:
-        """Whether the rounds run under SecAgg+."""
+        """Whether the rounds run under SecAgg+ (``auto``: for a method whose plain update
+        reveals a secret, and for distributed DP, whose noise shares must be summed unseen)."""
         if self.secagg == "auto":
-            return self.algorithm().update_reveals_secret
+            return self.algorithm().update_reveals_secret or self.dp == "distributed"
         return self.secagg == "on"
+
+    @property
+    def mechanism(self) -> str:
+        """The run's DP mechanism: ``off``, ``central`` or ``distributed`` (``auto`` resolved)."""
+        if self.dp == "auto":
+            return "distributed" if self.secure else "off"
+        return self.dp
+
+    def cohort_size(self, devices: int) -> int:
+        """How many of ``devices`` a round draws: the share ``fraction`` (at least one; secure
+        rounds at least ``min_cohort``), at most all of them."""
+        count = max(1, round(self.run.schedule.fraction * devices))
+        if self.secure:
+            count = max(count, self.min_cohort)
+        return min(count, devices)
 
     @property
     def spec(self) -> dict[str, Any]:

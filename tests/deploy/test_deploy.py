@@ -15,6 +15,7 @@ pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
 from uvdeploy.device import Device, DeviceError  # noqa: E402
+from uvdeploy.errors import DeployError  # noqa: E402
 from uvdeploy.local import LaunchError, LocalFederation, app_dir  # noqa: E402
 from uvdeploy.settings import (  # noqa: E402
     DeploySettings,
@@ -74,6 +75,45 @@ def test_the_flower_app_declares_every_setting_with_its_default() -> None:
     }
 
 
+def test_dp_defaults_to_distributed_under_secagg_and_refuses_what_cannot_hold() -> None:
+    """``dp = "auto"``: distributed at ε = 8 whenever SecAgg+ is on, off otherwise; distributed
+    turns ``secagg = "auto"`` on and is refused with it off; the plan is made for the devices."""
+    from uvdeploy.dp import min_survivors, plan
+
+    feduv = DeploySettings.from_run_config({"method": "feduv", "rounds": 2, "fraction": 0.75})
+    assert feduv.secure and feduv.mechanism == "distributed"
+    assert DeploySettings.from_run_config({"method": "fedhide"}).mechanism == "off"
+    assert DeploySettings.from_run_config({"method": "feduv", "secagg": "off"}).mechanism == "off"
+    fedhide = DeploySettings.from_run_config({"method": "fedhide", "dp": "distributed"})
+    assert fedhide.secure and fedhide.mechanism == "distributed"
+    central = DeploySettings.from_run_config({"method": "fedhide", "dp": "central"})
+    assert not central.secure and central.mechanism == "central"
+    planned = plan(feduv, 4)
+    assert planned is not None and planned.mechanism == "distributed"
+    assert planned.epsilon == pytest.approx(8.0, rel=1e-2) and planned.epsilon <= 8.0
+    assert planned.sampling_rate == 0.75 and planned.delta == pytest.approx(0.1 / 4)
+    assert (
+        planned.rounds == 2
+        and plan(DeploySettings.from_run_config({"method": "fedaws"}), 4) is None
+    )
+    # the noise shares are calibrated to the fewest survivors SecAgg+ can finish with:
+    # max(its threshold, min_cohort), which the server gives the workflow
+    assert min_survivors(feduv, 3) == 3 and min_survivors(feduv, 10) == 5
+    strict = DeploySettings.from_run_config({"method": "feduv", "reconstruction_threshold": 1.0})
+    assert min_survivors(strict, 10) == 10
+    assert min_survivors(central, 7) == 7  # plain rounds: a failed device stops the round
+    for values, message in (
+        ({"dp": "distributed", "secagg": "off"}, "dp distributed needs secure aggregation"),
+        ({"dp_epsilon": 0.0}, "dp_epsilon must be positive"),
+        ({"dp_epsilon": 2.0, "dp_noise_multiplier": 1.0}, "not both"),
+        ({"dp": "maybe"}, "dp must be one of"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            DeploySettings.from_run_config({"method": "feduv", **values})
+    with pytest.raises(ConfigError, match="spends the whole budget"):  # adaptive clipping's count
+        plan(DeploySettings.from_run_config({"method": "feduv", "adaptive_clipping": True}), 4)
+
+
 def test_fedaws_sends_a_device_only_its_own_class_embedding() -> None:
     algorithm = DeploySettings.from_run_config({"method": "fedaws"}).algorithm()
     shared = {"embeddings": torch.randn(5, 8)}
@@ -126,6 +166,84 @@ def test_a_devices_update_is_the_simulators(
     torch.testing.assert_close(kept["prototype"], expected_private["prototype"][0])
 
 
+def test_a_devices_dp_step_clips_and_adds_its_share_of_the_noise() -> None:
+    """The device's DP step (uvdeploy.dp.private_update): its update clipped to the round's
+    norm with the simulator's code; in distributed, noise of std z·C/√m_min (a test seed here,
+    a fresh secret one on a device); with adaptive clipping its noisy bit, last."""
+    from uvdeploy.dp import private_update
+    from uvtrain.privacy import update_norms
+
+    generator = torch.Generator().manual_seed(0)
+    big = {"w": 3.0 * torch.randn(100, 200, generator=generator), "b": torch.randn(50)}
+    small = {name: 1e-4 * value for name, value in big.items()}
+    central = {"dp": "central", "dp_clip_norm": 0.5}
+    clipped = private_update(big, central)
+    stacked = {name: torch.from_numpy(a)[None] for name, a in zip(("b", "w"), clipped, strict=True)}
+    assert float(update_norms(stacked)[0]) == pytest.approx(0.5, rel=1e-5)
+    for got, name in zip(private_update(small, central), ("b", "w"), strict=True):
+        assert np.array_equal(got, small[name].numpy())  # inside the bound: untouched
+    instructions = {
+        "dp": "distributed",
+        "dp_clip_norm": 0.5,
+        "dp_noise": 1.2,
+        "dp_survivors": 3,
+        "dp_adaptive": True,
+        "dp_count_std": 0.9,
+    }
+    noisy = private_update(small, instructions, torch.Generator().manual_seed(7))
+    assert len(noisy) == 3 and noisy[2].shape == (1,)
+    noise = np.concatenate(
+        [(noisy[0] - small["b"].numpy()), (noisy[1] - small["w"].numpy()).ravel()]
+    )
+    assert noise.std() == pytest.approx(1.2 * 0.5 / np.sqrt(3), rel=0.03)  # 20,050 entries
+    assert abs(noise.mean()) < 4 * 0.35 / np.sqrt(noise.size)
+    bits = [private_update(small, instructions)[2][0] for _ in range(300)]  # secret seeds
+    assert np.std(bits) == pytest.approx(0.9 / np.sqrt(3), rel=0.15)
+    assert np.mean(bits) == pytest.approx(1.0, abs=4 * 0.52 / np.sqrt(300))  # each unclipped
+    again = private_update(small, instructions)
+    assert not np.array_equal(again[1], private_update(small, instructions)[1])  # fresh noise
+
+
+def test_a_device_draws_its_noise_from_a_secret_seed_it_never_sends(
+    voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, caplog
+) -> None:
+    """A DP round on a real device: the noise's generator is seeded from `secrets` (caught here
+    to look for it), and the seed is in nothing the device returns, keeps or prints."""
+    import uvtrain.privacy
+
+    monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
+    settings = DeploySettings.from_run_config({"method": "fedhide", "dp": "distributed"})
+    folder = _device_folder(voice_dir, 1, tmp_path)
+    device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
+    seeds: list[int] = []
+    draw = uvtrain.privacy.secrets.randbits
+
+    def randbits(bits: int) -> int:
+        seeds.append(draw(bits))
+        return seeds[-1]
+
+    monkeypatch.setattr(uvtrain.privacy.secrets, "randbits", randbits)
+    caplog.set_level("DEBUG")
+    model = build_model(settings, 2)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    dim = int(model.backbone.embedding_dim)
+    shared = settings.algorithm().init_shared(2, dim, torch.Generator(), {"index": torch.arange(2)})
+    config = {"devices": 2, "index": 0, "lr": 0.05, "shared": pack(shared), "dp": "distributed"}
+    config.update(dp_clip_norm=0.1, dp_noise=1.0, dp_survivors=3, dp_adaptive=False)
+    device.check_round(secure=True, dp="distributed")
+    update, count, metrics, kept = device.train(to_arrays(params), config, {})
+    # the batches', the message's and the DP noise's seeds; every device weighs the same
+    assert len(seeds) == 3 and count == 1
+    sent = b"".join(a.tobytes() for a in update) + json.dumps(str(metrics)).encode()
+    kept_bytes = b"".join(v.numpy().tobytes() for v in kept.values())
+    printed = capsys.readouterr()
+    for seed in seeds:
+        for form in (str(seed).encode(), seed.to_bytes(8, "little"), seed.to_bytes(8, "big")):
+            assert form not in sent and form not in kept_bytes
+        assert str(seed) not in printed.out + printed.err + caplog.text
+    assert np.std(np.concatenate([a.ravel() for a in update])) > 0.01  # noised: 0.1/√3 per entry
+
+
 def test_a_device_keeps_its_codeword_encrypted_and_refuses_a_plain_feduv_round(
     voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bch127
 ) -> None:
@@ -145,8 +263,11 @@ def test_a_device_keeps_its_codeword_encrypted_and_refuses_a_plain_feduv_round(
 
     with pytest.raises(DeviceError, match="refusing to send a plain FedUV update"):
         device.check_round(secure=False)
-    device.check_round(secure=True)
-    Device({**node, "allow_plain_feduv": "true"}, settings).check_round(secure=False)
+    device.check_round(secure=True, dp="distributed")  # secagg auto: SecAgg+ and distributed DP
+    with pytest.raises(DeviceError, match="the round asks for dp 'off'"):
+        device.check_round(secure=True, dp="off")
+    plain = DeploySettings.from_run_config({"method": "feduv", "secagg": "off"})
+    Device({**node, "allow_plain_feduv": "true"}, plain).check_round(secure=False)
 
 
 # -- the server's round ----------------------------------------------------------------------------
@@ -227,7 +348,7 @@ def test_a_secure_flower_round_is_fused_with_secaggs_workflow() -> None:
     from uvdeploy.server import FlowerSecAggPlus
     from uvtrain.rounds import RoundPlan, run_round
 
-    server = _server({"method": "fedhide", "secagg": "on"}, {11: 4, 12: 6, 13: 2})
+    server = _server({"method": "fedhide", "secagg": "on", "dp": "off"}, {11: 4, 12: 6, 13: 2})
     assert isinstance(server.aggregator, FlowerSecAggPlus) and server.aggregator.fusable()
     before = dict(server.params)
     mean = {k: 0.01 * torch.ones_like(v) for k, v in before.items()}
@@ -257,6 +378,106 @@ def test_a_secure_flower_round_is_fused_with_secaggs_workflow() -> None:
         )
 
 
+def test_a_central_dp_round_sums_the_clipped_updates_and_adds_the_servers_noise(
+    tmp_path: Path,
+) -> None:
+    """Plain rounds, dp central: the server clips the devices' updates again (same code), adds
+    N(0, (z·C)²) from its own secret randomness to the sum, divides by the devices, equal
+    weights; the ε spent is in the round's metrics and the release is in the ledger."""
+    from uvdeploy.dp import released
+
+    server = _server(
+        {"method": "fedhide", "dp": "central", "clip_norm": 0.5, "out": str(tmp_path)},
+        {11: 4, 12: 6, 13: 2},
+    )
+    server.params = {"a": torch.zeros(40, 500), "b": torch.zeros(10)}
+    server._plan_privacy(None)
+    dp = server.dp
+    assert dp is not None and server.aggregator is dp and dp.survivors == 3
+    assert dp.plan.sampling_rate == 1.0 and dp.plan.epsilon == pytest.approx(8.0, rel=1e-2)
+    generator = torch.Generator().manual_seed(1)
+    deltas = [
+        {k: 0.01 * torch.randn(v.shape, generator=generator) for k, v in server.params.items()}
+    ]
+    deltas += [{k: torch.full_like(v, 1.0) for k, v in server.params.items()}] * 2  # norm > C
+    proxies = [{"proxy": torch.randn(8)} for _ in range(3)]
+    sent = []
+    server._send = lambda instructions, number: (
+        sent.append(instructions) or _replies(server, deltas, proxies)
+    )
+    metrics = server.round(1, [11, 12, 13])
+    config = sent[0][0][1].config
+    assert config["dp"] == "central" and config["dp_clip_norm"] == 0.5 and config["dp_noise"] == 0
+    assert metrics["epsilon"] == pytest.approx(dp.plan.spent(1)) and metrics["survivors"] == 3
+    change = torch.cat([server.params[k].reshape(-1) for k in ("a", "b")])
+    scale = 0.5 / np.sqrt(20010)  # each big update clipped to 0.5: every entry 0.5/√n
+    signal = 0.01 * torch.cat([deltas[0][k].reshape(-1) for k in ("a", "b")]) + 2 * scale
+    noise = (change - signal / 3) * 3
+    assert float(noise.std()) == pytest.approx(dp.plan.noise_multiplier * 0.5, rel=0.03)
+    assert released(tmp_path) == 1 and dp.state_dict() == {"clip_norm": 0.5, "releases": 1}
+
+
+def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_path) -> None:
+    """Distributed DP under SecAgg+: the workflow's threshold is m_min, each device reports one
+    sample (max_weight 1) and the range fits the noise; a round that ends with m′ >= m_min
+    survivors moves the model by their mean (the noise is in it); fewer are refused; adaptive
+    clipping reads the noisy count from the last array."""
+    from uvdeploy.errors import DeploymentError
+    from uvdeploy.server import FlowerSecAggPlus
+
+    values = {"method": "fedhide", "dp": "distributed", "min_cohort": 2, "out": str(tmp_path)}
+    values.update(clip_norm=0.5, adaptive_clipping=True, clip_count_std=2.0)
+    server = _server(values, {11: 4, 12: 6, 13: 2})
+    assert server.settings.mechanism == "distributed" and server.secure
+    secagg = server.aggregator
+    server._plan_privacy(None)
+    assert server.dp is not None and server.dp.survivors == 2  # max(SecAgg+'s 2, min_cohort 2)
+    assert isinstance(secagg, FlowerSecAggPlus) and secagg.reconstruction_threshold == 2
+    before = dict(server.params)
+    mean = {k: 0.01 * torch.ones_like(v) for k, v in before.items()}
+    proxies = [{"proxy": torch.randn(8)} for _ in range(3)]
+    calls = []
+
+    def collect(instructions, number, max_weight, clipping_range):
+        calls.append((instructions[0][1].config, max_weight, clipping_range))
+        replies = _replies(server, [mean] * 3, proxies)
+        for field in ("node_ids", "counts", "metrics", "updates"):  # node 12 dropped out
+            del getattr(replies, field)[2]
+        replies.failures.append("node 12 did not answer")
+        return replies, [mean[k].numpy() for k in sorted(mean)] + [np.array([0.25])]
+
+    secagg.collect = collect
+    metrics = server.round(1, [11, 12, 13])
+    config, max_weight, clipping_range = calls[0]
+    assert config["dp"] == "distributed" and config["dp_survivors"] == 2
+    assert config["dp_noise"] == pytest.approx(server.dp.plan.update_noise)
+    assert max_weight == 1.0 and clipping_range >= 0.5 * (1 + 8 * config["dp_noise"] / np.sqrt(2))
+    assert metrics["survivors"] == 2 and metrics["unclipped"] == pytest.approx(0.25)
+    for name, value in before.items():  # distributed: no noise added by the server
+        torch.testing.assert_close(server.params[name], value + mean[name])
+    assert server.dp.clip_norm == pytest.approx(0.5 * np.exp(-0.2 * (0.25 - 0.5)))
+    server.dp.survivors = 3  # a sum of fewer than m_min devices is never released
+    with pytest.raises(DeploymentError, match="round 2: 1 of 3 device"):
+        server.round(2, [11, 12, 13])
+
+
+def test_a_dp_run_that_would_spend_more_than_planned_refuses_to_start(tmp_path: Path) -> None:
+    """Resuming a DP run with other rounds, or after a noisy aggregate was released past the
+    last checkpoint (its round would be released twice), is refused in one line."""
+    from uvdeploy.dp import LEDGER
+
+    settings = {"method": "fedhide", "dp": "central", "out": str(tmp_path), "rounds": 3}
+    server = _server(settings, {11: 4, 12: 6, 13: 2})
+    (tmp_path / "config.json").write_text(json.dumps({**server.settings.to_dict(), "rounds": 2}))
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    with pytest.raises(ConfigError, match="a DP run planned for 2 rounds"):
+        server._resume()
+    (tmp_path / "checkpoint.pt").unlink()
+    (tmp_path / LEDGER).write_text(json.dumps({"releases": 1, "round": 1}))
+    with pytest.raises(DeployError, match="round 1 did not complete"):
+        server._plan_privacy(None)
+
+
 # -- a real federation ------------------------------------------------------------------------------
 
 
@@ -282,23 +503,60 @@ def _run(federation, out: Path, **values) -> dict:
 
 
 @pytest.mark.slow
-def test_feduv_trains_under_secagg_and_every_device_ends_enrolled(federation) -> None:
+def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enrolled(
+    federation,
+) -> None:
+    """The default deployment of FedUV: SecAgg+ and distributed DP at ε = 8 (here with
+    adaptive clipping from C = 0.05). The released model carries exactly the noise the devices'
+    shares add up to, through SecAgg+'s quantization: its change over the two rounds has the
+    std z_Δ·√(Σ_r C_r² / (m′·m_min)) (the clipped updates are negligible beside it)."""
     from uvsdk import Verifier
+    from uvtrain.checkpoints import read_checkpoint
+    from uvtrain.engine import split_parameters
+    from uvtrain.privacy import epsilon
 
     _, root, devices = federation
     out = root / "feduv"
     # a cohort of 3 of the 4 devices each round; every device registers, trains and enrolls
-    result = _run(federation, out, method="feduv", rounds=2, fraction=0.75, lr=0.2)
+    result = _run(
+        federation,
+        out,
+        method="feduv",
+        rounds=2,
+        fraction=0.75,
+        lr=0.2,
+        clip_norm=0.05,
+        adaptive_clipping=True,
+        clip_count_std=1.0,
+    )
     assert result["status"] == {"state": "finished", "rounds": 2}, result["lines"]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["round"] for m in metrics] == [1, 2] and all(m["secure"] for m in metrics)
-    assert metrics[1]["loss"] < metrics[0]["loss"]  # the model learns
     report = json.loads((out / "report.json").read_text())
     assert report["deployment"]["secure_aggregation"] is True
     assert report["warmup"]["devices_enrolled"] == 4
+    privacy = report["privacy"]
+    assert privacy["mechanism"] == "distributed" and privacy["rounds"] == 2
+    assert privacy["epsilon"] == pytest.approx(8.0, rel=1e-2) and privacy["epsilon"] <= 8.0
+    assert privacy["delta"] == pytest.approx(0.1 / 4) and privacy["sampling_rate"] == 0.75
+    assert privacy["clip_norm"] == 0.05 and privacy["min_survivors"] == 3
+    log = "\n".join(result["lines"])
+    z, q = privacy["noise_multiplier"], privacy["sampling_rate"]
+    for row in metrics:  # the ε spent so far, in the metrics and on each round's log line
+        spent = epsilon(z, q, row["round"], privacy["delta"])
+        assert row["epsilon"] == pytest.approx(spent) and row["survivors"] == 3
+        assert f"round {row['round']}/2: " in log
+        assert f"ε spent {spent:.3g} of {privacy['epsilon']:.3g}" in log
+    assert metrics[0]["clip_norm"] == 0.05 and metrics[1]["clip_norm"] != 0.05  # adaptive
+    settings = DeploySettings.from_run_config(json.loads((out / "config.json").read_text()))
+    start, _ = split_parameters(build_model(settings, 4))
+    final = read_checkpoint(out / "checkpoint.pt")["params"]
+    change = torch.cat([(final[k] - start[k]).reshape(-1) for k in sorted(start)])
+    z_update = privacy["adaptive_clipping"]["update_noise_multiplier"]
+    expected = z_update * np.sqrt(sum(m["clip_norm"] ** 2 / (m["survivors"] * 3) for m in metrics))
+    assert float(change.std()) == pytest.approx(expected, rel=0.03)
     registry = json.loads((out / "devices.json").read_text())["assigned"]
     assert len(set(registry)) == 4
-    log = "\n".join(result["lines"])
     for device in devices:
         bundle = device / "store" / "model.uvb"
         verifier = Verifier(bundle, store=device / "store", passphrase=PASSPHRASE)
@@ -382,5 +640,16 @@ def test_the_deploy_command_fails_in_one_line(tmp_path: Path, monkeypatch) -> No
     result = runner.invoke(app, [*common, "--method", "feduv", "--set", "secagg=maybe"])
     assert result.exit_code == 2 and "secagg must be" in result.output
     assert len(result.output.strip().splitlines()) == 1
+    for name in "bcd":  # four devices: a secure round's cohort of three
+        (tmp_path / "devices" / name / "samples").mkdir(parents=True)
+    for flags, message in (
+        (["--dp-epsilon", "0"], "dp_epsilon must be positive, not 0"),
+        (["--dp", "distributed", "--secagg", "off"], "dp distributed needs secure aggregation"),
+        (["--adaptive-clipping"], "spends the whole budget"),  # planned before any process
+    ):
+        result = runner.invoke(app, [*common, "--method", "feduv", *flags])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "federation").exists()
     result = runner.invoke(app, ["deploy", "app"])
     assert result.exit_code == 0 and (Path(result.output.strip()) / "pyproject.toml").is_file()

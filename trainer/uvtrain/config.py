@@ -136,7 +136,11 @@ class Privacy:
     the noise (``off``, ``central``: the server adds it, ``distributed``: each client adds its
     share before aggregation); the noise follows from the budget ``dp_epsilon`` (for the run's
     rounds and sampling rate) or is given as ``dp_noise_multiplier``; ``dp_delta`` defaults to
-    ``0.1 / N`` for ``N`` users; ``clip_norm`` bounds each client's update (L2)."""
+    ``0.1 / N`` for ``N`` users; ``clip_norm`` bounds each client's update (L2).
+
+    Every key but ``dp`` is a Flower run-config key too (the deployment has its own ``dp``, whose
+    default ``auto`` follows its secure aggregation: ``uvdeploy.settings``); the simulator,
+    without secure aggregation, defaults to ``off``."""
 
     dp: str = field(
         default="off",
@@ -144,43 +148,38 @@ class Privacy:
     )
     dp_epsilon: float | None = field(
         default=None,
-        metadata={"help": "DP budget ε of the whole run (sets the noise).", "flower": False},
+        metadata={"help": "DP budget ε of the whole run (sets the noise)."},
     )
-    dp_delta: float | None = field(
-        default=None, metadata={"help": "DP δ (default: 0.1 / users).", "flower": False}
-    )
+    dp_delta: float | None = field(default=None, metadata={"help": "DP δ (default: 0.1 / users)."})
     dp_noise_multiplier: float | None = field(
         default=None,
-        metadata={"help": "DP noise multiplier z (instead of --dp-epsilon).", "flower": False},
+        metadata={"help": "DP noise multiplier z (instead of --dp-epsilon)."},
     )
     clip_norm: float = field(
         default=1.0,
         metadata={
             "help": "DP: each client's update clipped to this L2 norm (C; with adaptive "
             "clipping, its start).",
-            "flower": False,
         },
     )
     adaptive_clipping: bool = field(
         default=False,
         metadata={
             "help": "DP: adapt the clip norm to a quantile of the update norms (Andrew et al.).",
-            "flower": False,
         },
     )
     clip_quantile: float = field(
         default=0.5,
-        metadata={"help": "Adaptive clipping: the quantile γ of update norms.", "flower": False},
+        metadata={"help": "Adaptive clipping: the quantile γ of update norms."},
     )
     clip_learning_rate: float = field(
         default=0.2,
-        metadata={"help": "Adaptive clipping: the geometric step η_C.", "flower": False},
+        metadata={"help": "Adaptive clipping: the geometric step η_C."},
     )
     clip_count_std: float | None = field(
         default=None,
         metadata={
             "help": "Adaptive clipping: noise std σ_b of the unclipped count (default: cohort/20).",
-            "flower": False,
         },
     )
 

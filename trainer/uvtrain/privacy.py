@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -260,12 +261,62 @@ def _generator(seed: int, round_number: int, stream: int, client: int) -> torch.
     return torch.Generator().manual_seed(int(entropy[0]) << 32 | int(entropy[1]))
 
 
+def secret_generator() -> torch.Generator:
+    """A torch generator seeded from the operating system's secret randomness (``secrets``),
+    fresh at each call: the noise of a real device or server, whose seed must never be known
+    (noise drawn from the run's public seed could be subtracted)."""
+    return torch.Generator().manual_seed(secrets.randbits(63))
+
+
 def update_norms(deltas: Tensors) -> Tensor:
     """``[m]`` each client's L2 norm over all its parameters' updates."""
     squares = [
         value.reshape(value.shape[0], -1).double().pow(2).sum(1) for value in deltas.values()
     ]
     return torch.stack(squares).sum(0).sqrt()
+
+
+def clip_updates(deltas: Tensors, clip_norm: float) -> tuple[Tensors, Tensor]:
+    """Each client's update (``[m, ...]``) clipped to L2 norm ``clip_norm`` over all its
+    parameters, ``δ̂_k = δ_k · min(1, C / ‖δ_k‖)``, and the norms ``‖δ_k‖`` before clipping: the
+    simulator's clipping step (:class:`ClipUpdates`) and a device's (``uvdeploy``)."""
+    norms = update_norms(deltas)
+    scale = torch.clamp(clip_norm / norms.clamp_min(1e-12), max=1.0)
+    clipped = {
+        name: value * scale.to(value.dtype).reshape(-1, *[1] * (value.dim() - 1))
+        for name, value in deltas.items()
+    }
+    return clipped, norms
+
+
+def add_noise(values: Tensors, std: float, generator: torch.Generator) -> Tensors:
+    """``values`` plus ``N(0, std²)`` in every entry, drawn from ``generator`` in the order of
+    ``values`` (float32 draws): a client's noise share, or the server's noise on a sum."""
+    noisy = {}
+    for name, value in values.items():
+        noise = torch.randn(value.shape, generator=generator, dtype=torch.float32)
+        noisy[name] = value + std * noise.to(value.device, value.dtype)
+    return noisy
+
+
+def scalar_noise(std: float, generator: torch.Generator) -> float:
+    """One draw of ``N(0, std²)`` (float64): the noise, or a client's share of it, on the count
+    of unclipped clients."""
+    return std * float(torch.randn((), generator=generator, dtype=torch.float64))
+
+
+def noisy_mean_update(
+    base: Tensors, total: Tensors, count: int, std: float, generator: torch.Generator
+) -> Tensors:
+    """``θ + (Σ_k δ̂_k + N(0, std²)) / count`` from the sum of the clipped updates ``total``
+    (``std = 0``: the noise is in the sum already, ``distributed``)."""
+    out = {}
+    for name, value in base.items():
+        summed = total[name]
+        if std > 0:
+            summed = add_noise({name: summed}, std, generator)[name]
+        out[name] = value + (summed / count).to(value.dtype)
+    return out
 
 
 @dataclass
@@ -290,14 +341,8 @@ class ClipUpdates:
     def __call__(self, updates: ClientUpdates, base: Tensors, plan: RoundPlan) -> ClientUpdates:
         updates = updates.as_deltas(base)
         assert updates.deltas is not None
-        norms = update_norms(updates.deltas)
         self.round_norm = clip_norm = self.clip_norm
-        scale = torch.clamp(clip_norm / norms.clamp_min(1e-12), max=1.0)
-        deltas = {
-            name: value * scale.to(value.dtype).reshape(-1, *[1] * (value.dim() - 1))
-            for name, value in updates.deltas.items()
-        }
-        updates.deltas = deltas
+        updates.deltas, norms = clip_updates(updates.deltas, clip_norm)
         updates.metrics = {
             **updates.metrics,
             "clipped": float((norms > clip_norm).double().mean()),
@@ -317,12 +362,10 @@ class ClipUpdates:
         if self.distributed:
             share = self.adaptive.count_std / math.sqrt(count)
             for client in clients.tolist():
-                generator = _generator(self.seed, round_number, 3, int(client))
-                total += share * float(torch.randn((), generator=generator, dtype=torch.float64))
+                total += scalar_noise(share, _generator(self.seed, round_number, 3, int(client)))
         else:
             generator = _generator(self.seed, round_number, 4, 0)
-            noise = float(torch.randn((), generator=generator, dtype=torch.float64))
-            total += self.adaptive.count_std * noise
+            total += scalar_noise(self.adaptive.count_std, generator)
         return total / count
 
     def state_dict(self) -> dict[str, float]:
@@ -351,9 +394,9 @@ class DistributedNoise:
         noisy = {name: value.clone() for name, value in updates.deltas.items()}
         for row, client in enumerate(updates.clients.tolist()):
             generator = _generator(self.seed, plan.number, 1, int(client))
-            for value in noisy.values():
-                noise = torch.randn(value.shape[1:], generator=generator, dtype=torch.float32)
-                value[row] += share * noise.to(value.device, value.dtype)
+            own = add_noise({name: value[row] for name, value in noisy.items()}, share, generator)
+            for name, value in own.items():
+                noisy[name][row] = value
         updates.deltas = noisy
         return updates
 
@@ -374,17 +417,10 @@ class DPSum(Aggregator):
     ) -> Tensors:
         if updates.deltas is None or plan is None:
             raise TrainingError("the DP sum needs the round and each client's clipped update")
-        count = len(updates.clients)
         generator = _generator(self.seed, plan.number, 2, 0)
         std = self.central_std if self.clip is None else self.central_std * self.clip.round_norm
-        out = {}
-        for name, value in base.items():
-            total = updates.deltas[name].sum(0)
-            if std > 0:
-                noise = torch.randn(total.shape, generator=generator, dtype=torch.float32)
-                total = total + std * noise.to(total.device, total.dtype)
-            out[name] = value + (total / count).to(value.dtype)
-        return out
+        total = {name: updates.deltas[name].sum(0) for name in base}
+        return noisy_mean_update(base, total, len(updates.clients), std, generator)
 
 
 def install(simulation: Any, plan: PrivacyPlan | None, seed: int) -> None:
