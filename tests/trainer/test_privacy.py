@@ -200,3 +200,15 @@ def test_dp_input_errors_are_one_line_and_exit_2(
     more = _run(tmp_path / "done", "--dp", "central", "--dp-epsilon", "30", "--rounds", "2")
     assert more.exit_code == 2 and "budget is spent" in more.output
     assert len(more.output.strip().splitlines()) == 1, more.output
+
+
+def test_fedgns_proxy_is_accounted_as_a_gaussian_mechanism() -> None:
+    from uvtrain.algorithms import FedGN
+    from uvtrain.privacy import release_epsilon
+
+    # Δ = 2 (unit prototypes), σ = 2 × 4.530877117: dp-accounting's (1, 1e-6) example
+    assert release_epsilon(2 * 4.530877117, 2.0, 1, 1e-6) == pytest.approx(1.0, rel=0.02)
+    sigma, sensitivity = FedGN(sigma=0.3).release_noise()
+    one = release_epsilon(sigma, sensitivity, 1, 1e-3)
+    assert 10 < one < release_epsilon(sigma, sensitivity, 10, 1e-3)  # σ 0.3 protects little
+    assert release_epsilon(1.0, 2.0, 1, 1e-3) < one  # more noise, less ε

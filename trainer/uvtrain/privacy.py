@@ -155,6 +155,19 @@ def update_noise_multiplier(noise: float, count_std: float) -> float:
     return rest**-0.5
 
 
+def release_epsilon(sigma: float, sensitivity: float, releases: int, delta: float) -> float:
+    """``ε`` of ``releases`` releases of a value of L2 sensitivity ``sensitivity``, each with
+    ``N(0, σ² I)`` added: the Gaussian mechanism of multiplier ``σ / Δ`` composed without
+    sampling (the server knows who sent), by the same RDP accountant as :func:`epsilon`.
+
+    FedGN's proxy ``normalize(w + σ n)`` of a unit prototype ``w`` is this mechanism with
+    ``Δ = 2`` (any unit vector against any other) followed by a normalisation, which is
+    post-processing and spends nothing more (FedHide paper, eq. 5 and the remark after it)."""
+    if releases <= 0:
+        return 0.0
+    return epsilon(sigma / sensitivity, 1.0, releases, delta)
+
+
 @dataclass(frozen=True)
 class PrivacyPlan:
     """A run's mechanism, fixed before training: what ``report.json`` calls ``privacy``."""

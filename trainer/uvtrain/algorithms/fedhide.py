@@ -169,6 +169,11 @@ class FedGN(ProxyBank):
     def proxy(self, prototype: Tensor, constants: Tensors, shared: Tensors) -> Tensor:
         return gaussian_proxy(prototype, constants["noise"], self.sigma)
 
+    def release_noise(self) -> tuple[float, float]:
+        """The proxy as a Gaussian mechanism: ``(σ, Δ)``, noise std and the L2 sensitivity of a
+        unit prototype (2), for :func:`uvtrain.privacy.release_epsilon`."""
+        return self.sigma, 2.0
+
 
 @dataclass(frozen=True)
 class FedCS(ProxyBank):

@@ -29,12 +29,46 @@ def prototype_leak(simulation: Simulation) -> float | None:
 
 
 def leakage_entry(simulation: Simulation) -> dict[str, Any]:
-    """``P_leak`` of a simulation's current state beside the chance level ``1/C``."""
-    return {
+    """``P_leak`` of a simulation's current state beside the chance level ``1/C``; for a method
+    whose message is a Gaussian mechanism (FedGN), its ``ε`` too (:func:`release_privacy`)."""
+    entry = {
         "p_leak": prototype_leak(simulation),
         "chance": 1.0 / simulation.num_clients,
         "rounds": simulation.round,
         "clients": simulation.num_clients,
+    }
+    release = release_privacy(simulation)
+    if release is not None:
+        entry["release_dp"] = release
+    return entry
+
+
+def release_privacy(simulation: Simulation) -> dict[str, Any] | None:
+    """The ``ε`` of a method's message as a Gaussian mechanism (``release_noise``: FedGN's
+    proxy), at ``δ = 0.1 / N``: for the median client and for the client that sent most often
+    over the simulation's rounds so far (each round's cohort sends a fresh proxy)."""
+    import numpy as np
+
+    from ..privacy import default_delta, release_epsilon
+
+    release = getattr(simulation.algorithm, "release_noise", None)
+    if release is None:
+        return None
+    sigma, sensitivity = release()
+    sent = np.zeros(simulation.num_clients, dtype=np.int64)
+    for round_number in range(1, simulation.round + 1):
+        sent[simulation.clients_of_round(round_number)] += 1
+    delta = default_delta(simulation.num_clients)
+    median, most = int(np.median(sent)), int(sent.max())
+    return {
+        "sigma": sigma,
+        "sensitivity": sensitivity,
+        "delta": delta,
+        "releases_median": median,
+        "releases_max": most,
+        "epsilon_one_release": release_epsilon(sigma, sensitivity, 1, delta),
+        "epsilon_median": release_epsilon(sigma, sensitivity, median, delta),
+        "epsilon_max": release_epsilon(sigma, sensitivity, most, delta),
     }
 
 
