@@ -375,16 +375,28 @@ class DPSum(Aggregator):
         if updates.deltas is None or plan is None:
             raise TrainingError("the DP sum needs the round and each client's clipped update")
         count = len(updates.clients)
-        generator = _generator(self.seed, plan.number, 2, 0)
-        std = self.central_std if self.clip is None else self.central_std * self.clip.round_norm
+        noise = self.sum_noise(base, plan)
         out = {}
         for name, value in base.items():
             total = updates.deltas[name].sum(0)
-            if std > 0:
-                noise = torch.randn(total.shape, generator=generator, dtype=torch.float32)
-                total = total + std * noise.to(total.device, total.dtype)
+            if name in noise:
+                total = total + noise[name].to(total.device, total.dtype)
             out[name] = value + (total / count).to(value.dtype)
         return out
+
+    def sum_noise(self, base: Tensors, plan: RoundPlan) -> Tensors:
+        """``n``: the server's noise of round ``plan`` on the sum of the updates, ``N(0, σ²)`` for
+        every value of ``base``'s parameters (float32, CPU, from ``(seed, round)``); empty when
+        the server adds none (``distributed``). SecAgg+ adds the same to the sum it unmasks
+        (:class:`uvtrain.audit.SecAggPlus`)."""
+        std = self.central_std if self.clip is None else self.central_std * self.clip.round_norm
+        if not std > 0:
+            return {}
+        generator = _generator(self.seed, plan.number, 2, 0)
+        return {
+            name: std * torch.randn(value.shape, generator=generator, dtype=torch.float32)
+            for name, value in base.items()
+        }
 
 
 def install(simulation: Any, plan: PrivacyPlan | None, seed: int) -> None:
