@@ -87,7 +87,7 @@ class GeneratedOptionsCommand(typer.core.TyperCommand):
     them: command line > file > default); the help shows the defaults."""
 
     #: Where :meth:`invoke` leaves the generated options' values for the command's function.
-    GIVEN = "uvtrain.run.given"
+    GIVEN = "uvtrain.given"
     #: The declared option the generated ones follow.
     after = ""
 

@@ -285,8 +285,8 @@ def markdown(results: dict[str, Any]) -> str:
     if any(entry["dp"] is not None for entry in results.get("disaggregation") or []):
         lines += [
             "Under differential privacy each client's update is clipped (and, distributed, "
-            "noised) before SecAgg+ quantises it, every member weighs the same, and the central "
-            "noise is added to the sum the server unmasks.",
+            "noised) before SecAgg+ quantises it, every member weighs the same, and with central "
+            "DP the server adds its noise to the sum it unmasks.",
             "",
         ]
     for length, entry in (results.get("bit_recovery") or {}).items():
