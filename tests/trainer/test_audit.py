@@ -110,6 +110,48 @@ def test_secure_aggregate_refuses_a_weight_that_rounds_to_zero() -> None:
         )
 
 
+@pytest.mark.parametrize("mechanism", ["central", "distributed"])
+def test_secagg_plus_with_equal_weights_is_the_dp_sum_within_one_step(mechanism: str) -> None:
+    """Clipped (and, distributed, noised) updates through SecAgg+ with equal weights and the
+    server's central noise: θ + (Σ_k δ̂_k + n) / m, as the DP sum computes it, to within the
+    quantisation; the sample counts (very unequal here) do not weigh."""
+    from uvtrain.algorithms import FedUV
+    from uvtrain.privacy import ClipUpdates, DistributedNoise, DPSum
+    from uvtrain.rounds import ClientUpdates, RoundPlan
+
+    generator = torch.Generator().manual_seed(8)
+    count, clip_norm, noise = 6, 0.5, 1.3  # z·C on the sum: 0.65
+    base = {"w": torch.randn(20, 5, generator=generator), "b": torch.randn(7, generator=generator)}
+    deltas = {k: torch.randn(count, *v.shape, generator=generator) for k, v in base.items()}
+    sizes = torch.tensor([1.0, 3.0, 10.0, 40.0, 2.0, 7.0])
+    plan = RoundPlan(4, np.arange(count), 0.1)
+    clip = ClipUpdates(clip_norm)
+    updates = ClientUpdates(torch.arange(count), sizes, torch.zeros(count, 1), deltas=deltas)
+    updates = clip(updates, base, plan)
+    clipped = dict(updates.deltas)
+    central = 0.0
+    if mechanism == "distributed":
+        updates = DistributedNoise(noise, seed=3, clip=clip)(updates, base, plan)
+    else:
+        central = noise
+    dp_sum = DPSum(FedUV(), central, seed=3, clip=clip)
+    expected = dp_sum(updates, base, plan)
+    secure = audit.SecAggPlus(
+        audit.SecAggModel(), np.random.default_rng(9), weights="equal", noise=dp_sum.sum_noise
+    )
+    result = secure(updates, base, plan)
+    # one level per member at r = round(Q / 1.01) / Q, over Σ r: STEP · 1.01 (and float32)
+    for name in base:
+        assert float((result[name] - expected[name]).abs().max()) <= STEP * 1.01 + 1e-6
+        seen = secure.mean_update[name].float()
+        assert float((seen - (expected[name] - base[name])).abs().max()) <= STEP * 1.01 + 1e-6
+    # the noise is there: far from the noise-free mean of the clipped updates
+    plain = {k: base[k] + clipped[k].mean(0) for k in base}
+    assert max(float((result[k] - plain[k]).abs().max()) for k in base) > 0.1
+    with pytest.raises(ValueError):
+        audit.SecAggPlus(audit.SecAggModel(), np.random.default_rng(), weights="sizes")
+
+
 # -- PSNR and SSIM ------------------------------------------------------------------------------
 
 
@@ -182,6 +224,33 @@ def test_one_plain_update_gives_the_codeword_and_a_big_aggregate_only_its_majori
     assert result["cohorts"]["2"]["projection"]["mean"] > every["mean"]
 
 
+def test_a_secure_round_under_dp_clips_each_update_before_secagg(feduv: tuple) -> None:
+    """The audit's secure round runs the simulation's postprocessing (the DP clipping) before
+    SecAgg+, with equal weights: the unmasked mean update is within the clip norm."""
+    import dataclasses
+
+    from uvtrain.config import Privacy
+    from uvtrain.run import make_simulation
+
+    config, dataset, _ = feduv
+    clip_norm = 0.05
+    private = dataclasses.replace(
+        config, privacy=Privacy("central", dp_noise_multiplier=1e-6, clip_norm=clip_norm)
+    )
+    simulation = make_simulation(private, dataset)
+    aggregator = audit.secure_aggregator(simulation, audit.SecAggModel(), np.random.default_rng(0))
+    assert aggregator.weights == "equal" and aggregator.noise is not None
+    result = audit.secure_round(simulation, aggregator)
+    assert result.metrics["clipped"] > 0  # FedUV's updates are larger than 0.05
+    norm = math.sqrt(sum(float(v.pow(2).sum()) for v in aggregator.mean_update.values()))
+    parameters = sum(v.numel() for v in aggregator.mean_update.values())
+    assert norm <= clip_norm + math.sqrt(parameters) * STEP * 1.01
+    plain = make_simulation(config, dataset)  # without DP: the weighted mean, as before
+    assert audit.secure_aggregator(plain, audit.SecAggModel(), np.random.default_rng()).weights == (
+        "samples"
+    )
+
+
 def test_codeword_estimates_read_the_signs_of_a_rank_one_update() -> None:
     rng = np.random.default_rng(6)
     codeword = rng.choice([-1.0, 1.0], size=31)
@@ -204,6 +273,26 @@ def test_disaggregation_solves_the_rounds_for_every_client() -> None:
     guesses = audit.disaggregate(observations, membership)
     # one aggregate alone is only the majority of its 5 members, about 69 % of each one's bits
     assert audit.bit_agreement(guesses, codewords).mean() >= 0.97
+
+
+def test_disaggregation_recovers_clipped_updates_and_not_through_dp_noise() -> None:
+    """Each client's contribution clipped to norm C (its codeword's direction), the rounds'
+    sums of cohorts of 6 of 30: without noise, least squares gives every codeword exactly; with
+    N(0, (z·C)²) on each round's sum, z = 5, about chance (each client takes part ~40 times:
+    noise z·C/√40 against a signal of C/√127 per bit, 55 % expected)."""
+    rng = np.random.default_rng(11)
+    clients, rounds, length, cohort, clip_norm, z = 30, 200, 127, 6, 1.0, 5.0
+    codewords = rng.choice([-1.0, 1.0], size=(clients, length))
+    contributions = clip_norm * codewords / math.sqrt(length)
+    membership = np.zeros((rounds, clients))
+    for row in membership:
+        row[rng.choice(clients, size=cohort, replace=False)] = 1.0
+    sums = membership @ contributions
+    exact = audit.disaggregate(sums, membership)
+    assert np.array_equal(exact, codewords)
+    noisy = sums + rng.normal(0.0, z * clip_norm, size=sums.shape)
+    agreement = audit.bit_agreement(audit.disaggregate(noisy, membership), codewords)
+    assert agreement.mean() <= 0.6 and agreement.max() < 0.75
 
 
 # -- gradient inversion -------------------------------------------------------------------------
@@ -246,7 +335,11 @@ def test_audit_small_writes_the_numbers_and_figures(data_env: Path, tmp_path: Pa
     bits = report["bit_recovery"]["127"]
     assert bits["initial"]["plain"][bits["initial"]["attack"]]["mean"] >= 0.95
     assert set(bits["trained"]["cohorts"]) == {"2", "5", "10"}
-    assert "disaggregation" in bits
+    # the default: distributed DP at the secure default ε, over the audit's rounds
+    (last,) = [e for e in report["disaggregation"] if e["rounds"] == 3]
+    assert last["dp"]["mechanism"] == "distributed" and last["dp"]["rounds"] == 3
+    assert last["dp"]["epsilon"] == pytest.approx(8.0, rel=0.01)
+    assert bits["trained"]["dp"] == last["dp"]
     assert set(report["leakage"]) == {"fedhide", "fedaws"}
     assert report["leakage"]["fedaws"]["p_leak"] == 1.0
     inverted = report["inversion"]["initial"]["updates"]
@@ -277,6 +370,49 @@ def test_audit_of_a_run_folder(feduv_run_copy: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("flags", "mechanisms"),
+    [
+        (("--dp", "distributed"), ["distributed"]),
+        (("--dp", "off"), [None]),
+        (("--dp-epsilon", "inf,8"), [None, "distributed"]),
+        (("--dp", "central", "--dp-noise-multiplier", "2", "--clip-norm", "0.5"), ["central"]),
+    ],
+)
+def test_audit_with_dp_writes_a_disaggregation_entry_per_setting(
+    data_env: Path, tmp_path: Path, flags: tuple, mechanisms: list
+) -> None:
+    out = tmp_path / "audit"
+    # the small preset, smaller: 8 clients, cohorts of 2, no single-round cohorts, 4 rounds
+    result = uvtrain("audit", "--method", "feduv", "--dataset", "formant-voices", "--small",
+                     "--no-inversion", "--methods", "none", "--cohorts", "none", "--clients", "8",
+                     "--rounds", "4", *flags, "--out", out)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    entries = json.loads((out / "audit.json").read_text())["disaggregation"]
+    runs = [e["dp"] and e["dp"]["mechanism"] for e in entries if e["rounds"] == 4]
+    assert runs == mechanisms
+    assert {e["rounds"] for e in entries} == {1, 2, 4}  # the checkpoints of each run
+    for entry in entries:
+        assert entry["code_length"] == 127 and entry["whole_decoded"] is None  # --small
+        for key in ("bits", "whole_raw", "clients_seen"):
+            assert 0.0 <= entry[key] <= 1.0, (key, entry)
+        if entry["dp"] is None:
+            assert entry["epsilon_spent"] is None
+            continue
+        for key in ("mechanism", "epsilon", "noise_multiplier", "clip_norm"):
+            assert entry["dp"][key] is not None, key
+        assert 0 < entry["epsilon_spent"] <= entry["dp"]["epsilon"] * (1 + 1e-9)
+    if "central" in mechanisms:
+        assert entries[-1]["dp"]["noise_multiplier"] == 2.0
+        assert entries[-1]["dp"]["clip_norm"] == 0.5
+    figure = out / audit.LEAKAGE_VS_EPSILON
+    assert figure.is_file() == (len(mechanisms) > 1)
+    # the terminal and audit.md name the privacy of each run
+    for mechanism in mechanisms:
+        label = "no DP" if mechanism is None else f"{mechanism} DP ε = "
+        assert label in result.output and label in (out / "audit.md").read_text()
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ("audit", "MISSING-RUN-FOLDER"),
@@ -285,6 +421,33 @@ def test_audit_of_a_run_folder(feduv_run_copy: Path) -> None:
         ("audit", "--method", "nope", "--dataset", "formant-voices", "--out", "x"),
         ("audit", "--dataset", "formant-voices", "--out", "x"),
         ("audit", ".", "--method", "feduv"),
+        ("audit", ".", "--dp", "off"),
+        ("audit", "--method", "feduv", "--dataset", "formant-voices", "--dp-epsilon", "0"),
+        ("audit", "--method", "feduv", "--dataset", "formant-voices", "--dp-epsilon", "-1"),
+        ("audit", "--method", "feduv", "--dataset", "formant-voices", "--dp-epsilon", "8,x"),
+        ("audit", "--method", "feduv", "--dataset", "formant-voices", "--dp", "sometimes"),
+        (
+            "audit",
+            "--method",
+            "feduv",
+            "--dataset",
+            "formant-voices",
+            "--dp",
+            "off",
+            "--dp-epsilon",
+            "8",
+        ),
+        (
+            "audit",
+            "--method",
+            "feduv",
+            "--dataset",
+            "formant-voices",
+            "--dp-epsilon",
+            "8",
+            "--dp-noise-multiplier",
+            "1",
+        ),
     ],
 )
 def test_audit_bad_input_is_one_line_and_exit_code_2(data_env: Path, args: tuple) -> None:

@@ -79,36 +79,60 @@ RUN_EPILOG = (
 )
 
 
-class RunCommand(typer.core.TyperCommand):
-    """``uvtrain run``: its config options are made from the config's parts and the registered
-    methods' parameter dataclasses (:func:`uvtrain.config.cli_options`: each field's help and flag
-    in its metadata), when the command is parsed or its help shown — so ``uvtrain --help`` imports
-    no torch. They default to ``None`` (so that a ``--config`` file can set them: command line >
-    file > default); the help shows the dataclasses' defaults."""
+class GeneratedOptionsCommand(typer.core.TyperCommand):
+    """A command some of whose options are made from the config's dataclasses
+    (:meth:`generated_options`, each field's help and flag in its metadata), when the command is
+    parsed or its help shown — so ``uvtrain --help`` imports no torch. They follow the declared
+    option named :attr:`after` and default to ``None`` (so that a ``--config`` file can set
+    them: command line > file > default); the help shows the defaults."""
 
     #: Where :meth:`invoke` leaves the generated options' values for the command's function.
-    GIVEN = "uvtrain.run.given"
+    GIVEN = "uvtrain.given"
+    #: The declared option the generated ones follow.
+    after = ""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._generated: list[click.Parameter] | None = None
 
+    def generated_options(self) -> list[click.Parameter]:
+        raise NotImplementedError
+
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         if self._generated is None:
-            self._generated = _config_options()
+            self._generated = self.generated_options()
             names = {param.name for param in self._generated}
-            # --out first, the generated options, then --config (and the rest) as declared
-            self.params = [
-                *self.params[:1],
-                *self._generated,
-                *(p for p in self.params[1:] if p.name not in names),
-            ]
+            declared = [param for param in self.params if param.name not in names]
+            at = 1 + next(i for i, param in enumerate(declared) if param.name == self.after)
+            self.params = [*declared[:at], *self._generated, *declared[at:]]
         return super().get_params(ctx)
 
     def invoke(self, ctx: click.Context) -> Any:
         names = {param.name for param in self._generated or ()}
         ctx.meta[self.GIVEN] = {name: ctx.params.pop(name) for name in names if name in ctx.params}
         return super().invoke(ctx)
+
+
+class RunCommand(GeneratedOptionsCommand):
+    """``uvtrain run``: its config options are made from the config's parts and the registered
+    methods' parameter dataclasses (:func:`uvtrain.config.cli_options`), after ``--out``; the
+    help shows the dataclasses' defaults."""
+
+    after = "out"
+
+    def generated_options(self) -> list[click.Parameter]:
+        return _config_options()
+
+
+class AuditCommand(GeneratedOptionsCommand):
+    """``uvtrain audit``: the differential privacy options are ``uvtrain run``'s
+    (:class:`uvtrain.config.Privacy`), with the audit's defaults (``distributed`` at the secure
+    default ``ε``) and ``--dp-epsilon`` taking a list."""
+
+    after = "secagg_inputs"
+
+    def generated_options(self) -> list[click.Parameter]:
+        return _audit_privacy_options()
 
 
 def _config_options() -> list[click.Parameter]:
@@ -129,22 +153,56 @@ def _config_options() -> list[click.Parameter]:
             param_decls=["--method", "method"], type=click.STRING, default=None, help=f"{names}."
         )
     ]
-    kinds = {"int": click.INT, "float": click.FLOAT, "str": click.STRING}
-    for option in options:
-        shown = option.default
-        if isinstance(shown, bool):
-            shown = option.flag.split("/")[0 if shown else 1]
-        made.append(
-            typer.core.TyperOption(
-                param_decls=[option.flag, option.name],
-                type=click.BOOL if option.kind == "bool" else kinds[option.kind],
-                is_flag=option.kind == "bool" or None,
-                default=None,
-                help=option.help,
-                show_default=None if shown is None else str(shown),
+    return made + [_typer_option(option) for option in options]
+
+
+def _audit_privacy_options() -> list[click.Parameter]:
+    """``uvtrain run``'s privacy options (:func:`uvtrain.config.part_options`) for the audit:
+    ``--dp`` defaults to ``distributed`` and ``--dp-epsilon`` to the secure default, and takes a
+    comma-separated list (:func:`uvtrain.audit.privacy_settings`)."""
+    import dataclasses
+
+    from .config import part_options
+
+    try:
+        from .privacy import SECURE_DEFAULT_EPSILON
+    except ModuleNotFoundError:  # no torch: help still prints
+        budget = "the secure default"
+    else:
+        budget = f"{SECURE_DEFAULT_EPSILON:g}"
+    made = []
+    for option in part_options("privacy"):
+        if option.name == "dp":
+            option = dataclasses.replace(
+                option, default="distributed", help=f"{option.help} Here: of the secure runs."
             )
-        )
+        elif option.name == "dp_epsilon":
+            option = dataclasses.replace(
+                option,
+                kind="str",
+                default=budget,
+                help=f"{option.help} A comma-separated list (inf: no DP) audits one secure run "
+                "per ε, e.g. inf,16,8,4,2.",
+            )
+        made.append(_typer_option(option))
     return made
+
+
+def _typer_option(option: Any) -> click.Parameter:
+    """A command-line option (:class:`uvtrain.config.Option`) as Typer declares one; ``None`` by
+    default, its default shown in the help."""
+    kinds = {"int": click.INT, "float": click.FLOAT, "str": click.STRING}
+    shown = option.default
+    if isinstance(shown, bool):
+        shown = option.flag.split("/")[0 if shown else 1]
+    return typer.core.TyperOption(
+        param_decls=[option.flag, option.name],
+        type=click.BOOL if option.kind == "bool" else kinds[option.kind],
+        is_flag=option.kind == "bool" or None,
+        default=None,
+        help=option.help,
+        show_default=None if shown is None else str(shown),
+    )
 
 
 def _errors_to_exit(command: F) -> F:
@@ -275,7 +333,7 @@ def eval_command(out: Annotated[Path, typer.Argument(help="Run folder.")]) -> No
     _print_report(evaluate_run(out), out)
 
 
-@app.command()
+@app.command(cls=AuditCommand)
 @_errors_to_exit
 def audit(
     run_dir: Annotated[
@@ -357,6 +415,7 @@ def audit(
 ) -> None:
     """What an honest-but-curious server learns: codeword bits, P_leak, inverted images."""
     given = {k: v for k, v in locals().items() if k not in ("run_dir", "out", "small")}
+    given.update(click.get_current_context().meta.get(AuditCommand.GIVEN, {}))
     from .audit import resolve, run_audit, summary_lines
 
     setup, settings = resolve(run_dir, given, small)

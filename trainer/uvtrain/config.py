@@ -500,6 +500,12 @@ def cli_options() -> list[Option]:
     return [_option(item) for item in items if item.metadata.get("cli", True)]
 
 
+def part_options(part: str) -> list[Option]:
+    """The command-line options of one part of the config, as :func:`cli_options` makes them
+    (``"privacy"``: the differential privacy options ``uvtrain audit`` shares)."""
+    return [_option(item) for item in fields(PARTS[part]) if item.metadata.get("cli", True)]
+
+
 def flower_keys() -> dict[str, Any]:
     """The flat keys (with their defaults) a Flower run config may set: every key of the parts
     and the run that means something on devices, and the parameters of every cross-device method

@@ -319,7 +319,11 @@ def scalar_noise(std: float, generator: torch.Generator) -> float:
 
 
 def noisy_mean_update(
-    base: Tensors, total: Tensors, count: int, std: float, generator: torch.Generator
+    base: Tensors,
+    total: Tensors,
+    count: int,
+    std: float = 0.0,
+    generator: torch.Generator | None = None,
 ) -> Tensors:
     """``θ + (Σ_k δ̂_k + N(0, std²)) / count`` from the sum of the clipped updates ``total``
     (``std = 0``: the noise is in the sum already, ``distributed``)."""
@@ -327,6 +331,7 @@ def noisy_mean_update(
     for name, value in base.items():
         summed = total[name]
         if std > 0:
+            assert generator is not None, "noise needs its generator"
             summed = add_noise({name: summed}, std, generator)[name]
         out[name] = value + (summed / count).to(value.dtype)
     return out
@@ -430,10 +435,26 @@ class DPSum(Aggregator):
     ) -> Tensors:
         if updates.deltas is None or plan is None:
             raise TrainingError("the DP sum needs the round and each client's clipped update")
-        generator = _generator(self.seed, plan.number, 2, 0)
+        noise = self.sum_noise(base, plan)
+        total = {
+            name: updates.deltas[name].sum(0) + noise[name].to(value.device, value.dtype)
+            if name in noise
+            else updates.deltas[name].sum(0)
+            for name, value in base.items()
+        }
+        return noisy_mean_update(base, total, len(updates.clients))
+
+    def sum_noise(self, base: Tensors, plan: RoundPlan) -> Tensors:
+        """``n``: the server's noise of round ``plan`` on the sum of the updates, ``N(0, σ²)`` for
+        every value of ``base``'s parameters (float32, CPU, from ``(seed, round)``); empty when
+        the server adds none (``distributed``). SecAgg+ adds the same to the sum it unmasks
+        (:class:`uvtrain.audit.SecAggPlus`)."""
         std = self.central_std if self.clip is None else self.central_std * self.clip.round_norm
-        total = {name: updates.deltas[name].sum(0) for name in base}
-        return noisy_mean_update(base, total, len(updates.clients), std, generator)
+        if not std > 0:
+            return {}
+        generator = _generator(self.seed, plan.number, 2, 0)
+        zeros = {name: torch.zeros(value.shape, dtype=torch.float32) for name, value in base.items()}
+        return add_noise(zeros, std, generator)
 
 
 def install(simulation: Any, plan: PrivacyPlan | None, seed: int) -> None:

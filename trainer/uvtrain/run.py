@@ -183,20 +183,28 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
 def _install_privacy(config: RunConfig, trainer: Trainer) -> None:
     """User-level DP (:mod:`uvtrain.privacy`): the run's mechanism planned before training and
     put into the trainer's round (``trainer.privacy``: the plan, ``None`` when off)."""
-    from .privacy import install, plan_privacy
+    from .privacy import install
+
+    trainer.privacy = privacy_plan(config, trainer.num_clients)
+    install(trainer, trainer.privacy, config.seed)
+
+
+def privacy_plan(config: RunConfig, users: int) -> Any:
+    """The run's DP mechanism for ``users`` clients (:func:`uvtrain.privacy.plan_privacy`: the
+    noise for its budget over its rounds, at the sampling rate of its cohort), ``None`` when
+    off; a :class:`ConfigError` for a mechanism it cannot have."""
+    from .privacy import plan_privacy
 
     settings = config.privacy
-    trainer.privacy = None
     if settings.dp == "off":
-        return
+        return None
     if config.method.setting != "cross-device":
         raise ConfigError(
             f"--dp is user-level privacy of cross-device training; {config.method.name} is "
             f"{config.method.setting}"
         )
-    users = trainer.num_clients
     cohort = max(1, round(config.schedule.fraction * users))
-    trainer.privacy = plan_privacy(
+    return plan_privacy(
         settings.dp,
         clip_norm=settings.clip_norm,
         rounds=config.schedule.rounds,
@@ -210,7 +218,6 @@ def _install_privacy(config: RunConfig, trainer: Trainer) -> None:
         clip_learning_rate=settings.clip_learning_rate,
         clip_count_std=settings.clip_count_std,
     )
-    install(trainer, trainer.privacy, config.seed)
 
 
 def read_config(folder: Path) -> RunConfig:

@@ -49,6 +49,15 @@ audit trains a method whose plain update reveals a secret (``update_reveals_secr
 through the same arithmetic: :func:`secure_round` is :func:`uvtrain.rounds.run_round` with the
 :class:`SecAggPlus` aggregator.
 
+**Differential privacy** (:mod:`uvtrain.privacy`; ``--dp``, default ``distributed`` at
+:data:`~uvtrain.privacy.SECURE_DEFAULT_EPSILON`, as wherever secure aggregation is on): a fresh
+FedUV setup trains one secure run per code length and privacy setting (``--dp-epsilon`` may list
+several, ``inf`` for none). Each client's update is clipped (and, distributed, noised) by the
+simulation's postprocessing before SecAgg+ quantises it, every member weighs the same, and with
+central DP the server adds its noise to the sum it unmasks (:func:`secure_aggregator`); the
+least squares run on those noisy aggregates (``audit.json``'s ``disaggregation`` list, one entry
+per code length, setting and checkpoint of observed rounds).
+
 Nothing the audit writes holds a codeword or a prototype: rates, PSNR and SSIM only (and the
 inversion figure, whose reconstructions are the point of it).
 
@@ -84,16 +93,20 @@ from .leakage import leakage_audit, prototype_leak
 from .report import (
     AUDIT_JSON,
     AUDIT_MD,
+    LEAKAGE_VS_EPSILON,
+    dp_label,
     markdown,
     plot_bit_recovery,
     plot_disaggregation,
     plot_inversion,
     plot_leakage,
+    plot_leakage_vs_epsilon,
     summary_lines,
     write_figures,
 )
 from .runner import run_audit
 from .secagg import (
+    WEIGHTS,
     Layout,
     SecAggError,
     SecAggPlus,
@@ -105,6 +118,7 @@ from .secagg import (
 )
 from .settings import (
     DEFAULTS,
+    PRIVACY_OPTIONS,
     PUBLIC_SAMPLES,
     SETUP_OPTIONS,
     SMALL_PRESET,
@@ -112,11 +126,13 @@ from .settings import (
     InversionSettings,
     SecAggModel,
     leakage_methods,
+    parse_epsilons,
     parse_methods,
     parse_sizes,
+    privacy_settings,
     resolve,
 )
-from .training import client_parameters, secure_round, train_rounds
+from .training import client_parameters, secure_aggregator, secure_round, train_rounds
 
 __all__ = [
     "ATTACKS",
@@ -124,9 +140,12 @@ __all__ = [
     "AUDIT_MD",
     "CODEWORD_WEIGHT",
     "DEFAULTS",
+    "LEAKAGE_VS_EPSILON",
+    "PRIVACY_OPTIONS",
     "PUBLIC_SAMPLES",
     "SETUP_OPTIONS",
     "SMALL_PRESET",
+    "WEIGHTS",
     "AuditSettings",
     "InversionSettings",
     "Layout",
@@ -143,18 +162,22 @@ __all__ = [
     "dequantize",
     "disaggregate",
     "disaggregation_scores",
+    "dp_label",
     "inversion_audit",
     "invert_update",
     "leakage_audit",
     "leakage_methods",
     "markdown",
     "mean_hidden",
+    "parse_epsilons",
     "parse_methods",
     "parse_sizes",
     "plot_bit_recovery",
     "plot_disaggregation",
     "plot_inversion",
     "plot_leakage",
+    "plot_leakage_vs_epsilon",
+    "privacy_settings",
     "prototype_leak",
     "psnr",
     "public_samples",
@@ -162,6 +185,7 @@ __all__ = [
     "resolve",
     "run_audit",
     "secure_aggregate",
+    "secure_aggregator",
     "secure_round",
     "secure_update",
     "ssim",

@@ -238,23 +238,28 @@ def disaggregation_scores(
     membership: list[np.ndarray],
     codewords: np.ndarray,
     decode: Callable[[np.ndarray], np.ndarray] | None,
-) -> dict[str, Any]:
-    """Bit recovery by :func:`disaggregate` after each checkpoint's number of observed rounds,
-    over the clients that took part at least once."""
-    out = {}
+) -> list[dict[str, Any]]:
+    """Recovery by :func:`disaggregate` after each checkpoint's number of observed ``rounds``,
+    over the clients that took part at least once: the fraction of them seen (``clients_seen``),
+    of their bits (``bits``), of their whole codewords from the raw signs (``whole_raw``) and
+    after BCH decoding (``whole_decoded``; ``None`` without ``decode``)."""
+    out = []
     for rounds in _checkpoints(len(observations)):
         matrix = np.stack(membership[:rounds])
         seen = matrix.sum(0) > 0
         guesses = disaggregate(np.stack(observations[:rounds]), matrix)[seen]
         truth = codewords[seen]
-        out[str(rounds)] = {
-            "clients_seen": float(seen.mean()),
-            "mean": float(bit_agreement(guesses, truth).mean()),
-            "exact": float(_exact(guesses, truth).mean()),
-            "exact_decoded": None
-            if decode is None
-            else float(_exact(decode(guesses), truth).mean()),
-        }
+        out.append(
+            {
+                "rounds": rounds,
+                "clients_seen": float(seen.mean()),
+                "bits": float(bit_agreement(guesses, truth).mean()),
+                "whole_raw": float(_exact(guesses, truth).mean()),
+                "whole_decoded": None
+                if decode is None
+                else float(_exact(decode(guesses), truth).mean()),
+            }
+        )
     return out
 
 

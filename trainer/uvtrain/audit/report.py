@@ -7,6 +7,7 @@ figure, whose reconstructions are the point of it).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import numpy as np
 from ..io import atomic_write, save_figure, write_json
 
 AUDIT_JSON, AUDIT_MD = "audit.json", "audit.md"
+#: The figure of the disaggregation against the training run's ``ε`` (several DP settings).
+LEAKAGE_VS_EPSILON = "leakage_vs_epsilon.png"
 
 
 def write_results(
@@ -87,32 +90,101 @@ def plot_bit_recovery(results: dict[str, Any], path: Path) -> str:
     return _save(figure, path)
 
 
-def plot_disaggregation(results: dict[str, Any], path: Path) -> str:
-    """Bit agreement and exact recovery against the number of secure aggregates observed."""
+def dp_label(dp: dict[str, Any] | None) -> str:
+    """A privacy report (``PrivacyPlan.report()``) in a few words: ``no DP`` or
+    ``distributed DP ε = 8 (z = 0.87, C = 1)``."""
+    if dp is None:
+        return "no DP"
+    return (
+        f"{dp['mechanism']} DP ε = {dp['epsilon']:.2g} (z = {dp['noise_multiplier']:.3g}, "
+        f"C = {dp['clip_norm']:.3g})"
+    )
+
+
+def _runs(entries: list[dict[str, Any]]) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """The disaggregation entries by secure run: (code length, its DP as JSON) → checkpoints."""
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for entry in entries:
+        key = (entry["code_length"], json.dumps(entry["dp"], sort_keys=True))
+        runs.setdefault(key, []).append(entry)
+    return runs
+
+
+def plot_disaggregation(entries: list[dict[str, Any]], path: Path) -> str:
+    """Bit agreement and exact recovery against the number of secure aggregates observed, one
+    pair of lines per secure run (code length and differential privacy)."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(6.0, 4.2), layout="constrained")
+    figure = Figure(figsize=(6.6, 4.4), layout="constrained")
     axes = figure.add_subplot()
-    for length, entry in results.items():
-        if "disaggregation" not in entry:
-            continue
-        rounds = entry["disaggregation"]["rounds"]
-        xs = [int(r) for r in rounds]
-        (line,) = axes.plot(
-            xs, [100 * rounds[r]["mean"] for r in rounds], "o-", label=f"c = {length}, bits"
-        )
+    for (length, _), run in _runs(entries).items():
+        xs = [entry["rounds"] for entry in run]
+        label = f"c = {length}, {dp_label(run[0]['dp'])}"
+        (line,) = axes.plot(xs, [100 * e["bits"] for e in run], "o-", label=f"{label}: bits")
         axes.plot(
             xs,
-            [100 * rounds[r]["exact"] for r in rounds],
+            [100 * e["whole_raw"] for e in run],
             "s:",
             color=line.get_color(),
-            label=f"c = {length}, whole codewords",
+            label=f"{label}: whole codewords",
         )
     axes.axhline(50, color="black", linestyle="--", linewidth=1, label="chance (bits)")
     axes.set_xlabel("training rounds observed (secure aggregates, membership known)")
     axes.set_ylabel("recovered (%)")
     axes.set_ylim(-2, 102)
     axes.set_title("FedUV codewords from SecAgg+ aggregates over rounds")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=6)
+    return _save(figure, path)
+
+
+def plot_leakage_vs_epsilon(entries: list[dict[str, Any]], path: Path) -> str:
+    """What the disaggregation recovers after the last observed round against the run's ``ε``
+    (log scale; no DP drawn at the right as "off"), one colour per code length: bits, whole
+    codewords raw and BCH-decoded."""
+    from matplotlib.figure import Figure
+
+    last = [run[-1] for run in _runs(entries).values()]
+    finite = [e["dp"]["epsilon"] for e in last if e["dp"] is not None]
+    off = 2.0 * max(finite) if finite else 1.0
+
+    def x_of(entry: dict[str, Any]) -> float:
+        return off if entry["dp"] is None else entry["dp"]["epsilon"]
+
+    figure = Figure(figsize=(6.2, 4.2), layout="constrained")
+    axes = figure.add_subplot()
+    for length in sorted({e["code_length"] for e in last}):
+        points = sorted((e for e in last if e["code_length"] == length), key=x_of)
+        xs = [x_of(e) for e in points]
+        (line,) = axes.plot(
+            xs, [100 * e["bits"] for e in points], "o-", label=f"c = {length}, bits"
+        )
+        axes.plot(
+            xs,
+            [100 * e["whole_raw"] for e in points],
+            "s:",
+            color=line.get_color(),
+            label=f"c = {length}, whole codewords (raw)",
+        )
+        if all(e["whole_decoded"] is not None for e in points):
+            axes.plot(
+                xs,
+                [100 * e["whole_decoded"] for e in points],
+                "^--",
+                color=line.get_color(),
+                label=f"c = {length}, whole codewords (decoded)",
+            )
+    axes.axhline(50, color="black", linestyle="--", linewidth=1, label="chance (bits)")
+    axes.set_xscale("log")
+    ticks = sorted(set(finite))
+    axes.set_xticks([*ticks, off], [*(f"{value:.2g}" for value in ticks), "off"])
+    axes.minorticks_off()
+    mechanisms = sorted({e["dp"]["mechanism"] for e in last if e["dp"] is not None})
+    axes.set_xlabel(f"ε of the training run ({', '.join(mechanisms) or 'no'} DP)")
+    axes.set_ylabel("recovered after the last round (%)")
+    axes.set_ylim(-2, 102)
+    rounds = max(e["rounds"] for e in last)
+    axes.set_title(f"FedUV codewords from {rounds} SecAgg+ aggregates against ε")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=7)
     return _save(figure, path)
@@ -180,8 +252,11 @@ def write_figures(
     bits = results.get("bit_recovery")
     if bits:
         written.append(plot_bit_recovery(bits, folder / "bit_recovery.png"))
-        if any("disaggregation" in entry for entry in bits.values()):
-            written.append(plot_disaggregation(bits, folder / "disaggregation.png"))
+    entries = results.get("disaggregation")
+    if entries:
+        written.append(plot_disaggregation(entries, folder / "disaggregation.png"))
+        if len({json.dumps(e["dp"], sort_keys=True) for e in entries}) > 1:
+            written.append(plot_leakage_vs_epsilon(entries, folder / LEAKAGE_VS_EPSILON))
     leakage = {k: v for k, v in (results.get("leakage") or {}).items() if v["p_leak"] is not None}
     if leakage:
         written.append(plot_leakage(leakage, folder / "leakage.png"))
@@ -207,15 +282,23 @@ def markdown(results: dict[str, Any]) -> str:
         f"max_weight {max_weight}).",
         "",
     ]
+    if any(entry["dp"] is not None for entry in results.get("disaggregation") or []):
+        lines += [
+            "Under differential privacy each client's update is clipped (and, distributed, "
+            "noised) before SecAgg+ quantises it, every member weighs the same, and with central "
+            "DP the server adds its noise to the sum it unmasks.",
+            "",
+        ]
     for length, entry in (results.get("bit_recovery") or {}).items():
         for state in ("initial", "trained"):
             if state not in entry:
                 continue
             data = entry[state]
             attack = data["attack"]
+            trained_with = f", {dp_label(data['dp'])}" if "dp" in data else ""
             lines += [
-                f"## FedUV codeword bits, c = {length}, {state} model (round {data['round']}, "
-                f"attack `{attack}`)",
+                f"## FedUV codeword bits, c = {length}, {state} model (round {data['round']}"
+                f"{trained_with}, attack `{attack}`)",
                 "",
                 "| observed update | bits, mean | bits, best member | whole codeword (raw) | "
                 "whole codeword (BCH-decoded) | random guess, best member |",
@@ -241,21 +324,25 @@ def markdown(results: dict[str, Any]) -> str:
                     f"Attack `{name}` on the plain updates: {_percent(data['plain'][name]['mean'])}."
                 )
             lines.append("")
-        if "disaggregation" in entry:
-            info = entry["disaggregation"]
-            lines += [
-                f"## FedUV c = {length}: SecAgg+ aggregates over rounds (cohorts of "
-                f"{info['cohort']}, membership known to the server)",
-                "",
-                "| rounds observed | clients seen | bits | whole codeword (raw) | (BCH-decoded) |",
-                "|---|---|---|---|---|",
-            ]
-            for rounds, scores in info["rounds"].items():
-                lines.append(
-                    f"| {rounds} | {_percent(scores['clients_seen'])} | {_percent(scores['mean'])} "
-                    f"| {_percent(scores['exact'])} | {_percent(scores['exact_decoded'])} |"
-                )
-            lines.append("")
+    entries = results.get("disaggregation")
+    if entries:
+        lines += [
+            "## FedUV codewords from SecAgg+ aggregates over rounds (least squares, membership "
+            "known to the server)",
+            "",
+            "| c | differential privacy | rounds observed | ε spent | cohort | clients seen | bits "
+            "| whole codeword (raw) | (BCH-decoded) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for entry in entries:
+            spent = "—" if entry["epsilon_spent"] is None else f"{entry['epsilon_spent']:.3g}"
+            lines.append(
+                f"| {entry['code_length']} | {dp_label(entry['dp'])} | {entry['rounds']} | "
+                f"{spent} | {entry['cohort']} | {_percent(entry['clients_seen'])} | "
+                f"{_percent(entry['bits'])} | {_percent(entry['whole_raw'])} | "
+                f"{_percent(entry['whole_decoded'])} |"
+            )
+        lines.append("")
     leakage = results.get("leakage")
     if leakage:
         lines += [
@@ -308,16 +395,21 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
                 f"{m}: {_percent(v[attack]['mean'])} (best {_percent(v[attack]['max'])})"
                 for m, v in data["cohorts"].items()
             )
+            trained_with = f", trained with {dp_label(data['dp'])}" if "dp" in data else ""
             lines.append(
-                f"feduv c={length} {state} (round {data['round']}): plain update "
+                f"feduv c={length} {state} (round {data['round']}{trained_with}): plain update "
                 f"{_percent(data['plain'][attack]['mean'])} of bits [{attack}]; SecAgg+ {cohorts}"
             )
-        if "disaggregation" in entry:
-            last = list(entry["disaggregation"]["rounds"].items())[-1]
-            lines.append(
-                f"feduv c={length}: {last[0]} secure aggregates, least squares: "
-                f"{_percent(last[1]['mean'])} of bits, {_percent(last[1]['exact'])} whole codewords"
-            )
+    for (length, _), run in _runs(results.get("disaggregation") or []).items():
+        last = run[-1]
+        decoded = ""
+        if last["whole_decoded"] is not None:
+            decoded = f" ({_percent(last['whole_decoded'])} decoded)"
+        lines.append(
+            f"feduv c={length}, {dp_label(last['dp'])}: {last['rounds']} secure aggregates, "
+            f"least squares: {_percent(last['bits'])} of bits, {_percent(last['whole_raw'])} "
+            f"whole codewords{decoded}"
+        )
     for method, entry in (results.get("leakage") or {}).items():
         if entry["p_leak"] is not None:
             lines.append(f"{method}: P_leak {entry['p_leak']:.3f} (1/C = {entry['chance']:.3f})")

@@ -28,10 +28,10 @@ from .bits import (
 )
 from .inversion import inversion_audit
 from .leakage import leakage_audit, leakage_entry
-from .report import write_results
+from .report import dp_label, write_results
 from .secagg import SecAggPlus
 from .settings import PUBLIC_SAMPLES, AuditSettings
-from .training import secure_round, train_rounds
+from .training import secure_aggregator, secure_round, train_rounds
 
 
 def _rng(seed: int, part: int) -> np.random.Generator:
@@ -67,42 +67,93 @@ def _observed_secure_rounds(
     return step
 
 
+def _dp_report(simulation: Simulation) -> dict[str, Any] | None:
+    """The simulation's differential privacy as its run report writes it (``None``: off)."""
+    plan = getattr(simulation, "privacy", None)
+    return None if plan is None else plan.report()
+
+
 def codeword_states(
     initial: Simulation,
-    trained: Simulation | None,
-    rounds: int,
+    trained: Simulation,
     public: Tensor | None,
     settings: AuditSettings,
     progress: bool,
 ) -> dict[str, Any]:
-    """Bit recovery at the initial model and a trained one, with the attacker's ``public``
-    samples; a fresh setup (``trained`` None) is trained here through SecAgg+, and the rounds'
-    aggregates are disaggregated."""
+    """A run folder's bit recovery at its initial model and its ``trained`` one (its ``dp``:
+    the differential privacy it was trained with), with the attacker's ``public`` samples."""
     pool = np.arange(initial.num_clients)
     out: dict[str, Any] = {}
     out["initial"] = bit_recovery(initial, pool, public, settings, _rng(settings.seed, 1), progress)
-    if trained is None:
-        record: dict[str, list[np.ndarray]] = {"membership": [], "observations": []}
-        aggregator = SecAggPlus(settings.secagg, _rng(settings.seed, 2))
-        step = _observed_secure_rounds(initial, aggregator, public, record)
-        length = code_length(initial)
-        name = initial.algorithm.name
-        train_rounds(initial, rounds, progress, f"{name} c={length} (SecAgg+)", step)
-        trained = initial
-        if record["observations"]:
-            codewords = initial.constants["codeword"].cpu().numpy()
-            decode = bch_decoder(length) if settings.decode else None
-            out["disaggregation"] = {
-                "cohort": int(record["membership"][0].sum()),
-                "rounds": disaggregation_scores(
-                    record["observations"], record["membership"], codewords, decode
-                ),
-            }
     if trained.round > 0:
-        out["trained"] = bit_recovery(
-            trained, pool, public, settings, _rng(settings.seed, 3), progress
-        )
+        recovery = bit_recovery(trained, pool, public, settings, _rng(settings.seed, 3), progress)
+        out["trained"] = {**recovery, "dp": _dp_report(trained)}
     return out
+
+
+def codeword_runs(
+    config: RunConfig, dataset: FederatedDataset, settings: AuditSettings, progress: bool
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A fresh setup at one code length (``config``): bit recovery at the initial model; for
+    each of ``settings.privacy``, ``config.rounds`` secure rounds trained with that differential
+    privacy, whose aggregates the server records and disaggregates; bit recovery at the model
+    trained with the first setting. Returns the states (``bit_recovery[c]``) and the
+    disaggregation entries."""
+    from ..run import make_simulation
+
+    public = public_samples(dataset, config)
+    states: dict[str, Any] = {}
+    entries: list[dict[str, Any]] = []
+    for index, privacy in enumerate(settings.privacy):
+        simulation = make_simulation(dataclasses.replace(config, privacy=privacy), dataset)
+        pool = np.arange(simulation.num_clients)
+        if index == 0:
+            states["initial"] = bit_recovery(
+                simulation, pool, public, settings, _rng(settings.seed, 1), progress
+            )
+        record: dict[str, list[np.ndarray]] = {"membership": [], "observations": []}
+        aggregator = secure_aggregator(simulation, settings.secagg, _rng(settings.seed, 2))
+        step = _observed_secure_rounds(simulation, aggregator, public, record)
+        length = code_length(simulation)
+        label = dp_label(_dp_report(simulation))
+        description = f"{simulation.algorithm.name} c={length} (SecAgg+, {label})"
+        train_rounds(simulation, config.schedule.rounds, progress, description, step)
+        entries += disaggregation_entries(simulation, record, settings)
+        if index == 0 and simulation.round > 0:
+            recovery = bit_recovery(
+                simulation, pool, public, settings, _rng(settings.seed, 3), progress
+            )
+            states["trained"] = {**recovery, "dp": _dp_report(simulation)}
+    return states, entries
+
+
+def disaggregation_entries(
+    simulation: Simulation, record: dict[str, list[np.ndarray]], settings: AuditSettings
+) -> list[dict[str, Any]]:
+    """The ``disaggregation`` entries of one secure run (:func:`disaggregation_scores` of the
+    server's records after each checkpoint of observed rounds), with the run's code length, its
+    differential privacy (``dp``, ``None`` when off) and the ``ε`` spent by then."""
+    if not record["observations"]:
+        return []
+    length = code_length(simulation)
+    codewords = simulation.constants["codeword"].cpu().numpy()
+    decode = bch_decoder(length) if settings.decode else None
+    scores = disaggregation_scores(record["observations"], record["membership"], codewords, decode)
+    plan = simulation.privacy
+    return [
+        {
+            "code_length": length,
+            "dp": _dp_report(simulation),
+            "rounds": score["rounds"],
+            "bits": score["bits"],
+            "whole_raw": score["whole_raw"],
+            "whole_decoded": score["whole_decoded"],
+            "clients_seen": score["clients_seen"],
+            "cohort": int(record["membership"][0].sum()),
+            "epsilon_spent": None if plan is None else plan.spent(score["rounds"]),
+        }
+        for score in scores
+    ]
 
 
 def inversion_states(
@@ -127,9 +178,8 @@ def inversion_states(
                 description = f"{initial.algorithm.name} ({dataset.name})"
                 step = None
                 if initial.algorithm.update_reveals_secret:
-                    step = _secure_rounds(
-                        initial, SecAggPlus(settings.secagg, _rng(settings.seed, 5))
-                    )
+                    aggregator = secure_aggregator(initial, settings.secagg, _rng(settings.seed, 5))
+                    step = _secure_rounds(initial, aggregator)
                 train_rounds(initial, rounds, progress, description, step)
                 trained = initial
             if trained.round == 0:
@@ -203,7 +253,7 @@ def _audit_run(
     if "codeword-bits" in audits:
         clock = time.perf_counter()
         public = public_samples(dataset, run_config)
-        states = codeword_states(initial, trained, trained.round, public, settings, progress)
+        states = codeword_states(initial, trained, public, settings, progress)
         results["bit_recovery"] = {str(code_length(initial)): states}
         seconds["bit_recovery"] = time.perf_counter() - clock
     if "prototype-leakage" in audits:
@@ -229,7 +279,7 @@ def _audit_fresh(
     results: dict[str, Any], config: RunConfig, settings: AuditSettings, progress: bool
 ) -> tuple[dict[str, float], dict[str, dict[str, np.ndarray]]]:
     """A fresh setup: built, measured at round 0, trained ``config.rounds`` rounds, measured."""
-    from ..run import load_data, make_simulation
+    from ..run import load_data, make_simulation, privacy_plan
 
     results.update(mode="fresh", setup=config.to_dict())
     dataset = load_data(config)
@@ -239,14 +289,16 @@ def _audit_fresh(
     pictures: dict[str, dict[str, np.ndarray]] = {}
     if "codeword-bits" in audits and settings.code_lengths:
         clock = time.perf_counter()
-        results["bit_recovery"] = {}
+        for privacy in settings.privacy:  # a setting it cannot have is refused before training
+            privacy_plan(dataclasses.replace(config, privacy=privacy), len(dataset.clients))
+        results["settings"]["dp"] = [dataclasses.asdict(privacy) for privacy in settings.privacy]
+        results["bit_recovery"], results["disaggregation"] = {}, []
         for length in settings.code_lengths:
-            setup = config.replace(code_length=length)
-            simulation = make_simulation(setup, dataset)
-            public = public_samples(dataset, setup)
-            results["bit_recovery"][str(length)] = codeword_states(
-                simulation, None, config.schedule.rounds, public, settings, progress
+            states, entries = codeword_runs(
+                config.replace(code_length=length), dataset, settings, progress
             )
+            results["bit_recovery"][str(length)] = states
+            results["disaggregation"] += entries
         seconds["bit_recovery"] = time.perf_counter() - clock
     if settings.methods:
         clock = time.perf_counter()

@@ -6,13 +6,15 @@ Client k multiplies what it sends — its update ``θ_k − θ``, as ``uvtrain d
 parameters — by its weight ``r_k = round(n_k / max_weight · Q) / Q``, clips it to
 ``±clipping_range``, maps it to ``[0, Q]`` and rounds it stochastically to integers
 (``Q = 2**22``); the server unmasks only the sum, dequantises it and divides by ``Σ r_k``
-(:func:`secure_aggregate`, :func:`secure_update`).
+(:func:`secure_aggregate`, :func:`secure_update`). Under differential privacy the members send
+their clipped (and, distributed, noised) updates with equal weights, and with central DP the
+server adds its noise to the sum it unmasks (:class:`SecAggPlus`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -164,6 +166,12 @@ def float64(params: Tensors) -> Tensors:
     return {k: v.detach().to("cpu", torch.float64) for k, v in params.items()}
 
 
+#: How :class:`SecAggPlus` weighs the members: by their sample counts ``n_k`` (FedAvg, as
+#: ``uvtrain deploy`` without DP) or all the same (differential privacy: a sample-count weight
+#: would let one user's influence on the sum exceed the clip norm).
+WEIGHTS = ("samples", "equal")
+
+
 @dataclass
 class SecAggPlus(Aggregator):
     """The server's side of a round under SecAgg+: the new global parameters are ``θ`` plus the
@@ -171,18 +179,31 @@ class SecAggPlus(Aggregator):
     members' stochastic rounding drawn from ``rng``). Each call keeps that mean update in
     :attr:`mean_update` (float64, by parameter name): what the server saw of the round.
 
+    ``weights``: ``"samples"`` (``r_k`` from ``n_k``) or ``"equal"`` (every ``n_k`` taken as 1).
+    ``noise``: the server's own noise on the sum it unmasks (central DP: the round's
+    :meth:`uvtrain.privacy.DPSum.sum_noise`), added before the division by the cohort size, so
+    that the mean is ``(Σ_k δ̂_k + n) / m`` to within the quantisation; the clients' clipping and
+    noise are the round's postprocessing, before they quantise.
+
     It never fuses with local training: it needs every member's own update to quantise."""
 
     model: SecAggModel
     rng: np.random.Generator
+    weights: str = "samples"
+    noise: Callable[[Tensors, RoundPlan], Tensors] | None = None
     mean_update: Tensors = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"SecAgg+ weights must be one of {', '.join(WEIGHTS)}")
 
     def __call__(
         self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
     ) -> Tensors:
         layout = Layout.of(base)
         before = layout.flatten(base).astype(np.float64)
-        sizes = updates.weights.cpu().numpy()
+        count = len(updates.clients)
+        sizes = np.ones(count) if self.weights == "equal" else updates.weights.cpu().numpy()
         if updates.params is not None:
             stacked = layout.flatten(updates.params, stacked=True)
             mean = secure_update(stacked, before, sizes, self.model, self.rng)
@@ -191,5 +212,11 @@ class SecAggPlus(Aggregator):
             mean = secure_update(deltas + before, before, sizes, self.model, self.rng)
         else:
             raise TrainingError("SecAgg+ needs each client's own update, not an aggregate")
+        if self.noise is not None:
+            if plan is None:
+                raise TrainingError("the server's DP noise needs the round")
+            noise = self.noise(base, plan)
+            if noise:
+                mean = mean + layout.flatten(noise).astype(np.float64) / count
         self.mean_update = layout.unflatten(mean, float64(base))
         return layout.unflatten(before + mean, base)

@@ -4,14 +4,16 @@ of a fresh setup (:func:`resolve`)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..algorithms import METHODS
-from ..config import RunConfig
+from ..config import Privacy, RunConfig
 from ..errors import ConfigError
+from ..privacy import SECURE_DEFAULT_EPSILON
 
 #: Public samples (held-out identities) the attacker averages ``g(x)`` over.
 PUBLIC_SAMPLES = 64
@@ -50,6 +52,52 @@ def parse_methods(text: str) -> tuple[str, ...]:
                 f"{', '.join(leakage_methods())})"
             )
     return methods
+
+
+def parse_epsilons(text: str) -> tuple[float, ...]:
+    """``"inf,16,8"`` → ``(inf, 16.0, 8.0)``: the budgets ``ε`` to audit, ``inf`` meaning no
+    differential privacy. Each a number > 0."""
+    values = []
+    for part in str(text).split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise ConfigError(
+                f"--dp-epsilon {text!r}: give a comma-separated list of numbers (inf: no DP)"
+            ) from None
+        if not value > 0:  # nan too
+            raise ConfigError(f"--dp-epsilon {text!r}: every ε must be positive (inf: no DP)")
+        values.append(value)
+    return tuple(dict.fromkeys(values))
+
+
+#: The privacy options (those of ``uvtrain run``: :class:`uvtrain.config.Privacy`'s fields).
+PRIVACY_OPTIONS = tuple(item.name for item in dataclasses.fields(Privacy))
+
+
+def privacy_settings(chosen: Mapping[str, Any]) -> tuple[Privacy, ...]:
+    """The differential privacy of the audit's secure runs, one setting per ``ε`` of
+    ``chosen["dp_epsilon"]`` (a number or a comma-separated list; ``inf``: off), each a
+    :class:`~uvtrain.config.Privacy` with ``chosen``'s other privacy options. ``dp`` defaults to
+    ``distributed`` and ``ε`` to :data:`~uvtrain.privacy.SECURE_DEFAULT_EPSILON` (unless
+    ``dp_noise_multiplier`` is given): the default wherever secure aggregation is on."""
+    options = {key: chosen[key] for key in PRIVACY_OPTIONS if chosen.get(key) is not None}
+    mechanism = options.setdefault("dp", "distributed")
+    text = options.pop("dp_epsilon", None)
+    epsilons = None if text is None else parse_epsilons(str(text))
+    if mechanism == "off":
+        if epsilons is not None and any(math.isfinite(value) for value in epsilons):
+            raise ConfigError("--dp off: drop --dp-epsilon, or give --dp central or distributed")
+        return (Privacy(**options),)
+    if epsilons is None:
+        epsilons = (None,) if "dp_noise_multiplier" in options else (SECURE_DEFAULT_EPSILON,)
+    settings = []
+    for value in epsilons:
+        if value is not None and math.isinf(value):
+            settings.append(Privacy(**{**options, "dp": "off", "dp_noise_multiplier": None}))
+        else:
+            settings.append(Privacy(**options, dp_epsilon=value))
+    return tuple(settings)
 
 
 def fitting(sizes: Sequence[int], clients: int, skip: bool, flag: str) -> list[int]:
@@ -120,7 +168,9 @@ class AuditSettings:
     cohorts each; ``code_lengths`` (FedUV, fresh audits); ``methods`` (P_leak, fresh audits;
     default: :func:`leakage_methods`); ``decode`` (BCH decoding for exact recovery);
     ``inversion`` (``None``: none); ``skip_large_cohorts``: leave out cohorts larger than the
-    clients (defaults) instead of refusing them (sizes given explicitly)."""
+    clients (defaults) instead of refusing them (sizes given explicitly); ``privacy``: the
+    differential privacy of the secure runs whose aggregates are disaggregated, one run per
+    setting and code length (fresh audits; :func:`privacy_settings`)."""
 
     cohorts: tuple[int, ...] = (2, 5, 10, 50)
     cohort_draws: int = 20
@@ -131,8 +181,11 @@ class AuditSettings:
     secagg: SecAggModel = SecAggModel()
     seed: int = 0
     skip_large_cohorts: bool = False
+    privacy: tuple[Privacy, ...] = (Privacy("distributed", dp_epsilon=SECURE_DEFAULT_EPSILON),)
 
     def __post_init__(self) -> None:
+        if not self.privacy:
+            raise ConfigError("the audit needs at least one privacy setting (--dp off: none)")
         if self.cohort_draws < 1:
             raise ConfigError("--cohort-draws must be at least 1")
         for length in self.code_lengths:
@@ -190,6 +243,7 @@ SETUP_OPTIONS = (
     "methods",
     "inversion_dataset",
     "config",
+    *PRIVACY_OPTIONS,
 )
 
 
@@ -199,7 +253,10 @@ def resolve(
     """The fresh setup's run config (``None`` for a run folder) and what to measure.
 
     Precedence: an option given > the ``--small`` preset > :data:`DEFAULTS`. A run folder is
-    audited as it is: the options of a fresh setup (:data:`SETUP_OPTIONS`) are refused with it.
+    audited as it is: the options of a fresh setup (:data:`SETUP_OPTIONS`), its differential
+    privacy included, are refused with it. A fresh setup's privacy options (given > the TOML
+    file's > the audit's defaults, :func:`privacy_settings`) apply to its secure runs; the run
+    config it returns has none (P_leak's and the inversion's trainings are without DP).
     """
     from ..config import read_toml
     from ..config import resolve as resolve_run
@@ -238,13 +295,14 @@ def resolve(
     )
     if run_dir is not None:
         return None, settings
+    in_file = read_toml(options["config"]) if options.get("config") else {}
+    privacy = privacy_settings({**in_file, **explicit})
     # the run's own keys: given > preset > the TOML file > the audit's defaults (rounds, seed)
     chosen = {**(SMALL_PRESET if small else {}), **explicit}
-    in_file = read_toml(options["config"]) if options.get("config") else {}
     run_keys = ("method", "dataset", "clients", "rounds", "fraction", "batch_size", "lr")
     cli = {key: chosen.get(key) for key in (*run_keys, "lr_decay", "seed")}
     for key in ("rounds", "seed"):
         if cli[key] is None and key not in in_file:
             cli[key] = DEFAULTS[key]
-    config = resolve_run(cli, options.get("config"))
-    return config, dataclasses.replace(settings, seed=config.seed)
+    config = dataclasses.replace(resolve_run(cli, options.get("config")), privacy=Privacy())
+    return config, dataclasses.replace(settings, seed=config.seed, privacy=privacy)

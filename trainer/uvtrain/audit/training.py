@@ -3,9 +3,12 @@
 - :func:`client_parameters`: each client's parameters after its local training from the global
   ``θ`` (:meth:`Simulation.client_update`, the per-client reference path a device runs) — the
   plain updates the attacks read. The simulation is left as it was.
+- :func:`secure_aggregator`: the :class:`~.secagg.SecAggPlus` aggregator for a simulation, with
+  its differential privacy (equal weights, the server's central noise).
 - :func:`secure_round`: one round of a simulation through :func:`uvtrain.rounds.run_round` with
   the :class:`~.secagg.SecAggPlus` aggregator; the clients train by the simulation's own local
-  training (receive, update, messages), by its per-client loop path.
+  training (receive, update, messages), by its per-client loop path, and their updates go
+  through the simulation's postprocessing (DP clipping and noise) before SecAgg+.
 - :func:`train_rounds`: rounds with a progress bar, counting who took part.
 """
 
@@ -18,8 +21,10 @@ import numpy as np
 from torch import Tensor
 
 from ..engine import Simulation
+from ..errors import TrainingError
 from ..rounds import RoundResult
 from .secagg import Layout, SecAggPlus
+from .settings import SecAggModel
 
 
 def client_parameters(
@@ -41,6 +46,24 @@ def client_parameters(
         if progress is not None:
             progress.update(1)
     return np.stack(rows), np.stack(losses)
+
+
+def secure_aggregator(
+    simulation: Simulation, model: SecAggModel, rng: np.random.Generator
+) -> SecAggPlus:
+    """SecAgg+ in place of the simulation's aggregator. Under differential privacy
+    (``simulation.privacy``, installed by :func:`uvtrain.run.make_simulation`) every member
+    weighs the same, and with ``central`` the server adds the DP sum's noise to the sum it
+    unmasks (:meth:`uvtrain.privacy.DPSum.sum_noise`); the clipping (and ``distributed``'s
+    per-client noise) stay the simulation's postprocessing, which runs before SecAgg+."""
+    from ..privacy import DPSum
+
+    if getattr(simulation, "privacy", None) is None:
+        return SecAggPlus(model, rng)
+    dp_sum = simulation.aggregator
+    if not isinstance(dp_sum, DPSum):
+        raise TrainingError("a DP simulation aggregates with its DP sum")
+    return SecAggPlus(model, rng, weights="equal", noise=dp_sum.sum_noise)
 
 
 def secure_round(simulation: Simulation, aggregator: SecAggPlus) -> RoundResult:
