@@ -453,7 +453,9 @@ class DPSum(Aggregator):
         if not std > 0:
             return {}
         generator = _generator(self.seed, plan.number, 2, 0)
-        zeros = {name: torch.zeros(value.shape, dtype=torch.float32) for name, value in base.items()}
+        zeros = {
+            name: torch.zeros(value.shape, dtype=torch.float32) for name, value in base.items()
+        }
         return add_noise(zeros, std, generator)
 
 
