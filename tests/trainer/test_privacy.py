@@ -212,3 +212,24 @@ def test_fedgns_proxy_is_accounted_as_a_gaussian_mechanism() -> None:
     one = release_epsilon(sigma, sensitivity, 1, 1e-3)
     assert 10 < one < release_epsilon(sigma, sensitivity, 10, 1e-3)  # σ 0.3 protects little
     assert release_epsilon(1.0, 2.0, 1, 1e-3) < one  # more noise, less ε
+
+
+def test_the_audits_leakage_entry_of_fedgn_holds_its_epsilon(
+    monkeypatch: pytest.MonkeyPatch, tiny_feduv_run: Path
+) -> None:
+    from uvtrain.audit.leakage import leakage_entry
+    from uvtrain.config import RunConfig
+    from uvtrain.run import load_data, make_simulation
+
+    monkeypatch.setenv("UVTRAIN_DATA", str(tiny_feduv_run.parent / "data"))
+    config = RunConfig.from_flat({"method": "fedgn", "dataset": "formant-voices", "clients": 8,
+                                  "fraction": 0.5, "rounds": 3, "batch_size": 4})  # fmt: skip
+    simulation = make_simulation(config, load_data(config))
+    for _ in range(3):
+        simulation.step()
+    release = leakage_entry(simulation)["release_dp"]
+    assert release["sigma"] == 0.3 and release["sensitivity"] == 2.0
+    assert release["releases_max"] >= release["releases_median"] >= 1  # 4 of 8 each round
+    assert release["epsilon_max"] >= release["epsilon_median"] >= release["epsilon_one_release"]
+    with_proxies = make_simulation(config.with_method("fedhide"), load_data(config))
+    assert "release_dp" not in leakage_entry(with_proxies)  # FedHide's proxy is no such mechanism

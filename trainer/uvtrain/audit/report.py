@@ -265,6 +265,17 @@ def write_figures(
     return written
 
 
+def _release(release: dict[str, Any] | None) -> str:
+    """FedGN's proxy as a Gaussian mechanism: its ε per proxy and over the median client's."""
+    if not release:
+        return "—"
+    return (
+        f"ε {release['epsilon_one_release']:.3g} per proxy, "
+        f"{release['epsilon_median']:.3g} over {release['releases_median']} "
+        f"(δ {release['delta']:.2g})"
+    )
+
+
 def _percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f} %"
 
@@ -348,12 +359,15 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             "## Prototype leakage",
             "",
-            "| method | P_leak | 1/C | rounds |",
-            "|---|---|---|---|",
+            "| method | P_leak | 1/C | rounds | ε of the message as a Gaussian mechanism |",
+            "|---|---|---|---|---|",
         ]
         for method, entry in leakage.items():
             value = "—" if entry["p_leak"] is None else f"{entry['p_leak']:.3f}"
-            lines.append(f"| {method} | {value} | {entry['chance']:.3f} | {entry['rounds']} |")
+            lines.append(
+                f"| {method} | {value} | {entry['chance']:.3f} | {entry['rounds']} | "
+                f"{_release(entry.get('release_dp'))} |"
+            )
         lines.append("")
     inversion = results.get("inversion")
     if inversion and "skipped" not in inversion:
@@ -412,7 +426,10 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         )
     for method, entry in (results.get("leakage") or {}).items():
         if entry["p_leak"] is not None:
-            lines.append(f"{method}: P_leak {entry['p_leak']:.3f} (1/C = {entry['chance']:.3f})")
+            line = f"{method}: P_leak {entry['p_leak']:.3f} (1/C = {entry['chance']:.3f})"
+            if entry.get("release_dp"):
+                line += f"; its proxy {_release(entry['release_dp'])}"
+            lines.append(line)
     inversion = results.get("inversion") or {}
     for state, data in inversion.items():
         if not isinstance(data, dict):
