@@ -533,6 +533,10 @@ class Simulation(GlobalModel):
             and self.config.local_steps == 1
         )
         vectorised = self.config.vectorised if path is None else path == "vmap"
+        if path is None and self.postprocess and self.device.type == "cpu":
+            # DP rounds need every client's own update: on a CPU the loop gives it faster than
+            # vmap, whose per-client convolutions become grouped ones (benchmarks/simulate.py)
+            vectorised = False
         if batched:
             mean, private, losses = self._local_batched(clients, batches, plan.lr)
             updates = ClientUpdates(
