@@ -41,7 +41,9 @@ FAMILY = {"feduv": "feduv", "fedhide": "embedding"}
 
 
 def parse_epsilons(text: str) -> list[float]:
-    values = [math.inf if part.strip() in ("inf", "off") else float(part) for part in text.split(",")]
+    values = [
+        math.inf if part.strip() in ("inf", "off") else float(part) for part in text.split(",")
+    ]
     if any(not value > 0 for value in values):
         raise SystemExit("--epsilons: each ε positive, or inf")
     return values
@@ -186,9 +188,14 @@ def main() -> None:
         ]
         if recovery:
             entry = recovery.get(eps) if row["method"] == "feduv" else None
-            line += ["–", "–"] if entry is None else [
-                f"{100 * (entry['whole_decoded'] or 0):.1f} %", f"{100 * entry['bits']:.1f} %"
-            ]
+            line += (
+                ["–", "–"]
+                if entry is None
+                else [
+                    f"{100 * (entry['whole_decoded'] or 0):.1f} %",
+                    f"{100 * entry['bits']:.1f} %",
+                ]
+            )
         table.append(line)
     device = f"{platform.processor() or platform.machine()}, {config.device}"
     title = (
@@ -203,7 +210,9 @@ def main() -> None:
     )  # fmt: skip
     for path in plot(rows, recovery, args.out):
         print(f"figure: {path}")
-    print(f"runs: {', '.join(run_folder(args.cache, RunConfig.from_flat(run_settings(args, m, e, data))).name for m in methods for e in epsilons)}")  # noqa: E501
+    print(
+        f"runs: {', '.join(run_folder(args.cache, RunConfig.from_flat(run_settings(args, m, e, data))).name for m in methods for e in epsilons)}"
+    )  # noqa: E501
 
 
 if __name__ == "__main__":

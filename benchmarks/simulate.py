@@ -135,13 +135,14 @@ def main() -> None:
             private = make(args.method, data, args, vectorised=True)
             install(private, plan, seed=0)
             if forced is not None:
-                private.step = lambda private=private, forced=forced: private.next_round(
-                    path=forced
-                ).metrics
+                private.step = lambda private=private, forced=forced: (
+                    private.next_round(path=forced).metrics
+                )
             dp = time_rounds(private, args.rounds)
             print(f"| DP (clip C=1 + central noise z=1), {label} | {args.clients / dp:.1f} | "
                   f"{fed_samples / dp:.0f} | {dp:.3f} s |  DP / non-DP ({path}): "
                   f"{dp / vectorised:.2f}x")  # fmt: skip
+
 
 if __name__ == "__main__":
     main()
