@@ -233,3 +233,20 @@ def test_the_audits_leakage_entry_of_fedgn_holds_its_epsilon(
     assert release["epsilon_max"] >= release["epsilon_median"] >= release["epsilon_one_release"]
     with_proxies = make_simulation(config.with_method("fedhide"), load_data(config))
     assert "release_dp" not in leakage_entry(with_proxies)  # FedHide's proxy is no such mechanism
+
+
+def test_dp_with_a_cross_silo_method_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_feduv_run: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from uvtrain.cli import app
+
+    monkeypatch.setenv("UVTRAIN_DATA", str(tiny_feduv_run.parent / "data"))
+    result = CliRunner().invoke(app, [
+        "run", "--method", "fedface", "--dataset", "formant-voices", "--rounds", "1",
+        "--validators", "0", "--no-fv", "--dp", "central", "--dp-epsilon", "4",
+        "--out", str(tmp_path / "ff"),
+    ])  # fmt: skip
+    assert result.exit_code == 2 and "cross-silo" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output

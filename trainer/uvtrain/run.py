@@ -185,7 +185,11 @@ def _install_privacy(config: RunConfig, trainer: Trainer) -> None:
     put into the trainer's round (``trainer.privacy``: the plan, ``None`` when off)."""
     from .privacy import install
 
-    trainer.privacy = privacy_plan(config, trainer.num_clients)
+    trainer.privacy = None
+    if config.privacy.dp == "off":
+        return
+    # a cross-silo trainer has parties, not clients: privacy_plan refuses it before counting
+    trainer.privacy = privacy_plan(config, getattr(trainer, "num_clients", 0))
     install(trainer, trainer.privacy, config.seed)
 
 
