@@ -26,7 +26,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from _runs import dataset_file, report, run_folder, settings, train_once, write_table
+from _runs import dataset_file, report, settings, train_once, write_table
 
 from uvtrain.config import RunConfig
 from uvtrain.io import save_figure, write_json
@@ -210,9 +210,7 @@ def main() -> None:
     )  # fmt: skip
     for path in plot(rows, recovery, args.out):
         print(f"figure: {path}")
-    print(
-        f"runs: {', '.join(run_folder(args.cache, RunConfig.from_flat(run_settings(args, m, e, data))).name for m in methods for e in epsilons)}"
-    )  # noqa: E501
+    print(f"runs: {', '.join(row['run'] for row in rows)}")
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from uvtrain.privacy import (
     add_noise,
     clip_updates,
     noisy_mean_update,
-    plan_privacy,
+    plan_from_settings,
     scalar_noise,
     secret_generator,
 )
@@ -105,25 +105,15 @@ def plan(settings: DeploySettings, devices: int) -> PrivacyPlan | None:
     mechanism = settings.mechanism
     if mechanism == "off":
         return None
-    privacy = settings.run.privacy
-    target = privacy.dp_epsilon
-    if target is None and privacy.dp_noise_multiplier is None:
-        target = SECURE_DEFAULT_EPSILON
     cohort = settings.cohort_size(devices)
     min_survivors(settings, cohort)  # refused here when SecAgg+ cannot enforce it
-    return plan_privacy(
+    return plan_from_settings(
+        settings.run.privacy,
         mechanism,
-        clip_norm=privacy.clip_norm,
         rounds=settings.run.schedule.rounds,
         cohort=cohort,
         users=devices,
-        target_epsilon=target,
-        noise=privacy.dp_noise_multiplier,
-        delta=privacy.dp_delta,
-        adaptive=privacy.adaptive_clipping,
-        clip_quantile=privacy.clip_quantile,
-        clip_learning_rate=privacy.clip_learning_rate,
-        clip_count_std=privacy.clip_count_std,
+        default_epsilon=SECURE_DEFAULT_EPSILON,
     )
 
 

@@ -263,6 +263,38 @@ def plan_privacy(
     return plan
 
 
+def plan_from_settings(
+    settings: Any,
+    mechanism: str,
+    *,
+    rounds: int,
+    cohort: int,
+    users: int,
+    default_epsilon: float | None = None,
+) -> PrivacyPlan | None:
+    """:func:`plan_privacy` from a run's privacy settings (:class:`uvtrain.config.Privacy`) with
+    the placement ``mechanism`` (the simulator's ``settings.dp``, a deployment's resolved one);
+    ``default_epsilon`` is the budget when neither ``ε`` nor ``z`` is given (a deployment's
+    :data:`SECURE_DEFAULT_EPSILON`)."""
+    target = settings.dp_epsilon
+    if target is None and settings.dp_noise_multiplier is None:
+        target = default_epsilon
+    return plan_privacy(
+        mechanism,
+        clip_norm=settings.clip_norm,
+        rounds=rounds,
+        cohort=cohort,
+        users=users,
+        target_epsilon=target,
+        noise=settings.dp_noise_multiplier,
+        delta=settings.dp_delta,
+        adaptive=settings.adaptive_clipping,
+        clip_quantile=settings.clip_quantile,
+        clip_learning_rate=settings.clip_learning_rate,
+        clip_count_std=settings.clip_count_std,
+    )
+
+
 # ----------------------------------------------------------------------------------------------
 # The mechanism as steps of the round
 # ----------------------------------------------------------------------------------------------

@@ -197,7 +197,7 @@ def privacy_plan(config: RunConfig, users: int) -> Any:
     """The run's DP mechanism for ``users`` clients (:func:`uvtrain.privacy.plan_privacy`: the
     noise for its budget over its rounds, at the sampling rate of its cohort), ``None`` when
     off; a :class:`ConfigError` for a mechanism it cannot have."""
-    from .privacy import plan_privacy
+    from .privacy import plan_from_settings
 
     settings = config.privacy
     if settings.dp == "off":
@@ -208,19 +208,8 @@ def privacy_plan(config: RunConfig, users: int) -> Any:
             f"{config.method.setting}"
         )
     cohort = max(1, round(config.schedule.fraction * users))
-    return plan_privacy(
-        settings.dp,
-        clip_norm=settings.clip_norm,
-        rounds=config.schedule.rounds,
-        cohort=cohort,
-        users=users,
-        target_epsilon=settings.dp_epsilon,
-        noise=settings.dp_noise_multiplier,
-        delta=settings.dp_delta,
-        adaptive=settings.adaptive_clipping,
-        clip_quantile=settings.clip_quantile,
-        clip_learning_rate=settings.clip_learning_rate,
-        clip_count_std=settings.clip_count_std,
+    return plan_from_settings(
+        settings, settings.dp, rounds=config.schedule.rounds, cohort=cohort, users=users
     )
 
 
