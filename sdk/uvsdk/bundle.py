@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .calibration import Calibration
 from .codeword import code_fingerprint, pack_generator, unpack_generator
 from .errors import BundleError, SignatureError
 
@@ -118,6 +119,7 @@ class Manifest:
     model_sha256: str
     code: Code | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    calibration: Calibration | None = field(default=None, compare=False)
 
     @classmethod
     def from_dict(cls, data: Any) -> Manifest:
@@ -157,9 +159,22 @@ class Manifest:
         if not _SHA256.match(sha):
             raise BundleError("manifest: model_sha256 is not 64 lowercase hex digits")
         code = _parse_code(data.get("code"), kind, dim)
-        known = {"format", "name", "method", "modality", "input", "output", "code", "model_sha256"}
+        calibration = None
+        if data.get("calibration") is not None:
+            calibration = Calibration.from_dict(data["calibration"], output_kind=kind)
+        known = {
+            "format",
+            "name",
+            "method",
+            "modality",
+            "input",
+            "output",
+            "code",
+            "model_sha256",
+            "calibration",
+        }
         extra = {key: value for key, value in data.items() if key not in known}
-        return cls(name, method, modality, source, kind, dim, sha, code, extra)
+        return cls(name, method, modality, source, kind, dim, sha, code, extra, calibration)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``format`` first); ``from_dict(to_dict())`` is the identity."""
@@ -183,6 +198,8 @@ class Manifest:
                 "generator": pack_generator(code.generator),
             }
         data["model_sha256"] = self.model_sha256
+        if self.calibration is not None:
+            data["calibration"] = self.calibration.to_dict()
         data.update(self.extra)
         return data
 

@@ -21,6 +21,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from .calibration import DEFAULT_FAR
 from .errors import UvsdkError, printable
 
 
@@ -124,7 +125,7 @@ def _errors_to_exit(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _verifier(bundle: Path | None, store: Path | None) -> Any:
+def _verifier(bundle: Path | None, store: Path | None, **options: Any) -> Any:
     from .verifier import Verifier
 
     keyring_wanted = os.environ.get("UVSDK_KEYRING", "").lower() in ("1", "true", "yes")
@@ -138,6 +139,7 @@ def _verifier(bundle: Path | None, store: Path | None) -> Any:
         use_keyring=keyring_wanted,
         passphrase=passphrase,
         freshness=freshness,
+        **options,
     )
 
 
@@ -151,9 +153,24 @@ def enroll(
     bundle: BundlePath = None,
     tpr: Annotated[float, typer.Option("--tpr", help="Target true-positive rate q.")] = 0.95,
     store: StoreDir = None,
+    far: Annotated[
+        float,
+        typer.Option(
+            "--far",
+            help="False-accept rate in (0, 0.5]: the threshold is at least the bundle's "
+            "calibrated threshold at this FAR (when the bundle is calibrated).",
+        ),
+    ] = DEFAULT_FAR,
 ) -> None:
-    """Enroll a user from a folder of samples (at least 5 usable), with the warm-up threshold."""
-    verifier = _verifier(bundle, store)
+    """Enroll a user from a folder of samples (at least 5 usable).
+
+    The threshold is the warm-up rule at --tpr, raised to the bundle's calibrated threshold at
+    --far when that is higher.
+    """
+    from .calibration import check_far
+
+    check_far(far)  # before the passphrase or any work
+    verifier = _verifier(bundle, store, far=far)
 
     def show(sample: Any) -> None:
         if sample.used:
@@ -168,6 +185,24 @@ def enroll(
     typer.echo(
         f"enrolled {user!r} in {report.mode} mode from {report.used} of {len(report.samples)} "
         f"samples (target TPR {report.target_tpr:g}); template: {printable(str(report.template))}"
+    )
+    typer.echo(_expected_line(report))
+    if report.advice:
+        typer.echo(f"warning: {report.advice}", err=True)
+
+
+def _expected_line(report: Any) -> str:
+    """One line: the FAR and FRR the bundle's calibration expects for this user (no secret)."""
+    if not report.calibrated:
+        return (
+            f"no false-accept rate is stated: this bundle has no calibration for {report.mode} "
+            "mode, so the warm-up rule alone decides"
+        )
+    rule = "the bundle's calibrated floor" if report.floored else "your samples' warm-up rule"
+    frr = f", FRR {report.expected_frr}" if report.expected_frr is not None else ""
+    return (
+        f"expected on the bundle's calibration people: FAR {report.expected_far}{frr} "
+        f"(--far {report.far:g}; set by {rule})"
     )
 
 
@@ -296,6 +331,7 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
                 f"{code.id_bits} id bits"
             )
         typer.echo(f"  model sha256: {manifest.model_sha256}")
+        _show_calibration(manifest.calibration)
         if loaded.signed_by:
             typer.echo(f"  signature: verified (key {loaded.signed_by})")
         elif loaded.signature is not None:
@@ -320,6 +356,26 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
         typer.echo(f"  {name}  (updated {when})")
     for entry, why in verifier.store.ignored():
         typer.echo(f"  ignored: {printable(entry)} ({why})")
+
+
+def _show_calibration(calibration: Any) -> None:
+    """The bundle's calibration table (public: the model's, measured on calibration people)."""
+    if calibration is None:
+        typer.echo("  calibration: none (the warm-up rule alone decides; no FAR is stated)")
+        return
+    typer.echo(f"  calibration: {printable(' '.join(calibration.data.split()))}")
+    for mode, table in calibration.tables.items():
+        trials = f"{table.impostor_trials} impostor"
+        if table.genuine_trials:
+            trials += f" / {table.genuine_trials} genuine"
+        enrolled = f", enrolled on {table.enroll_samples} samples" if table.enroll_samples else ""
+        typer.echo(f"    {mode}: {table.people} people{enrolled}, {trials} trials")
+        for row in table.rows:
+            frr = f"  FRR {row.frr:.3f}" if row.frr is not None else ""
+            typer.echo(
+                f"      FAR {row.far:<7g} at score >= {row.threshold:+.4f}{frr}  "
+                f"({row.false_accepts} false accepts)"
+            )
 
 
 @app.command()

@@ -98,3 +98,7 @@ class LockedOutError(UvsdkError):
     def __init__(self, message: str, until: float) -> None:
         super().__init__(message)
         self.until = until
+
+
+class CalibrationError(UvsdkError):
+    """A FAR outside (0, 0.5], or one the bundle's calibration cannot state."""

@@ -91,7 +91,8 @@ class Template:
 
     ``codeword`` (the codeword bits), ``user_id`` and ``code_sha256`` come from ``codeword new``;
     ``mode``, ``threshold``, ``target_tpr``, ``model_sha256`` and ``prototype`` (prototype mode)
-    from enrollment. A template may hold a codeword and no enrollment yet. ``generation`` is the
+    from enrollment; ``far`` and ``calibration`` (the SHA-256 of the bundle's calibration) when
+    the threshold was floored at a calibrated FAR, ``None`` when it is the warm-up rule alone. A template may hold a codeword and no enrollment yet. ``generation`` is the
     store's write counter (read from the file; the store sets it when writing).
     """
 
@@ -104,6 +105,8 @@ class Template:
     prototype: np.ndarray | None = field(default=None, repr=False, compare=False)
     threshold: float | None = field(default=None, repr=False)
     target_tpr: float | None = None
+    far: float | None = None
+    calibration: str | None = None
     model_sha256: str | None = None
     enrolled: float | None = None
     samples: int = 0
@@ -135,6 +138,8 @@ class Template:
             "prototype": _b64(self.prototype.astype("<f4")) if self.prototype is not None else None,
             "threshold": self.threshold,
             "target_tpr": self.target_tpr,
+            "far": self.far,
+            "calibration": self.calibration,
             "model_sha256": self.model_sha256,
             "enrolled": self.enrolled,
             "samples": self.samples,
@@ -171,6 +176,8 @@ class Template:
                 prototype=prototype,
                 threshold=data["threshold"],
                 target_tpr=data["target_tpr"],
+                far=data.get("far"),  # absent before calibrated thresholds (warm-up alone)
+                calibration=data.get("calibration"),
                 model_sha256=data["model_sha256"],
                 enrolled=data["enrolled"],
                 samples=int(data["samples"]),

@@ -15,6 +15,7 @@ what the command does::
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +27,7 @@ import numpy as np
 
 from . import backoff as backoff_rules
 from .bundle import AudioInput, Bundle, Code, ImageInput
+from .calibration import DEFAULT_FAR, check_far, floor
 from .codeword import bipolar, encode, new_message, random_user_id
 from .errors import (
     AttemptNotRecordedError,
@@ -49,6 +51,7 @@ from .template import PassphraseSource, Template, TemplateStore
 
 MIN_ENROLLMENT_SAMPLES = 5
 DEFAULT_TARGET_TPR = 0.95
+_VERIFIER_FAR: Any = object()  # enroll(far=...) not given: the Verifier's own
 WINDOW_BATCH = 16  # windows per model call: bounds memory for long clips
 _SEARCH_ORDER = "pass a bundle (--bundle PATH) or set UVSDK_BUNDLE"
 
@@ -67,18 +70,39 @@ class SampleReport:
 
 @dataclass(frozen=True)
 class EnrollmentReport:
-    """The outcome of :meth:`Verifier.enroll` (it holds no secret)."""
+    """The outcome of :meth:`Verifier.enroll` (it holds no secret: no threshold, no reference).
+
+    ``far`` is the FAR the threshold was floored at, ``None`` when the bundle has no calibration
+    for the mode (or ``far=None`` was asked): then the threshold is the warm-up rule alone.
+    ``expected_far`` and ``expected_frr`` are what the bundle's calibration measured at the
+    user's threshold (text such as ``"0.0094"`` or ``"< 0.001"``; the FRR is ``None`` for
+    codeword mode, whose calibration has no genuine trials). ``floored`` says the calibrated
+    threshold was above the warm-up one; ``own_rejected`` counts the user's own enrollment
+    samples (leave-one-out) that their threshold would reject, and ``advice`` is the re-record
+    advice when that is more than the target TPR allows.
+    """
 
     user: str
     mode: str
     target_tpr: float
     samples: tuple[SampleReport, ...]
     template: Path
+    far: float | None = None
+    expected_far: str | None = None
+    expected_frr: str | None = None
+    floored: bool = False
+    own_rejected: int = 0
+    advice: str | None = None
 
     @property
     def used(self) -> int:
         """How many samples were used."""
         return sum(sample.used for sample in self.samples)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the threshold was floored by the bundle's calibration."""
+        return self.far is not None
 
 
 @dataclass(frozen=True)
@@ -164,6 +188,11 @@ class Verifier:
         Longest audio clip accepted (memory stays bounded whatever the file).
     clock:
         Returns Unix time; replaceable for tests.
+    far:
+        The false-accept rate enrollment floors thresholds at (default 0.01): a user's threshold
+        is ``max(warm-up threshold, the bundle's calibrated threshold at far)``. ``None``: the
+        warm-up rule alone. A bundle without calibration uses the warm-up rule alone, and the
+        enrollment report says so. See :mod:`uvsdk.calibration`.
     """
 
     def __init__(
@@ -179,7 +208,9 @@ class Verifier:
         backoff: backoff_rules.BackoffPolicy | None = None,
         max_seconds: float = DEFAULT_MAX_SECONDS,
         clock: Callable[[], float] = time.time,
+        far: float | None = DEFAULT_FAR,
     ) -> None:
+        self.far = None if far is None else check_far(far)
         self._bundle = bundle if isinstance(bundle, Bundle) else None
         self._bundle_path = None if isinstance(bundle, Bundle) else bundle
         if isinstance(store, TemplateStore):
@@ -306,8 +337,12 @@ class Verifier:
         target_tpr: float = DEFAULT_TARGET_TPR,
         *,
         on_sample: Callable[[SampleReport], None] | None = None,
+        far: float | None = _VERIFIER_FAR,
     ) -> EnrollmentReport:
-        """Enroll a user from at least five usable samples, with the warm-up threshold.
+        """Enroll a user from at least five usable samples.
+
+        The threshold is the warm-up rule at ``target_tpr``, raised to the bundle's calibrated
+        threshold at ``far`` (default: the verifier's ``far``) when that is higher.
 
         Codeword mode when the user already holds a codeword (``new_codeword``) and the bundle is
         a codeword bundle of the same code; prototype mode otherwise. Unusable files (too short,
@@ -316,7 +351,14 @@ class Verifier:
         """
         if not 0.0 < target_tpr <= 1.0:
             raise UvsdkError(f"the target TPR must be in (0, 1], not {target_tpr}")
+        if far is _VERIFIER_FAR:
+            far = self.far
+        far = None if far is None else check_far(far)
         self.store.path(user)  # validates the name before any work
+        calibration = self.bundle.manifest.calibration
+        if far is not None and calibration is not None:
+            for table in calibration.tables.values():
+                table.row_for(far)  # a FAR the calibration cannot state: before any work
         files = _list_samples(samples)
         manifest = self.bundle.manifest
         reports, vectors = [], []
@@ -353,11 +395,19 @@ class Verifier:
             else:
                 mode, reference = "prototype", prototype(matrix).astype(np.float32)
                 scores = leave_one_out_scores(matrix)
+            threshold = warmup_threshold(scores, target_tpr)
+            calibration = manifest.calibration
+            floored_at = floor(calibration, mode, far)  # a FAR it cannot state raises here
+            floored = floored_at is not None and floored_at[0] > threshold
+            if floored_at is not None:
+                threshold = max(threshold, floored_at[0])
             template = base.replace(
                 mode=mode,
                 prototype=reference,
-                threshold=warmup_threshold(scores, target_tpr),
+                threshold=threshold,
                 target_tpr=target_tpr,
+                far=far if floored_at is not None else None,
+                calibration=calibration.sha256 if floored_at is not None else None,
                 model_sha256=manifest.model_sha256,
                 enrolled=self.clock(),
                 samples=len(vectors),
@@ -365,7 +415,32 @@ class Verifier:
                 backoff=backoff_rules.BackoffState(),
             )
             path = self.store.save(template)
-        return EnrollmentReport(user, mode, target_tpr, tuple(reports), path)
+        expected_far = expected_frr = advice = None
+        own_rejected = int(np.count_nonzero(scores < threshold))
+        if floored_at is not None:
+            assert calibration is not None
+            expected_far, expected_frr = calibration.tables[mode].expected(threshold)
+            allowed = math.floor(len(scores) * (1.0 - target_tpr) + 1e-9)
+            if floored and own_rejected > max(allowed, 1):
+                advice = (
+                    f"{own_rejected} of your {len(scores)} samples score below the bundle's "
+                    f"calibrated threshold: they vary more than one person's usually do. "
+                    "Re-record them in one quiet place, with the same microphone, speaking "
+                    "normally, then enroll again"
+                )
+        return EnrollmentReport(
+            user,
+            mode,
+            target_tpr,
+            tuple(reports),
+            path,
+            far=far if floored_at is not None else None,
+            expected_far=expected_far,
+            expected_frr=expected_frr,
+            floored=floored,
+            own_rejected=own_rejected,
+            advice=advice,
+        )
 
     # -- verification ----------------------------------------------------------------------
 

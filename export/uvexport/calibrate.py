@@ -1,0 +1,136 @@
+"""``--calibrate DIR``: measure a bundle on real people and write the table into its manifest.
+
+``DIR`` holds one folder per person (audio or image files anywhere under it). Every file goes
+through the SDK's own :meth:`uvsdk.Verifier.embed` (decoding, resampling, windows, ONNX Runtime),
+and :func:`uvsdk.calibration.measure` enrolls each person as the SDK enrolls and pools the
+genuine and impostor trials (docs/formats.md, "Calibration"). So the table states what the SDK
+will do with this very model file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from uvsdk.bundle import Bundle, Manifest
+from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, Calibration, measure
+from uvsdk.errors import MediaError, UvsdkError
+
+from .bundle import write_bundle
+from .errors import ExportError
+
+AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif"}
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".pgm", ".bmp", ".tif", ".tiff", ".webp"}
+MAX_SAMPLES_PER_PERSON = 60
+"""Files read per person at most (sorted by path): enough trials, bounded time."""
+
+
+def people_folders(root: str | Path, modality: str = "audio") -> dict[str, list[Path]]:
+    """``{person: sorted files}`` of a folder holding one sub-folder per person."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ExportError(f"--calibrate {root}: not a folder (one sub-folder per person)")
+    suffixes = AUDIO_SUFFIXES if modality == "audio" else IMAGE_SUFFIXES
+    people = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(f for f in folder.rglob("*") if f.is_file() and f.suffix.lower() in suffixes)
+        if files:
+            people[folder.name] = files
+    if len(people) < 2:
+        raise ExportError(
+            f"--calibrate {root}: {len(people)} person folder(s) with "
+            f"{'audio' if modality == 'audio' else 'image'} files; at least 2 are needed"
+        )
+    return people
+
+
+def embed_people(
+    bundle: Bundle,
+    people: dict[str, list[Path]],
+    *,
+    max_samples: int = MAX_SAMPLES_PER_PERSON,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, np.ndarray], int]:
+    """Each person's vectors through the SDK (unusable files skipped and counted)."""
+    from uvsdk.verifier import Verifier
+
+    with tempfile.TemporaryDirectory() as scratch:  # embed() never touches the store
+        verifier = Verifier(bundle, store=scratch)
+        vectors, skipped, started = {}, 0, time.perf_counter()
+        for number, (name, files) in enumerate(people.items(), 1):
+            kept = []
+            for file in files[:max_samples]:
+                try:
+                    kept.append(verifier.embed(file, allow_clipped=True))
+                except MediaError:
+                    skipped += 1
+            vectors[name] = np.stack(kept) if kept else np.zeros((0, bundle.manifest.dim))
+            if progress:
+                progress(
+                    f"calibration: embedded {number}/{len(people)} people "
+                    f"({time.perf_counter() - started:.0f} s)"
+                )
+    return vectors, skipped
+
+
+def calibrate(
+    bundle: Bundle,
+    root: str | Path,
+    *,
+    data: str | None = None,
+    enroll_samples: int = DEFAULT_ENROLL_SAMPLES,
+    max_samples: int = MAX_SAMPLES_PER_PERSON,
+    progress: Callable[[str], None] | None = None,
+) -> Calibration:
+    """Measure ``bundle`` on the people under ``root``; ``data`` describes them (default: the
+    folder's name and counts)."""
+    manifest = bundle.manifest
+    people = people_folders(root, manifest.modality)
+    vectors, skipped = embed_people(bundle, people, max_samples=max_samples, progress=progress)
+    samples = sum(len(v) for v in vectors.values())
+    about = data or f"{Path(root).name}: {len(people)} people"
+    about = f"{about}; {samples} samples used, {skipped} unusable"
+    generator = manifest.code.generator if manifest.code is not None else None
+    try:
+        return measure(vectors, data=about, enroll_samples=enroll_samples, generator=generator)
+    except ValueError as error:
+        raise ExportError(f"--calibrate {root}: {error}") from None
+
+
+def calibrate_bundle(
+    source: str | Path,
+    root: str | Path,
+    out: str | Path,
+    *,
+    sign_key: Any | None = None,
+    data: str | None = None,
+    enroll_samples: int = DEFAULT_ENROLL_SAMPLES,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Path, Calibration]:
+    """Write ``out``: the bundle ``source`` with the calibration measured on ``root`` in its
+    manifest (re-signed with ``sign_key``; an old signature no longer covers the manifest and is
+    dropped). ``out`` may be ``source``: the write is atomic."""
+    try:
+        bundle = Bundle(source)
+        model = bundle.model_bytes
+    except UvsdkError as error:
+        raise ExportError(str(error)) from None
+    calibration = calibrate(
+        bundle, root, data=data, enroll_samples=enroll_samples, progress=progress
+    )
+    manifest = dataclasses.replace(bundle.manifest, calibration=calibration)
+    manifest = Manifest.from_dict(json.loads(json.dumps(manifest.to_dict())))  # SDK validation
+    return write_bundle(out, model, manifest, sign_key=sign_key), calibration
+
+
+def print_progress(message: str) -> None:
+    """Progress on one terminal line (stderr)."""
+    print(f"\r  {message}", end="", file=sys.stderr, flush=True)

@@ -1,0 +1,400 @@
+"""Calibrated thresholds: what a bundle's impostors score, measured on people it never saw.
+
+The warm-up rule (FedUV, Sec. 3.3) sets a user's threshold from their own enrollment samples
+only: with 10 samples and q = 0.95 it is the lowest of their leave-one-out scores, whatever an
+impostor scores. A bundle can carry a *calibration*: on a calibration set of real people, each
+person is enrolled exactly as the SDK enrolls (:func:`measure`), their other samples are genuine
+trials and everyone else's samples impostor trials. The manifest keeps, for each FAR target, the
+threshold at which at most that fraction of the impostor trials is accepted, the FRR there, and
+the trials behind it (:class:`Calibration`, manifest key ``calibration``). Enrollment then sets
+the user's threshold to ``max(warm-up threshold, calibrated threshold at the chosen FAR)``
+(:func:`floor`), so a user whose own samples are very alike cannot end up with a threshold that
+lets many impostors in.
+
+Two tables may be present, one per enrollment mode:
+
+- ``prototype``: the reference is the normalised mean of the enrollment vectors, the score the
+  cosine (every bundle; what users who took no part in training get);
+- ``codeword``: impostor scores of the calibration outputs against codewords of the bundle's code
+  (FedUV bundles). Calibration people hold no trained codeword, so this table has no genuine
+  trials and states no FRR.
+
+A row exists for a FAR target only when at least :data:`MIN_FALSE_ACCEPTS` impostor trials lie
+at or above its threshold's neighbour, i.e. ``far × impostor_trials >= MIN_FALSE_ACCEPTS``: a
+FAR the trials cannot resolve is not stated. A requested FAR between rows takes the stricter row
+(the largest tabled FAR not above it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import BundleError, CalibrationError
+from .scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
+
+VERSION = 1
+DEFAULT_FAR = 0.01
+MAX_FAR = 0.5
+FAR_GRID = (
+    0.5,
+    0.2,
+    0.1,
+    0.05,
+    0.02,
+    0.01,
+    0.005,
+    0.002,
+    0.001,
+    5e-4,
+    2e-4,
+    1e-4,
+    5e-5,
+    2e-5,
+    1e-5,
+)
+"""The FAR targets a calibration measures (three per decade), as far as its trials allow."""
+MIN_FALSE_ACCEPTS = 10
+"""A row needs ``far × impostor_trials`` of at least this: a FAR backed by fewer expected false
+accepts is too uncertain to state (10 errors: a relative standard error of about 30 %)."""
+DEFAULT_ENROLL_SAMPLES = 5
+CODEWORDS_PER_PERSON = 16
+MODES = ("prototype", "codeword")
+
+
+def check_far(far: float) -> float:
+    """``far`` as a float in (0, :data:`MAX_FAR`], else a one-line :class:`CalibrationError`."""
+    try:
+        value = float(far)
+    except (TypeError, ValueError):
+        raise CalibrationError(f"the FAR must be a number in (0, {MAX_FAR}], not {far!r}") from None
+    if not (math.isfinite(value) and 0.0 < value <= MAX_FAR):
+        raise CalibrationError(f"the FAR must be in (0, {MAX_FAR}], not {far}")
+    return value
+
+
+@dataclass(frozen=True)
+class Row:
+    """One FAR target: the threshold, what it measured there, and the trials behind it."""
+
+    far: float
+    threshold: float
+    false_accepts: int
+    frr: float | None
+    false_rejects: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "far": self.far,
+            "threshold": self.threshold,
+            "false_accepts": self.false_accepts,
+            "frr": self.frr,
+            "false_rejects": self.false_rejects,
+        }
+
+
+@dataclass(frozen=True)
+class Table:
+    """The calibration of one enrollment mode."""
+
+    mode: str
+    people: int
+    enroll_samples: int
+    genuine_trials: int
+    impostor_trials: int
+    rows: tuple[Row, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "people": self.people,
+            "enroll_samples": self.enroll_samples,
+            "genuine_trials": self.genuine_trials,
+            "impostor_trials": self.impostor_trials,
+            "rows": [row.to_dict() for row in self.rows],
+        }
+
+    @property
+    def fars(self) -> tuple[float, ...]:
+        return tuple(row.far for row in self.rows)
+
+    def row_for(self, far: float) -> Row:
+        """The row a requested FAR uses: the largest tabled FAR not above it (the stricter
+        side). A FAR below every row is a :class:`CalibrationError`."""
+        far = check_far(far)
+        usable = [row for row in self.rows if row.far <= far * (1 + 1e-9)]
+        if not usable:
+            smallest = min(self.fars)
+            raise CalibrationError(
+                f"the bundle's {self.mode} calibration states FAR down to {smallest:g} "
+                f"({self.impostor_trials} impostor trials); a FAR of {far:g} cannot be "
+                "stated: choose a larger --far, or calibrate on more people"
+            )
+        return max(usable, key=lambda row: row.far)
+
+    def expected(self, threshold: float) -> tuple[str, str | None]:
+        """The FAR and FRR the calibration expects at ``threshold``, as short text.
+
+        Between two rows both are interpolated (FAR log-linearly) in the threshold; above the
+        strictest row the FAR is only bounded (``< 0.0005``)."""
+        rows = sorted(self.rows, key=lambda row: row.threshold)
+        if threshold >= rows[-1].threshold:
+            last = rows[-1]
+            frr = None if last.frr is None else f">= {last.frr:.3f}"
+            return f"< {last.far:g}" if threshold > last.threshold else f"{last.far:g}", frr
+        if threshold <= rows[0].threshold:
+            first = rows[0]
+            frr = None if first.frr is None else f"<= {first.frr:.3f}"
+            return f">= {first.far:g}", frr
+        for low, high in zip(rows, rows[1:], strict=False):
+            if low.threshold <= threshold <= high.threshold:
+                span = high.threshold - low.threshold
+                t = 0.0 if span <= 0 else (threshold - low.threshold) / span
+                far = math.exp((1 - t) * math.log(low.far) + t * math.log(high.far))
+                frr = None
+                if low.frr is not None and high.frr is not None:
+                    frr = f"{(1 - t) * low.frr + t * high.frr:.3f}"
+                return f"{far:.2g}", frr
+        raise AssertionError("unreachable: rows bracket the threshold")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The manifest's ``calibration``: the data it was measured on and a table per mode."""
+
+    data: str
+    tables: Mapping[str, Table]
+    version: int = VERSION
+
+    @property
+    def sha256(self) -> str:
+        """Names this calibration (a template records which one set its threshold)."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "data": self.data,
+            **{mode: table.to_dict() for mode, table in self.tables.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, *, output_kind: str = "embedding") -> Calibration:
+        """Validate the manifest's ``calibration``; a problem is a :class:`BundleError`."""
+        if not isinstance(data, dict):
+            raise BundleError("manifest: calibration must be an object")
+        if data.get("version") != VERSION:
+            raise BundleError(
+                f"manifest: calibration version {data.get('version')!r} is not {VERSION}"
+            )
+        description = data.get("data")
+        if not isinstance(description, str):
+            raise BundleError("manifest: calibration.data must be a string")
+        unknown = set(data) - {"version", "data", *MODES}
+        if unknown:
+            raise BundleError(f"manifest: calibration has unknown key(s) {sorted(unknown)}")
+        tables = {}
+        for mode in MODES:
+            if mode in data:
+                if mode == "codeword" and output_kind != "codeword":
+                    raise BundleError(
+                        "manifest: calibration.codeword needs a codeword bundle (output.kind)"
+                    )
+                tables[mode] = _parse_table(mode, data[mode])
+        if not tables:
+            raise BundleError("manifest: calibration has no table (prototype or codeword)")
+        return cls(description, tables)
+
+
+def _count(value: Any, name: str, *, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BundleError(f"manifest: {name} must be an integer >= {minimum}, not {value!r:.40}")
+    return value
+
+
+def _number(value: Any, name: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BundleError(f"manifest: {name} must be a number, not {value!r:.40}")
+    value = float(value)
+    if not (math.isfinite(value) and low <= value <= high):
+        raise BundleError(f"manifest: {name} must be finite and in [{low:g}, {high:g}]")
+    return value
+
+
+def _parse_table(mode: str, spec: Any) -> Table:
+    where = f"calibration.{mode}"
+    if not isinstance(spec, dict):
+        raise BundleError(f"manifest: {where} must be an object")
+    people = _count(spec.get("people"), f"{where}.people", minimum=2)
+    enroll = _count(spec.get("enroll_samples"), f"{where}.enroll_samples")
+    genuine = _count(spec.get("genuine_trials"), f"{where}.genuine_trials")
+    impostor = _count(spec.get("impostor_trials"), f"{where}.impostor_trials", minimum=1)
+    if mode == "prototype" and (enroll < 2 or genuine < 1):
+        raise BundleError(f"manifest: {where} needs enroll_samples >= 2 and genuine trials")
+    raw_rows = spec.get("rows")
+    if not isinstance(raw_rows, list) or not raw_rows:
+        raise BundleError(f"manifest: {where}.rows must be a non-empty list")
+    rows = []
+    for number, raw in enumerate(raw_rows):
+        at = f"{where}.rows[{number}]"
+        if not isinstance(raw, dict):
+            raise BundleError(f"manifest: {at} must be an object")
+        far = _number(raw.get("far"), f"{at}.far", 0.0, MAX_FAR)
+        if far <= 0.0:
+            raise BundleError(f"manifest: {at}.far must be > 0")
+        threshold = _number(raw.get("threshold"), f"{at}.threshold", -1.0, 1.0 + 1e-6)
+        accepts = _count(raw.get("false_accepts"), f"{at}.false_accepts")
+        if accepts > far * impostor + 1e-9:
+            raise BundleError(
+                f"manifest: {at}: {accepts} false accepts of {impostor} trials exceed FAR {far:g}"
+            )
+        if far * impostor < MIN_FALSE_ACCEPTS - 1e-9:
+            raise BundleError(
+                f"manifest: {at}: FAR {far:g} of {impostor} impostor trials is fewer than "
+                f"{MIN_FALSE_ACCEPTS} expected false accepts"
+            )
+        frr, rejects = raw.get("frr"), raw.get("false_rejects")
+        if genuine:
+            frr = _number(frr, f"{at}.frr", 0.0, 1.0)
+            rejects = _count(rejects, f"{at}.false_rejects")
+            if rejects > genuine or abs(rejects / genuine - frr) > 1e-6:
+                raise BundleError(f"manifest: {at}: frr and false_rejects disagree")
+        elif frr is not None or rejects is not None:
+            raise BundleError(f"manifest: {at}: an FRR without genuine trials")
+        rows.append(Row(far, threshold, accepts, frr, rejects))
+    for before, after in zip(rows, rows[1:], strict=False):
+        if not after.far < before.far:
+            raise BundleError(f"manifest: {where}.rows must have strictly decreasing FAR")
+        if after.threshold < before.threshold:
+            raise BundleError(f"manifest: {where}.rows: thresholds must not fall as the FAR falls")
+        if after.frr is not None and before.frr is not None and after.frr < before.frr:
+            raise BundleError(f"manifest: {where}.rows: the FRR must not fall as the FAR falls")
+    return Table(mode, people, enroll, genuine, impostor, tuple(rows))
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+
+def table_from_scores(
+    mode: str,
+    genuine: np.ndarray,
+    impostor: np.ndarray,
+    *,
+    people: int,
+    enroll_samples: int,
+    grid: Sequence[float] = FAR_GRID,
+) -> Table:
+    """A table from pooled trial scores: for each FAR the trials can resolve, the smallest
+    threshold that accepts at most ``far × impostor_trials`` impostors (accept iff
+    ``score >= threshold``)."""
+    genuine = np.asarray(genuine, np.float64).ravel()
+    impostor = np.sort(np.asarray(impostor, np.float64).ravel())[::-1]  # descending
+    if not (np.all(np.isfinite(genuine)) and np.all(np.isfinite(impostor))):
+        raise ValueError("calibration scores must be finite")
+    rows = []
+    for far in sorted(grid, reverse=True):
+        if far > MAX_FAR or far * impostor.size < MIN_FALSE_ACCEPTS:
+            continue
+        allowed = math.floor(far * impostor.size + 1e-9)
+        # strictly above the (allowed + 1)-th highest impostor score: at most `allowed` accepted
+        threshold = float(np.nextafter(impostor[allowed], np.inf))
+        if rows:  # identical scores can only make a stricter FAR need a higher threshold
+            threshold = max(threshold, rows[-1].threshold)
+        accepts = int(np.count_nonzero(impostor >= threshold))
+        frr = rejects = None
+        if genuine.size:
+            rejects = int(np.count_nonzero(genuine < threshold))
+            frr = rejects / genuine.size
+        rows.append(Row(far, threshold, accepts, frr, rejects))
+    if not rows:
+        raise ValueError(
+            f"{impostor.size} impostor trials cannot state any FAR (a row needs "
+            f"far x trials >= {MIN_FALSE_ACCEPTS}): calibrate on more people or samples"
+        )
+    return Table(mode, people, enroll_samples, int(genuine.size), int(impostor.size), tuple(rows))
+
+
+def enrollment_trials(
+    vectors: Mapping[str, np.ndarray], enroll_samples: int
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Enroll every person with more than ``enroll_samples`` vectors on their first ones, as
+    :meth:`uvsdk.Verifier.enroll` does in prototype mode.
+
+    Returns per person: the warm-up (leave-one-out) scores of the enrollment samples, the genuine
+    scores (their other samples) and the impostor scores (every sample of every other person).
+    """
+    usable = {name: np.asarray(v) for name, v in vectors.items() if len(v) > enroll_samples}
+    warmup, genuine, impostor = {}, {}, {}
+    for name, own in usable.items():
+        enrolled = own[:enroll_samples]
+        reference = prototype(enrolled)
+        warmup[name] = leave_one_out_scores(enrolled)
+        genuine[name] = cosine_scores(reference, own[enroll_samples:])
+        others = [v for other, v in vectors.items() if other != name and len(v)]
+        impostor[name] = cosine_scores(reference, np.concatenate(others))
+    return warmup, genuine, impostor
+
+
+def measure(
+    vectors: Mapping[str, np.ndarray],
+    *,
+    data: str,
+    enroll_samples: int = DEFAULT_ENROLL_SAMPLES,
+    generator: np.ndarray | None = None,
+    seed: int = 0,
+) -> Calibration:
+    """The calibration of a bundle from its vectors of a calibration set (``{person: [N, dim]}``,
+    e.g. from :meth:`uvsdk.Verifier.embed`).
+
+    The prototype table enrolls each person on their first ``enroll_samples`` vectors. With a
+    ``generator`` (codeword bundles), the codeword table scores every vector against
+    :data:`CODEWORDS_PER_PERSON` codewords per person, drawn from the code with a seeded
+    generator (they are the calibration's, not anyone's secret).
+    """
+    _, genuine, impostor = enrollment_trials(vectors, enroll_samples)
+    if len(genuine) < 2:
+        raise ValueError(
+            f"calibration needs at least 2 people with more than {enroll_samples} usable "
+            f"samples; {len(genuine)} have"
+        )
+    tables = {
+        "prototype": table_from_scores(
+            "prototype",
+            np.concatenate(list(genuine.values())),
+            np.concatenate(list(impostor.values())),
+            people=len(genuine),
+            enroll_samples=enroll_samples,
+        )
+    }
+    if generator is not None:
+        from .codeword import bipolar, encode
+
+        rng = np.random.default_rng(seed)
+        generator = np.asarray(generator, np.uint8)
+        people = [v for v in vectors.values() if len(v)]
+        messages = rng.integers(
+            0, 2, size=(len(people) * CODEWORDS_PER_PERSON, generator.shape[0]), dtype=np.uint8
+        )
+        codewords = np.stack([bipolar(encode(m, generator)) for m in messages])
+        scores = codeword_scores(codewords, np.concatenate(people))
+        tables["codeword"] = table_from_scores(
+            "codeword", np.zeros(0), scores, people=len(people), enroll_samples=0
+        )
+    return Calibration(data, tables)
+
+
+def floor(
+    calibration: Calibration | None, mode: str, far: float | None
+) -> tuple[float, Row] | None:
+    """The calibrated threshold for ``mode`` at ``far`` and its row, or ``None`` when the bundle
+    has no calibration for the mode or ``far`` is ``None`` (the warm-up rule alone)."""
+    if far is None or calibration is None or mode not in calibration.tables:
+        return None
+    row = calibration.tables[mode].row_for(far)
+    return row.threshold, row
