@@ -39,7 +39,14 @@ from .errors import (
     SignatureError,
     UvsdkError,
 )
-from .media import DEFAULT_MAX_SECONDS, check_audio, load_audio, load_image, window_starts
+from .media import (
+    DEFAULT_MAX_SECONDS,
+    check_audio,
+    load_audio,
+    load_image,
+    trim_silence,
+    window_starts,
+)
 from .scoring import (
     codeword_scores,
     cosine_scores,
@@ -265,6 +272,7 @@ class Verifier:
             except MediaError as error:
                 if not (allow_clipped and error.reason == "clipped"):
                     raise
+            samples = trim_silence(samples, spec.sample_rate, min_seconds=spec.min_seconds)
             # Windows are cut batch by batch, so memory stays bounded whatever the clip and hop.
             width, starts = window_starts(
                 samples.size, spec.sample_rate, spec.window_seconds, spec.hop_seconds

@@ -571,3 +571,20 @@ def test_check_audio_raises_only_media_error(x):
         check_audio(np.array(x, np.float32), 100, min_seconds=0.5)
     except MediaError as e:
         assert e.reason in {"non_finite", "out_of_range", "too_short", "silent", "clipped"}
+
+
+def test_trim_silence_cuts_leading_and_trailing_silence_only() -> None:
+    from uvsdk.media import trim_silence
+
+    rate = 16000
+    rng = np.random.default_rng(0)
+    tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(rate) / rate)
+    quiet = 1e-4 * rng.standard_normal(rate)  # -80 dBFS: far more than 25 dB below the tone
+    clip = np.concatenate([quiet, tone, quiet[: rate // 2], tone, quiet]).astype(np.float32)
+    trimmed = trim_silence(clip, rate)
+    # 1 s + 0.5 s (a pause inside is kept) + 1 s, with 0.1 s of margin on each side
+    assert abs(trimmed.size - round(2.7 * rate)) <= 0.025 * rate
+    assert np.array_equal(trim_silence(tone, rate), tone.astype(np.float32))  # nothing to trim
+    short = np.concatenate([quiet, tone[: rate // 10], quiet]).astype(np.float32)
+    assert trim_silence(short, rate, min_seconds=0.5).size == rate // 2  # never below the minimum
+    assert trim_silence(short, rate).size < rate // 2
