@@ -3,6 +3,7 @@ the pinned hash and the one-line errors. Nothing is downloaded."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -157,6 +158,16 @@ def test_download_is_cached_and_a_second_run_rewrites_nothing(
         path.unlink()
     fetch_real_speech(root, ["fake"], progress=False)
     assert calls == ["fake-voices"] and (speakers / "fake-bert" / "two.wav").is_file()
+    # A new revision of the source's selection (bert dropped) rewrites it: no stale folder.
+    only_anna = dataclasses.replace(
+        source,
+        revision=2,
+        clips=lambda tree: (clip for clip in _fake_clips(tree) if clip[0] == "anna"),
+    )
+    monkeypatch.setattr(real_speech, "SOURCES", {"fake": only_anna})
+    fetch_real_speech(root, ["fake"], progress=False)
+    assert calls == ["fake-voices"] and not (speakers / "fake-bert").exists()
+    assert json.loads((speakers / "sources.json").read_text())["sources"][0]["speakers"] == 1
 
 
 def test_a_deb_with_another_hash_is_refused(tmp_path: Path, fake: tuple[Source, Path]) -> None:

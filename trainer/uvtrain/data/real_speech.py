@@ -83,6 +83,8 @@ class Source:
     clips: Callable[[Path], Iterable[ClipRef]]
     #: What was left out, and why (shown in SOURCES.md).
     notes: str = ""
+    #: Raised when the selection of clips changes: folders written under another are rewritten.
+    revision: int = 1
 
     @property
     def filename(self) -> str:
@@ -138,32 +140,36 @@ def _alsa(tree: Path) -> Iterator[ClipRef]:
         yield "voice", path.stem, path
 
 
-#: KTuberling: the sound themes kept, one speaker each: the words of the original potato-guy
-#: playground (``pics/default_theme.theme``) as each language's theme names them. The later
-#: playgrounds' words (Egypt, moon, TV, Christmas, robot, ...) are left out: within one language
-#: they are often another voice (GE2E: Catalan, Danish, Russian, Ukrainian, English). ``id`` has
-#: no files; the four Serbian themes are the same files (kept once, as ``sr``).
+#: KTuberling: the sound themes kept, one speaker each: the 13 words of the original potato-guy
+#: game, which every theme has, recorded together by the theme's translator. The words added to
+#: that playground later (ball, coat, flower, shoe, ...) and the later playgrounds' words (Egypt,
+#: moon, TV, Christmas, robot, ...) are left out: within one language they are often another
+#: voice (GE2E: French's added words; Catalan, Danish, Russian, Ukrainian later playgrounds). ``id``
+#: has no files; the four Serbian themes are the same files (kept once, as ``sr``).
 KTUBERLING_LANGUAGES = (
     "ca", "da", "de", "el", "en", "es", "fi", "fr", "ga", "gl", "it", "lt", "nds", "nl", "nn",
     "pt", "ro", "ru", "sl", "sr", "sv", "uk", "wa",
 )  # fmt: skip
+KTUBERLING_WORDS = frozenset((
+    "bow", "ear", "earring", "eye", "eyebrow", "hair", "hat", "moustache", "mouth", "nose",
+    "spectacles", "sunglasses", "tie",
+))  # fmt: skip
 
-KTUBERLING_ROOT = "usr/share/ktuberling"
+KTUBERLING_ROOT = "usr/share/ktuberling/sounds"
 
 
 def _ktuberling(tree: Path) -> Iterator[ClipRef]:
     base = tree / KTUBERLING_ROOT
-    try:
-        playground = ElementTree.parse(base / "pics" / "default_theme.theme").getroot()
-        words = {node.get("sound") for node in playground.iter("object")} - {None}
-        for language in KTUBERLING_LANGUAGES:
-            theme = ElementTree.parse(base / "sounds" / f"{language}.soundtheme").getroot()
-            for sound in theme.iter("sound"):
-                name, file = sound.get("name"), sound.get("file")
-                if name in words and file:
-                    yield language, str(name), _safe_path(base / "sounds", file)
-    except (OSError, ElementTree.ParseError) as error:
-        raise DatasetError(f"ktuberling-data: cannot read its themes ({error})") from None
+    for language in KTUBERLING_LANGUAGES:
+        try:
+            theme = ElementTree.parse(base / f"{language}.soundtheme").getroot()
+        except (OSError, ElementTree.ParseError) as error:
+            message = f"ktuberling-data: cannot read {language}.soundtheme ({error})"
+            raise DatasetError(message) from None
+        for sound in theme.iter("sound"):
+            name, file = sound.get("name"), sound.get("file")
+            if name in KTUBERLING_WORDS and file:
+                yield language, name, _safe_path(base, file)
 
 
 #: Hedgewars voice packs kept -> speaker. The game's credits name one actor, Stephen Alexander,
@@ -270,12 +276,13 @@ SOURCES: dict[str, Source] = {
                 "each language's sound theme is recorded by its translators (KTuberling "
                 "handbook, technical reference); one voice per theme by GE2E"
             ),
-            members=(KTUBERLING_ROOT + "/sounds/", KTUBERLING_ROOT + "/pics/default_theme.theme"),
+            members=(KTUBERLING_ROOT + "/",),
             notes=(
-                "the later playgrounds' words (often another voice within a language, by "
-                "GE2E); the Serbian variants (same files as sr); id (no files)"
+                "the words added later and the later playgrounds' words (often another voice "
+                "within a language, by GE2E); the Serbian variants (same files as sr); id"
             ),
             clips=_ktuberling,
+            revision=2,
         ),
         Source(
             name="hedgewars",
@@ -504,13 +511,31 @@ def _done_path(speakers: Path, name: str) -> Path:
     return speakers / ".done" / f"{name}.json"
 
 
+def _forget(source: Source, speakers: Path) -> None:
+    """Remove the folders an earlier run wrote for ``source`` (its selection may have changed)."""
+    try:
+        done = json.loads(_done_path(speakers, source.name).read_text(encoding="utf-8"))
+        folders = list(done.get("speakers", {}))
+    except (OSError, ValueError, AttributeError):
+        return
+    for folder in folders:
+        path = speakers / folder
+        if folder and "/" not in folder and folder not in (".", "..") and path.is_dir():
+            shutil.rmtree(path)
+    _done_path(speakers, source.name).unlink(missing_ok=True)
+
+
 def _cached(source: Source, speakers: Path) -> dict[str, dict[str, Any]] | None:
     """The written folders of ``source`` when they are complete and current, else ``None``."""
     try:
         done = json.loads(_done_path(speakers, source.name).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if done.get("sha256") != source.sha256 or done.get("layout") != LAYOUT:
+    if (done.get("sha256"), done.get("layout"), done.get("revision")) != (
+        source.sha256,
+        LAYOUT,
+        source.revision,
+    ):
         return None
     written = done.get("speakers", {})
     for folder, entry in written.items():
@@ -583,11 +608,17 @@ def fetch_real_speech(
         written = _cached(source, speakers)
         if written is None:
             deb = _deb(source, downloads, debs.get(source.package), progress)
+            _forget(source, speakers)
             with tempfile.TemporaryDirectory(dir=root, prefix=f".extract-{name}-") as scratch:
                 tree = Path(scratch)
                 extract_deb(deb, tree, source.members)
                 written = _write_source(source, tree, speakers)
-            done = {"sha256": source.sha256, "layout": LAYOUT, "speakers": written}
+            done = {
+                "sha256": source.sha256,
+                "layout": LAYOUT,
+                "revision": source.revision,
+                "speakers": written,
+            }
             _done_path(speakers, name).parent.mkdir(exist_ok=True)
             atomic_write(_done_path(speakers, name), json.dumps(done, indent=1, sort_keys=True))
         summary = SourceSummary(name, written)
