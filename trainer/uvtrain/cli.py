@@ -270,6 +270,38 @@ def data_build(
     typer.echo(f"built {name}: {path}")
 
 
+@data_app.command("real-speech")
+@_errors_to_exit
+def data_real_speech(
+    out: Annotated[Path, typer.Option("--out", help="Folder for downloads/ and speakers/.")],
+    source: Annotated[
+        list[str] | None,
+        typer.Option("--source", help="A source to fetch (repeatable; default: all)."),
+    ] = None,
+    deb: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--deb", help="PACKAGE=PATH: a local copy of a pinned .deb (repeatable; no download)."
+        ),
+    ] = None,
+) -> None:
+    """Real recorded speakers from Debian packages (pinned, hash-checked), one folder each."""
+    from .data.real_speech import SOURCES, fetch_real_speech, summary_text, written_summary
+    from .errors import DatasetError
+
+    debs: dict[str, Path] = {}
+    for given in deb or []:
+        package, _, path = given.partition("=")
+        if not package or not path:
+            raise DatasetError(f"--deb {given!r}: expected PACKAGE=PATH")
+        debs[package.strip()] = Path(path)
+    names = source or list(SOURCES)
+    speakers = fetch_real_speech(out, names, progress=False, debs=debs)
+    for name in dict.fromkeys(names):
+        typer.echo(summary_text(written_summary(speakers, name)))
+    typer.echo(f"speakers: {speakers}")
+
+
 @pretrained_app.command("fetch")
 @_errors_to_exit
 def pretrained_fetch(

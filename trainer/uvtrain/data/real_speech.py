@@ -1,0 +1,682 @@
+"""Real recorded speakers from Debian packages, to calibrate and evaluate a verification threshold.
+
+Speaker-verification corpora cannot be fetched here (hubs are out of reach), but a few Debian
+packages ship people's recorded voices: the localised sounds of the KDE educational games
+(KLettres' letters and syllables, KTuberling's spoken words), the ALSA speaker-test voice, the
+voice packs of Hedgewars and the voiced messages of Warzone 2100. :func:`fetch_real_speech`
+downloads the pinned ``.deb`` of each source with ``apt-get download`` (or reads a local copy),
+checks its SHA-256, takes the voice files out of it (pure Python: ``ar`` + ``tar``, no dpkg) and
+writes one folder per speaker::
+
+    root/downloads/<package>_<version>_<arch>.deb     the cache (kept)
+    root/speakers/<source>-<speaker>/<clip>.wav       16-bit PCM, mono, at the file's own rate
+    root/speakers/SOURCES.md, sources.json            sources, licences, speakers, clips, minutes
+
+**Who is a speaker.** A folder is one person only where there is a reason to believe it: the
+package's credits name who recorded that language or voice pack, or the game credits one actor
+for a set of voices. Each source's ``evidence`` says which. Folders whose credits name two people
+(KLettres' Spanish, Brazilian Portuguese, Low Saxon) and sets whose recordings a pretrained GE2E
+encoder put with another folder's are left out or merged, as each source's notes say
+(docs/trainer.md, "Real speech"). Clips are the files of at least :data:`MIN_SECONDS` seconds;
+effects, grunts, laughs, music and processed (robot, radio) voices are left out.
+
+**Caching.** A source whose folders were written (``root/speakers/.done/<source>.json`` lists
+the package hash and every file with its size) is skipped without download or rewrite, so a
+second run does nothing. The mirror may move on to a newer version of a package: the pinned
+version is then no longer downloadable and the run stops with one line naming the package and
+the ``debs`` option (``--deb PACKAGE=PATH``) that takes a local copy of the pinned ``.deb``.
+
+    uvtrain data real-speech --out DIR [--source NAME ...] [--deb PACKAGE=PATH ...]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import lzma
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import numpy as np
+import soundfile as sf
+
+from ..errors import DatasetError
+from ..io import atomic_write
+
+#: Clips shorter than this (seconds) are left out: too short to say anything of a voice.
+MIN_SECONDS = 0.5
+#: A clip whose peak is below this (full scale 1) is silence, left out.
+MIN_PEAK = 1e-3
+#: The layout of the written folders; a source written under another layout is written again.
+LAYOUT = 1
+
+#: (speaker, clip name, file): what a source's ``clips`` function yields for an extracted tree.
+ClipRef = tuple[str, str, Path]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One package of recorded voices and how its files map to speakers."""
+
+    name: str
+    package: str
+    version: str
+    arch: str
+    sha256: str
+    licence: str
+    description: str
+    #: Why the folders are taken to be one person each (credits, docs).
+    evidence: str
+    #: Path prefixes (inside the package) to extract; nothing else is unpacked.
+    members: tuple[str, ...]
+    #: Extracted tree -> (speaker, clip name, file) for every clip of every kept speaker.
+    clips: Callable[[Path], Iterable[ClipRef]]
+    #: What was left out, and why (shown in SOURCES.md).
+    notes: str = ""
+    #: Raised when the selection of clips changes: folders written under another are rewritten.
+    revision: int = 1
+
+    @property
+    def filename(self) -> str:
+        """The ``.deb``'s file name as ``apt-get download`` writes it (epoch ``:`` as ``%3a``)."""
+        return f"{self.package}_{self.version.replace(':', '%3a')}_{self.arch}.deb"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "package": self.package,
+            "version": self.version,
+            "arch": self.arch,
+            "sha256": self.sha256,
+            "licence": self.licence,
+            "description": self.description,
+            "evidence": self.evidence,
+            "notes": self.notes,
+        }
+
+
+# --- the sources' maps ----------------------------------------------------------------------
+
+
+def _files(folder: Path, patterns: Iterable[str]) -> list[Path]:
+    return sorted({path for pattern in patterns for path in folder.glob(pattern) if path.is_file()})
+
+
+#: KLettres: the language folders kept, one speaker each. Credited to one person in the KLettres
+#: handbook: cs (Eva Mikulčíková), da (Erik Kjaer Pedersen), de (Helmut Kriege), en (Robert
+#: Wadley), fr (Ludovic Grossard), he (Assaf Gorgon), it (Pietro Pasotti), nl (Geert Stams).
+#: Uncredited, one voice by GE2E and near no other folder: ar, hu, lt, ml, nb, ru, uk. Left out:
+#: es, pt_BR and nds (the handbook credits two people each), tn (uncredited; GE2E puts it with
+#: pt_BR), en_GB (uncredited; GE2E puts it with nl, Geert Stams).
+KLETTRES_LANGUAGES = (
+    "ar", "cs", "da", "de", "en", "fr", "he", "hu", "it", "lt", "ml", "nb", "nl", "ru", "uk",
+)  # fmt: skip
+
+KLETTRES_ROOT = "usr/share/klettres"
+
+
+def _klettres(tree: Path) -> Iterator[ClipRef]:
+    base = tree / KLETTRES_ROOT
+    for language in KLETTRES_LANGUAGES:
+        for path in _files(base / language, ("alpha/*.ogg", "syllab/*.ogg")):
+            yield language, f"{path.parent.name}-{path.stem}", path
+
+
+ALSA_ROOT = "usr/share/sounds/alsa"
+
+
+def _alsa(tree: Path) -> Iterator[ClipRef]:
+    for path in _files(tree / ALSA_ROOT, ("Front_*.wav", "Rear_*.wav", "Side_*.wav")):
+        yield "voice", path.stem, path
+
+
+#: KTuberling: the sound themes kept, one speaker each: the 13 words of the original potato-guy
+#: game, which every theme has, recorded together by the theme's translator. The words added to
+#: that playground later (ball, coat, flower, shoe, ...) and the later playgrounds' words (Egypt,
+#: moon, TV, Christmas, robot, ...) are left out: within one language they are often another
+#: voice (GE2E: French's added words; Catalan, Danish, Russian, Ukrainian later playgrounds). ``id``
+#: has no files; the four Serbian themes are the same files (kept once, as ``sr``).
+KTUBERLING_LANGUAGES = (
+    "ca", "da", "de", "el", "en", "es", "fi", "fr", "ga", "gl", "it", "lt", "nds", "nl", "nn",
+    "pt", "ro", "ru", "sl", "sr", "sv", "uk", "wa",
+)  # fmt: skip
+KTUBERLING_WORDS = frozenset((
+    "bow", "ear", "earring", "eye", "eyebrow", "hair", "hat", "moustache", "mouth", "nose",
+    "spectacles", "sunglasses", "tie",
+))  # fmt: skip
+
+KTUBERLING_ROOT = "usr/share/ktuberling/sounds"
+
+
+def _ktuberling(tree: Path) -> Iterator[ClipRef]:
+    base = tree / KTUBERLING_ROOT
+    for language in KTUBERLING_LANGUAGES:
+        try:
+            theme = ElementTree.parse(base / f"{language}.soundtheme").getroot()
+        except (OSError, ElementTree.ParseError) as error:
+            message = f"ktuberling-data: cannot read {language}.soundtheme ({error})"
+            raise DatasetError(message) from None
+        for sound in theme.iter("sound"):
+            name, file = sound.get("name"), sound.get("file")
+            if name in KTUBERLING_WORDS and file:
+                yield language, name, _safe_path(base, file)
+
+
+#: Hedgewars voice packs kept -> speaker. The game's credits name one actor, Stephen Alexander,
+#: for the hedgehogs' voice: ``Default`` and ``Classic`` (his plain voice) are kept as one
+#: speaker; his character packs (British, Mobster, Pirate, Russian, Singer, Surfer) are acted
+#: accents of the same person and ``Robot`` is processed: left out. ``Default_pl`` is credited to
+#: mtg90pl (his acted ``Russian_pl`` left out). ``Default_es`` is uncredited, but one voice and
+#: near no other pack (GE2E). ``Default_ru``, ``Default_uk`` and ``HillBilly`` are uncredited and
+#: GE2E cannot tell them from Stephen Alexander's packs: left out.
+HEDGEWARS_SPEAKERS = {
+    "Default": "stephen-alexander",
+    "Classic": "stephen-alexander",
+    "Default_pl": "mtg90pl",
+    "Default_es": "default_es",
+}
+#: Hedgewars clips that are not words: punches, jumps, grunts, laughs, coughs, moans.
+HEDGEWARS_NOT_SPEECH = re.compile(r"^(Firepunch\d|Jump\d|Ooff\d|Ow\d|Laugh|Poison\w+|Hmm|Nooo)$")
+
+HEDGEWARS_ROOT = "usr/share/games/hedgewars/Data/Sounds/voices"
+
+
+def _hedgewars(tree: Path) -> Iterator[ClipRef]:
+    base = tree / HEDGEWARS_ROOT
+    for pack, speaker in HEDGEWARS_SPEAKERS.items():
+        for path in _files(base / pack, ("*.ogg",)):
+            if not HEDGEWARS_NOT_SPEECH.match(path.stem):
+                yield speaker, f"{pack}-{path.stem}", path
+
+
+WARZONE_ARCHIVE = "usr/share/games/warzone2100/base.wz"
+#: Warzone 2100 (inside base.wz, a zip): speaker -> its voiced lines. No credits name the voices;
+#: the roles' folders are: the status messages and the tutorial (one voice: GE2E centroids 0.98),
+#: the commander's reports, and the countdowns (each one voice, none near another: < 0.88).
+#: Left out: the taunts and VTOL pilots (three numbered variants of the same lines, which GE2E
+#: does not keep apart), the transport pilot (5 clips), NEXUS (a processed voice), ``extra`` and
+#: the proximity messages (likely the announcer again, but not needed).
+WARZONE_SPEAKERS: dict[str, tuple[str, ...]] = {
+    "announcer": ("memressp/*/pcv*.ogg", "tutorial/*.ogg"),
+    "commander": ("memressp/cmndrvoc/*.ogg",),
+    "countdown": ("countdown/*.ogg",),
+}
+
+
+def _warzone(tree: Path) -> Iterator[ClipRef]:
+    archive = tree / WARZONE_ARCHIVE
+    audio = tree / "warzone-audio"
+    if not audio.is_dir():
+        with zipfile.ZipFile(archive) as wz:
+            for info in wz.infolist():
+                if info.filename.startswith("audio/") and info.filename.endswith(".ogg"):
+                    target = _safe_path(audio, info.filename[len("audio/") :])
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(wz.read(info))
+    for speaker, patterns in WARZONE_SPEAKERS.items():
+        for path in _files(audio, patterns):
+            yield speaker, f"{path.parent.name}-{path.stem}", path
+
+
+SOURCES: dict[str, Source] = {
+    source.name: source
+    for source in (
+        Source(
+            name="klettres",
+            package="klettres-data",
+            version="4:22.12.3-1",
+            arch="all",
+            sha256="1186d257a19e84230856baea0b0b1ded8be9195080fcdb2588970b5cd937f5a8",
+            licence="GPL-2+ (KLettres, KDE)",
+            description="KDE alphabet tutor: letters and syllables recorded per language",
+            evidence=(
+                "the KLettres handbook credits one person per language's sounds (Czech, Danish, "
+                "Dutch, English, French, German, Hebrew, Italian); uncredited languages are one "
+                "voice by GE2E"
+            ),
+            members=(KLETTRES_ROOT + "/",),
+            notes=(
+                "es, pt_BR and nds (two people credited each), tn (uncredited; with pt_BR by "
+                "GE2E), en_GB (uncredited; with nl by GE2E); id and nn have no sounds"
+            ),
+            clips=_klettres,
+        ),
+        Source(
+            name="alsa",
+            package="alsa-utils",
+            version="1.2.8-1",
+            arch="amd64",
+            sha256="fb24eb1a318228b974efbef726190dd90c6106a208814a3ee8f5d69b91ee0ba4",
+            licence="GPL-2 (alsa-utils)",
+            description='ALSA speaker-test voice naming the channels ("Front left", "Rear right")',
+            evidence="one recorded voice names the channels",
+            members=(ALSA_ROOT + "/",),
+            notes="Noise.wav (not speech)",
+            clips=_alsa,
+        ),
+        Source(
+            name="ktuberling",
+            package="ktuberling-data",
+            version="4:22.12.3-1",
+            arch="all",
+            sha256="fba44c875bfa31ea488dadd9263e87a4dcaea0bd47d28817f6c0dc6d2af970ed",
+            licence="GPL-2+ (KTuberling, KDE)",
+            description="KDE potato-guy game: object and body-part words recorded per language",
+            evidence=(
+                "each language's sound theme is recorded by its translators (KTuberling "
+                "handbook, technical reference); one voice per theme by GE2E"
+            ),
+            members=(KTUBERLING_ROOT + "/",),
+            notes=(
+                "the words added later and the later playgrounds' words (often another voice "
+                "within a language, by GE2E); the Serbian variants (same files as sr); id"
+            ),
+            clips=_ktuberling,
+            revision=2,
+        ),
+        Source(
+            name="hedgewars",
+            package="hedgewars-data",
+            version="1.0.2-6",
+            arch="all",
+            sha256="722225903a72604403e6e0026e40e9a6953f47a74d94efc5f55504bc05bb4761",
+            licence="GFDL-1.3 (Hedgewars sounds)",
+            description="Hedgewars hedgehog voice packs: short exclamations",
+            evidence=(
+                'the game\'s credits: "Hedgehogs voice: Stephen Alexander"; "Default_pl, '
+                'Russian_pl voices: mtg90pl"'
+            ),
+            members=(HEDGEWARS_ROOT + "/",),
+            notes=(
+                "Stephen Alexander's acted character packs and Robot; Russian_pl; the "
+                "uncredited Default_ru, Default_uk and HillBilly; grunts, jumps, laughs"
+            ),
+            clips=_hedgewars,
+        ),
+        Source(
+            name="warzone",
+            package="warzone2100-data",
+            version="4.3.3-3",
+            arch="all",
+            sha256="53ad292569e0bf9d16de1642d13629f29ed5dfb68896787e4c65ac60edc07d3d",
+            licence="GPL-2+ (Warzone 2100)",
+            description="Warzone 2100 voiced messages, tutorial and taunts",
+            evidence="role folders; no credits per voice: grouped with GE2E",
+            members=(WARZONE_ARCHIVE,),
+            notes=(
+                "taunts and VTOL pilots (numbered variants GE2E cannot keep apart), transport "
+                "pilot, NEXUS (processed), extra and proximity messages, effects"
+            ),
+            clips=_warzone,
+        ),
+    )
+}
+
+
+# --- download, check, extract ---------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _apt_download(source: Source, folder: Path) -> Path:
+    """``apt-get download PACKAGE=VERSION`` into ``folder``; the ``.deb``'s path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".apt-") as scratch:
+        spec = f"{source.package}={source.version}"
+        if source.arch != "all":
+            spec = f"{source.package}:{source.arch}={source.version}"
+        try:
+            done = subprocess.run(
+                ["apt-get", "download", spec], cwd=scratch, capture_output=True, text=True
+            )
+        except FileNotFoundError:
+            raise DatasetError(
+                f"{source.package}: apt-get is not installed; pass a local copy of "
+                f"{source.filename} with --deb {source.package}=PATH"
+            ) from None
+        debs = sorted(Path(scratch).glob("*.deb"))
+        if done.returncode != 0 or not debs:
+            last = (done.stderr.strip().splitlines() or ["no .deb"])[-1]
+            raise DatasetError(
+                f"{source.package} {source.version} ({source.arch}) could not be downloaded "
+                f"({last.strip()}); pass a local copy of {source.filename} with "
+                f"--deb {source.package}=PATH"
+            )
+        target = folder / source.filename
+        shutil.move(str(debs[0]), target)
+    return target
+
+
+def _deb(source: Source, downloads: Path, local: Path | None, progress: bool) -> Path:
+    """The source's hash-checked ``.deb``: a local copy, the cache, or a download."""
+    if local is not None:
+        path = Path(local)
+        if not path.is_file():
+            raise DatasetError(f"{path}: no such .deb (given for {source.package})")
+    else:
+        path = downloads / source.filename
+        if not path.is_file():
+            if progress:
+                print(f"downloading {source.package} {source.version} ...", flush=True)
+            path = _apt_download(source, downloads)
+    if _sha256(path) != source.sha256:
+        raise DatasetError(
+            f"{path.name} is not the pinned {source.package} {source.version} ({source.arch}): "
+            f"its SHA-256 differs; pass a copy of {source.filename} with "
+            f"--deb {source.package}=PATH"
+        )
+    return path
+
+
+def _ar_members(data: bytes) -> Iterator[tuple[str, bytes]]:
+    """The members of an ``ar`` archive (a ``.deb``)."""
+    if not data.startswith(b"!<arch>\n"):
+        raise DatasetError("not a .deb (no ar header)")
+    at = 8
+    while at + 60 <= len(data):
+        header = data[at : at + 60]
+        name = header[:16].decode("ascii", "replace").strip().rstrip("/")
+        size = int(header[48:58].decode("ascii").strip() or 0)
+        yield name, data[at + 60 : at + 60 + size]
+        at += 60 + size + (size % 2)
+
+
+def _safe_path(base: Path, name: str) -> Path:
+    """``base/name`` for a member name that stays inside ``base``."""
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts or name.startswith("/"):
+        raise DatasetError(f"unsafe path {name!r} in the package")
+    return base.joinpath(*parts)
+
+
+def extract_deb(deb: Path, target: Path, members: Iterable[str]) -> int:
+    """Unpack the regular files of ``deb``'s data whose path starts with one of ``members``
+    (paths as in the installed system, without the leading ``/``) into ``target``; returns how
+    many. Reads ``data.tar.xz``, ``.gz``, ``.bz2`` or an uncompressed ``data.tar``."""
+    prefixes = tuple(members)
+    data = next(
+        (blob for name, blob in _ar_members(deb.read_bytes()) if name.startswith("data.tar")), None
+    )
+    if data is None:
+        raise DatasetError(f"{deb.name}: no data.tar in the package")
+    count = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+            for member in archive:
+                name = member.name.removeprefix("./")
+                if not member.isfile() or not name.startswith(prefixes):
+                    continue
+                path = _safe_path(target, name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                stream = archive.extractfile(member)
+                assert stream is not None
+                path.write_bytes(stream.read())
+                count += 1
+    except (tarfile.TarError, lzma.LZMAError, EOFError) as error:
+        raise DatasetError(f"{deb.name}: cannot read its data ({error})") from None
+    return count
+
+
+# --- writing the speakers' folders ----------------------------------------------------------
+
+
+def _mono16(path: Path) -> tuple[np.ndarray, int] | None:
+    """The clip as int16 mono at its own rate, or ``None`` when too short, silent or unreadable."""
+    try:
+        audio, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, ValueError):
+        return None
+    audio = audio.mean(axis=1)
+    peak = float(np.abs(audio).max(initial=0.0))
+    if len(audio) < MIN_SECONDS * rate or peak < MIN_PEAK:
+        return None
+    if peak > 1.0:  # a few Vorbis files decode past full scale: scaled down, not clipped
+        audio = audio * (0.99 / peak)
+    return (np.clip(audio, -1.0, 1.0) * 32767).round().astype(np.int16), rate
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "x"
+
+
+def _write_source(source: Source, tree: Path, speakers: Path) -> dict[str, Any]:
+    """Write the source's speaker folders from its extracted ``tree``; their summary."""
+    clips: dict[str, list[tuple[str, Path]]] = {}
+    for speaker, name, path in source.clips(tree):
+        clips.setdefault(speaker, []).append((name, path))
+    written: dict[str, dict[str, Any]] = {}
+    for speaker, entries in sorted(clips.items()):
+        folder = speakers / f"{source.name}-{_slug(speaker)}"
+        if folder.exists():
+            shutil.rmtree(folder)
+        seen: set[bytes] = set()
+        files: dict[str, int] = {}
+        seconds = 0.0
+        for name, path in entries:
+            clip = _mono16(path)
+            if clip is None:
+                continue
+            audio, rate = clip
+            digest = hashlib.sha256(audio.tobytes()).digest()
+            if digest in seen:  # the same recording filed twice under two names
+                continue
+            seen.add(digest)
+            folder.mkdir(parents=True, exist_ok=True)
+            out = folder / f"{_slug(name)}.wav"
+            buffer = io.BytesIO()
+            sf.write(buffer, audio, rate, subtype="PCM_16", format="WAV")
+            atomic_write(out, buffer.getvalue())
+            files[out.name] = out.stat().st_size
+            seconds += len(audio) / rate
+        if len(files) >= 2:  # one clip makes no genuine pair
+            written[folder.name] = {"clips": len(files), "seconds": seconds, "files": files}
+        elif folder.exists():
+            shutil.rmtree(folder)
+    return written
+
+
+@dataclass
+class SourceSummary:
+    """What one source gave: its speaker folders with their clips and seconds."""
+
+    name: str
+    speakers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def clips(self) -> int:
+        return sum(entry["clips"] for entry in self.speakers.values())
+
+    @property
+    def minutes(self) -> float:
+        return sum(entry["seconds"] for entry in self.speakers.values()) / 60
+
+
+def _done_path(speakers: Path, name: str) -> Path:
+    return speakers / ".done" / f"{name}.json"
+
+
+def _forget(source: Source, speakers: Path) -> None:
+    """Remove the folders an earlier run wrote for ``source`` (its selection may have changed)."""
+    try:
+        done = json.loads(_done_path(speakers, source.name).read_text(encoding="utf-8"))
+        folders = list(done.get("speakers", {}))
+    except (OSError, ValueError, AttributeError):
+        return
+    for folder in folders:
+        path = speakers / folder
+        if folder and "/" not in folder and folder not in (".", "..") and path.is_dir():
+            shutil.rmtree(path)
+    _done_path(speakers, source.name).unlink(missing_ok=True)
+
+
+def _cached(source: Source, speakers: Path) -> dict[str, dict[str, Any]] | None:
+    """The written folders of ``source`` when they are complete and current, else ``None``."""
+    try:
+        done = json.loads(_done_path(speakers, source.name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if (done.get("sha256"), done.get("layout"), done.get("revision")) != (
+        source.sha256,
+        LAYOUT,
+        source.revision,
+    ):
+        return None
+    written = done.get("speakers", {})
+    for folder, entry in written.items():
+        for name, size in entry["files"].items():
+            path = speakers / folder / name
+            if not path.is_file() or path.stat().st_size != size:
+                return None
+    return written
+
+
+def written_summary(speakers: Path, name: str) -> SourceSummary:
+    """What :func:`fetch_real_speech` wrote for source ``name`` under ``speakers`` (nothing
+    when it has not been written)."""
+    return SourceSummary(name, _cached(SOURCES[name], Path(speakers)) or {})
+
+
+def summary_text(summary: SourceSummary) -> str:
+    """One line: ``klettres: 16 speakers, 1003 clips, 14.1 min``."""
+    return (
+        f"{summary.name}: {len(summary.speakers)} speakers, {summary.clips} clips, "
+        f"{summary.minutes:.1f} min"
+    )
+
+
+def fetch_real_speech(
+    root: Path,
+    sources: list[str] | None = None,
+    progress: bool = True,
+    debs: dict[str, Path] | None = None,
+) -> Path:
+    """Download (once), check and unpack the real-speech sources into ``root/speakers``.
+
+    Parameters
+    ----------
+    root : path
+        Folder for ``downloads/`` (the ``.deb`` cache) and ``speakers/`` (one folder per speaker).
+    sources : list of str, optional
+        Names of :data:`SOURCES` to fetch (default: all).
+    progress : bool
+        Print what is downloaded and one summary line per source.
+    debs : dict, optional
+        Local copies of packages, by package name (``{"klettres-data": Path(...)}``): read instead
+        of downloading; their SHA-256 is checked all the same.
+
+    Returns
+    -------
+    Path
+        ``root/speakers``.
+    """
+    root = Path(root)
+    names = list(SOURCES) if not sources else list(dict.fromkeys(sources))
+    unknown = [name for name in names if name not in SOURCES]
+    if unknown:
+        raise DatasetError(
+            f"unknown real-speech source {unknown[0]!r}; known: {', '.join(SOURCES)}"
+        )
+    debs = dict(debs or {})
+    packages = {SOURCES[name].package for name in SOURCES}
+    strange = [package for package in debs if package not in packages]
+    if strange:
+        raise DatasetError(
+            f"--deb {strange[0]}: not a package of a real-speech source "
+            f"({', '.join(sorted(packages))})"
+        )
+    downloads, speakers = root / "downloads", root / "speakers"
+    speakers.mkdir(parents=True, exist_ok=True)
+    summaries = []
+    for name in names:
+        source = SOURCES[name]
+        written = _cached(source, speakers)
+        if written is None:
+            deb = _deb(source, downloads, debs.get(source.package), progress)
+            _forget(source, speakers)
+            with tempfile.TemporaryDirectory(dir=root, prefix=f".extract-{name}-") as scratch:
+                tree = Path(scratch)
+                extract_deb(deb, tree, source.members)
+                written = _write_source(source, tree, speakers)
+            done = {
+                "sha256": source.sha256,
+                "layout": LAYOUT,
+                "revision": source.revision,
+                "speakers": written,
+            }
+            _done_path(speakers, name).parent.mkdir(exist_ok=True)
+            atomic_write(_done_path(speakers, name), json.dumps(done, indent=1, sort_keys=True))
+        summary = SourceSummary(name, written)
+        summaries.append(summary)
+        if progress:
+            print(summary_text(summary), flush=True)
+    _write_index(speakers)
+    return speakers
+
+
+def _write_index(speakers: Path) -> None:
+    """``sources.json`` and ``SOURCES.md`` for every source written so far (rewritten only when
+    they change)."""
+    rows = []
+    for name, source in SOURCES.items():
+        written = _cached(source, speakers)
+        if written is None:
+            continue
+        summary = SourceSummary(name, written)
+        counts = sorted(entry["clips"] for entry in written.values())
+        rows.append(
+            {
+                **source.to_dict(),
+                "speakers": len(written),
+                "clips": summary.clips,
+                "minutes": round(summary.minutes, 2),
+                "clips_per_speaker": {
+                    "min": counts[0] if counts else 0,
+                    "median": float(np.median(counts)) if counts else 0.0,
+                    "max": counts[-1] if counts else 0,
+                },
+                "folders": {folder: entry["clips"] for folder, entry in sorted(written.items())},
+            }
+        )
+    text = json.dumps({"min_seconds": MIN_SECONDS, "sources": rows}, indent=1) + "\n"
+    lines = [
+        "# Real recorded speakers",
+        "",
+        "Written by `uvtrain data real-speech` (uvtrain.data.real_speech). One folder per "
+        f"speaker, 16-bit PCM mono WAV at the original rate, clips of at least {MIN_SECONDS} s.",
+        "",
+        "| source | package | licence | speakers | clips | minutes |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['name']} | {row['package']} {row['version']} | {row['licence']} | "
+            f"{row['speakers']} | {row['clips']} | {row['minutes']:.1f} |"
+        )
+    total = sum(row["speakers"] for row in rows)
+    lines += ["", f"Speakers in all: {total}.", ""]
+    for row in rows:
+        lines += [f"## {row['name']}", "", row["description"] + ".", ""]
+        lines += [f"Speaker identity: {row['evidence']}.", ""]
+        if row["notes"]:
+            lines += [f"Left out: {row['notes']}", ""]
+    markdown = "\n".join(lines)
+    for name, content in (("sources.json", text), ("SOURCES.md", markdown)):
+        path = speakers / name
+        if not path.is_file() or path.read_text(encoding="utf-8") != content:
+            atomic_write(path, content)
