@@ -37,7 +37,13 @@ from typing import Any
 import numpy as np
 
 from .errors import BundleError, CalibrationError
-from .scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
+from .scoring import (
+    codeword_scores,
+    cosine_scores,
+    leave_one_out_scores,
+    prototype,
+    warmup_threshold,
+)
 
 VERSION = 1
 DEFAULT_FAR = 0.01
@@ -387,6 +393,23 @@ def measure(
             "codeword", np.zeros(0), scores, people=len(people), enroll_samples=0
         )
     return Calibration(data, tables)
+
+
+def user_threshold(
+    warmup_scores: np.ndarray,
+    target_tpr: float,
+    calibration: Calibration | None,
+    mode: str,
+    far: float | None,
+) -> tuple[float, Row | None]:
+    """A user's threshold: the warm-up rule at ``target_tpr`` over their warm-up scores, raised
+    to the calibrated threshold at ``far`` when the bundle has one for ``mode``; and the row
+    that floored it (``None``: the warm-up rule alone)."""
+    threshold = warmup_threshold(warmup_scores, target_tpr)
+    floored = floor(calibration, mode, far)
+    if floored is None:
+        return threshold, None
+    return max(threshold, floored[0]), floored[1]
 
 
 def floor(

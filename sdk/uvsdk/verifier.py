@@ -27,7 +27,7 @@ import numpy as np
 
 from . import backoff as backoff_rules
 from .bundle import AudioInput, Bundle, Code, ImageInput
-from .calibration import DEFAULT_FAR, check_far, floor
+from .calibration import DEFAULT_FAR, check_far, user_threshold
 from .codeword import bipolar, encode, new_message, random_user_id
 from .errors import (
     AttemptNotRecordedError,
@@ -403,19 +403,16 @@ class Verifier:
             else:
                 mode, reference = "prototype", prototype(matrix).astype(np.float32)
                 scores = leave_one_out_scores(matrix)
-            threshold = warmup_threshold(scores, target_tpr)
             calibration = manifest.calibration
-            floored_at = floor(calibration, mode, far)  # a FAR it cannot state raises here
-            floored = floored_at is not None and floored_at[0] > threshold
-            if floored_at is not None:
-                threshold = max(threshold, floored_at[0])
+            threshold, row = user_threshold(scores, target_tpr, calibration, mode, far)
+            floored = row is not None and row.threshold > warmup_threshold(scores, target_tpr)
             template = base.replace(
                 mode=mode,
                 prototype=reference,
                 threshold=threshold,
                 target_tpr=target_tpr,
-                far=far if floored_at is not None else None,
-                calibration=calibration.sha256 if floored_at is not None else None,
+                far=far if row is not None else None,
+                calibration=calibration.sha256 if calibration is not None and row else None,
                 model_sha256=manifest.model_sha256,
                 enrolled=self.clock(),
                 samples=len(vectors),
@@ -425,7 +422,7 @@ class Verifier:
             path = self.store.save(template)
         expected_far = expected_frr = advice = None
         own_rejected = int(np.count_nonzero(scores < threshold))
-        if floored_at is not None:
+        if row is not None:
             assert calibration is not None
             expected_far, expected_frr = calibration.tables[mode].expected(threshold)
             allowed = math.floor(len(scores) * (1.0 - target_tpr) + 1e-9)
@@ -442,7 +439,7 @@ class Verifier:
             target_tpr,
             tuple(reports),
             path,
-            far=far if floored_at is not None else None,
+            far=far if row is not None else None,
             expected_far=expected_far,
             expected_frr=expected_frr,
             floored=floored,
