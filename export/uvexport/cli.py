@@ -88,9 +88,9 @@ def export(
         Path | None,
         typer.Option(
             "--calibrate",
-            help="Folder with one sub-folder per person (real people the model never saw): "
-            "measure the model's genuine and impostor scores there, enrolled as the SDK "
-            "enrolls, and write the threshold for each FAR into the manifest.",
+            help="Folder with one sub-folder per person (real people the model never saw), or "
+            "real-speech / orl-faces: measure the model's genuine and impostor scores there, "
+            "enrolled as the SDK enrolls, and write the threshold for each FAR into the manifest.",
         ),
     ] = None,
 ) -> None:
@@ -160,7 +160,10 @@ def _echo_calibration(path: Path) -> None:
 def calibrate_command(
     bundle: Annotated[Path, typer.Argument(help="The bundle to calibrate (.uvb).")],
     people: Annotated[
-        Path, typer.Argument(help="Folder with one sub-folder per person (real people).")
+        Path,
+        typer.Argument(
+            help="Folder with one sub-folder per person (real people), or real-speech / orl-faces."
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", help="The calibrated bundle to write.")],
     sign_key: Annotated[

@@ -115,7 +115,7 @@ def test_calibration_round_trips_through_a_bundle(calibrated_bundle: Path) -> No
     table = calibration.tables["prototype"]
     assert (table.people, table.enroll_samples) == (20, 5)
     assert table.genuine_trials == 20 * 3 and table.impostor_trials == 20 * 19 * 8
-    assert calibration.data.startswith("synthetic test people; 160 samples used, 0 unusable")
+    assert calibration.data == "synthetic test people: 20 people; 160 samples used, 0 unusable"
     again = Manifest.from_dict(json.loads(json.dumps(manifest.to_dict())))
     assert again.calibration == calibration and again.calibration.sha256 == calibration.sha256
     assert "calibration" not in manifest.extra
@@ -368,3 +368,28 @@ def test_calibration_trials_enroll_as_the_sdk_does() -> None:
     assert {len(v) for v in warmup.values()} == {5}
     assert {len(v) for v in genuine.values()} == {3}
     assert {len(v) for v in impostor.values()} == {16}
+
+
+def test_a_face_bundle_calibrates_on_orl_by_name(tmp_path: Path) -> None:
+    from uvexport.bundle import make_manifest
+    from uvexport.reference import image_embedding_model
+    from uvsdk.bundle import ImageInput
+
+    model = image_embedding_model(32, 32, 1, dim=16)
+    manifest = make_manifest(
+        model,
+        name="faces",
+        method="reference",
+        source=ImageInput(32, 32, 1),
+        output_kind="embedding",
+        dim=16,
+    )
+    bundle = write_bundle(tmp_path / "faces.uvb", model, manifest)
+    path, calibration = calibrate_bundle(bundle, "orl-faces", tmp_path / "faces-orl.uvb")
+    table = calibration.tables["prototype"]
+    assert (
+        calibration.data.startswith("ORL / AT&T")
+        and "40 people; 400 samples used" in calibration.data
+    )
+    assert (table.people, table.genuine_trials, table.impostor_trials) == (40, 40 * 5, 40 * 39 * 10)
+    assert Bundle(path).manifest.calibration == calibration
