@@ -228,6 +228,55 @@ def _warzone(tree: Path) -> Iterator[ClipRef]:
             yield speaker, f"{path.parent.name}-{path.stem}", path
 
 
+TUXPAINT_ROOT = "usr/share/tuxpaint/stamps"
+#: Tux Paint stamps' spoken descriptions ("<stamp>_desc_<language>.ogg"): speaker -> (language,
+#: the libvorbis encoder dates of its batch). The changelog credits one person per language's
+#: descriptive sounds: be Kseniya Buraya, bg Krasimir Petkov, da Joe Dalton, el Kiriaki Serafeim,
+#: es Estefanía Ortiz, ro Tabbytha, ru Edwin Veber (Google Code-In students, most of them), and
+#: Catalan "spoken translations of all stamps". French is credited to two people, Jacques Chion
+#: (earlier) and PaulK (Google Code-In): its files fall in two encoder batches, 2007 (68 files)
+#: and 2010 (681), which GE2E puts apart (centroid cosine 0.68) and each of which is one voice;
+#: they are kept as two speakers. Catalan's 2005 batch (446 files) is kept; its 2007 and 2010
+#: batches are left out (GE2E: 0.90 and 0.83 from it: maybe other people). Letters and numbers
+#: (symbols/alphabets, symbols/math) are left out: others recorded them (Schoolsplay, a son, a
+#: Greek team). Dutch, Lithuanian, Malayalam and the English files are uncredited: left out.
+TUXPAINT_SPEAKERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "be": ("be", ()),
+    "bg": ("bg", ()),
+    "ca": ("ca", ("20050304",)),
+    "da": ("da", ()),
+    "el": ("el", ()),
+    "es": ("es", ()),
+    "fr": ("fr", ("20101101",)),
+    "fr_2007": ("fr", ("20070622",)),
+    "ro": ("ro", ()),
+    "ru": ("ru", ()),
+}
+#: Stamp folders whose sounds others recorded (letters, numbers).
+TUXPAINT_OTHERS = ("symbols/alphabets/", "symbols/math/")
+
+
+def _vorbis_encoder(path: Path) -> str:
+    """The date of the libvorbis that encoded ``path`` (``"20101101"``), or ``""``."""
+    with path.open("rb") as stream:
+        head = stream.read(8192)
+    at = head.find(b"Xiph.Org libVorbis I ")
+    return head[at + 21 : at + 29].decode("ascii", "replace") if at >= 0 else ""
+
+
+def _tuxpaint(tree: Path) -> Iterator[ClipRef]:
+    base = tree / TUXPAINT_ROOT
+    for speaker, (language, encoders) in TUXPAINT_SPEAKERS.items():
+        for path in _files(base, (f"**/*_desc_{language}.ogg",)):
+            relative = path.relative_to(base).as_posix()
+            if relative.startswith(TUXPAINT_OTHERS):
+                continue
+            if encoders and _vorbis_encoder(path) not in encoders:
+                continue
+            name = relative.removesuffix(f"_desc_{language}.ogg").replace("/", "-")
+            yield speaker, name, path
+
+
 SOURCES: dict[str, Source] = {
     source.name: source
     for source in (
@@ -318,6 +367,26 @@ SOURCES: dict[str, Source] = {
                 "pilot, NEXUS (processed), extra and proximity messages, effects"
             ),
             clips=_warzone,
+        ),
+        Source(
+            name="tuxpaint",
+            package="tuxpaint-stamps-default",
+            version="2022.06.04-1",
+            arch="all",
+            sha256="6db6c1bfc870a47f1499d6203b083522eacb57c5f9c87d468f2e92eb6d9d5f34",
+            licence="GPL-2 (Tux Paint stamps, Bill Kendrick and contributors)",
+            description='Tux Paint stamps\' spoken descriptions ("a badger", ...) per language',
+            evidence=(
+                "the stamps' changelog credits one person per language's descriptive sounds "
+                "(be, bg, da, el, es, ro, ru; Catalan's spoken translations); French's two "
+                "credited recorders are its two encoder batches, two voices by GE2E"
+            ),
+            members=(TUXPAINT_ROOT + "/",),
+            clips=_tuxpaint,
+            notes=(
+                "letters and numbers (recorded by others); Catalan's 2007 and 2010 batches; "
+                "the uncredited Dutch, Lithuanian, Malayalam and English sounds"
+            ),
         ),
     )
 }
