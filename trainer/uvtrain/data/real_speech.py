@@ -2,11 +2,11 @@
 
 Speaker-verification corpora cannot be fetched here (hubs are out of reach), but a few Debian
 packages ship people's recorded voices: the localised sounds of the KDE educational games
-(KLettres' letters and syllables, KTuberling's spoken words), the ALSA speaker-test voice, the
-voice packs of Hedgewars and the voiced messages of Warzone 2100. :func:`fetch_real_speech`
-downloads the pinned ``.deb`` of each source with ``apt-get download`` (or reads a local copy),
-checks its SHA-256, takes the voice files out of it (pure Python: ``ar`` + ``tar``, no dpkg) and
-writes one folder per speaker::
+(KLettres' letters and syllables, KTuberling's spoken words), the spoken descriptions of Tux
+Paint's stamps, the ALSA speaker-test voice, the voice packs of Hedgewars and the voiced
+messages of Warzone 2100. :func:`fetch_real_speech` downloads the pinned ``.deb`` of each source
+with ``apt-get download`` (or reads a local copy), checks its SHA-256, takes the voice files out
+of it (pure Python: ``ar`` + ``tar``, no dpkg) and writes one folder per speaker::
 
     root/downloads/<package>_<version>_<arch>.deb     the cache (kept)
     root/speakers/<source>-<speaker>/<clip>.wav       16-bit PCM, mono, at the file's own rate
@@ -17,8 +17,10 @@ package's credits name who recorded that language or voice pack, or the game cre
 for a set of voices. Each source's ``evidence`` says which. Folders whose credits name two people
 (KLettres' Spanish, Brazilian Portuguese, Low Saxon) and sets whose recordings a pretrained GE2E
 encoder put with another folder's are left out or merged, as each source's notes say
-(docs/trainer.md, "Real speech"). Clips are the files of at least :data:`MIN_SECONDS` seconds;
-effects, grunts, laughs, music and processed (robot, radio) voices are left out.
+(docs/trainer.md, "Real speech"). Where a credit is missing, a folder is kept only when GE2E finds
+one voice in it and no other folder near it; that check was made once, when the tables below were
+chosen (nothing is embedded at run time). Clips are the files of at least :data:`MIN_SECONDS`
+seconds; effects, grunts, laughs, music and processed (robot, radio) voices are left out.
 
 **Caching.** A source whose folders were written (``root/speakers/.done/<source>.json`` lists
 the package hash and every file with its size) is skipped without download or rewrite, so a
