@@ -232,25 +232,26 @@ def _warzone(tree: Path) -> Iterator[ClipRef]:
 
 TUXPAINT_ROOT = "usr/share/tuxpaint/stamps"
 #: Tux Paint stamps' spoken descriptions ("<stamp>_desc_<language>.ogg"): speaker -> (language,
-#: the libvorbis encoder dates of its batch). The changelog credits one person per language's
-#: descriptive sounds: be Kseniya Buraya, bg Krasimir Petkov, da Joe Dalton, el Kiriaki Serafeim,
-#: es Estefanía Ortiz, ro Tabbytha, ru Edwin Veber (Google Code-In students, most of them), and
-#: Catalan "spoken translations of all stamps". French is credited to two people, Jacques Chion
-#: (earlier) and PaulK (Google Code-In): its files fall in two encoder batches, 2007 (68 files)
-#: and 2010 (681), which GE2E puts apart (centroid cosine 0.68) and each of which is one voice;
-#: they are kept as two speakers. Catalan's 2005 batch (446 files) is kept; its 2007 and 2010
-#: batches are left out (GE2E: 0.90 and 0.83 from it: maybe other people). Letters and numbers
-#: (symbols/alphabets, symbols/math) are left out: others recorded them (Schoolsplay, a son, a
-#: Greek team). Dutch, Lithuanian, Malayalam and the English files are uncredited: left out.
-TUXPAINT_SPEAKERS: dict[str, tuple[str, tuple[str, ...]]] = {
+#: byte strings that must all be in the file's Ogg headers, which tell recording batches apart).
+#: The changelog credits one person per language's descriptive sounds: be Kseniya Buraya, bg
+#: Krasimir Petkov, da Joe Dalton, el Kiriaki Serafeim, es Estefanía Ortiz, ro Tabbytha, ru Edwin
+#: Veber (Google Code-In students, most of them), and Catalan "spoken translations of all stamps".
+#: French is credited to two people, Jacques Chion (earlier) and PaulK (Google Code-In): its files
+#: fall in two libvorbis batches, 2007 (68 files) and 2010 (681), which GE2E puts apart (centroid
+#: cosine 0.68) and each of which is one voice: two speakers. Catalan keeps its files of the 2005
+#: batch that SoX processed (345): the batch's other files (58 animals) are another voice (GE2E
+#: 0.73), and the 2007 and 2010 batches are 0.90 and 0.83 from it (maybe other people). Letters
+#: and numbers (symbols/alphabets, symbols/math) are left out: others recorded them (Schoolsplay,
+#: a son, a Greek team). Dutch, Lithuanian, Malayalam and the English files are uncredited.
+TUXPAINT_SPEAKERS: dict[str, tuple[str, tuple[bytes, ...]]] = {
     "be": ("be", ()),
     "bg": ("bg", ()),
-    "ca": ("ca", ("20050304",)),
+    "ca": ("ca", (b"libVorbis I 20050304", b"Processed by SoX")),
     "da": ("da", ()),
     "el": ("el", ()),
     "es": ("es", ()),
-    "fr": ("fr", ("20101101",)),
-    "fr_2007": ("fr", ("20070622",)),
+    "fr": ("fr", (b"libVorbis I 20101101",)),
+    "fr_2007": ("fr", (b"libVorbis I 20070622",)),
     "ro": ("ro", ()),
     "ru": ("ru", ()),
 }
@@ -258,22 +259,20 @@ TUXPAINT_SPEAKERS: dict[str, tuple[str, tuple[str, ...]]] = {
 TUXPAINT_OTHERS = ("symbols/alphabets/", "symbols/math/")
 
 
-def _vorbis_encoder(path: Path) -> str:
-    """The date of the libvorbis that encoded ``path`` (``"20101101"``), or ``""``."""
+def _ogg_headers(path: Path) -> bytes:
+    """The first bytes of an Ogg Vorbis file: its identification and comment headers."""
     with path.open("rb") as stream:
-        head = stream.read(8192)
-    at = head.find(b"Xiph.Org libVorbis I ")
-    return head[at + 21 : at + 29].decode("ascii", "replace") if at >= 0 else ""
+        return stream.read(8192)
 
 
 def _tuxpaint(tree: Path) -> Iterator[ClipRef]:
     base = tree / TUXPAINT_ROOT
-    for speaker, (language, encoders) in TUXPAINT_SPEAKERS.items():
+    for speaker, (language, needles) in TUXPAINT_SPEAKERS.items():
         for path in _files(base, (f"**/*_desc_{language}.ogg",)):
             relative = path.relative_to(base).as_posix()
             if relative.startswith(TUXPAINT_OTHERS):
                 continue
-            if encoders and _vorbis_encoder(path) not in encoders:
+            if needles and not all(needle in _ogg_headers(path) for needle in needles):
                 continue
             name = relative.removesuffix(f"_desc_{language}.ogg").replace("/", "-")
             yield speaker, name, path
@@ -385,9 +384,10 @@ SOURCES: dict[str, Source] = {
             ),
             members=(TUXPAINT_ROOT + "/",),
             clips=_tuxpaint,
+            revision=2,
             notes=(
-                "letters and numbers (recorded by others); Catalan's 2007 and 2010 batches; "
-                "the uncredited Dutch, Lithuanian, Malayalam and English sounds"
+                "letters and numbers (recorded by others); Catalan's other batches and its "
+                "animals (another voice); the uncredited nl, lt, ml and English sounds"
             ),
         ),
     )
