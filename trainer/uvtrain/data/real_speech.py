@@ -2,11 +2,11 @@
 
 Speaker-verification corpora cannot be fetched here (hubs are out of reach), but a few Debian
 packages ship people's recorded voices: the localised sounds of the KDE educational games
-(KLettres' letters and syllables, KTuberling's spoken words), the ALSA speaker-test voice, the
-voice packs of Hedgewars and the voiced messages of Warzone 2100. :func:`fetch_real_speech`
-downloads the pinned ``.deb`` of each source with ``apt-get download`` (or reads a local copy),
-checks its SHA-256, takes the voice files out of it (pure Python: ``ar`` + ``tar``, no dpkg) and
-writes one folder per speaker::
+(KLettres' letters and syllables, KTuberling's spoken words), the spoken descriptions of Tux
+Paint's stamps, the ALSA speaker-test voice, the voice packs of Hedgewars and the voiced
+messages of Warzone 2100. :func:`fetch_real_speech` downloads the pinned ``.deb`` of each source
+with ``apt-get download`` (or reads a local copy), checks its SHA-256, takes the voice files out
+of it (pure Python: ``ar`` + ``tar``, no dpkg) and writes one folder per speaker::
 
     root/downloads/<package>_<version>_<arch>.deb     the cache (kept)
     root/speakers/<source>-<speaker>/<clip>.wav       16-bit PCM, mono, at the file's own rate
@@ -17,8 +17,10 @@ package's credits name who recorded that language or voice pack, or the game cre
 for a set of voices. Each source's ``evidence`` says which. Folders whose credits name two people
 (KLettres' Spanish, Brazilian Portuguese, Low Saxon) and sets whose recordings a pretrained GE2E
 encoder put with another folder's are left out or merged, as each source's notes say
-(docs/trainer.md, "Real speech"). Clips are the files of at least :data:`MIN_SECONDS` seconds;
-effects, grunts, laughs, music and processed (robot, radio) voices are left out.
+(docs/trainer.md, "Real speech"). Where a credit is missing, a folder is kept only when GE2E finds
+one voice in it and no other folder near it; that check was made once, when the tables below were
+chosen (nothing is embedded at run time). Clips are the files of at least :data:`MIN_SECONDS`
+seconds; effects, grunts, laughs, music and processed (robot, radio) voices are left out.
 
 **Caching.** A source whose folders were written (``root/speakers/.done/<source>.json`` lists
 the package hash and every file with its size) is skipped without download or rewrite, so a
@@ -228,6 +230,54 @@ def _warzone(tree: Path) -> Iterator[ClipRef]:
             yield speaker, f"{path.parent.name}-{path.stem}", path
 
 
+TUXPAINT_ROOT = "usr/share/tuxpaint/stamps"
+#: Tux Paint stamps' spoken descriptions ("<stamp>_desc_<language>.ogg"): speaker -> (language,
+#: byte strings that must all be in the file's Ogg headers, which tell recording batches apart).
+#: The changelog credits one person per language's descriptive sounds: be Kseniya Buraya, bg
+#: Krasimir Petkov, da Joe Dalton, el Kiriaki Serafeim, es Estefanía Ortiz, ro Tabbytha, ru Edwin
+#: Veber (Google Code-In students, most of them), and Catalan "spoken translations of all stamps".
+#: French is credited to two people, Jacques Chion (earlier) and PaulK (Google Code-In): its files
+#: fall in two libvorbis batches, 2007 (68 files) and 2010 (681), which GE2E puts apart (centroid
+#: cosine 0.68) and each of which is one voice: two speakers. Catalan keeps its files of the 2005
+#: batch that SoX processed (345): the batch's other files (58 animals) are another voice (GE2E
+#: 0.73), and the 2007 and 2010 batches are 0.90 and 0.83 from it (maybe other people). Letters
+#: and numbers (symbols/alphabets, symbols/math) are left out: others recorded them (Schoolsplay,
+#: a son, a Greek team). Dutch, Lithuanian, Malayalam and the English files are uncredited.
+TUXPAINT_SPEAKERS: dict[str, tuple[str, tuple[bytes, ...]]] = {
+    "be": ("be", ()),
+    "bg": ("bg", ()),
+    "ca": ("ca", (b"libVorbis I 20050304", b"Processed by SoX")),
+    "da": ("da", ()),
+    "el": ("el", ()),
+    "es": ("es", ()),
+    "fr": ("fr", (b"libVorbis I 20101101",)),
+    "fr_2007": ("fr", (b"libVorbis I 20070622",)),
+    "ro": ("ro", ()),
+    "ru": ("ru", ()),
+}
+#: Stamp folders whose sounds others recorded (letters, numbers).
+TUXPAINT_OTHERS = ("symbols/alphabets/", "symbols/math/")
+
+
+def _ogg_headers(path: Path) -> bytes:
+    """The first bytes of an Ogg Vorbis file: its identification and comment headers."""
+    with path.open("rb") as stream:
+        return stream.read(8192)
+
+
+def _tuxpaint(tree: Path) -> Iterator[ClipRef]:
+    base = tree / TUXPAINT_ROOT
+    for speaker, (language, needles) in TUXPAINT_SPEAKERS.items():
+        for path in _files(base, (f"**/*_desc_{language}.ogg",)):
+            relative = path.relative_to(base).as_posix()
+            if relative.startswith(TUXPAINT_OTHERS):
+                continue
+            if needles and not all(needle in _ogg_headers(path) for needle in needles):
+                continue
+            name = relative.removesuffix(f"_desc_{language}.ogg").replace("/", "-")
+            yield speaker, name, path
+
+
 SOURCES: dict[str, Source] = {
     source.name: source
     for source in (
@@ -318,6 +368,27 @@ SOURCES: dict[str, Source] = {
                 "pilot, NEXUS (processed), extra and proximity messages, effects"
             ),
             clips=_warzone,
+        ),
+        Source(
+            name="tuxpaint",
+            package="tuxpaint-stamps-default",
+            version="2022.06.04-1",
+            arch="all",
+            sha256="6db6c1bfc870a47f1499d6203b083522eacb57c5f9c87d468f2e92eb6d9d5f34",
+            licence="GPL-2 (Tux Paint stamps, Bill Kendrick and contributors)",
+            description='Tux Paint stamps\' spoken descriptions ("a badger", ...) per language',
+            evidence=(
+                "the stamps' changelog credits one person per language's descriptive sounds "
+                "(be, bg, da, el, es, ro, ru; Catalan's spoken translations); French's two "
+                "credited recorders are its two encoder batches, two voices by GE2E"
+            ),
+            members=(TUXPAINT_ROOT + "/",),
+            clips=_tuxpaint,
+            revision=2,
+            notes=(
+                "letters and numbers (recorded by others); Catalan's other batches and its "
+                "animals (another voice); the uncredited nl, lt, ml and English sounds"
+            ),
         ),
     )
 }
