@@ -11,6 +11,7 @@ of it (pure Python: ``ar`` + ``tar``, no dpkg) and writes one folder per speaker
     root/downloads/<package>_<version>_<arch>.deb     the cache (kept)
     root/speakers/<source>-<speaker>/<clip>.wav       16-bit PCM, mono, at the file's own rate
     root/speakers/SOURCES.md, sources.json            sources, licences, speakers, clips, minutes
+    root/manifests/<source>.json                      what was written (the cache's record)
 
 **Who is a speaker.** A folder is one person only where there is a reason to believe it: the
 package's credits name who recorded that language or voice pack, or the game credits one actor
@@ -22,7 +23,7 @@ one voice in it and no other folder near it; that check was made once, when the 
 chosen (nothing is embedded at run time). Clips are the files of at least :data:`MIN_SECONDS`
 seconds; effects, grunts, laughs, music and processed (robot, radio) voices are left out.
 
-**Caching.** A source whose folders were written (``root/speakers/.done/<source>.json`` lists
+**Caching.** A source whose folders were written (``root/manifests/<source>.json`` lists
 the package hash and every file with its size) is skipped without download or rewrite, so a
 second run does nothing. The mirror may move on to a newer version of a package: the pinned
 version is then no longer downloadable and the run stops with one line naming the package and
@@ -579,7 +580,7 @@ class SourceSummary:
 
 
 def _done_path(speakers: Path, name: str) -> Path:
-    return speakers / ".done" / f"{name}.json"
+    return speakers.parent / "manifests" / f"{name}.json"
 
 
 def _forget(source: Source, speakers: Path) -> None:
@@ -690,7 +691,7 @@ def fetch_real_speech(
                 "revision": source.revision,
                 "speakers": written,
             }
-            _done_path(speakers, name).parent.mkdir(exist_ok=True)
+            _done_path(speakers, name).parent.mkdir(parents=True, exist_ok=True)
             atomic_write(_done_path(speakers, name), json.dumps(done, indent=1, sort_keys=True))
         summary = SourceSummary(name, written)
         summaries.append(summary)
