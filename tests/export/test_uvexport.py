@@ -327,3 +327,19 @@ def test_the_shipped_default_bundle_says_what_it_is() -> None:
     assert manifest["model_sha256"] == (
         "8b121823d7034f274b88e5303785ecdd36ef446bd126ed308877e0f206fb84b4"
     )
+
+
+def test_export_with_calibrate_writes_both_tables_of_a_codeword_bundle(
+    feduv_run: Path, voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``uvexport RUN --calibrate DIR``: the FedUV bundle carries a prototype and a codeword
+    table, measured on the exported model file; the SDK floors an enrollment with it."""
+    monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
+    out = tmp_path / "calibrated.uvb"
+    assert main([str(feduv_run), "--out", str(out), "--calibrate", str(voice_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert "calibration (prototype): 10 people, 720 impostor / 30 genuine trials" in printed
+    assert "calibration (codeword): 10 people, 12800 impostor / 0 genuine trials" in printed
+    calibration = Bundle(out).manifest.calibration
+    assert set(calibration.tables) == {"prototype", "codeword"}
+    assert calibration.data == f"{voice_dir.name}: 10 people; 80 samples used, 0 unusable"
