@@ -321,16 +321,41 @@ def pretrained_fetch(
 @_errors_to_exit
 def run(
     out: Annotated[
-        Path, typer.Option("--out", help="Run folder (resumes when it has a checkpoint).")
-    ],
+        Path | None,
+        typer.Option("--out", help="Run folder (resumes when it has a checkpoint)."),
+    ] = None,
     config: Annotated[Path | None, typer.Option("--config", help="TOML config file.")] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="A paper's setup (uvtrain presets); flags and --config override its keys.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the resolved configuration as JSON and exit."),
+    ] = False,
 ) -> None:
     """Train a federated model (and evaluate it) into a run folder."""
     from .config import resolve
-    from .run import train
 
     given = click.get_current_context().meta.get(RunCommand.GIVEN, {})
-    settings = resolve(given, config)
+    settings = resolve(given, config, preset)
+    if dry_run:
+        from .presets import get
+
+        resolved: dict[str, Any] = {"config": settings.to_dict(), "out": out and str(out)}
+        if preset is not None:
+            resolved["preset"] = get(preset).describe()
+        typer.echo(json.dumps(resolved, indent=2))
+        return
+    if out is None:
+        from .errors import ConfigError
+
+        raise ConfigError("missing option --out (the run folder); --dry-run needs none")
+    from .run import train
+
     folder = train(settings, out)
     report = json.loads((folder / "report.json").read_text())
     _print_report(report, folder)
@@ -354,6 +379,21 @@ def near_chance_hint(report: dict) -> str | None:
         f"small to learn. Settings that learn on synth-voices (docs/trainer.md, Learning): "
         f"{settings}"
     )
+
+
+@app.command("presets")
+@_errors_to_exit
+def presets_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Every preset, whole, as JSON.")] = False,
+) -> None:
+    """The papers' setups by name (uvtrain run --preset NAME [--dry-run])."""
+    from .presets import PRESETS
+
+    if as_json:
+        typer.echo(json.dumps([p.describe() for p in PRESETS.values()], indent=2))
+        return
+    for preset in PRESETS.values():
+        typer.echo(f"{preset.name:<18} {preset.paper}, {preset.where}: {preset.summary}")
 
 
 @app.command("eval")

@@ -459,11 +459,20 @@ def read_toml_value(text: str) -> Any:
         return text
 
 
-def resolve(cli: dict[str, Any], file: str | Path | None = None) -> RunConfig:
-    """Merge: options given on the command line beat the file, which beats the defaults."""
+def resolve(
+    cli: dict[str, Any], file: str | Path | None = None, preset: str | None = None
+) -> RunConfig:
+    """Merge: options given on the command line beat the file, which beats the preset
+    (:mod:`uvtrain.presets`), which beats the defaults."""
     in_file = read_toml(file) if file else {}
     given = {key: value for key, value in cli.items() if value is not None}
-    merged = flatten_sections(in_file, given.get("method", in_file.get("method")))
+    merged: dict[str, Any] = {}
+    if preset is not None:
+        from .presets import get
+
+        merged.update(get(preset).settings)
+    method = given.get("method", in_file.get("method", merged.get("method")))
+    merged.update(flatten_sections(in_file, method))
     merged.update(given)
     return RunConfig.from_flat(merged)
 

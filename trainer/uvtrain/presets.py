@@ -1,0 +1,238 @@
+"""The papers' setups as named presets: ``uvtrain presets``, ``uvtrain run --preset NAME``.
+
+A preset is a set of flat config keys (what ``uvtrain run`` takes as flags or TOML keys) that
+transcribes one experiment of a paper, with where in the paper each value comes from, what the
+paper does not say (and what we chose), and what differs because something is not built here.
+``uvtrain run --preset NAME --dry-run`` prints the resolved configuration as JSON; flags and a
+``--config`` file given beside the preset override it (command line > file > preset > defaults).
+
+The paper's own data is what ``--dataset``/``--root`` point at (the loaders exist: ``uvtrain data
+list``). Where that data cannot be had, a dataset of the same shape (users × samples × input)
+stands in for speed runs (``stand_in``).
+
+Papers (../shared/papers in the development checkout): FedUV — Hosseini et al., "Federated
+Learning of User Verification Models Without Sharing Embeddings" (Sec. 6.1–6.2, Tables 1–2);
+FedHide — Park & Yun, "FedHide: Federated Learning by Hiding in the Neighbors" (Sec. 4, Tables 1
+and 4); FedFace — Bai et al., "Federated Face Recognition" (Sec. 4.1–4.2, Table 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One paper experiment: its config keys and where they come from."""
+
+    name: str
+    paper: str
+    where: str
+    summary: str
+    settings: dict[str, Any]
+    stand_in: dict[str, Any]
+    notes: tuple[str, ...] = field(default=())
+
+    def describe(self) -> dict[str, Any]:
+        """The preset as JSON (what ``--dry-run`` prints beside the resolved configuration)."""
+        return {
+            "name": self.name,
+            "paper": self.paper,
+            "where": self.where,
+            "summary": self.summary,
+            "settings": dict(self.settings),
+            "stand_in": dict(self.stand_in),
+            "notes": list(self.notes),
+        }
+
+
+_FEDUV = "FedUV (Hosseini et al.)"
+_FEDHIDE = "FedHide (Park & Yun)"
+_FEDFACE = "FedFace (Bai et al.)"
+
+#: FedUV Sec. 6.2 "Training setup": FedAvg, 1 local epoch, 20,000 rounds, 0.01 of the users
+#: per round, SGD lr 0.1 with decay 0.01; Sec. 6.1: 1,000 users; Table 1: c ∈ {127, 255, 511}.
+_FEDUV_SCHEDULE: dict[str, Any] = {
+    "method": "feduv",
+    "clients": 1000,
+    "rounds": 20_000,
+    "fraction": 0.01,
+    "lr": 0.1,
+    "lr_decay": 0.01,
+    "code_length": 127,
+    "negative_weight": 0.0,  # eq. 4: the positive loss alone
+    "sampling": "random",  # Algorithm 1: "random set of κ users"
+}
+_FEDUV_NOTES = (
+    "c: 127 here; the paper also trains 255 and 511 (Table 1): --code-length 255|511",
+    "B: the paper does not state the local batch size; ours: 16",
+    "1 local epoch (Sec. 6.2): --local-epochs 1 where the engine supports epochs, else one step",
+)
+
+#: FedHide Sec. 4 "Implementation details" (all datasets): B 16, λ 10, lr 0.1 SGD, 512-d,
+#: round-robin clients, one local iteration; Table 1: clients, fraction, model, rounds;
+#: Table 4: α = 0.1, K = 10/10/20 (the middle FedHide(0.1, ·) row).
+_FEDHIDE_COMMON: dict[str, Any] = {
+    "method": "fedhide",
+    "batch_size": 16,
+    "weight": 10.0,
+    "lr": 0.1,
+    "lr_decay": 0.0,
+    "sampling": "round-robin",
+    "local_steps": 1,
+    "alpha": 0.1,
+}
+_FEDHIDE_NOTES = (
+    "lr decay: not stated in the paper; ours: none",
+    "aggregation: Algorithm 1 averages with 1/M; --aggregation mean where the engine has it",
+)
+
+PRESETS: dict[str, Preset] = {
+    "feduv-voxceleb": Preset(
+        "feduv-voxceleb",
+        _FEDUV,
+        "Sec. 6.1 (VoxCeleb), Sec. 6.2, Tables 1-2",
+        "FedUV on VoxCeleb: 1,000 speakers, 25/10/10 two-second clips at 8 kHz (2^14 samples)",
+        {**_FEDUV_SCHEDULE, "dataset": "voxceleb1", "batch_size": 16, "crop_seconds": 2.0},
+        {"users": 1000, "samples": 45, "input": "16384 samples (2 s at 8 kHz)"},
+        (*_FEDUV_NOTES, "network: Table 2's VoxCeleb conv1d"),
+    ),
+    "feduv-celeba": Preset(
+        "feduv-celeba",
+        _FEDUV,
+        "Sec. 6.1 (CelebA), Sec. 6.2, Tables 1-2",
+        "FedUV on CelebA: 1,000 identities, 20/5/5 face images at 64x64",
+        {**_FEDUV_SCHEDULE, "dataset": "celeba", "batch_size": 16},
+        {"users": 1000, "samples": 30, "input": "64x64x3 images"},
+        (*_FEDUV_NOTES, "network: Table 2's CelebA conv2d"),
+    ),
+    "feduv-mnistuv": Preset(
+        "feduv-mnistuv",
+        _FEDUV,
+        "Sec. 6.1 (MNIST-UV), Sec. 6.2, Tables 1-2",
+        "FedUV on MNIST-UV: 1,000 writers, 50/15/15 stacks of digits 2-5 (28x28x4)",
+        {**_FEDUV_SCHEDULE, "dataset": "mnist-uv", "batch_size": 16},
+        {"users": 1000, "samples": 80, "input": "28x28x4 images"},
+        (*_FEDUV_NOTES, "network: Table 2's MNIST-UV conv2d (p = 3 on its first conv)"),
+    ),
+    "fedhide-cifar100": Preset(
+        "fedhide-cifar100",
+        _FEDHIDE,
+        "Sec. 4 (image classification), Tables 1 and 4",
+        "FedHide on CIFAR-100: 100 clients of 500 images, ResNet-18, 100,000 rounds",
+        {
+            **_FEDHIDE_COMMON,
+            "dataset": "cifar-100",
+            "clients": 100,
+            "fraction": 0.1,
+            "rounds": 100_000,
+            "neighbours": 10,
+            "backbone": "resnet18-small",
+        },
+        {"users": 100, "samples": 500, "input": "32x32x3 images"},
+        (*_FEDHIDE_NOTES, "metric: the paper reports accuracy on seen clients' test sets"),
+    ),
+    "fedhide-voxceleb1": Preset(
+        "fedhide-voxceleb1",
+        _FEDHIDE,
+        "Sec. 4 (speaker verification), Tables 1 and 4",
+        "FedHide on VoxCeleb1: 1,211 speakers of about 122 utterances, Fast ResNet-34, 2-s crops",
+        {
+            **_FEDHIDE_COMMON,
+            "dataset": "voxceleb1",
+            "clients": 1211,
+            "fraction": 0.01,
+            "rounds": 50_000,
+            "neighbours": 10,
+            "backbone": "fast-resnet34",
+            "crop_seconds": 2.0,
+        },
+        {"users": 1211, "samples": 122, "input": "2-s crops at 16 kHz, 40 mel bands"},
+        (
+            *_FEDHIDE_NOTES,
+            "test: the paper scores ten 3-s crops per utterance pair on the official list",
+        ),
+    ),
+    "fedhide-vggface2": Preset(
+        "fedhide-vggface2",
+        _FEDHIDE,
+        "Sec. 4 (face verification), Tables 1 and 4",
+        "FedHide on VGGFace2: 8,631 identities of about 362 images, 64x64 faces",
+        {
+            **_FEDHIDE_COMMON,
+            "dataset": "vggface2",
+            "clients": 8631,
+            "fraction": 0.001,
+            "rounds": 400_000,
+            "neighbours": 20,
+            "backbone": "ir-small",
+        },
+        {"users": 8631, "samples": 362, "input": "64x64x3 images"},
+        (*_FEDHIDE_NOTES, "network: the paper's MobileFaceNet is not built; ir-small stands in"),
+    ),
+    "fedface-3party": Preset(
+        "fedface-3party",
+        _FEDFACE,
+        "Sec. 4.1-4.2, Table 1 (3 parties, K = 100)",
+        "FedFace, 3 parties (MS1M, GA, VGG), IR-18 on 112x112 faces, ArcFace s 64 m 0.5",
+        {
+            "method": "fedface",
+            "dataset": "vggface2",
+            "parties": 3,
+            "local_steps": 100,
+            "rounds": 26 * 12_800 // 100,  # 26 epochs of 12,800 steps, synchronised every K
+            "batch_size": 64,
+            "lr": 0.1,
+            "momentum": 0.9,
+            "margin_loss": "arcface",
+            "margin_scale": 64.0,
+            "margin": 0.5,
+            "pfm": True,
+            "fv": True,
+            "backbone": "ir-18",
+        },
+        {"users": 3, "samples": "the parties' datasets", "input": "112x112x3 images"},
+        (
+            "parties: the paper's are different datasets (MS1M, GA, VGG); --partition "
+            "splits one dataset here",
+            "schedule: 26 epochs of 12,800 steps, lr x0.1 at epochs 10/18/24 (not expressible "
+            "as --lr-decay; rounds = 26 x 12,800 / K)",
+            "batch: 64 per GPU on 8/4/4 GPUs in the paper; 64 per party here",
+        ),
+    ),
+    "fedface-12party": Preset(
+        "fedface-12party",
+        _FEDFACE,
+        "Sec. 4.1-4.2 (12 parties: each dataset split in 4), Fig. 4 (f)",
+        "FedFace, 12 parties (MS1M, GA, VGG each split in four), IR-18, ArcFace s 64 m 0.5",
+        {
+            "method": "fedface",
+            "dataset": "vggface2",
+            "parties": 12,
+            "local_steps": 100,
+            "rounds": 26 * 12_800 // 100,  # 26 epochs of 12,800 steps, synchronised every K
+            "batch_size": 64,
+            "lr": 0.1,
+            "momentum": 0.9,
+            "margin_loss": "arcface",
+            "margin_scale": 64.0,
+            "margin": 0.5,
+            "pfm": True,
+            "fv": True,
+            "backbone": "ir-18",
+        },
+        {"users": 12, "samples": "the parties' datasets", "input": "112x112x3 images"},
+        ("as fedface-3party, with 12 parties",),
+    ),
+}
+
+
+def get(name: str) -> Preset:
+    """The preset called ``name``, else a one-line :class:`ConfigError` naming the known ones."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}: one of {', '.join(PRESETS)}") from None
