@@ -1,0 +1,155 @@
+"""The papers' schedules at the papers' shape: each preset's first rounds, timed, and the full
+schedule projected beside the paper's own wall-clock.
+
+For every engine preset (``uvtrain presets``: FedUV and FedHide; FedFace's cross-silo trainer is
+not the simulation engine and is not timed here), the simulation is built exactly as ``uvtrain
+run --preset NAME`` builds it — the preset's method and parameters, cohort M = ε·K, batch B,
+local steps, backbone (the model default of the modality where the preset names none) — on
+stand-in data of the paper's shape (``users × samples × input``, :attr:`uvtrain.presets.Preset.
+stand_in`): random inputs, every client holding a reference to the same array, so the data costs
+the memory of one client (speed runs; nothing is learnt). It prints, per preset, seconds per
+round, client updates/s and samples/s, the peak resident memory of the process, and the full
+schedule's projected hours beside the paper's (FedHide Sec. 4: 21 h CIFAR-100, 24 h VoxCeleb1,
+80 h VGGFace2 on one RTX A5000; FedUV states none).
+
+    python benchmarks/paper_scale.py [--presets fedhide-cifar100,...] [--rounds 3] [--device auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+
+from uvtrain.config import RunConfig
+from uvtrain.engine import EngineConfig, Simulation, pick_device
+from uvtrain.models import build_backbone, default_backbone
+from uvtrain.models.registry import BACKBONES
+from uvtrain.presets import PRESETS
+
+#: Hours the paper reports for the whole schedule on one GPU (FedHide Sec. 4, RTX A5000).
+PAPER_HOURS = {"fedhide-cifar100": 21.0, "fedhide-voxceleb1": 24.0, "fedhide-vggface2": 80.0}
+
+#: The input of each preset's stand-in: the paper's shape (FedUV Sec. 6.1, FedHide Table 1).
+SPECS = {
+    "feduv-voxceleb": ("audio", {"sample_rate": 8000, "seconds": 2.048}),
+    "feduv-celeba": ("image", {"height": 64, "width": 64, "channels": 3}),
+    "feduv-mnistuv": ("image", {"height": 28, "width": 28, "channels": 4}),
+    "fedhide-cifar100": ("image", {"height": 32, "width": 32, "channels": 3}),
+    "fedhide-voxceleb1": ("audio", {"sample_rate": 16000, "seconds": 2.0}),
+    "fedhide-vggface2": ("image", {"height": 64, "width": 64, "channels": 3}),
+}
+
+
+def stand_in(name: str, samples: int) -> tuple[dict, np.ndarray]:
+    """The dataset spec and one client's random samples of the paper's shape."""
+    modality, shape = SPECS[name]
+    rng = np.random.default_rng(0)
+    if modality == "audio":
+        rate = shape["sample_rate"]
+        length = round(shape["seconds"] * rate)
+        spec = {
+            "sample_rate": rate,
+            "window_seconds": length / rate,
+            "hop_seconds": length / rate / 2,
+            "min_seconds": 0.5,
+        }
+        return spec, (0.1 * rng.standard_normal((samples, length))).astype(np.float32)
+    spec = {key: shape[key] for key in ("height", "width", "channels")}
+    pixels = rng.integers(0, 256, (samples, spec["height"], spec["width"], spec["channels"]))
+    return spec, pixels.astype(np.uint8)
+
+
+def peak_memory_mb() -> float:
+    """The process's peak resident memory (MiB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def time_preset(name: str, rounds: int, device: torch.device) -> dict:
+    preset = PRESETS[name]
+    config = RunConfig.from_flat(preset.settings)
+    schedule = config.schedule
+    users = int(preset.stand_in["users"])
+    samples = int(preset.stand_in["samples"])
+    spec, one_client = stand_in(name, samples)
+    modality = SPECS[name][0]
+    backbone_name = config.model.backbone
+    if backbone_name not in BACKBONES:
+        backbone_name = default_backbone(modality, spec)
+    torch.manual_seed(0)
+    backbone = build_backbone(backbone_name, spec)
+    engine = EngineConfig(
+        rounds=schedule.rounds,
+        fraction=schedule.fraction,
+        local_steps=schedule.local_steps,
+        batch_size=schedule.batch_size,
+        lr=schedule.lr,
+        lr_decay=schedule.lr_decay,
+        sampling=schedule.sampling,
+    )
+    data = [one_client] * users  # one array, referenced by every client
+    simulation = Simulation(config.method, backbone, data, engine, device)
+    cohort = max(1, round(schedule.fraction * users))
+    simulation.step()  # warm-up: allocations, kernels
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(rounds):
+        simulation.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    per_round = (time.perf_counter() - started) / rounds
+    hours = per_round * schedule.rounds / 3600
+    return {
+        "preset": name,
+        "backbone": backbone_name,
+        "cohort": cohort,
+        "batch": schedule.batch_size,
+        "seconds_per_round": per_round,
+        "updates_per_s": cohort / per_round,
+        "samples_per_s": cohort * schedule.batch_size * schedule.local_steps / per_round,
+        "rounds": schedule.rounds,
+        "projected_hours": hours,
+        "paper_hours": PAPER_HOURS.get(name),
+        "peak_mb": peak_memory_mb(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--presets", default=",".join(SPECS), help="comma-separated names")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after one warm-up)")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    device = pick_device(args.device)
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"cpu ({torch.get_num_threads()} threads)"
+    )
+    print(f"on {where}; {args.rounds} timed rounds per preset after one warm-up")
+    print(
+        "\n| preset | backbone | M | B | s/round | updates/s | samples/s | rounds | "
+        "projected | paper | paper / ours | peak MiB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.presets.split(","):
+        r = time_preset(name.strip(), args.rounds, device)
+        paper = f"{r['paper_hours']:g} h" if r["paper_hours"] else "not stated"
+        ratio = f"{r['paper_hours'] / r['projected_hours']:.2f}x" if r["paper_hours"] else "—"
+        print(
+            f"| {r['preset']} | {r['backbone']} | {r['cohort']} | {r['batch']} | "
+            f"{r['seconds_per_round']:.3f} | {r['updates_per_s']:.1f} | {r['samples_per_s']:.0f} "
+            f"| {r['rounds']:,} | {r['projected_hours']:.1f} h | {paper} | {ratio} | "
+            f"{r['peak_mb']:.0f} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
