@@ -13,6 +13,9 @@ schedule's projected hours beside the paper's (FedHide Sec. 4: 21 h CIFAR-100, 2
 80 h VGGFace2 on one RTX A5000; FedUV states none).
 
     python benchmarks/paper_scale.py [--presets fedhide-cifar100,...] [--rounds 3] [--device auto]
+                                     [--default-allocator]
+
+It runs under glibc settings that keep freed memory (``_allocator.py``), as ``simulate.py`` does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 
 import numpy as np
 import torch
+from _allocator import keep_freed_memory
 
 from uvtrain.config import RunConfig
 from uvtrain.engine import EngineConfig, Simulation, pick_device
@@ -121,6 +125,7 @@ def time_preset(name: str, rounds: int, device: torch.device) -> dict:
 
 
 def main() -> None:
+    allocator = keep_freed_memory()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--presets", default=",".join(SPECS), help="comma-separated names")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after one warm-up)")
@@ -132,7 +137,7 @@ def main() -> None:
         if device.type == "cuda"
         else f"cpu ({torch.get_num_threads()} threads)"
     )
-    print(f"on {where}; {args.rounds} timed rounds per preset after one warm-up")
+    print(f"on {where}; {args.rounds} timed rounds per preset after one warm-up; {allocator}")
     print(
         "\n| preset | backbone | M | B | s/round | updates/s | samples/s | rounds | "
         "projected | paper | paper / ours | peak MiB |"

@@ -6,6 +6,11 @@ simulation can approach, centralised minibatch SGD on the same model and total b
 plain run takes the one-pass batched step.
 
     python benchmarks/simulate.py [--method feduv] [--clients 32] [--rounds 3] [--device auto] [--dp]
+                                  [--default-allocator]
+
+Every figure is measured under glibc settings that keep freed memory (``_allocator.py``): with
+glibc's defaults the centralised ceiling paid page faults for every large tensor it freed and
+reallocated, and was held at half its speed. ``--default-allocator`` measures under the defaults.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 
 import numpy as np
 import torch
+from _allocator import keep_freed_memory
 
 from uvtrain.algorithms import METHODS
 from uvtrain.data.formant import voice_corpus
@@ -83,6 +89,7 @@ def centralised_samples_per_s(simulation: Simulation, args: argparse.Namespace) 
 
 
 def main() -> None:
+    allocator = keep_freed_memory()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--method", default="feduv", choices=sorted(METHODS))
     parser.add_argument("--clients", type=int, default=32, help="clients per round")
@@ -109,6 +116,7 @@ def main() -> None:
         f"{args.method}, {args.clients} clients/round, E={args.local_steps}, B={args.batch_size}, "
         f"{args.seconds:g}-s clips, backbone {args.backbone or default_backbone('audio', SPEC)}, on {name}"
     )
+    print(allocator)
     vectorised = time_rounds(fast, args.rounds)
     loop = time_rounds(slow, args.rounds)
     central = centralised_samples_per_s(fast, args)
