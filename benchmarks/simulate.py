@@ -3,10 +3,11 @@ per-client loop, on the same workload and maths, in one run — and, as the ceil
 simulation can approach, centralised minibatch SGD on the same model and total batch. With
 ``--dp``, also a differentially private round (each client's update clipped, Gaussian noise:
 ``uvtrain.privacy``), which needs every client's own update and so runs the vmap path where the
-plain run takes the one-pass batched step.
+plain run takes the one-pass batched step. With ``--local-epochs E``, clients hold between B and
+4B clips each (so they take different numbers of steps) and train E epochs over them.
 
     python benchmarks/simulate.py [--method feduv] [--clients 32] [--rounds 3] [--device auto] [--dp]
-                                  [--default-allocator]
+                                  [--local-epochs E] [--default-allocator]
 
 Every figure is measured under glibc settings that keep freed memory (``_allocator.py``): with
 glibc's defaults the centralised ceiling paid page faults for every large tensor it freed and
@@ -39,6 +40,7 @@ def make(
     config = EngineConfig(
         fraction=1.0,
         local_steps=args.local_steps,
+        local_epochs=args.local_epochs,
         batch_size=args.batch_size,
         chunk_size=args.clients,
         vectorised=vectorised,
@@ -95,6 +97,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32, help="clients per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--local-steps", type=int, default=1)
+    parser.add_argument("--local-epochs", type=int, default=None, help="epochs, uneven clients")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=1.0, help="sample length")
     parser.add_argument("--backbone", default=None)
@@ -102,8 +105,12 @@ def main() -> None:
     parser.add_argument("--dp", action="store_true", help="also time a DP round (clip + noise)")
     args = parser.parse_args()
 
-    corpus = voice_corpus(args.clients, args.batch_size, args.seconds, SAMPLE_RATE, seed=0)
-    data = [np.stack(clips) for clips in corpus]
+    sizes = [args.batch_size] * args.clients
+    if args.local_epochs is not None:  # uneven clients: B to 4B clips each
+        sizes = np.random.default_rng(0).integers(args.batch_size, 4 * args.batch_size + 1,
+                                                  args.clients).tolist()  # fmt: skip
+    corpus = voice_corpus(args.clients, max(sizes), args.seconds, SAMPLE_RATE, seed=0)
+    data = [np.stack(clips[:size]) for clips, size in zip(corpus, sizes, strict=True)]
     fast = make(args.method, data, args, vectorised=True)
     slow = make(args.method, data, args, vectorised=False)
     device = fast.device
@@ -112,8 +119,11 @@ def main() -> None:
         if device.type == "cuda"
         else f"cpu ({torch.get_num_threads()} threads)"
     )
+    schedule = f"E={args.local_steps} steps"
+    if args.local_epochs is not None:
+        schedule = f"{args.local_epochs} epoch(s) over {min(sizes)}-{max(sizes)} clips"
     print(
-        f"{args.method}, {args.clients} clients/round, E={args.local_steps}, B={args.batch_size}, "
+        f"{args.method}, {args.clients} clients/round, {schedule}, B={args.batch_size}, "
         f"{args.seconds:g}-s clips, backbone {args.backbone or default_backbone('audio', SPEC)}, on {name}"
     )
     print(allocator)
@@ -121,6 +131,8 @@ def main() -> None:
     loop = time_rounds(slow, args.rounds)
     central = centralised_samples_per_s(fast, args)
     fed_samples = args.clients * args.batch_size * args.local_steps
+    if args.local_epochs is not None:
+        fed_samples = sum(sizes) * args.local_epochs
     print("\n| engine | client updates/s | samples/s | round time |")
     print("|---|---|---|---|")
     print(

@@ -56,6 +56,10 @@ from uvtrain.config import (  # noqa: E402
         (lambda: FedHide(alpha=float("nan")), "alpha must be a finite number"),
         (lambda: Schedule(fraction=0.0), "fraction must be in (0, 1]"),
         (lambda: Schedule(rounds=-1), "rounds and seed must be >= 0"),
+        (lambda: Schedule(aggregation="median"), "aggregation must be 'weighted' or 'mean'"),
+        (lambda: Schedule(local_epochs=0), "local_epochs must be >= 1"),
+        (lambda: Schedule(local_epochs=1.5), "local_epochs must be int"),
+        (lambda: Schedule(local_steps=3, local_epochs=1), "not both"),
         (lambda: Data("x", clients=1), "clients must be at least 2"),
         (lambda: Data("x", crop_seconds=-1.0), "crop_seconds must be >= 0"),
         (lambda: Model(backbone=3), "backbone must be str"),
@@ -94,6 +98,8 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
     old = RunConfig.from_flat(flat).to_dict()
     for key in [item.name for item in dataclasses.fields(Privacy)]:
         del old[key]  # the privacy part came later
+    for key in ("aggregation", "local_epochs"):
+        del old[key]  # so did these schedule options
     for kind in METHODS.values():
         old.update({k: v for k, v in kind().parameters().items() if k not in old})
     assert len(old) == 47

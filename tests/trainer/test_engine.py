@@ -167,3 +167,160 @@ def test_batches_are_random_windows_of_the_clients_samples() -> None:
     assert whole.shape[-1] == 800
     with pytest.raises(ValueError, match="crop"):
         EngineConfig(crop=-1)
+
+
+# -- the papers' schedule options: local epochs, the plain mean, round-robin ---------------------
+
+
+def _uneven_simulation(algorithm: FedAvg, vectorised: bool, **overrides) -> Simulation:
+    """Ten clients holding 3 to 11 samples, so that with B = 4 they take different numbers of
+    local steps and most epochs end in a smaller batch."""
+    sizes = [3, 4, 5, 6, 7, 8, 9, 10, 11, 5]
+    data = [samples[:size] for samples, size in zip(_clients(samples=11), sizes, strict=True)]
+    settings = dict(rounds=4, fraction=0.4, batch_size=4, lr=0.1, seed=3, crop=600)
+    settings.update(overrides)
+    config = EngineConfig(vectorised=vectorised, chunk_size=3, **settings)
+    torch.manual_seed(0)
+    return Simulation(algorithm, TinyBackbone(), data, config)
+
+
+def test_epoch_batches_cover_each_clients_samples_once_per_epoch() -> None:
+    from uvtrain.engine import epoch_batches
+
+    samples = torch.arange(10, dtype=torch.float32)[:, None].expand(10, 5).contiguous()
+    rng = np.random.default_rng(0)
+    batches = epoch_batches(samples, 2, 4, 0, rng)
+    assert [len(batch) for batch in batches] == [4, 4, 2, 4, 4, 2]  # the last one smaller
+    for epoch in (batches[:3], batches[3:]):
+        seen = torch.cat(epoch)[:, 0].sort().values
+        torch.testing.assert_close(seen, torch.arange(10, dtype=torch.float32))
+    assert not torch.equal(torch.cat(batches[:3]), torch.cat(batches[3:]))  # reshuffled
+    simulation = _uneven_simulation(FedUV(), True, local_epochs=2)
+    clients = simulation.clients_of_round(1)
+    drawn = simulation.epoch_batches_of_round(1, clients)
+    for client, mine in zip(clients, drawn, strict=True):
+        size = len(simulation.data[client])
+        assert len(mine) == 2 * -(-size // 4)  # E · ⌈n_k / B⌉ steps
+        assert sum(len(batch) for batch in mine) == 2 * size
+    with pytest.raises(TrainingError, match="local_epochs"):
+        _uneven_simulation(FedUV(), True).epoch_batches_of_round(1, clients)
+
+
+@pytest.mark.parametrize("algorithm", METHODS, ids=lambda a: a.name)
+def test_local_epochs_vectorised_equals_per_client_loop(algorithm: FedAvg) -> None:
+    fast = _uneven_simulation(algorithm, True, local_epochs=2)
+    slow = _uneven_simulation(algorithm, False, local_epochs=2)
+    assert not fast.uses_batched_step
+    for _ in range(3):
+        fast_result, slow_result = fast.next_round(), slow.next_round()
+        # one loss per client: its mean over its own E · ⌈n_k / B⌉ steps
+        assert fast_result.updates.losses.shape == (4, 1)
+        torch.testing.assert_close(
+            fast_result.updates.losses, slow_result.updates.losses, atol=1e-6, rtol=1e-6
+        )
+    for group in ("params", "private", "shared"):
+        for name, value in getattr(fast, group).items():
+            torch.testing.assert_close(value, getattr(slow, group)[name], atol=1e-6, rtol=1e-6)
+
+
+def test_one_local_epoch_is_sgd_over_the_clients_own_batches() -> None:
+    simulation = _uneven_simulation(FedUV(), False, local_epochs=1, fraction=0.1)
+    clients = simulation.clients_of_round(1)
+    assert len(clients) == 1
+    client = int(clients[0])
+    batches = simulation.epoch_batches_of_round(1, clients)[0]
+    expected = {k: v.clone() for k, v in simulation.params.items()}
+    lr = simulation.config.learning_rate(1)
+    for batch in batches:  # plain SGD, by hand, one step per batch
+        leaves = {k: v.clone().requires_grad_(True) for k, v in expected.items()}
+        outputs = torch.func.functional_call(simulation.model, (leaves, simulation.buffers), batch)
+        private = {k: v[client] for k, v in simulation.private.items()}
+        constants = {k: v[client] for k, v in simulation.constants.items()}
+        loss = simulation.algorithm.loss(outputs, private, constants, simulation.shared)
+        grads = torch.autograd.grad(loss, list(leaves.values()))
+        expected = {
+            k: (v - lr * g).detach() for (k, v), g in zip(leaves.items(), grads, strict=True)
+        }
+    simulation.step()
+    for name, value in expected.items():
+        torch.testing.assert_close(simulation.params[name], value, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", METHODS, ids=lambda a: a.name)
+def test_plain_mean_aggregation_batched_equals_loop_and_ignores_sample_counts(
+    algorithm: FedAvg,
+) -> None:
+    fast = _uneven_simulation(algorithm, True, aggregation="mean")
+    slow = _uneven_simulation(algorithm, False, aggregation="mean")
+    fusable = type(algorithm).aggregate is FedAvg.aggregate
+    assert fast.uses_batched_step == fusable  # the one-pass step weighs clients by 1/M too
+    for _ in range(3):
+        assert fast.step()["loss"] == pytest.approx(slow.step()["loss"], rel=1e-6)
+    for name in fast.params:
+        torch.testing.assert_close(fast.params[name], slow.params[name], atol=1e-6, rtol=1e-6)
+    weighted = _uneven_simulation(algorithm, False)
+    weighted.step()
+    once = _uneven_simulation(algorithm, False, aggregation="mean")
+    plan = once.plan(1)
+    once.receive(torch.as_tensor(plan.clients))  # what each client starts from (FedAwS: its row)
+    batches = once.batches_of_round(1, plan.clients)
+    alone = [
+        once.client_update(int(client), batches[position], plan.lr)[0]
+        for position, client in enumerate(plan.clients)
+    ]
+    once.step()
+    name = next(iter(once.params))
+    if fusable:  # the round's model is the plain 1/M mean of what the clients sent
+        mean = torch.stack([params[name] for params in alone]).mean(0)
+        torch.testing.assert_close(once.params[name], mean, atol=1e-6, rtol=1e-6)
+        assert not torch.allclose(once.params[name], weighted.params[name], atol=1e-7)
+    with pytest.raises(ValueError, match="aggregation"):
+        EngineConfig(aggregation="median")
+
+
+@pytest.mark.parametrize("algorithm", [METHODS[0], METHODS[1]], ids=lambda a: a.name)
+def test_resumed_run_with_the_papers_schedule_equals_uninterrupted(
+    algorithm: FedAvg, tmp_path
+) -> None:
+    paper = dict(local_epochs=1, aggregation="mean", sampling="round-robin")
+    straight = _uneven_simulation(algorithm, True, **paper)
+    for _ in range(4):
+        straight.step()
+    first = _uneven_simulation(algorithm, True, **paper)
+    for _ in range(2):
+        first.step()
+    torch.save(first.state_dict(), tmp_path / "checkpoint.pt")
+    resumed = _uneven_simulation(algorithm, True, **paper)
+    resumed.load_state_dict(torch.load(tmp_path / "checkpoint.pt", weights_only=True))
+    for _ in range(2):
+        resumed.step()
+    for group in ("params", "private", "shared"):
+        for name, value in getattr(straight, group).items():
+            torch.testing.assert_close(getattr(resumed, group)[name], value, atol=0, rtol=0)
+    for other in (
+        dict(paper, local_epochs=2),
+        dict(paper, aggregation="weighted"),
+        dict(paper, sampling="random"),
+        {k: v for k, v in paper.items() if k != "local_epochs"},
+    ):
+        changed = _uneven_simulation(algorithm, True, **other)
+        with pytest.raises(TrainingError, match="another schedule"):
+            changed.load_state_dict(torch.load(tmp_path / "checkpoint.pt", weights_only=True))
+
+
+def test_a_checkpoint_from_before_the_options_resumes_as_their_defaults(tmp_path) -> None:
+    simulation = _uneven_simulation(FedUV(), True)
+    simulation.step()
+    state = simulation.state_dict()
+    for key in ("aggregation", "local_epochs"):
+        del state["engine"][key]
+    _uneven_simulation(FedUV(), True).load_state_dict(state)
+    with pytest.raises(TrainingError, match="another schedule"):
+        _uneven_simulation(FedUV(), True, local_epochs=1).load_state_dict(state)
+
+
+def test_local_epochs_are_refused_beside_local_steps() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        EngineConfig(local_steps=2, local_epochs=1)
+    with pytest.raises(ValueError, match="local_epochs"):
+        EngineConfig(local_epochs=0)

@@ -87,6 +87,58 @@ def test_config_file_and_precedence(data_root: Path, tmp_path: Path) -> None:
     assert saved["rounds"] == 1 and saved["clients"] == 6  # CLI beats the file beats the default
 
 
+def test_the_papers_schedule_options_reach_the_engine_and_the_report(
+    data_root: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "fedhide.toml"
+    config.write_text('[schedule]\naggregation = "mean"\nsampling = "round-robin"\n')
+    out = tmp_path / "run"
+    args = ["--method", "fedhide", *TINY, "--config", config, "--local-epochs", "1"]
+    result = uvtrain("run", *args, "--rounds", "1", "--out", out)
+    assert result.exit_code == 0, result.output
+    for echoed in (
+        json.loads((out / "config.json").read_text()),
+        json.loads((out / "report.json").read_text())["config"],
+    ):
+        assert echoed["aggregation"] == "mean" and echoed["sampling"] == "round-robin"
+        assert echoed["local_epochs"] == 1 and echoed["local_steps"] == 1
+    resumed = uvtrain("run", *args, "--rounds", "2", "--out", out)
+    assert resumed.exit_code == 0, resumed.output
+    changed = uvtrain("run", *args[:-2], "--rounds", "2", "--out", out)  # no --local-epochs
+    assert "other settings (local_epochs)" in one_error_line(changed)
+    defaults = uvtrain("run", "--method", "feduv", *TINY, "--rounds", "1", "--out", tmp_path / "d")
+    assert defaults.exit_code == 0, defaults.output
+    saved = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert saved["aggregation"] == "weighted" and saved["local_epochs"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--sampling", "round-robin", "--dp", "central", "--dp-noise-multiplier", "1"],
+            "--dp accounts for randomly sampled cohorts",
+        ),
+        (["--aggregation", "median"], "aggregation must be 'weighted' or 'mean'"),
+        (["--local-steps", "2", "--local-epochs", "1"], "not both"),
+    ],
+)
+def test_schedule_options_that_cannot_go_together_are_one_line(
+    data_root: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = uvtrain("run", "--method", "feduv", *TINY, *args, "--out", tmp_path / "run")
+    assert message in one_error_line(result)
+    assert not (tmp_path / "run").exists()
+
+
+def test_cross_silo_refuses_the_cross_device_schedule_options(
+    data_root: Path, tmp_path: Path
+) -> None:
+    args = ["--method", "fedface", "--dataset", "formant-voices", "--parties", "2"]
+    result = uvtrain("run", *args, "--aggregation", "mean", "--out", tmp_path / "run")
+    assert "cross-device options; fedface is cross-silo" in one_error_line(result)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -57,13 +57,19 @@ def check_types(instance: Any) -> None:
 @dataclass(frozen=True)
 class Schedule:
     """FedAvg's schedule: rounds, the cohort, local SGD (:class:`~uvtrain.engine.EngineConfig`
-    checks the same ranges again). FedFace: ``local_steps`` is the synchronisation interval K and
-    ``lr_decay`` applies per local step."""
+    checks the same ranges again and cites the papers for ``sampling``, ``aggregation`` and
+    ``local_epochs``). FedFace: ``local_steps`` is the synchronisation interval K and
+    ``lr_decay`` applies per local step; ``aggregation`` and ``local_epochs`` are cross-device
+    options."""
 
     rounds: int = field(default=50, metadata={"help": "Federated rounds."})
     fraction: float = field(default=0.1, metadata={"help": "Fraction of clients per round (ε)."})
     sampling: str = field(
-        default="random", metadata={"help": "random or round-robin.", "flower": False}
+        default="random",
+        metadata={
+            "help": "Clients per round: random, or round-robin (in order, wrapping; FedHide).",
+            "flower": False,
+        },
     )
     local_steps: int = field(
         default=1, metadata={"help": "Local SGD steps per round (E; FedFace: K)."}
@@ -71,6 +77,22 @@ class Schedule:
     batch_size: int = field(default=16, metadata={"help": "Local batch size (B)."})
     lr: float = field(default=0.1, metadata={"help": "Learning rate."})
     lr_decay: float = field(default=0.01, metadata={"help": "lr / (1 + decay·(round−1))."})
+    aggregation: str = field(
+        default="weighted",
+        metadata={
+            "help": "weighted (by samples, FedAvg) or mean (plain 1/M, FedHide Alg. 1); "
+            "with --dp always the equal-weight DP mean.",
+            "flower": False,
+        },
+    )
+    local_epochs: int | None = field(
+        default=None,
+        metadata={
+            "help": "Local epochs over each client's data in batches of B, instead of "
+            "--local-steps (FedUV paper: 1).",
+            "flower": False,
+        },
+    )
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -83,6 +105,12 @@ class Schedule:
         for name in ("local_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, not {getattr(self, name)}")
+        if self.aggregation not in ("weighted", "mean"):
+            raise ConfigError(f"aggregation must be 'weighted' or 'mean', not {self.aggregation!r}")
+        if self.local_epochs is not None and self.local_epochs < 1:
+            raise ConfigError(f"local_epochs must be >= 1, not {self.local_epochs}")
+        if self.local_epochs is not None and self.local_steps != 1:
+            raise ConfigError("give --local-steps or --local-epochs, not both")
         if not self.lr > 0 or self.lr_decay < 0:
             raise ConfigError(
                 f"lr must be positive and lr_decay >= 0, not {self.lr} and {self.lr_decay}"

@@ -2,14 +2,18 @@
 
 Three interchangeable local-update paths compute the same maths:
 
-- **batched** (chosen automatically for one local step with FedAvg aggregation): one SGD step of
-  each client from the same θ, averaged with weights w_k, is ``Σ w_k (θ − η ∇L_k(θ)) =
-  θ − η ∇(Σ w_k L_k)(θ)``, so a single forward/backward over all the round's samples gives the
-  aggregate exactly (the model treats samples independently: GroupNorm, no batch statistics);
-  private parameters get their own client's gradient ``∇_{p_k} L_k``;
+- **batched** (chosen automatically for one local step with FedAvg aggregation, sample-weighted
+  or the plain mean): one SGD step of each client from the same θ, averaged with weights w_k, is
+  ``Σ w_k (θ − η ∇L_k(θ)) = θ − η ∇(Σ w_k L_k)(θ)``, so a single forward/backward over all the
+  round's samples gives the aggregate exactly (the model treats samples independently:
+  GroupNorm, no batch statistics); private parameters get their own client's gradient
+  ``∇_{p_k} L_k``;
 - **vmap** (several local steps): the round's clients' parameters are stacked and one
   ``torch.func.vmap(grad_and_value(loss))`` call does every client's SGD step at once, in chunks of
-  ``chunk_size`` clients — on CUDA when present, else on the CPU;
+  ``chunk_size`` clients — on CUDA when present, else on the CPU. With ``local_epochs`` clients
+  take ``E · ⌈n_k / B⌉`` steps each and an epoch's last batch may be smaller: step ``s`` runs one
+  vmapped call per batch size among the clients that still have an ``s``-th batch, and leaves
+  the finished ones as they are;
 - **loop**: a plain Python loop over clients with ``torch.autograd.grad`` — the reference the
   others are tested against.
 
@@ -36,6 +40,7 @@ from .rounds import (
     ClientUpdates,
     RoundPlan,
     RoundResult,
+    UniformMean,
     UpdateStep,
     WeightedMean,
     gather,
@@ -43,6 +48,9 @@ from .rounds import (
     sample_cohort,
     scatter,
 )
+
+#: How the server may combine the round's models (:attr:`EngineConfig.aggregation`).
+AGGREGATIONS = ("weighted", "mean")
 
 #: Samples per forward/backward pass of the batched step on a CPU (measured fastest for the
 #: default audio network on 2 cores: 1,821 samples/s at 128 against 1,466 at 256).
@@ -55,6 +63,22 @@ class EngineConfig:
 
     The learning rate of round r is ``lr / (1 + lr_decay · (r − 1))`` (inverse-time decay, the
     "lr 0.1, decay 0.01" of the FedUV paper's setup).
+
+    Options the papers' setups choose (defaults: this project's own schedule):
+
+    - ``sampling``: ``"random"`` draws the round's ε·K clients without replacement from
+      ``(seed, round)`` (FedAvg, Algorithm 1 of the FedUV paper); ``"round-robin"`` takes the
+      next ε·K clients in index order, wrapping around (FedHide §5, "clients are selected in a
+      round-robin manner"; its Algorithm 1 writes a random set).
+    - ``aggregation``: ``"weighted"`` is FedAvg's ``Σ_k (n_k / n) θ_k`` (McMahan et al., eq. 1;
+      the FedUV paper's Algorithm 1); ``"mean"`` the plain ``1/M Σ_k θ_k`` of FedHide's
+      Algorithm 1. Under differential privacy the DP sum replaces either (every client weighs
+      the same there: :class:`uvtrain.privacy.DPSum`).
+    - ``local_epochs``: ``None`` runs ``local_steps`` SGD steps on batches of B drawn from the
+      client's samples (with replacement only when it holds fewer than B); ``E`` runs E epochs
+      over the client's own samples in shuffled mini-batches of B, the last one smaller when B
+      does not divide ``n_k`` (FedAvg's ``UserUpdate``, Algorithm 1 of the FedUV paper, which
+      trains with 1 local epoch, §6). Clients then take ``E · ⌈n_k / B⌉`` steps each.
     """
 
     rounds: int = 50
@@ -69,6 +93,8 @@ class EngineConfig:
     batched: bool = True  # use the exact one-pass step when it applies (E = 1, FedAvg mean)
     sampling: str = "random"  # or "round-robin": clients in order, ε·K per round, wrapping
     crop: int = 0  # > 0: each training sample is a random window of this many steps (audio)
+    aggregation: str = "weighted"  # or "mean": the plain 1/M mean (FedHide, Algorithm 1)
+    local_epochs: int | None = None  # E epochs over the client's data instead of local_steps
 
     def __post_init__(self) -> None:
         # 0 rounds is allowed: the initial model (e.g. a pretrained encoder) evaluated as it is.
@@ -84,6 +110,12 @@ class EngineConfig:
             raise ValueError("lr must be positive and lr_decay non-negative")
         if self.crop < 0:
             raise ValueError(f"crop must be >= 0, not {self.crop}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be 'weighted' or 'mean', not {self.aggregation!r}")
+        if self.local_epochs is not None and self.local_epochs < 1:
+            raise ValueError(f"local_epochs must be >= 1, not {self.local_epochs}")
+        if self.local_epochs is not None and self.local_steps != 1:
+            raise ValueError("give local_steps or local_epochs, not both")
 
     def learning_rate(self, round_number: int) -> float:
         """The learning rate of a round (1-based)."""
@@ -118,6 +150,24 @@ def draw_batches(
     picks = [rng.choice(available, size=size, replace=available < size) for _ in range(steps)]
     index = torch.as_tensor(np.stack(picks), device=samples.device)
     return random_windows(samples[index], crop, rng)
+
+
+def epoch_batches(
+    samples: Tensor, epochs: int, size: int, crop: int, rng: np.random.Generator
+) -> list[Tensor]:
+    """One client's ``epochs`` passes over its own samples: each a fresh permutation (from
+    ``rng``) cut into mini-batches of ``size``, the last one smaller when ``size`` does not divide
+    the client's sample count (kept, not dropped: every sample is seen once per epoch, as in
+    FedAvg's ``UserUpdate``, Algorithm 1 of the FedUV paper). ``E · ⌈n / B⌉`` batches; with
+    ``crop`` > 0 each 1-D sample (audio) is cut to a random window of ``crop`` steps."""
+    available = len(samples)
+    batches = []
+    for _ in range(epochs):
+        order = torch.as_tensor(rng.permutation(available), device=samples.device)
+        for start in range(0, available, size):
+            picked = samples[order[start : start + size]]
+            batches.append(random_windows(picked[None], crop, rng)[0])
+    return batches
 
 
 def random_windows(batches: Tensor, crop: int, rng: np.random.Generator) -> Tensor:
@@ -173,13 +223,15 @@ def local_update(
 
 def check_schedule(config: EngineConfig, saved: dict[str, Any]) -> None:
     """Refuse to resume a checkpoint made with another schedule (the rounds may grow, and the
-    local-update path does not change the maths)."""
-    saved = {
-        k: v for k, v in saved.items() if k not in ("rounds", "vectorised", "batched", "chunk_size")
-    }
-    mine = {k: v for k, v in asdict(config).items() if k in saved}
-    if saved != mine:
-        raise TrainingError("the checkpoint was made with another schedule: use a new run folder")
+    local-update path does not change the maths). A setting added since the checkpoint was
+    written counts as its default there."""
+    free = ("rounds", "vectorised", "batched", "chunk_size")
+    defaults = asdict(EngineConfig())
+    for key, value in asdict(config).items():
+        if key not in free and saved.get(key, defaults[key]) != value:
+            raise TrainingError(
+                "the checkpoint was made with another schedule: use a new run folder"
+            )
 
 
 def split_parameters(model: nn.Module) -> tuple[Tensors, Tensors]:
@@ -298,7 +350,9 @@ class Simulation(GlobalModel):
         self.round = 0
         #: how the server combines the round's updates, and the per-client postprocessing of
         #: the updates before it (:mod:`uvtrain.rounds`)
-        self.aggregator: Aggregator = WeightedMean(algorithm)
+        self.aggregator: Aggregator = (
+            UniformMean(algorithm) if config.aggregation == "mean" else WeightedMean(algorithm)
+        )
         self.postprocess: list[UpdateStep] = []
         self._local_vmapped = vmap(
             grad_and_value(self._client_loss, argnums=(0, 1)), in_dims=(0, 0, 0, 0, None)
@@ -337,6 +391,19 @@ class Simulation(GlobalModel):
             ]
         )
 
+    def epoch_batches_of_round(self, round_number: int, clients: np.ndarray) -> list[list[Tensor]]:
+        """Each client's batches for ``local_epochs`` epochs over its own samples
+        (:func:`epoch_batches`: ``E · ⌈n_k / B⌉`` of them, the last of each epoch smaller when
+        B does not divide ``n_k``), drawn from ``(seed, round)``."""
+        if self.config.local_epochs is None:
+            raise TrainingError("epoch batches need local_epochs")
+        rng = np.random.default_rng([self.config.seed, round_number, 1])
+        epochs, size = self.config.local_epochs, self.config.batch_size
+        return [
+            epoch_batches(self.data[client], epochs, size, self.config.crop, rng)
+            for client in clients
+        ]
+
     def message_noise(self, round_number: int, count: int) -> Tensor:
         """Standard-normal noise ``[count, d]`` (``d`` the embedding's dimension) for the round's
         client messages (FedGN, FedCS), drawn from ``(seed, round)`` so a resumed run is exact."""
@@ -369,12 +436,59 @@ class Simulation(GlobalModel):
             losses.append(torch.stack(chunk_losses, dim=1))
         return _concat(stacked_params), _concat(stacked_private), torch.cat(losses)
 
-    def _local_batched(
-        self, clients: Tensor, batches: Tensor, lr: float
+    def _local_epochs_vectorised(
+        self, clients: Tensor, batches: list[list[Tensor]], lr: float
     ) -> tuple[Tensors, Tensors, Tensor]:
-        """One local step for every client in a single pass (exact for E = 1 and FedAvg)."""
+        """Local epochs for every client at once: clients hold different numbers of samples, so
+        they take different numbers of steps and their last batch of an epoch is smaller. Step
+        ``s`` runs one vmapped SGD step per batch size among the clients that still have an
+        ``s``-th batch (usually one group: everyone's full batch of B); finished clients are left
+        as they are. Losses: each client's mean over its steps, ``[m, 1]``."""
+        stacked_params, stacked_private, losses = [], [], []
+        for start in range(0, len(clients), self.config.chunk_size):
+            chunk = clients[start : start + self.config.chunk_size]
+            count = len(chunk)
+            own = batches[start : start + count]
+            params = {k: v.expand(count, *v.shape).clone() for k, v in self.params.items()}
+            private = {k: v[chunk].clone() for k, v in self.private.items()}
+            constants = {k: v[chunk] for k, v in self.constants.items()}
+            total = torch.zeros(count, device=self.device)
+            steps = torch.tensor([len(mine) for mine in own], device=self.device)
+            for step in range(int(steps.max())):
+                groups: dict[int, list[int]] = {}
+                for position, mine in enumerate(own):
+                    if step < len(mine):
+                        groups.setdefault(len(mine[step]), []).append(position)
+                for members in groups.values():
+                    batch = torch.stack([own[position][step] for position in members])
+                    if len(members) == count:  # everyone: no gather, no scatter
+                        (grad_params, grad_private), loss = self._local_vmapped(
+                            params, private, batch, constants, self.shared
+                        )
+                        params = {k: v - lr * grad_params[k] for k, v in params.items()}
+                        private = {k: v - lr * grad_private[k] for k, v in private.items()}
+                        total = total + loss
+                        continue
+                    index = torch.as_tensor(members, device=self.device)
+                    part_params, part_private = gather(params, index), gather(private, index)
+                    (grad_params, grad_private), loss = self._local_vmapped(
+                        part_params, part_private, batch, gather(constants, index), self.shared
+                    )
+                    params = _step_rows(params, index, part_params, grad_params, lr)
+                    private = _step_rows(private, index, part_private, grad_private, lr)
+                    total = total.index_add(0, index, loss)
+            stacked_params.append(params)
+            stacked_private.append(private)
+            losses.append((total / steps)[:, None])
+        return _concat(stacked_params), _concat(stacked_private), torch.cat(losses)
+
+    def _local_batched(
+        self, clients: Tensor, batches: Tensor, lr: float, weights: Tensor
+    ) -> tuple[Tensors, Tensors, Tensor]:
+        """One local step for every client in a single pass (exact for E = 1 and a mean of the
+        clients' models with ``weights``: their sample counts, or ones for the plain mean)."""
         count, batch = batches.shape[0], batches.shape[2]
-        weights = self.sizes[clients.cpu()].to(self.device)
+        weights = weights.to(self.device, torch.float32)
         weights = weights / weights.sum()
         params = {k: v.detach().clone().requires_grad_(True) for k, v in self.params.items()}
         private = {
@@ -417,9 +531,10 @@ class Simulation(GlobalModel):
         return mean, new_private, losses.detach()[:, None]
 
     def client_update(
-        self, client: int, batches: Tensor, lr: float
+        self, client: int, batches: Tensor | Sequence[Tensor], lr: float
     ) -> tuple[Tensors, Tensors, Tensor]:
-        """Client ``client``'s local training on its ``batches`` (``[E, B, ...]``) from the
+        """Client ``client``'s local training on its ``batches`` (``[E, B, ...]``, or a list of
+        batches of any sizes: :meth:`epoch_batches_of_round`) from the
         global parameters and its own state, alone (:func:`local_update`): its parameters, its
         private state and its E losses — the reference path, and the update it would send."""
         return local_update(
@@ -435,11 +550,13 @@ class Simulation(GlobalModel):
         )
 
     def _local_loop(
-        self, clients: Tensor, batches: Tensor, lr: float
+        self, clients: Tensor, batches: Tensor | list[list[Tensor]], lr: float
     ) -> tuple[Tensors, Tensors, Tensor]:
         all_params, all_private, all_losses = [], [], []
         for position, client in enumerate(clients.tolist()):
             params, private, losses = self.client_update(client, batches[position], lr)
+            if self.config.local_epochs is not None:  # clients take different step counts
+                losses = losses.mean(0, keepdim=True)
             all_params.append({k: v[None] for k, v in params.items()})
             all_private.append({k: v[None] for k, v in private.items()})
             all_losses.append(losses[None])
@@ -455,6 +572,7 @@ class Simulation(GlobalModel):
             self.config.vectorised
             and self.config.batched
             and self.config.local_steps == 1
+            and self.config.local_epochs is None
             and not self.postprocess
             and self.aggregator.fusable()
         )
@@ -522,7 +640,12 @@ class Simulation(GlobalModel):
         if path not in (None, "vmap", "loop"):
             raise ValueError(f"path must be 'vmap' or 'loop', not {path!r}")
         clients = torch.as_tensor(plan.clients, device=self.device)
-        batches = self.batches_of_round(plan.number, plan.clients)
+        epochs = self.config.local_epochs is not None
+        batches: Tensor | list[list[Tensor]] = (
+            self.epoch_batches_of_round(plan.number, plan.clients)
+            if epochs
+            else self.batches_of_round(plan.number, plan.clients)
+        )
         weights = self.sizes[plan.clients].to(self.device)
         self.receive(clients)
         batched = (
@@ -531,6 +654,7 @@ class Simulation(GlobalModel):
             and self.config.vectorised
             and self.config.batched
             and self.config.local_steps == 1
+            and not epochs
         )
         vectorised = self.config.vectorised if path is None else path == "vmap"
         if path is None and self.postprocess and self.device.type == "cpu":
@@ -538,12 +662,20 @@ class Simulation(GlobalModel):
             # vmap, whose per-client convolutions become grouped ones (benchmarks/simulate.py)
             vectorised = False
         if batched:
-            mean, private, losses = self._local_batched(clients, batches, plan.lr)
+            assert fused is not None and isinstance(batches, Tensor)
+            mean, private, losses = self._local_batched(
+                clients, batches, plan.lr, fused.fused_weights(weights)
+            )
             updates = ClientUpdates(
                 clients, weights, losses, aggregate={k: v[0] for k, v in mean.items()}
             )
         else:
-            local = self._local_vectorised if vectorised else self._local_loop
+            if not vectorised:
+                local = self._local_loop
+            elif epochs:
+                local = self._local_epochs_vectorised
+            else:
+                local = self._local_vectorised
             stacked, private, losses = local(clients, batches, plan.lr)
             updates = ClientUpdates(clients, weights, losses, params=stacked)
         scatter(self.private, clients, private)
@@ -590,6 +722,17 @@ class _OnePath:
 
     def train(self, plan: RoundPlan, fused: Aggregator | None) -> ClientUpdates:
         return self.simulation.train(plan, None, self.path)
+
+
+def _step_rows(
+    stacked: Tensors, index: Tensor, rows: Tensors, grads: Tensors, lr: float
+) -> Tensors:
+    """``stacked`` with its rows ``index`` replaced by ``rows − lr · grads`` (an SGD step of
+    some of a chunk's clients)."""
+    return {
+        name: value.index_copy(0, index, rows[name] - lr * grads[name])
+        for name, value in stacked.items()
+    }
 
 
 def _concat(pieces: list[Tensors]) -> Tensors:

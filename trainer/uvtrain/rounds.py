@@ -109,6 +109,11 @@ class Aggregator:
         same numbers as aggregating the per-client parameters would)."""
         return False
 
+    def fused_weights(self, sizes: Tensor) -> Tensor:
+        """The (unnormalised) weights of the cohort's models a fusing path must use, from their
+        sample counts ``sizes``; asked only when :meth:`fusable`."""
+        raise TrainingError(f"{type(self).__name__} cannot be fused into local training")
+
 
 @dataclass
 class WeightedMean(Aggregator):
@@ -135,10 +140,14 @@ class WeightedMean(Aggregator):
     def fusable(self) -> bool:
         return self.weights is None and type(self.algorithm).aggregate is FedAvg.aggregate
 
+    def fused_weights(self, sizes: Tensor) -> Tensor:
+        return sizes
+
 
 @dataclass
 class UniformMean(WeightedMean):
-    """The plain ``1/M`` mean of the cohort's parameters (every client counts the same)."""
+    """The plain ``1/M`` mean of the cohort's parameters, every client counting the same:
+    ``θ' = 1/M Σ_{c∈S} θ_c`` (FedHide, Algorithm 1; ``--aggregation mean``)."""
 
     def __call__(
         self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
@@ -148,7 +157,10 @@ class UniformMean(WeightedMean):
         return WeightedMean(self.algorithm, ones)(updates, base, plan)
 
     def fusable(self) -> bool:
-        return False
+        return type(self.algorithm).aggregate is FedAvg.aggregate
+
+    def fused_weights(self, sizes: Tensor) -> Tensor:
+        return torch.ones_like(sizes)
 
 
 @dataclass

@@ -141,6 +141,11 @@ def _cross_silo(
 ) -> Any:
     from .crosssilo import make_cross_silo
 
+    if engine.aggregation != "weighted" or engine.local_epochs is not None:
+        raise ConfigError(
+            f"--aggregation and --local-epochs are cross-device options; {config.method.name} "
+            "is cross-silo (its parties synchronise every --local-steps K steps)"
+        )
     return make_cross_silo(config, dataset, backbone, engine, device)
 
 
@@ -206,6 +211,12 @@ def privacy_plan(config: RunConfig, users: int) -> Any:
         raise ConfigError(
             f"--dp is user-level privacy of cross-device training; {config.method.name} is "
             f"{config.method.setting}"
+        )
+    if config.schedule.sampling != "random":
+        raise ConfigError(
+            "--dp accounts for randomly sampled cohorts (amplification by sampling); "
+            f"--sampling {config.schedule.sampling} chooses clients deterministically: use "
+            "--sampling random"
         )
     cohort = max(1, round(config.schedule.fraction * users))
     return plan_from_settings(
