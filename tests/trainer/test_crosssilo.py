@@ -96,6 +96,36 @@ def test_fedavg_keeps_local_momentum_and_pfm_differs_from_it() -> None:
     assert difference > 1e-4
 
 
+def test_the_training_loss_is_logged_smoothed_as_in_table_1() -> None:
+    """The round's metrics carry each party's per-step losses smoothed with factor 0.99 (the
+    paper's Table 1), continued across rounds and kept in the checkpoint."""
+    torch.manual_seed(0)
+    config = EngineConfig(rounds=2, local_steps=3, batch_size=4, lr=0.05, lr_decay=0.0)
+    silo = CrossSilo(FedFace(pfm=True, fv=False), _Tiny(), _parties(2), [], config)
+    steps = []
+    original = silo.local_training
+
+    def recording(party: int, round_number: int, lr: float):
+        params, losses = original(party, round_number, lr)
+        steps.append(losses.numpy().astype(np.float64))
+        return params, losses
+
+    silo.local_training = recording
+    first, second = silo.step(), silo.step()
+    expected = []
+    for party in range(2):
+        losses = np.concatenate([steps[party], steps[2 + party]])
+        value = losses[0]
+        for loss in losses:
+            value = 0.99 * value + 0.01 * loss
+        expected.append(value)
+    assert second["party_losses_smoothed"] == pytest.approx(expected, rel=1e-6)
+    assert second["loss_smoothed"] == pytest.approx(np.mean(expected), rel=1e-6)
+    assert first["party_losses"] == pytest.approx([s.mean() for s in steps[:2]], rel=1e-6)
+    state = silo.state_dict()
+    assert state["smoothed_losses"].tolist() == pytest.approx(expected, rel=1e-6)
+
+
 # -- parties and validators ------------------------------------------------------------------------
 
 
@@ -219,6 +249,7 @@ def test_a_resumed_run_continues_exactly(voices, tmp_path) -> None:
         torch.testing.assert_close(resumed["params"][name], value)
     torch.testing.assert_close(resumed["weights"], straight["weights"])
     torch.testing.assert_close(resumed["moving_norm"], straight["moving_norm"])
+    torch.testing.assert_close(resumed["smoothed_losses"], straight["smoothed_losses"])
 
 
 def test_the_paper_scale_config_is_valid() -> None:

@@ -17,6 +17,7 @@ from torch.func import functional_call, grad, vmap
 
 from uvexport.reference import CONVNET_LAYERS
 from uvexport.reference import mel_filterbank as reference_mel_filterbank
+from uvtrain.features import analysis_window
 from uvtrain.models import (
     BACKBONES,
     VOXCELEB_LAYERS,
@@ -150,16 +151,38 @@ def test_group_norm_groups() -> None:
     assert group_norm(3).num_groups == 1
 
 
-def test_log_mel_frontend_matches_stft_reference() -> None:
-    frontend = LogMelFrontend(SAMPLE_RATE, n_mels=40, frame_seconds=0.025, hop_seconds=0.010)
+def test_analysis_windows_by_hand() -> None:
+    """Periodic windows of N = 4: Hann ``0.5 − 0.5 cos(2πn/4)`` = (0, ½, 1, ½); Hamming (the
+    FedHide paper's, Sec. 4.1) ``0.54 − 0.46 cos(2πn/4)`` = (0.08, 0.54, 1, 0.54) — as torch's."""
+    np.testing.assert_allclose(analysis_window("hann", 4), [0.0, 0.5, 1.0, 0.5], atol=1e-15)
+    np.testing.assert_allclose(analysis_window("hamming", 4), [0.08, 0.54, 1.0, 0.54], atol=1e-15)
+    hamming = torch.hamming_window(400, dtype=torch.float64).numpy()
+    np.testing.assert_allclose(analysis_window("hamming", 400), hamming, atol=1e-12)
+    frontend = LogMelFrontend(SAMPLE_RATE, window="hamming")
+    # bin 0's cosine kernel is the window itself
+    np.testing.assert_allclose(frontend.dft_kernels[0, 0].numpy(), hamming, atol=1e-7)
+    with pytest.raises(ValueError, match="window"):
+        analysis_window("blackman", 4)
+    with pytest.raises(ValueError, match="window"):
+        LogMelFrontend(SAMPLE_RATE, window="blackman")
+    with pytest.raises(ValueError, match="window"):
+        LogMelFrontend(SAMPLE_RATE, normalise="none", librosa=True, window="hamming")
+
+
+@pytest.mark.parametrize("window", ["hann", "hamming"])
+def test_log_mel_frontend_matches_stft_reference(window: str) -> None:
+    frontend = LogMelFrontend(
+        SAMPLE_RATE, n_mels=40, frame_seconds=0.025, hop_seconds=0.010, window=window
+    )
     frontend_double = copy.deepcopy(frontend).double()
     x = audio_batch(2, 1.3, seed=3).double()
+    make_window = torch.hann_window if window == "hann" else torch.hamming_window
     spectrum = torch.stft(
         x,
         n_fft=400,
         hop_length=160,
         win_length=400,
-        window=torch.hann_window(400, dtype=torch.float64),
+        window=make_window(400, dtype=torch.float64),
         center=False,
         return_complex=True,
     )
@@ -410,6 +433,25 @@ def test_onnx_export_parity(tmp_path: Path) -> None:
     )
     batches = [image_batch(1, IMAGE_DEFAULT, seed=1), image_batch(6, IMAGE_DEFAULT, seed=2)]
     assert _parity(path, image, batches) < 1e-4
+
+
+@pytest.mark.slow  # torch.export: about 10 s on one core
+def test_fedhide_backbone_exports_with_its_hamming_window(tmp_path: Path) -> None:
+    """FedHide's backbone options (512-d, Hamming window: the paper's Sec. 4.1) reach a log-mel
+    backbone, and the window is inside the exported graph: ONNX matches torch."""
+    from uvtrain.algorithms import FedHide
+
+    name = "logmel-tdnn"
+    options = FedHide().backbone_options(BACKBONES[name])
+    assert options == {"embedding_dim": 512, "window": "hamming"}
+    torch.manual_seed(0)
+    model = EmbeddingModel(build_backbone(name, AUDIO, **options)).eval()
+    assert model.backbone.frontend.window == "hamming"
+    shapes = {0: Dim("batch", min=1), 1: Dim("samples", min=model.backbone.min_samples)}
+    path = _export(model, audio_batch(2, 1.0), shapes, tmp_path / "fedhide.onnx")
+    batches = [audio_batch(1, 0.5, seed=1), audio_batch(3, 1.2, seed=2)]
+    assert _parity(path, model, batches) < 1e-4
+    assert ort.InferenceSession(str(path)).get_outputs()[0].shape[1] == 512
 
 
 def test_iresnet_onnx_export_parity(tmp_path: Path) -> None:

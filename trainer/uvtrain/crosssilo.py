@@ -36,6 +36,7 @@ from .algorithms.fedface import (
     best_threshold_accuracy,
     candidate_weightings,
     fv_update,
+    smoothed_losses,
 )
 from .config import ConfigError
 from .data.base import ClientData, FederatedDataset
@@ -261,7 +262,7 @@ class CrossSilo(GlobalModel):
             for p in parties
         ]
         self.optimisers = [algorithm.init_optimiser(head, self.params) for head in self.heads]
-        #: the server's state: the global momentum M of the previous round (PFM, eq. 6)
+        #: the server's state: the global momentum M^Θ of the previous round (PFM, eq. 6)
         self.shared: Tensors = {
             f"momentum.{k}": torch.zeros_like(v) for k, v in self.params.items()
         }
@@ -272,6 +273,8 @@ class CrossSilo(GlobalModel):
         self.data = [torch.as_tensor(p.samples).to(self.device) for p in parties]
         self.labels = [torch.as_tensor(p.labels).to(self.device) for p in parties]
         self.round = 0
+        #: each party's training loss smoothed as in the paper's Table 1 (None before round 1)
+        self.smoothed_losses: np.ndarray | None = None
         # no per-identity state of the run's users here (the evaluation reads these)
         self.private: Tensors = {}
         self.constants: Tensors = {}
@@ -335,25 +338,25 @@ class CrossSilo(GlobalModel):
             finals.append(params)
             losses.append(party_losses)
         stacked = {name: torch.stack([f[name] for f in finals]) for name in self.params}
-        party_losses = torch.stack(losses).mean(dim=1)
+        step_losses = torch.stack(losses)  # [P, K]
         clients = torch.as_tensor(plan.clients, device=self.device)
         sizes = torch.tensor([len(self.parties[p].samples) for p in plan.clients.tolist()])
         return ClientUpdates(
             clients,
             sizes.to(torch.float32),
-            party_losses[:, None],
+            step_losses,
             params=stacked,
-            metrics={"party_losses": party_losses.tolist()},
+            metrics={"party_losses": step_losses.mean(dim=1).tolist()},
         )
 
     # -- the server -----------------------------------------------------------------------------
 
     def aggregate(self, stacked: Tensors, weights: np.ndarray) -> Tensors:
-        """Eq. (5): the FedAvg core with the weighting ``w``."""
+        """Eq. (4): the FedAvg core with the weighting ``w``."""
         return self.algorithm.aggregate(stacked, torch.as_tensor(weights, device=self.device))
 
     def validate(self, stacked: Tensors, round_number: int) -> dict[str, Any]:
-        """One FV step (eqs. 7–13): score T candidate aggregates on every validator and move the
+        """One FV step (Alg. 2, eqs. 7–13): score T candidate aggregates on every validator and move the
         weighting toward the best."""
         rng = np.random.default_rng([self.config.seed, round_number, 3])
         candidates = candidate_weightings(self.weights, self.algorithm.fv_candidates, rng)
@@ -388,7 +391,16 @@ class CrossSilo(GlobalModel):
             self.postprocess,
         )
         self.params, self.shared, self.round = result.params, result.shared, plan.number
-        metrics = {**result.metrics, "weights": self.weights.tolist()}
+        self.smoothed_losses = smoothed_losses(
+            self.smoothed_losses, result.updates.losses.detach().cpu().numpy()
+        )
+        metrics = {
+            **result.metrics,
+            # Table 1's training loss: per party, smoothed over the steps with factor 0.99
+            "party_losses_smoothed": self.smoothed_losses.tolist(),
+            "loss_smoothed": float(self.smoothed_losses.mean()),
+            "weights": self.weights.tolist(),
+        }
         if self.aggregator.fv_metrics is not None:
             metrics["fv"] = self.aggregator.fv_metrics
         return metrics
@@ -397,7 +409,7 @@ class CrossSilo(GlobalModel):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: the global backbone and momentum, the parties' heads and
-        momentum buffers, the weighting and the Moving Norm's statistics."""
+        momentum buffers, the weighting, the Moving Norm's statistics and the smoothed losses."""
         norm = getattr(self.normalise, "mean", None)
         prefix = len("momentum.")
         return {
@@ -413,6 +425,9 @@ class CrossSilo(GlobalModel):
             "moving_norm": None
             if norm is None
             else torch.as_tensor(np.stack([self.normalise.mean, self.normalise.var])),
+            "smoothed_losses": None
+            if self.smoothed_losses is None
+            else torch.as_tensor(self.smoothed_losses),
             "engine": asdict(self.config),
         }
 
@@ -434,6 +449,8 @@ class CrossSilo(GlobalModel):
         self.weights = state["weights"].numpy().astype(np.float64)
         if state["moving_norm"] is not None and hasattr(self.normalise, "mean"):
             self.normalise.mean, self.normalise.var = state["moving_norm"].numpy()
+        smoothed = state.get("smoothed_losses")  # absent in checkpoints of older versions
+        self.smoothed_losses = None if smoothed is None else smoothed.numpy().astype(np.float64)
 
     # -- evaluation and report ------------------------------------------------------------------
 
@@ -463,6 +480,10 @@ class CrossSilo(GlobalModel):
                 for v in self.validators
             ],
             "weights": self.weights.tolist(),
+            # the paper's Table 1: final training losses, smoothed with factor 0.99
+            "final_losses_smoothed": None
+            if self.smoothed_losses is None
+            else self.smoothed_losses.tolist(),
             "pfm": self.algorithm.pfm,
             "fv": self.uses_fv,
             "sync_interval": self.config.local_steps,
@@ -489,13 +510,17 @@ class CrossSilo(GlobalModel):
                 f"  held-out pairs: accuracy {accuracy:.4f} at the best threshold (10-fold)"
             )
         lines.append(f"  {len(section['parties'])} parties, weighting w = ({weights})")
+        smoothed = section.get("final_losses_smoothed")
+        if smoothed:
+            losses = ", ".join(f"{loss:.3f}" for loss in smoothed)
+            lines.append(f"  training loss by party, smoothed 0.99 (paper's Table 1): ({losses})")
         return lines
 
 
 @dataclass
 class FederatedValidation(Aggregator):
-    """FedFace's aggregator: the parties' weighted mean under ``w`` (eq. 5), after one FV step
-    (eqs. 7–13) has moved ``w`` toward the best-scoring candidate weighting when FV is on."""
+    """FedFace's aggregator: the parties' weighted mean under ``w`` (eq. 4), after one FV step
+    (Alg. 2, eqs. 7–13) has moved ``w`` toward the best-scoring candidate weighting when FV is on."""
 
     silo: CrossSilo
     fv_metrics: dict[str, Any] | None = None

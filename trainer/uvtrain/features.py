@@ -19,16 +19,35 @@ VOXCELEB_LAYERS: tuple[tuple[int, int, int, int], ...] = (
 )
 
 
-def dft_kernels(frame_length: int, bins: np.ndarray | None = None) -> np.ndarray:
-    """Periodic-Hann-windowed cosine then sine kernels at DFT ``bins`` (default ``0 … n/2``).
+#: Analysis windows of the log-mel frontends: ``hann`` (ours, librosa's) and ``hamming`` (the
+#: FedHide paper's speaker features, Park & Yun, Sec. 4.1).
+WINDOWS = ("hann", "hamming")
+
+
+def analysis_window(name: str, length: int) -> np.ndarray:
+    """The periodic window of ``length`` samples, as ``torch.hann_window`` /
+    ``torch.hamming_window`` make it (``periodic=True``, torchaudio's default):
+    ``hann`` ``0.5 − 0.5 cos(2πn/N)``, ``hamming`` ``0.54 − 0.46 cos(2πn/N)``, ``n = 0 … N−1``.
+    ``float64 [length]``."""
+    if name == "hann":
+        return np.hanning(length + 1)[:-1]
+    if name == "hamming":
+        return np.hamming(length + 1)[:-1]
+    raise ValueError(f"window must be one of {WINDOWS}, not {name!r}")
+
+
+def dft_kernels(
+    frame_length: int, bins: np.ndarray | None = None, window: str = "hann"
+) -> np.ndarray:
+    """Windowed cosine then sine kernels at DFT ``bins`` (default ``0 … n/2``), the window
+    periodic (:func:`analysis_window`; Hann by default).
 
     ``float64 [2 · len(bins), frame_length]``: a strided convolution with them frames a waveform
     and takes its DFT in one operator (``cos² + sin²`` is the power spectrum).
     """
     bins = np.arange(frame_length // 2 + 1) if bins is None else np.asarray(bins)
-    window = np.hanning(frame_length + 1)[:-1]  # periodic Hann, = torch.hann_window, librosa
     angle = 2.0 * np.pi * np.outer(bins, np.arange(frame_length)) / frame_length
-    return np.concatenate([np.cos(angle), np.sin(angle)]) * window
+    return np.concatenate([np.cos(angle), np.sin(angle)]) * analysis_window(window, frame_length)
 
 
 def hertz_to_mel(frequency: np.ndarray | float) -> np.ndarray:

@@ -64,15 +64,20 @@ def _crop_samples(config: RunConfig, dataset: FederatedDataset) -> int:
 
 def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -> Any:
     """The run's backbone: ``--backbone``, the pretrained weights' own, or the modality's
-    default, initialised from the seed (then loaded from ``--pretrained`` when given). The
-    simulator and the Flower deployment build it the same way."""
-    from .models import build_backbone, default_backbone, load_backbone_checkpoint
+    default, with the options its method asks for (FedHide: 512-d, Hamming window), initialised
+    from the seed (then loaded from ``--pretrained`` when given: the weights' architecture, so
+    without the method's options). The simulator and the Flower deployment build it the same
+    way."""
+    from .models import BACKBONES, build_backbone, default_backbone, load_backbone_checkpoint
     from .pretrained import WEIGHTS, fetch
 
     known = WEIGHTS.get(config.model.pretrained or "")
     name = config.model.backbone or (known.backbone if known else default_backbone(modality, spec))
+    options = {}
+    if not config.model.pretrained and name in BACKBONES:
+        options = config.method.backbone_options(BACKBONES[name])
     torch.manual_seed(config.seed)  # the backbone's initial weights follow from the seed
-    backbone = build_backbone(name, spec)
+    backbone = build_backbone(name, spec, **options)
     if config.model.pretrained:
         # A known name ("ge2e") is fetched once from its pinned wheel; anything else is a file.
         path = fetch(config.model.pretrained, quiet=True) if known else config.model.pretrained

@@ -24,6 +24,7 @@ from uvtrain.algorithms.fedface import (
     make_margin_loss,
     pfm_backbone_step,
     server_momentum,
+    smoothed_losses,
 )
 from uvtrain.config import ConfigError, RunConfig
 
@@ -107,24 +108,43 @@ def test_pfm_two_parties_two_steps_by_hand() -> None:
 
 
 def test_local_norm_by_hand() -> None:
-    """Scores (0.8, 0.9, 0.7): mean 0.8, population std √(0.02 / 3) = 0.0816497; ε = 0.001."""
+    """Eq. (8), S / √(σ² + ε): scores (0.8, 0.9, 0.7) have population variance 0.02 / 3, so the
+    divisor is √(0.00666667 + 0.001) = 0.0875595; equal scores (σ = 0) divide by √ε."""
     normalised = local_norm(np.array([[0.8, 0.9, 0.7], [0.5, 0.5, 0.5]]), 0.001)
-    assert normalised[0] == pytest.approx([0.0, 0.1 / 0.0826497, -0.1 / 0.0826497], rel=1e-5)
-    assert normalised[1] == pytest.approx([0.0, 0.0, 0.0])  # equal scores: no preference
+    assert normalised[0] == pytest.approx([9.136644, 10.278724, 7.994563], rel=1e-6)
+    assert normalised[1] == pytest.approx([0.5 / math.sqrt(0.001)] * 3)
+
+
+def test_a_flat_validators_noise_does_not_pick_the_winner() -> None:
+    """Validator 1 prefers candidate 1 (0.8, 0.9, 0.8); validator 2 barely differs between them
+    (0.50, 0.49, 0.51). Eq. (8) sums to (29.403, 30.858, 29.709): candidate 1. Dividing centred
+    scores by σ + ε instead (−0.692, 0.293, 0.399) let validator 2's noise pick candidate 2."""
+    scores = np.array([[0.8, 0.9, 0.8], [0.5, 0.49, 0.51]])
+    normalised = local_norm(scores, 0.001)
+    assert normalised.sum(axis=0) == pytest.approx([29.402596, 30.858071, 29.708782], rel=1e-6)
+    candidates = np.array([[0.5, 0.5], [0.8, 0.2], [0.1, 0.9]])
+    assert fv_update(np.array([0.5, 0.5]), candidates, normalised, 0.01)[1] == 1
 
 
 def test_moving_norm_by_hand() -> None:
-    """Step 1 starts at the step's own statistics (mean 0.8, var 0.02/3). Step 2, scores
-    (0.9, 1.0, 0.8), γ = 0.01: mean = 0.99·0.8 + 0.01·0.9 = 0.801; spread = mean of
-    (0.099², 0.199², 0.001²) = 0.049403 / 3 = 0.01646767; var = 0.99·0.00666667 + 0.01·0.01646767
-    = 0.00676467; the first score normalises to 0.099 / (√0.00676467 + 0.001) = 1.18923."""
+    """Eqs. (9)–(11). Step 1 starts at the step's own statistics (mean 0.8, var 0.02/3), so it
+    equals Local Norm. Step 2, scores (0.9, 1.0, 0.8), γ = 0.01: μ = 0.99·0.8 + 0.01·0.9 = 0.801;
+    spread = mean of (0.099², 0.199², 0.001²) = 0.049403 / 3 = 0.01646767; ν = 0.99·0.00666667 +
+    0.01·0.01646767 = 0.00676467; the first score is 0.9 / √(0.00676467 + 0.001) = 10.21365."""
     norm = MovingNorm(gamma=0.01, epsilon=0.001)
     first = norm(np.array([[0.8, 0.9, 0.7]]))
-    assert first[0] == pytest.approx([0.0, 0.1 / 0.0826497, -0.1 / 0.0826497], rel=1e-5)
+    assert first[0] == pytest.approx([9.136644, 10.278724, 7.994563], rel=1e-6)
     second = norm(np.array([[0.9, 1.0, 0.8]]))
     assert norm.mean == pytest.approx([0.801])
     assert norm.var == pytest.approx([0.00676467], rel=1e-5)
-    assert second[0, 0] == pytest.approx(1.18923, rel=1e-4)
+    assert second[0] == pytest.approx([10.21365, 11.34850, 9.07880], rel=1e-5)
+
+
+def test_the_norm_is_chosen_by_fv_norm() -> None:
+    scores = np.array([[0.8, 0.9, 0.7]])
+    assert FedFace().normaliser()(scores) == pytest.approx(local_norm(scores, 0.001))
+    assert isinstance(FedFace(fv_norm="moving").normaliser(), MovingNorm)
+    assert FedFace(fv_norm="none").normaliser()(scores) == pytest.approx(scores)
 
 
 def test_fv_update_by_hand() -> None:
@@ -146,6 +166,27 @@ def test_candidates_start_with_the_current_weighting() -> None:
     assert candidates[0] == pytest.approx(current)
     assert candidates.sum(axis=1) == pytest.approx([1, 1, 1])
     assert (candidates >= 0).all()
+
+
+def test_candidates_are_uniform_on_the_simplex() -> None:
+    """Alg. 2, line 4: uniform on the simplex is Dirichlet(1, 1, 1), whose coordinates are
+    Beta(1, 2): mean 1/3, variance 2/36 = 0.0556, P(smallest < 0.1) = 1 − (1 − 0.3)² = 0.51.
+    Normalised i.i.d. uniforms (variance 0.032, P = 0.32) crowd toward equal weights."""
+    drawn = candidate_weightings(np.full(3, 1 / 3), 20001, np.random.default_rng(1))[1:]
+    assert drawn.mean(axis=0) == pytest.approx([1 / 3] * 3, abs=0.01)
+    assert drawn.var(axis=0) == pytest.approx([2 / 36] * 3, abs=0.002)
+    assert np.mean(drawn.min(axis=1) < 0.1) == pytest.approx(0.51, abs=0.015)
+
+
+def test_smoothed_losses_by_hand() -> None:
+    """Table 1's smoothing, factor 0.99: the first round starts at its first step (2.0), then
+    2.0 → 0.99·2 + 0.01·2 = 2.0 → 0.99·2 + 0.01·1 = 1.99; the next round continues from 1.99:
+    0.99·1.99 + 0.01·0.99 = 1.98."""
+    first = smoothed_losses(None, np.array([[2.0, 1.0], [1.0, 1.0]]))
+    assert first == pytest.approx([1.99, 1.0])
+    assert smoothed_losses(first, np.array([[0.99], [1.0]])) == pytest.approx([1.98, 1.0])
+    with pytest.raises(ValueError, match="steps"):
+        smoothed_losses(None, np.array([1.0, 2.0]))
 
 
 def test_best_threshold_accuracy_by_hand() -> None:

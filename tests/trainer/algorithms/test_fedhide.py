@@ -45,3 +45,45 @@ def test_gaussian_and_cosine_proxies_by_hand() -> None:
         proxy = cosine_proxy(unit, torch.randn(64, generator=generator), cosine)
         assert float(proxy.norm()) == pytest.approx(1.0, abs=1e-6)
         assert float(proxy @ unit) == pytest.approx(cosine, abs=1e-6)
+
+
+def test_the_fedhide_methods_ask_for_the_papers_backbone() -> None:
+    """Sec. 4.1: 512-dimensional embeddings; speaker features from a Hamming window. The window
+    goes only to a backbone with a log-mel frontend; other methods keep the backbone's own."""
+    from uvtrain.algorithms import METHODS
+    from uvtrain.config import ConfigError
+    from uvtrain.models import BACKBONES
+
+    for name in ("fedhide", "fedgn", "fedcs"):
+        method = METHODS[name]()
+        assert method.backbone_options(BACKBONES["logmel-tdnn"]) == {
+            "embedding_dim": 512,
+            "window": "hamming",
+        }
+        assert method.backbone_options(BACKBONES["resnet18-small"]) == {"embedding_dim": 512}
+    hann = METHODS["fedhide"](window="hann", embedding_dim=128)
+    assert hann.backbone_options(BACKBONES["fast-resnet34"]) == {
+        "embedding_dim": 128,
+        "window": "hann",
+    }
+    for name in ("feduv", "fedaws", "softmax"):
+        assert METHODS[name]().backbone_options(BACKBONES["logmel-tdnn"]) == {}
+    with pytest.raises(ConfigError, match="window"):
+        METHODS["fedhide"](window="blackman")
+    with pytest.raises(ConfigError, match="embedding_dim"):
+        METHODS["fedhide"](embedding_dim=0)
+
+
+def test_a_fedhide_run_builds_the_papers_backbone() -> None:
+    """The run's backbone (simulator, export and Flower build it alike) gets the options; a run
+    from pretrained weights keeps the weights' architecture."""
+    from uvtrain.config import RunConfig
+    from uvtrain.run import build_run_backbone
+
+    spec = {"sample_rate": 16000}
+    fedhide = RunConfig.from_flat({"method": "fedhide", "dataset": "x"})
+    backbone = build_run_backbone(fedhide, "audio", spec)
+    assert backbone.embedding_dim == 512 and backbone.frontend.window == "hamming"
+    feduv = RunConfig.from_flat({"method": "feduv", "dataset": "x"})
+    backbone = build_run_backbone(feduv, "audio", spec)
+    assert backbone.embedding_dim == 256 and backbone.frontend.window == "hann"

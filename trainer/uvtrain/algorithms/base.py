@@ -100,6 +100,12 @@ class FedAvg:
         server either sent (FedAwS's class row) or which is empty."""
         return private
 
+    def backbone_options(self, backbone: type) -> dict[str, Any]:
+        """Constructor options the method asks of its backbone class (a registered
+        :class:`~uvtrain.models.Backbone`): none by default — the backbone's own defaults. A run
+        that starts from pretrained weights builds the weights' architecture and ignores them."""
+        return {}
+
     def build_model(self, backbone: nn.Module, num_clients: int) -> nn.Module:
         """The model every client trains and the server averages."""
         from ..models import EmbeddingModel

@@ -1,11 +1,12 @@
-"""FedFace (Bai et al., "Federated Face Recognition", 2021): cross-silo training of one recognition
-backbone by a few organisations (parties), each with many identities and its own classifier.
+"""FedFace (Bai, Wu, Shen, Li and Zhou, "Federated Face Recognition", 2021): cross-silo training of
+one recognition backbone by a few organisations (parties), each with many identities and its own
+classifier. Equation, algorithm, section and table numbers below are the paper's.
 
 The maths of the method lives here as pure functions of tensors; :mod:`uvtrain.crosssilo` runs it.
 
-**Margin losses** (passed into the head; the backbone never sees them). For the unit embedding
-``f`` and the unit class centres ``W̃`` of a party's head, ``cos θ_j = W̃_jᵀ f``; the logits are
-``s cos θ_j`` for every class but the label ``y``, whose logit carries the margin:
+**Margin losses** (Sec. 4.2; passed into the head, the backbone never sees them). For the unit
+embedding ``f`` and the unit class centres ``W̃`` of a party's head, ``cos θ_j = W̃_jᵀ f``; the
+logits are ``s cos θ_j`` for every class but the label ``y``, whose logit carries the margin:
 
 * ArcFace (Deng et al., CVPR 2019), s = 64, m = 0.5: ``s cos(θ_y + m)`` (where ``θ_y + m > π``,
   insightface's monotone continuation ``s (cos θ_y − m sin m)``);
@@ -13,54 +14,59 @@ The maths of the method lives here as pure functions of tensors; :mod:`uvtrain.c
 
 and the loss is the cross-entropy of those logits.
 
-**Partially Federated Momentum** (PFM, paper eqs. 1–6, Alg. 1). Centralised momentum SGD is
+**Partially Federated Momentum** (PFM, Sec. 3.1, eqs. 1–6, Alg. 1). FedAvg with local momentum
+gives every party its own buffer, which drifts from the centralised one the longer the parties
+train apart. PFM keeps local momentum (β, our field ``momentum``) only for what is local — the
+classifier ``ω_i`` of party ``i``, at step k of round r:
 
-    (1)  m_t = μ m_{t−1} + g_t,      (2)  θ_t = θ_{t−1} − η m_t.
+    (1)  M^ω_{i,r,k} = β M^ω_{i,r,k−1} + h_{i,r,k}      (2)  ω_{i,r,k} = ω_{i,r,k−1} − η_r M^ω_{i,r,k}
 
-FedAvg with local momentum gives every party its own buffer, which drifts from the centralised
-one the longer the parties train apart. PFM keeps local momentum only for what is local — the
-classifier ``C_p`` of party ``p``:
+and gives the shared backbone, at each of the K local steps, the *global* momentum of the
+previous round:
 
-    (3)  m^C_{p,k} = μ m^C_{p,k−1} + ∇_C L_p,          C_{p,k} = C_{p,k−1} − η_r m^C_{p,k}
+    (3)  θ_{i,r,k} = θ_{i,r,k−1} − η_r (g_{i,r,k} + β M^Θ_{r−1} / K)
+    (4)  Θ_r = Σ_i w_i θ_{i,r,K}
+    (5)  G_r = (Θ_{r−1} − Θ_r) / η_r − β M^Θ_{r−1}
+    (6)  M^Θ_r = β M^Θ_{r−1} + G_r = (Θ_{r−1} − Θ_r) / η_r
 
-and gives the shared backbone, at each of the K local steps, the *global* momentum estimated
-from the previous round:
+``M^Θ_r`` is the round's summed step in gradient units, so ``M^Θ_r / K`` is the average momentum
+of one step. With K = 1 and equal weights ``M^Θ_r = ḡ + β M^Θ_{r−1}``: exactly centralised
+momentum SGD on the mean loss. The server sends ``Θ_r`` and ``M^Θ_r``; nothing of a party's
+classifier leaves it.
 
-    (4)  θ_{p,k} = θ_{p,k−1} − η_r (∇_θ L_p(θ_{p,k−1}) + μ M_{r−1} / K)
-    (5)  Θ_r = Σ_p w_p θ_{p,K}
-    (6)  M_r = (Θ_{r−1} − Θ_r) / η_r
+**Federated Validation** (FV, Sec. 3.2, eqs. 7–13, Alg. 2). Validators hold private verification
+sets (pairs of samples of people no party trains on). Each round the server forms T candidate
+weightings — the first is the current ``w``, the others "uniformly sampled" (Alg. 2, line 4),
+which we read as uniform on the probability simplex, i.e. Dirichlet(1, …, 1) — and scores each
+candidate's backbone
 
-``M_r`` is the round's summed step in gradient units, so ``M_r / K`` is the average momentum of
-one step. With K = 1 and equal weights ``M_r = ḡ + μ M_{r−1}``: exactly (1)–(2) on the mean
-loss. The server sends ``Θ_r`` and ``M_r``; nothing of a party's classifier leaves it.
+    (7)  Θ̂ = ŵ_tᵀ θ'
 
-**Federated Validation** (FV, paper eqs. 7–13, Alg. 2). Validators hold private verification sets
-(pairs of samples of people no party trains on). After each round the server forms T candidate
-weightings — the first is the current ``w``, the others drawn uniformly from the simplex:
+on every validator ``i``: ``S_{i,t}``, here the verification accuracy at the best threshold,
+cross-validated over the validator's folds (the LFW protocol of Sec. 4.2). Validators differ in
+difficulty, so their scores are normalised (Norm, Alg. 2 line 11) — by the spread of one
+validator's scores in this FV step (**Local Norm**, the paper's choice in all experiments after
+the ablation of Sec. 4.4, Fig. 5):
 
-    (7)  w^(1) = w_r,   w^(t) = u_t / Σ_i u_{t,i},  u_{t,i} ~ U(0, 1)
+    (8)  S'_i = S_i / √(σ²(S_i) + ε)
 
-    (8)  Θ^(t) = Σ_p w^(t)_p θ_{p,K}
+or by moving statistics over the rounds, rate γ (**Moving Norm**):
 
-Each validator ``v`` scores each candidate's backbone by its verification accuracy at the best
-threshold, cross-validated over its folds (the LFW protocol): ``a_{v,t}``. Validators differ in
-difficulty, so their scores are normalised before they are combined — per FV step (Local Norm)
+    (9)  μ = (1 − γ) μ_last + γ mean(S_i)
+    (10) ν = (1 − γ) ν_last + γ Σ_{s ∈ S_i} (s − μ)² / |S_i|
+    (11) S'_i = S_i / √(ν + ε)
 
-    (9)  â_{v,t} = (a_{v,t} − mean_t a_{v,t}) / (std_t a_{v,t} + ε)
+or not at all (Fig. 5's "None"). The server then moves ``w`` toward the best candidate, rate φ:
 
-or by moving statistics over the rounds (Moving Norm, rate γ)
+    (12) t̂ = argmax_t Σ_i S'_{i,t}      (13) w = (1 − φ) w_last + φ ŵ_t̂
 
-    (10) μ_v ← (1 − γ) μ_v + γ mean_t a_{v,t},   σ²_v ← (1 − γ) σ²_v + γ mean_t (a_{v,t} − μ_v)²
-    (11) â_{v,t} = (a_{v,t} − μ_v) / (σ_v + ε)
+and the round's aggregate is eq. (4) with the new ``w``. T = 3, φ = 0.01, γ = 0.01, ε = 0.001 as
+in Sec. 4.2. The paper does not say where (9)–(10) start; we start them at the first step's own
+mean and variance. Neither norm subtracts a mean: a validator's mean over the candidates is the
+same for every t, so it cannot change (12).
 
-and the server moves ``w`` toward the best candidate with rate φ:
-
-    (12) t* = argmax_t Σ_v â_{v,t}      (13) w_{r+1} = (1 − φ) w_r + φ w^(t*)
-
-The round's aggregate is then ``Θ_r`` with ``w_{r+1}``. T = 3, φ = 0.01, γ = 0.01, ε = 0.001 as in
-the paper. The paper's own text was not available offline when this was written: the equations
-above are reconstructed from its description (the candidates' distribution and the Moving Norm's
-exact form are our reading); ``docs/trainer.md`` says so too.
+**Training loss** (Table 1): the paper reports training losses exponentially smoothed with a
+factor of 0.99 (:func:`smoothed_losses`).
 """
 
 from __future__ import annotations
@@ -146,7 +152,8 @@ def head_loss(
 
 
 def momentum_step(param: Tensor, buffer: Tensor, grad: Tensor, lr: float, mu: float):
-    """Eqs. (1)–(2) (and (3) for a classifier): ``m ← μ m + g``, ``θ ← θ − η m``."""
+    """Eqs. (1)–(2), a classifier's local momentum (and every parameter's with PFM off):
+    ``M ← β M + h``, ``ω ← ω − η M``."""
     buffer = mu * buffer + grad
     return param - lr * buffer, buffer
 
@@ -154,12 +161,12 @@ def momentum_step(param: Tensor, buffer: Tensor, grad: Tensor, lr: float, mu: fl
 def pfm_backbone_step(
     param: Tensor, grad: Tensor, global_momentum: Tensor, steps: int, lr: float, mu: float
 ) -> Tensor:
-    """Eq. (4): ``θ ← θ − η (g + μ M / K)``."""
+    """Eq. (3): ``θ ← θ − η (g + β M^Θ / K)``."""
     return param - lr * (grad + mu * global_momentum / steps)
 
 
 def server_momentum(before: Tensor, after: Tensor, lr: float) -> Tensor:
-    """Eq. (6): ``M_r = (Θ_{r−1} − Θ_r) / η_r``."""
+    """Eq. (6): ``M^Θ_r = (Θ_{r−1} − Θ_r) / η_r``."""
     return (before - after) / lr
 
 
@@ -167,27 +174,47 @@ def server_momentum(before: Tensor, after: Tensor, lr: float) -> Tensor:
 # Federated Validation
 # ----------------------------------------------------------------------------------------------
 
+#: Score normalisations of FV (Sec. 3.2; compared in Sec. 4.4, Fig. 5): ``local`` (eq. 8, the
+#: paper's default), ``moving`` (eqs. 9–11), ``none`` (the raw scores).
+FV_NORMS = ("local", "moving", "none")
+
 
 def candidate_weightings(current: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """Eq. (7): ``[T, P]`` — the current weighting, then T − 1 drawn uniformly from the simplex."""
+    """Alg. 2, line 4: ``[T, P]`` — the current weighting, then T − 1 drawn uniformly from the
+    probability simplex, i.e. from Dirichlet(1, …, 1).
+
+    (Normalising i.i.d. U(0, 1) draws, as this function once did, is not uniform on the simplex:
+    it crowds the candidates toward equal weights — for P = 3 a coordinate's variance is about
+    0.032 instead of Dirichlet(1)'s 2/36 ≈ 0.056.)"""
     current = np.asarray(current, dtype=np.float64)
-    drawn = rng.uniform(0.0, 1.0, size=(count - 1, len(current)))
-    drawn /= drawn.sum(axis=1, keepdims=True)
+    drawn = rng.dirichlet(np.ones(len(current)), size=count - 1)
     return np.vstack([current[None], drawn])
 
 
 def local_norm(scores: np.ndarray, epsilon: float) -> np.ndarray:
-    """Eq. (9): each validator's scores (rows of ``[V, T]``) normalised across the candidates."""
+    """Eq. (8), Local Norm: each validator's scores (rows of ``[V, T]``) divided by
+    ``√(σ² + ε)``, σ² the population variance of that row (this FV step's candidates).
+
+    The ε inside the root bounds the divisor below by √ε (≈ 0.032 at the paper's ε = 0.001), so
+    a validator whose scores barely differ between candidates cannot amplify its noise into the
+    choice of (12) — which dividing by ``σ + ε`` (an earlier version here) did."""
     scores = np.asarray(scores, dtype=np.float64)
-    mean = scores.mean(axis=1, keepdims=True)
-    return (scores - mean) / (scores.std(axis=1, keepdims=True) + epsilon)
+    return scores / np.sqrt(scores.var(axis=1, keepdims=True) + epsilon)
+
+
+def no_norm(scores: np.ndarray) -> np.ndarray:
+    """The raw scores (Fig. 5's "None")."""
+    return np.asarray(scores, dtype=np.float64)
 
 
 @dataclass
 class MovingNorm:
-    """Eqs. (10)–(11): per-validator running mean and variance of the scores (rate γ).
+    """Eqs. (9)–(11), Moving Norm: per-validator running mean ``μ`` and variance ``ν`` of the
+    scores (rate γ); the scores are divided by ``√(ν + ε)``.
 
-    The first FV step starts the statistics at that step's own mean and variance."""
+    Eq. (10) measures the spread around the mean just updated by eq. (9). The paper does not
+    say where ``μ`` and ``ν`` start: the first FV step starts them at that step's own mean and
+    (population) variance."""
 
     gamma: float
     epsilon: float
@@ -204,7 +231,7 @@ class MovingNorm:
             self.mean = (1 - self.gamma) * self.mean + self.gamma * step_mean
             spread = ((scores - self.mean[:, None]) ** 2).mean(axis=1)
             self.var = (1 - self.gamma) * self.var + self.gamma * spread
-        return (scores - self.mean[:, None]) / (np.sqrt(self.var)[:, None] + self.epsilon)
+        return scores / np.sqrt(self.var + self.epsilon)[:, None]
 
 
 def fv_update(
@@ -253,6 +280,33 @@ def _best_threshold(scores: np.ndarray, same: np.ndarray) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
+# The training loss as the paper reports it
+# ----------------------------------------------------------------------------------------------
+
+#: Table 1: "The values are exponential smoothed with a factor of 0.99 for stability."
+LOSS_SMOOTHING = 0.99
+
+
+def smoothed_losses(
+    previous: np.ndarray | None, steps: np.ndarray, factor: float = LOSS_SMOOTHING
+) -> np.ndarray:
+    """Table 1's training loss: each party's per-step losses exponentially smoothed,
+    ``s ← factor · s + (1 − factor) · ℓ_k`` over the steps in order.
+
+    ``previous`` is ``[P]`` (the smoothed losses after the last round) or ``None`` for the first
+    round, which starts at its first step's loss; ``steps`` is ``[P, K]``. Returns ``[P]``."""
+    steps = np.asarray(steps, dtype=np.float64)
+    if steps.ndim != 2 or steps.shape[1] == 0:
+        raise ValueError(f"steps must be [parties, steps], got shape {steps.shape}")
+    if not 0 <= factor < 1:
+        raise ValueError(f"factor must be in [0, 1), not {factor}")
+    smoothed = steps[:, 0].copy() if previous is None else np.asarray(previous, np.float64).copy()
+    for loss in steps.T:
+        smoothed = factor * smoothed + (1 - factor) * loss
+    return smoothed
+
+
+# ----------------------------------------------------------------------------------------------
 # The algorithm object
 # ----------------------------------------------------------------------------------------------
 
@@ -283,7 +337,9 @@ class FedFace(FedAvg):
     fv_rate: float = field(default=0.01, metadata={"help": "FedFace FV: step φ toward the best."})
     fv_gamma: float = field(default=0.01, metadata={"help": "FedFace FV: Moving Norm rate γ."})
     fv_epsilon: float = field(default=0.001, metadata={"help": "FedFace FV: ε of the norms."})
-    fv_norm: str = field(default="local", metadata={"help": "FedFace FV: local or moving."})
+    fv_norm: str = field(
+        default="local", metadata={"help": "FedFace FV: local (eq. 8), moving (eqs. 9-11), none."}
+    )
     # the cross-silo trainer's: parties, how identities are split among them, validators, folds
     parties: int = field(
         default=3, metadata={"help": "FedFace: parties P (1: centralised baseline)."}
@@ -308,8 +364,8 @@ class FedFace(FedAvg):
             raise ConfigError("momentum must be in [0, 1) and weight_decay >= 0")
         if self.fv_candidates < 2 or not 0 < self.fv_rate <= 1 or not 0 < self.fv_gamma <= 1:
             raise ConfigError("fv_candidates must be >= 2, fv_rate and fv_gamma in (0, 1]")
-        if self.fv_epsilon <= 0 or self.fv_norm not in ("local", "moving"):
-            raise ConfigError("fv_epsilon must be positive and fv_norm local or moving")
+        if self.fv_epsilon <= 0 or self.fv_norm not in FV_NORMS:
+            raise ConfigError(f"fv_epsilon must be positive and fv_norm one of {FV_NORMS}")
 
     def deployment_problem(self) -> str | None:
         return "fedface is cross-silo (a client is an organisation): not on devices"
@@ -319,9 +375,12 @@ class FedFace(FedAvg):
         return make_margin_loss(self.margin_loss, self.margin_scale, self.margin)
 
     def normaliser(self):
-        """Local Norm (a function) or a fresh Moving Norm (a stateful callable)."""
+        """Norm of Alg. 2, line 11: Local Norm (eq. 8; a function), a fresh Moving Norm
+        (eqs. 9–11; a stateful callable) or none."""
         if self.fv_norm == "moving":
             return MovingNorm(self.fv_gamma, self.fv_epsilon)
+        if self.fv_norm == "none":
+            return no_norm
         return lambda scores: local_norm(scores, self.fv_epsilon)
 
     # -- the round's hooks (run by uvtrain.crosssilo through uvtrain.rounds.run_round) --------
@@ -334,7 +393,7 @@ class FedFace(FedAvg):
         return head_loss(self.make_loss(), private["head"], outputs, constants["labels"])
 
     def init_optimiser(self, head: Tensor, params: Tensors) -> Tensors:
-        """A party's optimiser state: the momentum of its head (eq. 3) and, with PFM off
+        """A party's optimiser state: the momentum of its head (eqs. 1–2) and, with PFM off
         (FedAvg with local momentum, the paper's baseline), of every backbone parameter."""
         state = {"head": torch.zeros_like(head)}
         if not self.pfm:
@@ -352,7 +411,7 @@ class FedFace(FedAvg):
         steps: int,
     ) -> tuple[Tensors, Tensor]:
         """One local step of a party from the gradients of ``[*params, head]`` (weight decay
-        added here): the head by local momentum (eq. 3), the backbone by PFM (eq. 4, the global
+        added here): the head by local momentum (eqs. 1–2), the backbone by PFM (eq. 3, the global
         momentum ``shared["momentum.<name>"]`` of the previous round) or, with PFM off, by local
         momentum. Updates ``state`` in place; returns the new parameters and head."""
         mu = self.momentum
@@ -382,7 +441,7 @@ class FedFace(FedAvg):
         before: Tensors | None = None,
         after: Tensors | None = None,
     ) -> Tensors:
-        """Eq. (6): the global momentum ``M_r = (Θ_{r−1} − Θ_r) / η_r`` the parties read next
+        """Eq. (6): the global momentum ``M^Θ_r = (Θ_{r−1} − Θ_r) / η_r`` the parties read next
         round (PFM)."""
         if before is None or after is None:
             return shared

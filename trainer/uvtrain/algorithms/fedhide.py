@@ -1,38 +1,49 @@
-"""FedHide (Kim et al., "FedHide: Federated Learning by Hiding in the Neighbors") as a delta
-over FedAvg.
+"""FedHide (Park & Yun, "FedHide: Federated Learning by Hiding in the Neighbors", 2024) as a
+delta over FedAvg. Equation, algorithm, section and table numbers are the paper's.
 
-Each client learns its own prototype ``w_c`` (unit norm) with the contrastive loss
+Each client learns its own prototype ``w_c`` (unit norm) with the contrastive loss (eqs. 1–3)
 
-    ℓ_c = (1 − w_cᵀ f(x))² + λ/(C−1) Σ_{c'≠c} (1 + w_cᵀ w̄_c')²
+    L = (1 − w_cᵀ f(x))² + λ/(C−1) Σ_{c'≠c} (1 + w_cᵀ w̄_c')²
 
 against the *proxy* prototypes ``w̄_c'`` of the other clients, read from a bank the server holds.
 A client never shares ``w_c``: it shares its proxy, ``w_c`` hidden among its K nearest neighbours
+(eq. 4)
 
     w̄_c = normalize(α w_c + (1 − α) normalize(Σ_{top-K nearest proxies} w̄_c'))
 
-The FedHide paper's baselines keep the loss and the bank and change only the proxy: FedGN sends
-``normalize(w_c + σ n)``, FedCS a random unit vector at cosine ``cos θ`` to ``w_c``.
+The paper's baselines keep the loss and the bank and change only the proxy: FedGN sends
+``normalize(w_c + n)``, ``n ~ N(0, σ² I)`` (eq. 5), FedCS a random unit vector at cosine ``cos θ``
+to ``w_c`` (eq. 6). Algorithm 1 is the round; the privacy figure is the prototype leakage
+``P_leak`` (eq. 17).
+
+All the paper's models "generate L2-normalized 512-dimensional embedding vectors", and its speaker
+features are 40 log-mel bands from "a Hamming window of 25ms length and 10ms hop size"
+(Sec. 4.1): FedHide, FedGN and FedCS ask their backbone for both (``embedding_dim`` 512,
+``window`` hamming, :meth:`ProxyBank.backbone_options`); ``window="hann"`` is our frontend's
+default, kept as an option.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 from torch.nn import functional
 
 from ..errors import ConfigError
+from ..features import WINDOWS
 from .base import FedAvg, Tensors, random_unit_rows
 
 
 def contrastive_loss(
     features: Tensor, prototype: Tensor, proxies: Tensor, own: Tensor, weight: float
 ) -> Tensor:
-    """FedHide's loss for one client: features [B, d] (unit norm), its prototype [d] (unit norm),
-    the proxy bank [C, d] and the client's own row index, which is left out of the sum."""
+    """FedHide's loss for one client (eqs. 1–3; the positive term averaged over the batch):
+    features [B, d] (unit norm), its prototype [d] (unit norm), the proxy bank [C, d] and the
+    client's own row index, which is left out of the sum."""
     positive = (1.0 - features @ prototype).pow(2).mean()
     others = 1.0 - (torch.arange(proxies.shape[0], device=own.device) == own).to(proxies.dtype)
     negative = ((1.0 + proxies @ prototype).pow(2) * others).sum() / max(1, proxies.shape[0] - 1)
@@ -42,7 +53,8 @@ def contrastive_loss(
 def proxy_prototype(
     prototype: Tensor, proxies: Tensor, own: Tensor, alpha: float, k: int
 ) -> Tensor:
-    """``normalize(α w + (1 − α) normalize(Σ of the K proxies nearest to w))``, own row excluded."""
+    """Eq. (4): ``normalize(α w + (1 − α) normalize(Σ of the K proxies nearest to w))``, own row
+    excluded."""
     similarity = proxies @ prototype
     is_own = torch.arange(proxies.shape[0], device=own.device) == own
     similarity = similarity - 4.0 * is_own.to(similarity.dtype)  # never its own row
@@ -61,11 +73,30 @@ class ProxyBank(FedAvg):
     weight: float = field(  # λ
         default=10.0, metadata={"help": "FedHide/FedGN/FedCS λ.", "flag": "--lambda"}
     )
+    embedding_dim: int = field(
+        default=512, metadata={"help": "FedHide/FedGN/FedCS: embedding dimension (paper: 512)."}
+    )
+    window: str = field(
+        default="hamming",
+        metadata={"help": "FedHide/FedGN/FedCS: log-mel window, hamming (paper) or hann."},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.weight < 0:
             raise ConfigError("weight (λ) must be >= 0")
+        if self.embedding_dim < 1:
+            raise ConfigError("embedding_dim must be >= 1")
+        if self.window not in WINDOWS:
+            raise ConfigError(f"window must be one of {WINDOWS}, not {self.window!r}")
+
+    def backbone_options(self, backbone: type) -> dict[str, Any]:
+        """Sec. 4.1: 512-dimensional embeddings and, for a log-mel backbone, the Hamming window
+        (``embedding_dim``, ``window``)."""
+        options: dict[str, Any] = {"embedding_dim": self.embedding_dim}
+        if getattr(backbone, "takes_window", False):
+            options["window"] = self.window
+        return options
 
     def init_private(self, num_clients: int, dim: int, generator: torch.Generator) -> Tensors:
         # Unit norm from the start: the loss sees normalize(p), whose gradient is scaled by
@@ -121,7 +152,8 @@ class ProxyBank(FedAvg):
 
 @dataclass(frozen=True)
 class FedHide(ProxyBank):
-    """FedHide: private prototypes, proxy prototypes hidden among K neighbours."""
+    """FedHide: private prototypes, proxy prototypes hidden among K neighbours (eq. 4,
+    Algorithm 1)."""
 
     name: ClassVar[str] = "fedhide"
     alpha: float = field(default=0.1, metadata={"help": "FedHide α."})
@@ -139,12 +171,12 @@ class FedHide(ProxyBank):
 
 
 def gaussian_proxy(prototype: Tensor, noise: Tensor, sigma: float) -> Tensor:
-    """FedGN's proxy: ``normalize(w + σ n)`` with ``n ~ N(0, I)``."""
+    """FedGN's proxy (eq. 5): ``normalize(w + σ n)`` with ``n ~ N(0, I)``."""
     return functional.normalize(prototype + sigma * noise, dim=-1)
 
 
 def cosine_proxy(prototype: Tensor, noise: Tensor, cosine: float) -> Tensor:
-    """FedCS's proxy: a random unit vector at cosine ``cos θ`` to the unit prototype ``w``,
+    """FedCS's proxy (eq. 6): a random unit vector at cosine ``cos θ`` to the unit prototype ``w``,
     ``cos θ · w + sin θ · u`` with ``u`` the unit part of ``n ~ N(0, I)`` orthogonal to ``w``
     (so uniform over the directions orthogonal to ``w``)."""
     orthogonal = noise - (noise @ prototype) * prototype

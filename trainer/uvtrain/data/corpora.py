@@ -698,7 +698,8 @@ def cifar100(
 ) -> FederatedDataset:
     """Load a local CIFAR-100 copy (python version) with one identity per fine class.
 
-    The FedHide paper (Section 5) treats each of the 100 fine classes as a client's identity. The
+    The FedHide paper (Sec. 4.1, Table 1) treats each of the 100 fine classes as a client's
+    identity, with the 500 training images of the class, and tests on the other 100. Here the
     train and test pickles are pooled (600 images a class) and re-split 60/20/20.
 
     Parameters

@@ -81,10 +81,13 @@ class Backbone(nn.Module):
     """Base of the backbones: ``forward(raw input) -> [batch, embedding_dim]``.
 
     ``modality`` is ``"audio"`` or ``"image"``; :meth:`from_spec` builds the backbone for a dataset's
-    input spec (``{"sample_rate", ...}`` or ``{"height", "width", "channels"}``).
+    input spec (``{"sample_rate", ...}`` or ``{"height", "width", "channels"}``). Every backbone
+    takes ``embedding_dim``; those with a log-mel frontend also ``window`` (``takes_window``).
     """
 
     modality: ClassVar[str]
+    #: Whether its constructor takes ``window`` (a log-mel frontend's analysis window).
+    takes_window: ClassVar[bool] = False
     embedding_dim: int
 
     @classmethod

@@ -10,21 +10,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..features import dft_kernels, mel_filterbank, slaney_mel_filterbank
+from ..features import WINDOWS, dft_kernels, mel_filterbank, slaney_mel_filterbank
 from .base import LOG_EPSILON
 
 
 class LogMelFrontend(nn.Module):
     """Raw waveform → per-utterance normalised log-mel energies, in plain torch operators.
 
-    Framing and the DFT are one strided ``conv1d`` with fixed periodic-Hann-windowed cosine and sine
-    kernels (``n_fft`` = frame length, no padding: the frames of ``torch.stft(center=False)``); the
+    Framing and the DFT are one strided ``conv1d`` with fixed windowed (periodic Hann, or Hamming)
+    cosine and sine kernels (``n_fft`` = frame length, no padding: the frames of ``torch.stft(center=False)``); the
     power spectrum ``cos² + sin²`` times the mel filterbank is one matrix product with the filterbank
     repeated for the two halves; then ``log(· + 1e-6)`` and a per-utterance normalisation.
     Defaults: 40 bands, 25 ms frames every 10 ms, as the
     log-mel input of Fast ResNet-34 (Chung et al., "In defence of metric learning for speaker
-    recognition", Interspeech 2020) used by FedHide (Park et al., "FedHide: Federated Learning by
-    Hiding in the Neighbors", 2024).
+    recognition", Interspeech 2020) used by FedHide (Park & Yun, "FedHide: Federated Learning by
+    Hiding in the Neighbors", Sec. 4.1: 40 mel filterbanks, "a Hamming window of 25ms length and
+    10ms hop size"; ``window="hamming"``).
 
     Parameters
     ----------
@@ -43,6 +44,11 @@ class LogMelFrontend(nn.Module):
         time-invariant part of a voice's spectrum — on voices whose identity is mostly their
         static envelope (the synthetic ones here) it left test EER at chance where ``gain``
         learned (0.50 vs 0.32 after 100 FedUV rounds on 40 formant voices).
+    window : {"hann", "hamming"}, optional
+        Analysis window of the frames, periodic (:func:`uvtrain.features.analysis_window`). Hann
+        is our default; Hamming is the FedHide paper's (Sec. 4.1), which the FedHide, FedGN and
+        FedCS methods ask for. Both are fixed weights of the graph's first convolution, so the
+        exported ONNX model carries the one it was trained with.
     librosa : bool, optional
         ``True``: the mel *power* of ``librosa.feature.melspectrogram`` instead — frames centred
         (half a frame of reflected signal at each end), the Slaney filterbank from 0 Hz to
@@ -66,12 +72,16 @@ class LogMelFrontend(nn.Module):
         fmax: float | None = None,
         normalise: str = "gain",
         librosa: bool = False,
+        window: str = "hann",
     ) -> None:
         super().__init__()
         if normalise not in ("gain", "band", "none"):
             raise ValueError(f"normalise must be 'gain', 'band' or 'none', not {normalise!r}")
         if librosa and normalise != "none":
             raise ValueError("the librosa mel power takes normalise='none'")
+        if window not in WINDOWS or (librosa and window != "hann"):
+            raise ValueError(f"window must be one of {WINDOWS} (hann with librosa), not {window!r}")
+        self.window = window
         self.librosa = bool(librosa)
         self.sample_rate = int(sample_rate)
         self.n_mels = int(n_mels)
@@ -82,7 +92,7 @@ class LogMelFrontend(nn.Module):
             raise ValueError(
                 f"frame ({frame_seconds} s), hop ({hop_seconds} s) or n_mels ({n_mels}) too small"
             )
-        kernels = dft_kernels(self.frame_length)
+        kernels = dft_kernels(self.frame_length, window=window)
         if librosa:
             filterbank = slaney_mel_filterbank(self.n_mels, self.frame_length, self.sample_rate)
         else:

@@ -50,7 +50,7 @@ class CodewordModel(nn.Module):
 class EmbeddingModel(nn.Module):
     """``g(x) / ‖g(x)‖``: what a FedHide or prototype-method bundle exports (kind ``embedding``).
 
-    FedHide (Park et al., 2024) scores cosines ``w_cᵀ f(x)`` of unit prototypes and unit embeddings.
+    FedHide (Park & Yun, 2024) scores cosines ``w_cᵀ f(x)`` of unit prototypes and unit embeddings.
 
     Parameters
     ----------

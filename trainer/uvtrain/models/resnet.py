@@ -115,11 +115,12 @@ class LogMelResNet(Backbone):
     self-attentive (or mean) pooling over time → Linear to ``embedding_dim``.
 
     Fast ResNet-34 (Chung et al., "In defence of metric learning for speaker recognition",
-    Interspeech 2020; the speaker network of FedHide, Park et al., 2024) is ``width=16``,
+    Interspeech 2020; the speaker network of FedHide, Park & Yun, 2024, Table 1) is ``width=16``,
     ``blocks=(3, 4, 6, 3)`` with squeeze-excitation blocks and self-attentive pooling; registered as
     ``"fast-resnet34"``. The defaults here are the small CPU variant ``blocks=(1, 1, 1, 1)``
     (registered as ``"logmel-resnet"``). GroupNorm replaces BatchNorm (the engine vectorises over
-    clients); the 256-dimensional embedding is our choice (the original uses 512).
+    clients). The default 256-dimensional embedding is ours; the FedHide paper's models all make
+    512 (Sec. 4.1), which the FedHide, FedGN and FedCS methods ask for (their ``embedding_dim``).
 
     Parameters
     ----------
@@ -135,11 +136,13 @@ class LogMelResNet(Backbone):
         Self-attentive or plain average pooling over time.
     squeeze_excitation : bool, optional
         Squeeze-excitation in every block (as Fast ResNet-34).
-    n_mels, frame_seconds, hop_seconds : optional
-        Of the :class:`LogMelFrontend`.
+    n_mels, frame_seconds, hop_seconds, window : optional
+        Of the :class:`LogMelFrontend` (``window``: ``"hann"``, or the FedHide paper's
+        ``"hamming"``).
     """
 
     modality: ClassVar[str] = "audio"
+    takes_window: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -152,11 +155,14 @@ class LogMelResNet(Backbone):
         n_mels: int = 40,
         frame_seconds: float = 0.025,
         hop_seconds: float = 0.010,
+        window: str = "hann",
     ) -> None:
         super().__init__()
         if pooling not in ("sap", "mean"):
             raise ValueError(f"pooling must be 'sap' or 'mean', got {pooling!r}")
-        self.frontend = LogMelFrontend(sample_rate, n_mels, frame_seconds, hop_seconds)
+        self.frontend = LogMelFrontend(
+            sample_rate, n_mels, frame_seconds, hop_seconds, window=window
+        )
         widths = tuple(width * factor for factor in (1, 2, 4, 8))
         self.stem = nn.Sequential(
             nn.Conv2d(1, width, 7, stride=(2, 1), padding=3, bias=False),
@@ -199,8 +205,8 @@ class ResNet18Small(Backbone):
 
     ImageFrontend → Conv 3×3 (stride ``stem_stride``) → GroupNorm → ReLU → four stages of two basic
     blocks, ``width · (1, 2, 4, 8)`` channels, strides 1, 2, 2, 2 → spatial mean → Linear to
-    ``embedding_dim``. ``width=64`` is the standard ResNet-18 (FedHide's CIFAR-100 network, Park et
-    al., 2024); GroupNorm replaces BatchNorm (Hsieh et al., "The Non-IID Data Quagmire of
+    ``embedding_dim``. ``width=64`` is the standard ResNet-18 (FedHide's CIFAR-100 network, Park & Yun,
+    2024); GroupNorm replaces BatchNorm (Hsieh et al., "The Non-IID Data Quagmire of
     Decentralized Machine Learning", ICML 2020, recommend it for federated training).
 
     Parameters

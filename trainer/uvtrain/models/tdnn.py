@@ -36,11 +36,13 @@ class LogMelTDNN(Backbone):
         Output dimension.
     channels : int, optional
         Width of the frame layers.
-    n_mels, frame_seconds, hop_seconds : optional
-        Of the :class:`LogMelFrontend`.
+    n_mels, frame_seconds, hop_seconds, window : optional
+        Of the :class:`LogMelFrontend` (``window``: ``"hann"``, or the FedHide paper's
+        ``"hamming"``).
     """
 
     modality: ClassVar[str] = "audio"
+    takes_window: ClassVar[bool] = True
     #: (kernel, dilation) of the frame layers before the last, wider one.
     FRAME_LAYERS: ClassVar[tuple[tuple[int, int], ...]] = ((5, 1), (3, 2), (3, 3), (1, 1))
 
@@ -52,9 +54,12 @@ class LogMelTDNN(Backbone):
         n_mels: int = 40,
         frame_seconds: float = 0.025,
         hop_seconds: float = 0.010,
+        window: str = "hann",
     ) -> None:
         super().__init__()
-        self.frontend = LogMelFrontend(sample_rate, n_mels, frame_seconds, hop_seconds)
+        self.frontend = LogMelFrontend(
+            sample_rate, n_mels, frame_seconds, hop_seconds, window=window
+        )
         specs = [(channels, k, d) for k, d in self.FRAME_LAYERS] + [(3 * channels, 1, 1)]
         widths = [n_mels] + [width for width, _, _ in specs]
         self.frames = nn.Sequential(
