@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -171,3 +172,16 @@ def test_a_new_method_is_one_dataclass_and_one_registry_line(
     shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     assert "--gamma" in shown.output and "FedTest γ." in shown.output
     assert "fedface or fedtest." in shown.output
+
+
+def test_a_fedhide_run_folder_from_before_512_d_keeps_its_model(tmp_path: Path) -> None:
+    """config.json written before embedding_dim/window existed: the backbone's own dimension and
+    the Hann window, so the checkpoint still fits the model rebuilt from it."""
+    from uvtrain.run import read_config
+
+    old = RunConfig.from_flat({"method": "fedhide", "dataset": "x"}).to_dict()
+    del old["embedding_dim"], old["window"]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    config = read_config(tmp_path)
+    assert config.method.embedding_dim is None and config.method.window == "hann"
+    assert config.method.backbone_options(object) == {}

@@ -234,6 +234,10 @@ def read_config(folder: Path) -> RunConfig:
     data = read_json(folder / CONFIG)
     if not isinstance(data, dict):
         raise TrainingError(f"{folder / CONFIG}: not a run configuration")
+    if data.get("method") in ("fedhide", "fedgn", "fedcs"):
+        # written before these options: the backbone's own dimension and the Hann window
+        data.setdefault("embedding_dim", None)
+        data.setdefault("window", "hann")
     try:  # a folder written when the config held every method's keys: the others' are dropped
         return RunConfig.from_flat(data, other_methods="ignore")
     except ConfigError as error:

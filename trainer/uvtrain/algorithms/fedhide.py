@@ -73,8 +73,12 @@ class ProxyBank(FedAvg):
     weight: float = field(  # λ
         default=10.0, metadata={"help": "FedHide/FedGN/FedCS λ.", "flag": "--lambda"}
     )
-    embedding_dim: int = field(
-        default=512, metadata={"help": "FedHide/FedGN/FedCS: embedding dimension (paper: 512)."}
+    embedding_dim: int | None = field(
+        default=512,
+        metadata={
+            "help": "FedHide/FedGN/FedCS: embedding dimension (paper: 512; a run folder written "
+            "before this option reads as none: the backbone's own)."
+        },
     )
     window: str = field(
         default="hamming",
@@ -85,7 +89,7 @@ class ProxyBank(FedAvg):
         super().__post_init__()
         if self.weight < 0:
             raise ConfigError("weight (λ) must be >= 0")
-        if self.embedding_dim < 1:
+        if self.embedding_dim is not None and self.embedding_dim < 1:
             raise ConfigError("embedding_dim must be >= 1")
         if self.window not in WINDOWS:
             raise ConfigError(f"window must be one of {WINDOWS}, not {self.window!r}")
@@ -93,7 +97,9 @@ class ProxyBank(FedAvg):
     def backbone_options(self, backbone: type) -> dict[str, Any]:
         """Sec. 4.1: 512-dimensional embeddings and, for a log-mel backbone, the Hamming window
         (``embedding_dim``, ``window``)."""
-        options: dict[str, Any] = {"embedding_dim": self.embedding_dim}
+        options: dict[str, Any] = {}
+        if self.embedding_dim is not None:
+            options["embedding_dim"] = self.embedding_dim
         if getattr(backbone, "takes_window", False):
             options["window"] = self.window
         return options
