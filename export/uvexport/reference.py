@@ -12,8 +12,9 @@ any trained model exists:
 * :func:`codeword_model` — the same front end ``g(x)`` and a head standing in for a trained FedUV
   model: a soft nearest-centroid classifier over known users (centred cosines) that mixes their
   secret codewords, then σ scaling to norm √n (output kind ``codeword``).
-* :func:`waveform_convnet_model` — random weights, the size of the FedUV paper's raw-waveform
-  VoxCeleb network (~1.24 GFLOP per 2 s clip), for latency benchmarks.
+* :func:`waveform_convnet_model` — random weights, a raw-waveform network of about the cost of the
+  FedUV paper's VoxCeleb network (~1.24 GFLOP per 2 s clip; our layers, not its Table 2), for
+  latency benchmarks.
 * :func:`image_embedding_model` — a small random convnet on uint8 pixels (kind ``embedding``).
 
 Every builder returns the serialised model (``bytes``), checked with ``onnx.checker``; the graphs use
@@ -130,7 +131,7 @@ def _l2_normalise(
 
 
 def _sigma_scale(builder: _GraphBuilder, tensor: str, dim: int, output: str | None = None) -> str:
-    """FedUV's σ: scale each row to norm √dim (FedUV paper, Sec. 3, ``σ(z) = √c · z / ‖z‖``)."""
+    """FedUV's σ: scale each row to norm √dim (FedUV paper, Sec. 4.2, ``σ(z) = √c · z / ‖z‖``)."""
     return _l2_normalise(builder, tensor, scale=float(np.sqrt(dim)), output=output)
 
 
@@ -292,7 +293,7 @@ def codeword_model(
 
     ``output = σ(p · V)`` with ``p = softmax(cos(g(x) − μ, c_k − μ) / T)`` over the K known users:
     the front end of :func:`spectral_embedding_model` as ``g``, a soft nearest-centroid choice, and
-    the mixture of the users' ±1 codewords ``V`` scaled to norm √n (FedUV's σ, FedUV paper Sec. 3).
+    the mixture of the users' ±1 codewords ``V`` scaled to norm √n (FedUV's σ, FedUV paper Sec. 4.2).
     A known user's input thus scores ``v · output / n`` close to 1 against that user's codeword.
 
     ``μ`` is the mean of the unit centroids. Every log-spectrum shares the shape of speech, so raw
@@ -405,7 +406,8 @@ def waveform_convnet_model(
 ) -> bytes:
     """A raw-waveform conv1d network of realistic size, random weights (output kind ``codeword``).
 
-    Shaped like the FedUV paper's VoxCeleb network: the conv1d stack of :data:`CONVNET_LAYERS` on
+    Of about the cost of the FedUV paper's VoxCeleb network (our layers, not its Table 2, which is
+    ``uvtrain``'s ``feduv-voxceleb-conv1d``): the conv1d stack of :data:`CONVNET_LAYERS` on
     the raw waveform, each followed by instance normalisation and ReLU; global average pooling over
     time; a linear layer to ``code_length``; σ scaling to norm √code_length. About 1.24 GFLOP per 2 s
     clip at 16 kHz (:func:`convnet_flops`). Its outputs mean nothing: it is for latency benchmarks.

@@ -1,6 +1,6 @@
 """Calibrated thresholds: what a bundle's impostors score, measured on people it never saw.
 
-The warm-up rule (FedUV, Sec. 3.3) sets a user's threshold from their own enrollment samples
+The warm-up rule (FedUV, Sec. 4.2, Algorithm 2) sets a user's threshold from their own enrollment samples
 only: with 10 samples and q = 0.95 it is the lowest of their leave-one-out scores, whatever an
 impostor scores. A bundle can carry a *calibration*: on a calibration set of real people, each
 person is enrolled exactly as the SDK enrolls (:func:`measure`), their other samples are genuine

@@ -3,7 +3,7 @@
 A user's message is ``m = b ‖ r``: ``b`` is the user id as ``id_bits`` bits (most significant bit
 first, assigned by the server so that codewords are distinct), ``r`` is ``k − id_bits`` bits from
 :mod:`secrets`. The codeword is ``c = m·G mod 2`` and its ±1 form is ``v = 1 − 2c`` (FedUV, Hosseini
-et al., Sec. 3.2). No galois on the device: ``G`` comes from the bundle, built by the exporter.
+et al., Sec. 4.2, "Choosing Unique Codewords"). No galois on the device: ``G`` comes from the bundle, built by the exporter.
 """
 
 from __future__ import annotations

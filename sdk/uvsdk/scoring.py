@@ -1,6 +1,6 @@
 """Scores and the warm-up threshold, as pure functions on arrays.
 
-Codeword mode (FedUV, Hosseini et al., eq. 8 and Sec. 3.3): the score of an output ``z`` against
+Codeword mode (FedUV, Hosseini et al., eq. 5; Sec. 4.2 and Algorithm 2): the score of an output ``z`` against
 the user's ±1 codeword ``v`` is ``e = v · rescale(z) / n`` with ``rescale`` to norm √n, so
 ``e ∈ [−1, 1]``. Prototype mode: the reference is the normalised mean of the enrollment vectors and
 the score is the cosine. The threshold is the paper's warm-up rule: τ is the ⌊n(1 − q)⌋-th smallest

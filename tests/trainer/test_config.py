@@ -51,6 +51,7 @@ from uvtrain.config import (  # noqa: E402
         (lambda: FedAwS(spread_lr=-1.0), "spread_lr and spread_margin must be >= 0"),
         (lambda: FedUV(code_length=100), "code_length must be 127, 255 or 511"),
         (lambda: FedUV(negative_weight=-1.0), "negative_weight must be >= 0"),
+        (lambda: FedUV(negative_loss="min"), "negative_loss must be one of max, mean-relu"),
         (lambda: FedFace(parties=0), "parties must be >= 1"),
         (lambda: FedFace(partition="alphabetical"), "partition must be"),
         (lambda: FedFace(pfm=1), "pfm must be bool"),
@@ -106,6 +107,7 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
         old.update(
             {k: v for k, v in kind().parameters().items() if k not in old and k not in newer}
         )
+    del old["negative_loss"]  # FedUV's form of the negative loss came later too
     assert len(old) == 47
     config = RunConfig.from_flat(old, other_methods="ignore")
     assert config.method == FedUV(code_length=255) and config.schedule.rounds == 5
@@ -136,6 +138,7 @@ def test_toml_sections_by_part_and_method(tmp_path: Path) -> None:
 def test_the_command_line_options_are_the_dataclasses_fields() -> None:
     flags = {option.name: option.flag for option in cli_options()}
     assert flags["weight"] == "--lambda" and flags["pfm"] == "--pfm/--no-pfm"
+    assert flags["negative_loss"] == "--negative-loss"
     for kind in METHODS.values():
         for item in kind.__dataclass_fields__.values():
             if item.metadata.get("cli", True) and item.name in kind().parameters():

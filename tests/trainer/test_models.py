@@ -11,6 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.export import Dim
 from torch.func import functional_call, grad, vmap
@@ -45,6 +46,9 @@ SPECS: dict[str, dict] = {
     "ge2e-lstm": AUDIO,
     "celeba-conv2d": {"height": 64, "width": 64, "channels": 3},
     "mnistuv-conv2d": {"height": 28, "width": 28, "channels": 4},
+    "feduv-voxceleb-conv1d": AUDIO,
+    "feduv-celeba-conv2d": {"height": 64, "width": 64, "channels": 3},
+    "feduv-mnistuv-conv2d": {"height": 28, "width": 28, "channels": 4},
     "resnet18-small": {"height": 32, "width": 32, "channels": 3},
     "ir-small": {"height": 32, "width": 32, "channels": 1},
     # The paper-scale IResNets on 32×32, to keep this generic test fast (112×112: test_iresnet_*).
@@ -110,7 +114,13 @@ def test_backbone_shapes_gradients_and_state(name: str) -> None:
 
 
 def test_audio_backbones_take_their_shortest_input() -> None:
-    for name in ("voxceleb-conv1d", "logmel-resnet", "logmel-tdnn", "ge2e-lstm"):
+    for name in (
+        "voxceleb-conv1d",
+        "feduv-voxceleb-conv1d",
+        "logmel-resnet",
+        "logmel-tdnn",
+        "ge2e-lstm",
+    ):
         model = build_backbone(name, AUDIO)
         out = model(audio_batch(1, model.min_samples / SAMPLE_RATE))
         assert out.shape == (1, model.embedding_dim) and torch.isfinite(out).all()
@@ -460,4 +470,121 @@ def test_iresnet_onnx_export_parity(tmp_path: Path) -> None:
     model = EmbeddingModel(build_backbone("ir-small", spec)).eval()
     path = _export(model, image_batch(2, spec), {0: Dim("batch", min=1)}, tmp_path / "ir.onnx")
     batches = [image_batch(1, spec, seed=1), image_batch(5, spec, seed=2)]
+    assert _parity(path, model, batches) < 1e-4
+
+
+# The FedUV paper's Table 2 (Hosseini et al., ICML 2021), transcribed: per network the input
+# (length or height×width, channels), and per stage (out channels, kernel, padding, pool). The
+# VoxCeleb paddings are the "same" ones the backbone documents (the table's default p = 1 leaves
+# nothing for the last pool: test_feduv_table2_voxceleb_padding_one_does_not_fit).
+TABLE2 = {
+    "feduv-voxceleb-conv1d": {
+        "dims": 1,
+        "input": (2**14, 1),
+        "stages": [(64, 15, 7, 4), (128, 9, 4, 8), (256, 7, 3, 8), (512, 5, 2, 8), (1024, 3, 1, 8)],
+    },
+    "feduv-celeba-conv2d": {
+        "dims": 2,
+        "input": (64, 3),
+        "stages": [(64, 3, 1, 2), (128, 3, 1, 2), (256, 3, 1, 2), (512, 3, 1, 2), (1024, 3, 1, 4)],
+    },
+    "feduv-mnistuv-conv2d": {
+        "dims": 2,
+        "input": (28, 4),
+        "stages": [(64, 3, 3, 2), (128, 3, 1, 2), (256, 3, 1, 2), (512, 3, 1, 2), (1024, 3, 1, 2)],
+    },
+}
+
+
+def _table2_size(size: int, stages: list, paddings: list[int] | None = None) -> int:
+    for index, (_, kernel, padding, pool) in enumerate(stages):
+        padding = padding if paddings is None else paddings[index]
+        size = (size + 2 * padding - kernel + 1) // pool
+    return size
+
+
+@pytest.mark.parametrize("name", sorted(TABLE2))
+def test_feduv_table2_networks_are_the_table(name: str) -> None:
+    """Layers, order, output shape and parameter count as Table 2 implies them."""
+    table = TABLE2[name]
+    dims, (size, channels) = table["dims"], table["input"]
+    code_length = 127
+    # Parameters implied by the table: conv weights + biases, GN(2)'s affine pair per channel,
+    # then FC(1024, c) — our head W has no bias (eq. 4's W g(x)), so 1024 · c.
+    expected, previous = 0, channels
+    for out, kernel, _, _ in table["stages"]:
+        expected += previous * out * kernel**dims + out + 2 * out
+        previous = out
+    assert _table2_size(size, table["stages"]) == 1 and previous == 1024  # Flatten → 1024
+
+    spec = SPECS[name]
+    model = build_backbone(name, spec)
+    assert count_parameters(model) == expected
+    head = CodewordModel(model, code_length)
+    assert count_parameters(head) == expected + 1024 * code_length
+
+    conv = nn.Conv1d if dims == 1 else nn.Conv2d
+    pool = nn.MaxPool1d if dims == 1 else nn.MaxPool2d
+    stages = list(model.features)
+    assert len(stages) == len(table["stages"])
+    for stage, (out, kernel, padding, pool_size) in zip(stages, table["stages"], strict=True):
+        layers = list(stage)
+        assert [type(layer) for layer in layers] == [conv, nn.ReLU, pool, nn.GroupNorm]
+        assert layers[0].out_channels == out
+        assert layers[0].kernel_size == (kernel,) * dims and layers[0].padding == (padding,) * dims
+        assert layers[2].kernel_size == pool_size
+        assert layers[3].num_groups == 2 and layers[3].num_channels == out
+
+    inputs = batch_for(spec, 3, seconds=2.0)
+    outputs = head(inputs)
+    assert model(inputs).shape == (3, 1024)
+    assert outputs.shape == (3, code_length)
+    torch.testing.assert_close(
+        torch.linalg.vector_norm(outputs, dim=-1), torch.full((3,), math.sqrt(code_length))
+    )
+
+
+def test_feduv_table2_voxceleb_padding_one_does_not_fit() -> None:
+    """With Table 2's default p = 1 the VoxCeleb stack runs out of time steps before Flatten."""
+    stages = TABLE2["feduv-voxceleb-conv1d"]["stages"]
+    assert _table2_size(2**14, stages, paddings=[1] * 5) == 0
+    assert _table2_size(2**14, stages) == 1
+
+
+def test_feduv_table2_voxceleb_input_at_8_and_16_khz() -> None:
+    """8 kHz goes in as it is; 16 kHz is decimated in the graph; every input becomes 2¹⁴ samples."""
+    torch.manual_seed(0)
+    at_8k = build_backbone("feduv-voxceleb-conv1d", {"sample_rate": 8000})
+    at_16k = build_backbone("feduv-voxceleb-conv1d", {"sample_rate": 16000})
+    at_16k.load_state_dict(at_8k.state_dict())
+    with torch.no_grad():
+        clip = torch.rand(2, 2**14) * 2 - 1
+        # a clip padded with zeros to 2^14, and one cropped to its first 2^14 samples, are the same
+        torch.testing.assert_close(at_8k(clip[:, :16000]), at_8k(F.pad(clip[:, :16000], (0, 384))))
+        torch.testing.assert_close(at_8k(clip), at_8k(torch.cat([clip, clip], dim=1)))
+        # a low tone (500 Hz) survives the decimation: 16 kHz and 8 kHz renderings agree closely
+        t8, t16 = torch.arange(2**14) / 8000, torch.arange(2**15) / 16000
+        tone8, tone16 = torch.sin(2 * math.pi * 500 * t8)[None], torch.sin(2 * math.pi * 500 * t16)
+        assert torch.allclose(at_16k.decimate(tone16[None])[:, 64:-64], tone8[:, 64:-64], atol=1e-2)
+    with pytest.raises(ValueError, match="8 kHz"):
+        build_backbone("feduv-voxceleb-conv1d", {"sample_rate": 22050})
+
+
+def test_feduv_table2_images_refuse_sizes_that_do_not_flatten_to_1024() -> None:
+    with pytest.raises(ValueError, match="64×64"):
+        build_backbone("feduv-celeba-conv2d", {"height": 32, "width": 32, "channels": 3})
+    with pytest.raises(ValueError, match="28×28"):
+        build_backbone("feduv-mnistuv-conv2d", {"height": 64, "width": 64, "channels": 4})
+    assert build_backbone("feduv-celeba-conv2d", IMAGE_DEFAULT).min_size == 64
+
+
+def test_feduv_table2_voxceleb_onnx_export_parity(tmp_path: Path) -> None:
+    """The paper's VoxCeleb network (decimation, padding to 2¹⁴ inside) exports with a dynamic
+    length and matches torch at other batch sizes and lengths."""
+    torch.manual_seed(0)
+    backbone = build_backbone("feduv-voxceleb-conv1d", AUDIO)
+    model = CodewordModel(backbone, 127).eval()
+    shapes = {0: Dim("batch", min=1), 1: Dim("samples", min=backbone.min_samples)}
+    path = _export(model, audio_batch(2, 2.0), shapes, tmp_path / "feduv-voxceleb.onnx")
+    batches = [audio_batch(1, 1.0, seed=1), audio_batch(3, 2.5, seed=2)]
     assert _parity(path, model, batches) < 1e-4

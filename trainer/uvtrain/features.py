@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-#: The raw-waveform conv net shaped like the FedUV paper's VoxCeleb network (about 1.24 GFLOP per
-#: 2-s clip): (in channels, out channels, kernel, stride) of each conv1d layer.
+#: Our raw-waveform conv net, of about the cost of the FedUV paper's VoxCeleb network but not its
+#: Table 2 layers (those are ``feduv-voxceleb-conv1d``; about 1.24 GFLOP per 2-s clip here):
+#: (in channels, out channels, kernel, stride) of each conv1d layer.
 VOXCELEB_LAYERS: tuple[tuple[int, int, int, int], ...] = (
     (1, 128, 251, 10),
     (128, 128, 5, 2),

@@ -234,6 +234,8 @@ def read_config(folder: Path) -> RunConfig:
     data = read_json(folder / CONFIG)
     if not isinstance(data, dict):
         raise TrainingError(f"{folder / CONFIG}: not a run configuration")
+    if data.get("method") == "feduv":
+        data.setdefault("negative_loss", "mean-relu")  # the only form before the paper's eq. 4
     if data.get("method") in ("fedhide", "fedgn", "fedcs"):
         # written before these options: the backbone's own dimension and the Hann window
         data.setdefault("embedding_dim", None)

@@ -52,7 +52,7 @@ VERSION = 1
 SAMPLE_RATE = 16000
 #: Longest audio file decoded, seconds (VoxCeleb's longest utterances last about 2.5 minutes).
 MAX_AUDIO_SECONDS = 300.0
-#: Digits stacked as the channels of an MNIST-UV example (FedUV paper, Section 5).
+#: Digits stacked as the channels of an MNIST-UV example (FedUV paper, Sec. 6.1).
 MNIST_UV_DIGITS = (2, 3, 4, 5)
 #: LEAF FEMNIST labels 0–9 are the digits (10–35 upper case, 36–61 lower case).
 FEMNIST_SIDE = 28
@@ -596,7 +596,7 @@ def mnist_uv(
 ) -> FederatedDataset:
     """Build MNIST-UV from a local LEAF FEMNIST copy: one client per writer.
 
-    The FedUV paper (Hosseini et al., 2021, Section 5) makes a handwriting-verification task from
+    The FedUV paper (Hosseini et al., 2021, Sec. 6.1) makes a handwriting-verification task from
     EMNIST by stacking, per writer, one image each of the digits 2, 3, 4 and 5 into a 28×28×4
     example. Here each writer gives as many examples as its rarest of those digits allows, each
     image used once. LEAF's ``x`` holds 784 floats in [0, 1] with the paper's white background at

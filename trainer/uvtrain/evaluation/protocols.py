@@ -9,7 +9,8 @@ References
 ----------
 .. [FedUV] H. Hosseini, H. Park, S. Yun, C. Louizos, J. Soriaga, M. Welling. "Federated Learning
    of User Verification Models Without Sharing Embeddings." ICML 2021. Scores ``e = v·σ(W g(x))/c``
-   (eq. 8), the warm-up threshold (Sec. 3.3), and the unknown-user evaluation (Fig. 5c).
+   (eq. 5), the warm-up threshold (Sec. 4.2, Algorithm 2), and the unknown-user evaluation
+   (Sec. 6.4, Fig. 5c).
 .. [FedHide] "FedHide: Federated Learning by Hiding in the Neighbors." Proxy prototypes and the
    prototype leakage ``P_leak``; verification pairs among users unseen in training.
 """
@@ -236,7 +237,7 @@ def warmup_evaluation(
     test_impostor_by_user: Mapping[Hashable, ArrayLike],
     target_tpr: float = 0.95,
 ) -> dict[str, Any]:
-    """The accuracy of each user's own warm-up threshold [FedUV]_ (Sec. 3.3).
+    """The accuracy of each user's own warm-up threshold [FedUV]_ (Sec. 4.2, Algorithm 2).
 
     Each known user sets τ from their own validation scores with the SDK's
     :func:`uvsdk.scoring.warmup_threshold` (the ⌊n(1 − q)⌋-th smallest). The user's test genuine

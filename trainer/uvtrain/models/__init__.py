@@ -27,7 +27,9 @@ The package, one job a module:
 
 * :mod:`.base` — GroupNorm sizing, σ, the Conv → GroupNorm → ReLU unit, the :class:`Backbone` base;
 * :mod:`.frontends` — :class:`LogMelFrontend` and :class:`ImageFrontend`;
-* one module per backbone family: :mod:`.convnets` (the FedUV paper's networks), :mod:`.resnet`
+* :mod:`.feduv_table2` — the FedUV paper's three networks exactly as its Table 2 gives them;
+* one module per backbone family: :mod:`.convnets` (our smaller networks for the FedUV paper's
+  datasets), :mod:`.resnet`
   (log-mel ResNet, Fast ResNet-34, ResNet-18), :mod:`.tdnn` (x-vector TDNN), :mod:`.ge2e`
   (the pretrained GE2E encoder), :mod:`.iresnet` (ArcFace's IResNet);
 * :mod:`.heads` — :class:`CodewordModel` and :class:`EmbeddingModel`;
@@ -50,6 +52,7 @@ from .base import (
 )
 from .checkpoints import load_backbone_checkpoint
 from .convnets import CelebAConv2d, MnistUvConv2d, VoxCelebConv1d
+from .feduv_table2 import FedUVCelebAConv2d, FedUVMnistUvConv2d, FedUVVoxCelebConv1d
 from .flops import count_parameters, model_flops
 from .frontends import ImageFrontend, LogMelFrontend
 from .ge2e import GE2ESpeakerEncoder
@@ -69,6 +72,9 @@ __all__ = [
     "CelebAConv2d",
     "CodewordModel",
     "EmbeddingModel",
+    "FedUVCelebAConv2d",
+    "FedUVMnistUvConv2d",
+    "FedUVVoxCelebConv1d",
     "GE2ESpeakerEncoder",
     "IResNet",
     "ImageFrontend",

@@ -97,7 +97,9 @@ class Backbone(nn.Module):
 
 
 class _ConvUnit(nn.Sequential):
-    """Convolution → GroupNorm → ReLU (the unit of the FedUV paper's Table 2 networks)."""
+    """Convolution → GroupNorm → ReLU: the unit of our networks (:mod:`.convnets` and others).
+    The FedUV paper's Table 2 orders its stages conv → ReLU → max-pool → GN(2) instead
+    (:mod:`.feduv_table2`)."""
 
     def __init__(
         self,

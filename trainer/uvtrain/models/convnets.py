@@ -1,5 +1,11 @@
-"""The FedUV paper's networks (Hosseini et al., ICML 2021, Table 2): the VoxCeleb conv1d
-stack on the raw waveform, and the CelebA and MNIST-UV conv2d stacks on pixels."""
+"""Our convolutional networks for the FedUV paper's three datasets: a conv1d stack on the raw
+waveform (VoxCeleb) and conv2d stacks on pixels (CelebA, MNIST-UV).
+
+They are ours, not the paper's Table 2 (Hosseini et al., ICML 2021): the paper's three networks,
+exactly, are ``feduv-voxceleb-conv1d``, ``feduv-celeba-conv2d`` and ``feduv-mnistuv-conv2d``
+(:mod:`.feduv_table2`). These smaller ones take any input length or image size (they end in a
+mean over time or space) and train on a 2-core CPU.
+"""
 
 from __future__ import annotations
 
@@ -14,18 +20,20 @@ from .frontends import ImageFrontend
 
 
 class VoxCelebConv1d(Backbone):
-    """The FedUV paper's VoxCeleb network: a conv1d stack on the raw waveform.
+    """Our raw-waveform conv1d network for VoxCeleb-like audio — ours, not the paper's Table 2;
+    see ``feduv-voxceleb-conv1d`` (:class:`~uvtrain.models.feduv_table2.FedUVVoxCelebConv1d`).
 
     waveform ``[batch, samples]`` → for each layer of ``layers``: Conv1d → GroupNorm → ReLU → mean
     over time → Linear to ``embedding_dim``.
 
-    From the paper (Hosseini et al., ICML 2021, Table 2): a convolutional network on raw
-    16 kHz audio, conv1d layers with GroupNorm and ReLU, global average pooling over time, a linear
-    layer to the embedding. The layer table (:data:`VOXCELEB_LAYERS`: a 251-tap stride-10 first
-    layer, then 5/3-tap stride-2 layers up to 512 channels, about 1.24 GFLOP per 2 s clip) is the
-    project's paper-sized network, shared with ``uvexport.reference.waveform_convnet_model`` for the
-    latency benchmarks; it is our reading of the paper's size, not a copy of its table. The group
-    count (:func:`group_norm`) and the 256-dimensional embedding are our choices.
+    Where it differs from the FedUV paper's VoxCeleb network (Hosseini et al., ICML 2021, Table 2:
+    8 kHz input of 2¹⁴ samples, five conv1d of kernels 15/9/7/5/3 and 64 → 1024 channels, each
+    followed by ReLU, max-pooling 4/8/8/8/8 and GN(2), then Flatten): it takes 16 kHz audio of any
+    length, has six strided layers (:data:`VOXCELEB_LAYERS`: a 251-tap stride-10 first layer,
+    then 5/3-tap stride-2 layers up to 512 channels, about 1.24 GFLOP per 2 s clip), puts
+    GroupNorm before the ReLU with up to 32 groups (:func:`group_norm`), pools by the mean over
+    time and adds a Linear layer to a 256-dimensional embedding. The layer table is shared with
+    ``uvexport.reference.waveform_convnet_model`` for the latency benchmarks.
 
     Parameters
     ----------
@@ -123,13 +131,15 @@ class _ImageConvNet(Backbone):
 
 
 class CelebAConv2d(_ImageConvNet):
-    """The FedUV paper's CelebA network: a conv2d stack on 64×64×3 faces.
+    """Our conv2d network for faces — ours, not the paper's Table 2; see ``feduv-celeba-conv2d``
+    (:class:`~uvtrain.models.feduv_table2.FedUVCelebAConv2d`).
 
-    From the paper (Hosseini et al., ICML 2021, Table 2): conv2d layers with GroupNorm,
-    ReLU and pooling on the face crops, a linear layer to the embedding. Our choices (the table is
-    not reproduced here): four 3×3 stages of 32-64-128-256 channels, 2×2 max pooling after the
-    first three (64 → 8 pixels), then the spatial mean — so that any image of at least 8×8 works
-    and the ONNX graph has no size-dependent pooling — and a 256-dimensional embedding.
+    The paper's CelebA network (Hosseini et al., ICML 2021, Table 2) has five 3×3 stages of
+    64 → 1024 channels, each conv → ReLU → max-pool (2/2/2/2/4) → GN(2), then Flatten. Ours: four
+    3×3 stages of 32-64-128-256 channels (conv → GroupNorm with up to 32 groups → ReLU), 2×2 max
+    pooling after the first three (64 → 8 pixels), then the spatial mean — so that any image of at
+    least 8×8 works and the ONNX graph has no size-dependent pooling — and a Linear layer to a
+    256-dimensional embedding.
 
     Parameters
     ----------
@@ -160,12 +170,15 @@ class CelebAConv2d(_ImageConvNet):
 
 
 class MnistUvConv2d(_ImageConvNet):
-    """The FedUV paper's MNIST-UV network on 28×28×4 (four EMNIST digits of one writer as channels).
+    """Our conv2d network for MNIST-UV's 28×28×4 (four EMNIST digits of one writer as channels) —
+    ours, not the paper's Table 2; see ``feduv-mnistuv-conv2d``
+    (:class:`~uvtrain.models.feduv_table2.FedUVMnistUvConv2d`).
 
-    From the paper (Hosseini et al., ICML 2021, Table 2; EMNIST: Cohen et al., 2017):
-    conv2d layers with GroupNorm, ReLU and pooling, a linear layer to the embedding. Our choices:
-    three 3×3 stages of 32-64-128 channels, 2×2 max pooling after the first two (28 → 7), the
-    spatial mean and a 128-dimensional embedding.
+    The paper's MNIST-UV network (Hosseini et al., ICML 2021, Table 2; EMNIST: Cohen et al., 2017)
+    has five 3×3 stages of 64 → 1024 channels (the first with padding 3), each conv → ReLU →
+    max-pool(2) → GN(2), then Flatten. Ours: three 3×3 stages of 32-64-128 channels (conv →
+    GroupNorm → ReLU), 2×2 max pooling after the first two (28 → 7), the spatial mean and a Linear
+    layer to a 128-dimensional embedding.
 
     Parameters
     ----------

@@ -8,6 +8,7 @@ from typing import Any
 
 from .base import Backbone, BackboneError, _image_shape, _sample_rate
 from .convnets import CelebAConv2d, MnistUvConv2d, VoxCelebConv1d
+from .feduv_table2 import FedUVCelebAConv2d, FedUVMnistUvConv2d, FedUVVoxCelebConv1d
 from .ge2e import GE2ESpeakerEncoder
 from .iresnet import IResNet, _IResNet50, _IResNetSmall
 from .resnet import LogMelResNet, ResNet18Small, _FastResNet34
@@ -19,6 +20,9 @@ BACKBONES: dict[str, type[Backbone]] = {
     "voxceleb-conv1d": VoxCelebConv1d,
     "celeba-conv2d": CelebAConv2d,
     "mnistuv-conv2d": MnistUvConv2d,
+    "feduv-voxceleb-conv1d": FedUVVoxCelebConv1d,
+    "feduv-celeba-conv2d": FedUVCelebAConv2d,
+    "feduv-mnistuv-conv2d": FedUVMnistUvConv2d,
     "logmel-resnet": LogMelResNet,
     "logmel-tdnn": LogMelTDNN,
     "fast-resnet34": _FastResNet34,
