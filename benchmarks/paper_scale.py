@@ -30,10 +30,11 @@ import torch
 from _allocator import keep_freed_memory
 
 from uvtrain.config import RunConfig
-from uvtrain.engine import EngineConfig, Simulation, pick_device
-from uvtrain.models import build_backbone, default_backbone
+from uvtrain.engine import Simulation, pick_device
+from uvtrain.models import default_backbone
 from uvtrain.models.registry import BACKBONES
 from uvtrain.presets import PRESETS
+from uvtrain.run import build_run_backbone, engine_config
 
 #: Hours the paper reports for the whole schedule on one GPU (FedHide Sec. 4, RTX A5000).
 PAPER_HOURS = {"fedhide-cifar100": 21.0, "fedhide-voxceleb1": 24.0, "fedhide-vggface2": 80.0}
@@ -74,6 +75,13 @@ def peak_memory_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
+def local_samples(schedule, samples: int) -> int:
+    """Samples one client trains on in a round: E epochs over its data, else steps × B."""
+    if schedule.local_epochs:
+        return schedule.local_epochs * samples
+    return schedule.local_steps * schedule.batch_size
+
+
 def time_preset(name: str, rounds: int, device: torch.device) -> dict:
     preset = PRESETS[name]
     config = RunConfig.from_flat(preset.settings)
@@ -82,20 +90,11 @@ def time_preset(name: str, rounds: int, device: torch.device) -> dict:
     samples = int(preset.stand_in["samples"])
     spec, one_client = stand_in(name, samples)
     modality = SPECS[name][0]
+    if config.model.backbone not in BACKBONES:  # named by the paper but not built here
+        config = config.replace(backbone=default_backbone(modality, spec))
+    backbone = build_run_backbone(config, modality, spec)  # as uvtrain run builds it
     backbone_name = config.model.backbone
-    if backbone_name not in BACKBONES:
-        backbone_name = default_backbone(modality, spec)
-    torch.manual_seed(0)
-    backbone = build_backbone(backbone_name, spec)
-    engine = EngineConfig(
-        rounds=schedule.rounds,
-        fraction=schedule.fraction,
-        local_steps=schedule.local_steps,
-        batch_size=schedule.batch_size,
-        lr=schedule.lr,
-        lr_decay=schedule.lr_decay,
-        sampling=schedule.sampling,
-    )
+    engine = engine_config(config, crop=0)
     data = [one_client] * users  # one array, referenced by every client
     simulation = Simulation(config.method, backbone, data, engine, device)
     cohort = max(1, round(schedule.fraction * users))
@@ -114,9 +113,10 @@ def time_preset(name: str, rounds: int, device: torch.device) -> dict:
         "backbone": backbone_name,
         "cohort": cohort,
         "batch": schedule.batch_size,
+        "epochs": schedule.local_epochs,
         "seconds_per_round": per_round,
         "updates_per_s": cohort / per_round,
-        "samples_per_s": cohort * schedule.batch_size * schedule.local_steps / per_round,
+        "samples_per_s": cohort * local_samples(schedule, samples) / per_round,
         "rounds": schedule.rounds,
         "projected_hours": hours,
         "paper_hours": PAPER_HOURS.get(name),

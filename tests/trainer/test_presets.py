@@ -17,9 +17,22 @@ runner = CliRunner()
 # FedUV (Hosseini et al.). Sec. 6.2: "FedAvg method with 1 local epoch and 20,000 rounds with
 # 0.01 of users selected at each round ... SGD optimizer with learning rate of 0.1 and learning
 # rate decay of 0.01". Sec. 6.1: 1,000 users for each dataset. Table 1: c = 127, 255, 511.
-FEDUV = {"clients": 1000, "rounds": 20000, "fraction": 0.01, "lr": 0.1, "lr_decay": 0.01}
+FEDUV = {
+    "clients": 1000,
+    "rounds": 20000,
+    "fraction": 0.01,
+    "lr": 0.1,
+    "lr_decay": 0.01,
+    "local_epochs": 1,
+}
 FEDUV_CODES = (127, 255, 511)
 FEDUV_DATA = {"feduv-voxceleb": "voxceleb1", "feduv-celeba": "celeba", "feduv-mnistuv": "mnist-uv"}
+# Table 2: one network per dataset.
+FEDUV_NETWORKS = {
+    "feduv-voxceleb": "feduv-voxceleb-conv1d",
+    "feduv-celeba": "feduv-celeba-conv2d",
+    "feduv-mnistuv": "feduv-mnistuv-conv2d",
+}
 
 # FedHide (Park & Yun). Table 1: clients / fraction / rounds per dataset. Sec. 4: "a minibatch
 # size of 16, a negative loss weight of λ = 10, and a learning rate of 0.1", "Clients are
@@ -31,7 +44,17 @@ FEDHIDE_TABLE1 = {
     "fedhide-voxceleb1": {"clients": 1211, "fraction": 0.01, "rounds": 50_000, "neighbours": 10},
     "fedhide-vggface2": {"clients": 8631, "fraction": 0.001, "rounds": 400_000, "neighbours": 20},
 }
-FEDHIDE = {"batch_size": 16, "weight": 10.0, "lr": 0.1, "sampling": "round-robin", "alpha": 0.1}
+# Algorithm 1 aggregates with a plain 1/M mean; "All models generate L2-normalized
+# 512-dimensional embedding vectors".
+FEDHIDE = {
+    "batch_size": 16,
+    "weight": 10.0,
+    "lr": 0.1,
+    "sampling": "round-robin",
+    "alpha": 0.1,
+    "aggregation": "mean",
+    "embedding_dim": 512,
+}
 
 # FedFace (Bai et al.). Sec. 4.1: ArcFace s = 64, m = 0.5; "batch size of each GPU is set to 64";
 # "26 epochs ... 12,800 steps per epoch"; "learning rate is set to 0.1"; "momentum parameter β is
@@ -56,6 +79,7 @@ def test_feduv_presets_are_sec_6(name: str) -> None:
     assert config["method"] == "feduv" and config["dataset"] == FEDUV_DATA[name]
     assert {key: config[key] for key in FEDUV} == FEDUV
     assert config["code_length"] in FEDUV_CODES and config["negative_weight"] == 0.0
+    assert config["backbone"] == FEDUV_NETWORKS[name]
 
 
 @pytest.mark.parametrize("name", sorted(FEDHIDE_TABLE1))
@@ -65,6 +89,8 @@ def test_fedhide_presets_are_table_1_and_sec_4(name: str) -> None:
     expected = {**FEDHIDE, **FEDHIDE_TABLE1[name]}
     assert {key: config[key] for key in expected} == expected
     assert config["local_steps"] == 1
+    if name == "fedhide-voxceleb1":  # "a Hamming window of 25ms length and 10ms hop size"
+        assert config["window"] == "hamming" and config["crop_seconds"] == 2.0
 
 
 @pytest.mark.parametrize("name", sorted(FEDFACE_PARTIES))

@@ -7,8 +7,8 @@ paper does not say (and what we chose), and what differs because something is no
 ``--config`` file given beside the preset override it (command line > file > preset > defaults).
 
 The paper's own data is what ``--dataset``/``--root`` point at (the loaders exist: ``uvtrain data
-list``). Where that data cannot be had, a dataset of the same shape (users × samples × input)
-stands in for speed runs (``stand_in``).
+list``). Where that data cannot be had, a dataset of the same shape (users × training samples
+per user × input) stands in for speed runs (``stand_in``; ``benchmarks/paper_scale.py``).
 
 Papers (../shared/papers in the development checkout): FedUV — Hosseini et al., "Federated
 Learning of User Verification Models Without Sharing Embeddings" (Sec. 6.1–6.2, Tables 1–2);
@@ -65,11 +65,11 @@ _FEDUV_SCHEDULE: dict[str, Any] = {
     "code_length": 127,
     "negative_weight": 0.0,  # eq. 4: the positive loss alone
     "sampling": "random",  # Algorithm 1: "random set of κ users"
+    "local_epochs": 1,  # Sec. 6.2: "1 local epoch" (Algorithm 1's UserUpdate)
 }
 _FEDUV_NOTES = (
     "c: 127 here; the paper also trains 255 and 511 (Table 1): --code-length 255|511",
     "B: the paper does not state the local batch size; ours: 16",
-    "1 local epoch (Sec. 6.2): --local-epochs 1 where the engine supports epochs, else one step",
 )
 
 #: FedHide Sec. 4 "Implementation details" (all datasets): B 16, λ 10, lr 0.1 SGD, 512-d,
@@ -83,12 +83,11 @@ _FEDHIDE_COMMON: dict[str, Any] = {
     "lr_decay": 0.0,
     "sampling": "round-robin",
     "local_steps": 1,
+    "aggregation": "mean",  # Algorithm 1: the plain 1/M average
+    "embedding_dim": 512,
     "alpha": 0.1,
 }
-_FEDHIDE_NOTES = (
-    "lr decay: not stated in the paper; ours: none",
-    "aggregation: Algorithm 1 averages with 1/M; --aggregation mean where the engine has it",
-)
+_FEDHIDE_NOTES = ("lr decay: not stated in the paper; ours: none",)
 
 PRESETS: dict[str, Preset] = {
     "feduv-voxceleb": Preset(
@@ -96,17 +95,31 @@ PRESETS: dict[str, Preset] = {
         _FEDUV,
         "Sec. 6.1 (VoxCeleb), Sec. 6.2, Tables 1-2",
         "FedUV on VoxCeleb: 1,000 speakers, 25/10/10 two-second clips at 8 kHz (2^14 samples)",
-        {**_FEDUV_SCHEDULE, "dataset": "voxceleb1", "batch_size": 16, "crop_seconds": 2.0},
-        {"users": 1000, "samples": 45, "input": "16384 samples (2 s at 8 kHz)"},
-        (*_FEDUV_NOTES, "network: Table 2's VoxCeleb conv1d"),
+        {
+            **_FEDUV_SCHEDULE,
+            "dataset": "voxceleb1",
+            "batch_size": 16,
+            "crop_seconds": 2.0,
+            "backbone": "feduv-voxceleb-conv1d",
+        },
+        {"users": 1000, "samples": 25, "input": "16384 samples (2 s at 8 kHz)"},
+        (
+            *_FEDUV_NOTES,
+            "network: Table 2's VoxCeleb conv1d (16-kHz input is downsampled to 8 kHz in it)",
+        ),
     ),
     "feduv-celeba": Preset(
         "feduv-celeba",
         _FEDUV,
         "Sec. 6.1 (CelebA), Sec. 6.2, Tables 1-2",
         "FedUV on CelebA: 1,000 identities, 20/5/5 face images at 64x64",
-        {**_FEDUV_SCHEDULE, "dataset": "celeba", "batch_size": 16},
-        {"users": 1000, "samples": 30, "input": "64x64x3 images"},
+        {
+            **_FEDUV_SCHEDULE,
+            "dataset": "celeba",
+            "batch_size": 16,
+            "backbone": "feduv-celeba-conv2d",
+        },
+        {"users": 1000, "samples": 20, "input": "64x64x3 images"},
         (*_FEDUV_NOTES, "network: Table 2's CelebA conv2d"),
     ),
     "feduv-mnistuv": Preset(
@@ -114,8 +127,13 @@ PRESETS: dict[str, Preset] = {
         _FEDUV,
         "Sec. 6.1 (MNIST-UV), Sec. 6.2, Tables 1-2",
         "FedUV on MNIST-UV: 1,000 writers, 50/15/15 stacks of digits 2-5 (28x28x4)",
-        {**_FEDUV_SCHEDULE, "dataset": "mnist-uv", "batch_size": 16},
-        {"users": 1000, "samples": 80, "input": "28x28x4 images"},
+        {
+            **_FEDUV_SCHEDULE,
+            "dataset": "mnist-uv",
+            "batch_size": 16,
+            "backbone": "feduv-mnistuv-conv2d",
+        },
+        {"users": 1000, "samples": 50, "input": "28x28x4 images"},
         (*_FEDUV_NOTES, "network: Table 2's MNIST-UV conv2d (p = 3 on its first conv)"),
     ),
     "fedhide-cifar100": Preset(
@@ -149,6 +167,7 @@ PRESETS: dict[str, Preset] = {
             "neighbours": 10,
             "backbone": "fast-resnet34",
             "crop_seconds": 2.0,
+            "window": "hamming",  # Sec. 4: "a Hamming window of 25ms length and 10ms hop size"
         },
         {"users": 1211, "samples": 122, "input": "2-s crops at 16 kHz, 40 mel bands"},
         (
