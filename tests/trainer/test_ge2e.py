@@ -119,7 +119,7 @@ def test_engine_never_trains_or_sends_frozen_parameters() -> None:
     rng = np.random.default_rng(0)
     data = [(rng.standard_normal((4, 16000)) * 0.1).astype(np.float32) for _ in range(4)]
     simulation = Simulation(
-        METHODS["fedhide"](10.0, 0.1, 2),
+        METHODS["fedhide"](weight=10.0, alpha=0.1, neighbours=2),
         backbone,
         data,
         EngineConfig(rounds=2, fraction=0.5, batch_size=2, lr=0.5, lr_decay=0.0),
