@@ -31,55 +31,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+from uvexport.calibrate import embed_people, people_folders, print_progress
 from uvsdk import Verifier
 from uvsdk.calibration import DEFAULT_FAR, enrollment_trials, measure, user_threshold
-from uvsdk.errors import MediaError
 from uvtrain.evaluation import equal_error_rate, plot_det
 
 sys.path.insert(0, str(Path(__file__).parent))
 from resemblyzer_peer import PeerUnavailable, add_peer_argument, peer_embeddings  # noqa: E402
-
-AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif"}
-
-
-def speaker_folders(root: Path) -> dict[str, list[Path]]:
-    """``{speaker: sorted audio files}`` of a folder of speaker folders."""
-    speakers = {}
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        files = sorted(f for f in folder.rglob("*") if f.suffix.lower() in AUDIO_SUFFIXES)
-        if files:
-            speakers[folder.name] = files
-    return speakers
-
-
-def embed_all(
-    verifier: Verifier, speakers: dict[str, list], max_clips: int, label: str
-) -> tuple[dict[str, list], dict[str, np.ndarray], int]:
-    """Each speaker's usable clips and their vectors (unusable clips skipped and counted)."""
-    kept_clips, vectors, skipped, started = {}, {}, 0, time.perf_counter()
-    for number, (name, clips) in enumerate(speakers.items(), 1):
-        kept, rows = [], []
-        for clip in clips[:max_clips]:
-            try:
-                rows.append(verifier.embed(clip, allow_clipped=True))
-                kept.append(clip)
-            except MediaError:
-                skipped += 1
-        kept_clips[name] = kept
-        vectors[name] = np.stack(rows) if rows else np.zeros((0, 0), np.float32)
-        print(
-            f"\r  {label}: embedded {number}/{len(speakers)} speakers "
-            f"({time.perf_counter() - started:.0f} s)",
-            end="",
-            flush=True,
-        )
-    print()
-    return kept_clips, vectors, skipped
 
 
 def decide(
@@ -89,15 +51,14 @@ def decide(
     warmup, genuine, impostor = enrollment_trials(vectors, enroll)
     counts = dict.fromkeys(("fa", "fr", "fa_warmup", "fr_warmup", "genuine", "impostor"), 0)
     for name in genuine:
-        imp = impostor[name]
         calibrated, _ = user_threshold(warmup[name], tpr, calibration, "prototype", far)
         alone, _ = user_threshold(warmup[name], tpr, None, "prototype", None)
         counts["fr"] += int(np.sum(genuine[name] < calibrated))
-        counts["fa"] += int(np.sum(imp >= calibrated))
+        counts["fa"] += int(np.sum(impostor[name] >= calibrated))
         counts["fr_warmup"] += int(np.sum(genuine[name] < alone))
-        counts["fa_warmup"] += int(np.sum(imp >= alone))
+        counts["fa_warmup"] += int(np.sum(impostor[name] >= alone))
         counts["genuine"] += genuine[name].size
-        counts["impostor"] += imp.size
+        counts["impostor"] += impostor[name].size
     g = np.concatenate(list(genuine.values()))
     i = np.concatenate(list(impostor.values()))
     return {**counts, "eer": equal_error_rate(g, i), "scores": (g, i)}
@@ -180,9 +141,12 @@ def main() -> None:
     print(f"bundle: {bundle.path} ({bundle.manifest.name}, {bundle.manifest.method})")
     speakers: dict[str, list] = {}
     for root in args.speakers:
-        for name, files in speaker_folders(root).items():
+        for name, files in people_folders(root).items():
             speakers[f"{root.name}/{name}" if len(args.speakers) > 1 else name] = files
-    clips, vectors, skipped = embed_all(verifier, speakers, args.max_clips, "real speakers")
+    vectors, clips, skipped = embed_people(
+        bundle, speakers, max_samples=args.max_clips, progress=print_progress, label="real speakers"
+    )
+    print(file=sys.stderr)
     report: dict = {
         "bundle": bundle.manifest.name,
         "protocol": {

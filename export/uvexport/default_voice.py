@@ -89,17 +89,15 @@ def build_default_voice(
         )
     )
     run = train(config, work / "run")
+    about = None  # a folder of the user's: calibrate() names it
     if calibrate is None:
-        from uvtrain.data.real_speech import SOURCES, fetch_real_speech
+        from uvtrain.data.real_speech import describe_sources, fetch_real_speech
 
         print("4/5 real speakers for calibration (Debian packages, hash-checked)")
         calibrate = fetch_real_speech(work / "real-speech")
-        about = "real recorded speakers of " + ", ".join(
-            f"{s.package} {s.version}" for s in SOURCES.values()
-        )
+        about = describe_sources()
     else:
         print(f"4/5 real speakers for calibration: {calibrate}")
-        about = f"real speakers from {Path(calibrate).name}"
     print(f"5/5 export to {out}, calibrated")
     method, description = describe(recipe)
     return export_run(

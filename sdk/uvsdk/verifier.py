@@ -363,12 +363,12 @@ class Verifier:
             far = self.far
         far = None if far is None else check_far(far)
         self.store.path(user)  # validates the name before any work
-        calibration = self.bundle.manifest.calibration
+        manifest = self.bundle.manifest
+        calibration = manifest.calibration
         if far is not None and calibration is not None:
             for table in calibration.tables.values():
                 table.row_for(far)  # a FAR the calibration cannot state: before any work
         files = _list_samples(samples)
-        manifest = self.bundle.manifest
         reports, vectors = [], []
         for file in files:
             try:
@@ -403,7 +403,6 @@ class Verifier:
             else:
                 mode, reference = "prototype", prototype(matrix).astype(np.float32)
                 scores = leave_one_out_scores(matrix)
-            calibration = manifest.calibration
             threshold, row = user_threshold(scores, target_tpr, calibration, mode, far)
             floored = row is not None and row.threshold > warmup_threshold(scores, target_tpr)
             template = base.replace(

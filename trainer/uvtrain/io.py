@@ -10,6 +10,7 @@ new one, never half of one — also after a kill or a power cut.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -60,6 +61,15 @@ def atomic_write(path: str | Path, content: bytes | str | Writer) -> Path:
         raise
     _sync_folder(path.parent)
     return path
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file (hex), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _sync_folder(folder: Path) -> None:

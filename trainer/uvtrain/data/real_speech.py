@@ -54,7 +54,7 @@ import numpy as np
 import soundfile as sf
 
 from ..errors import DatasetError
-from ..io import atomic_write
+from ..io import atomic_write, file_sha256
 
 #: Clips shorter than this (seconds) are left out: too short to say anything of a voice.
 MIN_SECONDS = 0.5
@@ -398,14 +398,6 @@ SOURCES: dict[str, Source] = {
 # --- download, check, extract ---------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _apt_download(source: Source, folder: Path) -> Path:
     """``apt-get download PACKAGE=VERSION`` into ``folder``; the ``.deb``'s path."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -447,7 +439,7 @@ def _deb(source: Source, downloads: Path, local: Path | None, progress: bool) ->
             if progress:
                 print(f"downloading {source.package} {source.version} ...", flush=True)
             path = _apt_download(source, downloads)
-    if _sha256(path) != source.sha256:
+    if file_sha256(path) != source.sha256:
         raise DatasetError(
             f"{path.name} is not the pinned {source.package} {source.version} ({source.arch}): "
             f"its SHA-256 differs; pass a copy of {source.filename} with "
@@ -622,6 +614,12 @@ def written_summary(speakers: Path, name: str) -> SourceSummary:
     """What :func:`fetch_real_speech` wrote for source ``name`` under ``speakers`` (nothing
     when it has not been written)."""
     return SourceSummary(name, _cached(SOURCES[name], Path(speakers)) or {})
+
+
+def describe_sources() -> str:
+    """One line naming the packages the speakers come from (a calibration's ``data``)."""
+    packages = ", ".join(f"{s.package} {s.version}" for s in SOURCES.values())
+    return f"real recorded speakers of {packages}"
 
 
 def summary_text(summary: SourceSummary) -> str:
