@@ -204,3 +204,14 @@ def test_uvexport_ort_on_a_trained_run(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model.ort differs from model.onnx" in err[0], err
     assert not failed.exists()
+
+
+def test_an_oversized_model_ort_is_refused_before_reading(
+    codeword_onnx: bytes, bch127, tmp_path: Path
+) -> None:
+    folder = _ort_bundle(tmp_path / "cw", codeword_onnx, "codeword", 127, bch127, directory=True)
+    assert Bundle(folder).ort_bytes == (folder / "model.ort").read_bytes()  # a folder bundle too
+    with open(folder / "model.ort", "r+b") as handle:
+        handle.truncate(3 * 1024**3)  # sparse: costs no disk, would cost 3 GB of memory
+    with pytest.raises(BundleError, match="model.ort is 3221225472 bytes, more than the"):
+        Bundle(folder)
