@@ -209,7 +209,7 @@ def media() -> dict[str, Any]:
     return document(
         "media",
         "Input checks (enroll refuses clipped audio, verify tolerates it), silence trimming, and "
-        "window starts (spec §4).",
+        "window starts (spec §5.2–§5.4).",
         checks=checks,
         trims=trims,
         windows=windows,
@@ -281,7 +281,7 @@ def model() -> dict[str, Any]:
         "32768), trimmed, cut into windows (each repeat-padded when the clip is shorter), run, "
         "and the window outputs averaged; images are uint8 H x W x C. window0_output is the "
         "model's output for the first window alone. A port passes when every element is within "
-        "`tolerance` of the expected one (spec §4, §5).",
+        "`tolerance` of the expected one (spec §3.8, §5.4).",
         tolerance_rule=f"{MODEL_TOLERANCE} x max(1, max |expected|)",
         cases=cases,
     )
@@ -430,7 +430,7 @@ def enroll() -> dict[str, Any]:
         "clips): the reference (prototype mode) or the codeword's scores, the warm-up scores "
         "and threshold, the calibration row and the final threshold max(warm-up, row); then "
         "verification of other outputs. Scores within 1e-9, the prototype within 1e-6; "
-        "`error` names the SDK's exception (spec §6, §7).",
+        "`error` names the SDK's exception (spec §4, §6, §9).",
         minimum_samples=MIN_ENROLLMENT_SAMPLES,
         cases=cases,
         too_few={
@@ -534,7 +534,7 @@ def codeword() -> dict[str, Any]:
         "m = id (id_bits bits, most significant first) || random bits; c = m G mod 2; "
         "v = 1 - 2c. Generators are numpy.packbits of the row-major k x n matrix (big-endian "
         "bit order), base64; the fingerprint is SHA-256 over 'kxn:' and those packed bytes. A "
-        "generator must have rank k over GF(2) (spec §6).",
+        "generator must have rank k over GF(2) (spec §7).",
         codes=generators,
         cases=cases,
         refused_generators=refused,
@@ -752,7 +752,7 @@ def template() -> dict[str, Any]:
         "template",
         "The UVT2 file: seal (passphrase, salt, nonce, scrypt cost, payload -> file bytes), "
         "the payload's fields, and opening (file, passphrase, the user it is opened as, the "
-        "generation recorded outside the file -> ok, or the error kind) (spec §8).",
+        "generation recorded outside the file -> ok, or the error kind) (spec §10).",
         key_check_example={"key_hex": bytes(range(32)).hex(), "check_hex": key_check},
         seal=seal_cases,
         fields=fields,
@@ -827,7 +827,7 @@ def backoff() -> dict[str, Any]:
         "Lock-out seconds after n consecutive rejections (base x factor^(n - attempts), capped, "
         "0 below attempts), and attempt sequences: at time t an attempt is refused while "
         "t < locked_until (locked: true, nothing recorded), else recorded; the state after each "
-        "step (spec §9).",
+        "step (spec §8).",
         policies={k: dataclasses.asdict(v) for k, v in policies.items()},
         lockouts=lockouts,
         sequences=sequences,
