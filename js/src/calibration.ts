@@ -4,7 +4,7 @@
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, CalibrationError } from "./errors.js";
-import { canonicalJson, isInt, isNumber, isObject, toPlain, type JsonValue } from "./pyjson.js";
+import { canonicalJson, isInt, isNumber, isObject, type JsonValue } from "./pyjson.js";
 import { pyFixed, pyFloatRepr, pyG, pyReprCut } from "./pyfmt.js";
 import { hex } from "./bytes.js";
 import { warmupThreshold, type Vector } from "./scoring.js";
@@ -41,7 +41,7 @@ export interface Calibration {
   version: number;
   data: string;
   tables: Partial<Record<Mode, Table>>;
-  /** Hex SHA-256 of the RFC 8785 canonical JSON of the manifest's `calibration` object. */
+  /** Hex SHA-256 of the RFC 8785 canonical JSON of its normalised form (calibrationSha256). */
   sha256: string;
 }
 
@@ -110,12 +110,35 @@ export function expected(table: Table, threshold: number): [string, string | nul
   throw new Error("unreachable: rows bracket the threshold");
 }
 
+/** `Calibration.to_dict`: the normalised JSON form (what the SHA-256 is taken of). */
+export function calibrationToDict(calibration: Pick<Calibration, "version" | "data" | "tables">): Record<string, unknown> {
+  const out: Record<string, unknown> = { version: calibration.version, data: calibration.data };
+  for (const mode of MODES) {
+    const table = calibration.tables[mode];
+    if (!table) continue;
+    out[mode] = {
+      people: table.people,
+      enroll_samples: table.enrollSamples,
+      genuine_trials: table.genuineTrials,
+      impostor_trials: table.impostorTrials,
+      rows: table.rows.map((row) => ({
+        far: row.far,
+        threshold: row.threshold,
+        false_accepts: row.falseAccepts,
+        frr: row.frr,
+        false_rejects: row.falseRejects,
+      })),
+    };
+  }
+  return out;
+}
+
 /**
- * `calibrationSha256`: hex SHA-256 of the RFC 8785 (JCS) canonical JSON of the manifest's
- * `calibration` object as it stands in the manifest.
+ * `Calibration.sha256`: hex SHA-256 of the RFC 8785 (JCS) canonical JSON of the calibration's
+ * normalised form ({@link calibrationToDict}: keys the SDK does not read are not part of it).
  */
-export function calibrationSha256(calibration: unknown): string {
-  return hex(sha256(new TextEncoder().encode(canonicalJson(toPlain(calibration)))));
+export function calibrationSha256(calibration: Pick<Calibration, "version" | "data" | "tables">): string {
+  return hex(sha256(new TextEncoder().encode(canonicalJson(calibrationToDict(calibration)))));
 }
 
 function count(value: JsonValue | undefined, name: string, minimum = 0): number {
@@ -232,7 +255,8 @@ export function parseCalibration(data: JsonValue | undefined, outputKind = "embe
   if (Object.keys(tables).length === 0) {
     throw new BundleError("manifest: calibration has no table (prototype or codeword)");
   }
-  return { version: VERSION, data: description, tables, sha256: calibrationSha256(data) };
+  const parsed = { version: VERSION, data: description, tables };
+  return { ...parsed, sha256: calibrationSha256(parsed) };
 }
 
 /**

@@ -82,12 +82,18 @@ export interface TrimOptions {
  * least `minSeconds`. Returns `samples` itself when nothing is cut, else a copy of the span.
  */
 export function trimSilence(samples: Float32Array, sampleRate: number, options: TrimOptions = {}): Float32Array {
+  const [start, stop] = trimBounds(samples, sampleRate, options);
+  return start === 0 && stop === samples.length ? samples : samples.slice(start, stop);
+}
+
+/** The span `[start, stop)` that {@link trimSilence} keeps. */
+export function trimBounds(samples: ArrayLike<number>, sampleRate: number, options: TrimOptions = {}): [number, number] {
   const minSeconds = options.minSeconds ?? 0;
   const topDb = options.topDb ?? TRIM_TOP_DB;
   const frame = Math.max(1, pyRound((options.frameSeconds ?? TRIM_FRAME_SECONDS) * sampleRate));
   const n = samples.length;
   const count = Math.floor(n / frame);
-  if (count < 2) return samples;
+  if (count < 2) return [0, n];
   const level = new Float64Array(count);
   let loudest = -Infinity;
   for (let f = 0; f < count; f++) {
@@ -106,14 +112,14 @@ export function trimSilence(samples: Float32Array, sampleRate: number, options: 
   const margin = pyRound((options.marginSeconds ?? TRIM_MARGIN_SECONDS) * sampleRate);
   let start = Math.max(0, first * frame - margin);
   let stop = Math.min(n, (last + 1) * frame + margin);
-  if (stop - start === n) return samples;
+  if (stop - start === n) return [0, n];
   const need = Math.min(n, Math.ceil(minSeconds * sampleRate));
   if (stop - start < need) {
     const centre = Math.floor((start + stop) / 2);
     start = Math.max(0, Math.min(centre - Math.floor(need / 2), n - need));
     stop = start + need;
   }
-  return samples.slice(start, stop);
+  return [start, stop];
 }
 
 /**

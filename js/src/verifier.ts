@@ -8,7 +8,7 @@ import type { InferenceSession, Tensor } from "onnxruntime-common";
 import * as backoffRules from "./backoff.js";
 import { BackoffPolicy } from "./backoff.js";
 import type { Bundle, AudioInput, Code } from "./bundle.js";
-import { DEFAULT_FAR, checkFar, expected, rowFor, userThreshold, type Mode } from "./calibration.js";
+import { DEFAULT_FAR, checkFar, expected, rowFor, userThreshold, type Calibration, type Mode, type Row } from "./calibration.js";
 import { bipolar, encode, newMessage, randomUserId } from "./codeword.js";
 import {
   AttemptNotRecordedError,
@@ -98,6 +98,63 @@ export interface VerifierOptions {
   clock?: () => number;
   /** ONNX Runtime session options (e.g. executionProviders for onnxruntime-web). */
   sessionOptions?: InferenceSession.SessionOptions;
+}
+
+/** What enrollment computes from the vectors ({@link computeEnrollment}); secret: never shown. */
+export interface EnrollmentResult {
+  mode: Mode;
+  /** The prototype (float32), prototype mode only. */
+  prototype: Float32Array | null;
+  /** Warm-up scores: leave-one-out cosines (prototype) or codeword scores. */
+  scores: Float64Array;
+  warmupThreshold: number;
+  threshold: number;
+  /** The calibration row that floored the threshold, or null (warm-up rule alone). */
+  row: Row | null;
+  floored: boolean;
+  ownRejected: number;
+}
+
+/**
+ * The arithmetic of `Verifier.enroll` once the samples are embedded: codeword mode when a
+ * codeword is given, prototype mode otherwise; the warm-up rule at `targetTpr` floored by the
+ * calibration at `far`. Fewer than five vectors is an EnrollmentError.
+ */
+export function computeEnrollment(
+  vectors: ArrayLike<number>[],
+  options: { codeword?: Uint8Array | null; targetTpr?: number; calibration?: Calibration | null; far?: number | null; of?: number },
+): EnrollmentResult {
+  if (vectors.length < MIN_ENROLLMENT_SAMPLES) {
+    throw new EnrollmentError(
+      `only ${vectors.length} usable sample(s) of ${options.of ?? vectors.length}: at least ` +
+        `${MIN_ENROLLMENT_SAMPLES} are needed; nothing was enrolled`,
+    );
+  }
+  const targetTpr = options.targetTpr ?? DEFAULT_TARGET_TPR;
+  let mode: Mode;
+  let reference: Float32Array | null = null;
+  let scores: Float64Array;
+  if (options.codeword) {
+    mode = "codeword";
+    const v = bipolar(options.codeword);
+    scores = Float64Array.from(vectors, (z) => codewordScore(v, z));
+  } else {
+    mode = "prototype";
+    reference = Float32Array.from(prototype(vectors));
+    scores = leaveOneOutScores(vectors);
+  }
+  const warm = warmupThreshold(scores, targetTpr);
+  const { threshold, row } = userThreshold(scores, targetTpr, options.calibration ?? null, mode, options.far ?? null);
+  return {
+    mode,
+    prototype: reference,
+    scores,
+    warmupThreshold: warm,
+    threshold,
+    row,
+    floored: row !== null && row.threshold > warm,
+    ownRejected: scores.filter((s) => s < threshold).length,
+  };
 }
 
 /** Enroll and verify users with one model bundle and one template store. */
@@ -351,40 +408,28 @@ export class Verifier {
       reports.push(report);
       options.onSample?.(report);
     }
-    if (vectors.length < MIN_ENROLLMENT_SAMPLES) {
-      throw new EnrollmentError(
-        `only ${vectors.length} usable sample(s) of ${samples.length}: at least ` +
-          `${MIN_ENROLLMENT_SAMPLES} are needed; nothing was enrolled`,
-      );
-    }
+    if (vectors.length < MIN_ENROLLMENT_SAMPLES) computeEnrollment(vectors, { of: samples.length }); // throws
     return this.locked(user, async () => {
       const existing = (await this.templates.exists(user)) ? await this.templates.load(user) : null;
       const base = existing ?? newTemplate(user, this.clock());
-      let mode: Mode;
-      let reference: Float32Array | null;
-      let scores: Float64Array;
-      if (base.codeword !== null && manifest.code !== null) {
-        if (base.codeSha256 !== manifest.code.fingerprint) {
-          throw new ModelMismatchError(
-            `user ${pyStrRepr(user)}'s codeword was made for another code than ` +
-              `${this.bundle.name}'s; make a new one with uvsdk codeword new`,
-          );
-        }
-        mode = "codeword";
-        reference = null;
-        const v = bipolar(base.codeword);
-        scores = Float64Array.from(vectors, (z) => codewordScore(v, z));
-      } else {
-        mode = "prototype";
-        reference = Float32Array.from(prototype(vectors));
-        scores = leaveOneOutScores(vectors);
+      const useCodeword = base.codeword !== null && manifest.code !== null;
+      if (useCodeword && base.codeSha256 !== manifest.code!.fingerprint) {
+        throw new ModelMismatchError(
+          `user ${pyStrRepr(user)}'s codeword was made for another code than ` +
+            `${this.bundle.name}'s; make a new one with uvsdk codeword new`,
+        );
       }
-      const { threshold, row } = userThreshold(scores, targetTpr, calibration, mode, far);
-      const floored = row !== null && row.threshold > warmupThreshold(scores, targetTpr);
+      const result = computeEnrollment(vectors, {
+        codeword: useCodeword ? base.codeword : null,
+        targetTpr,
+        calibration,
+        far,
+      });
+      const { mode, threshold, row, floored, ownRejected, scores } = result;
       await this.templates.save({
         ...base,
         mode,
-        prototype: reference,
+        prototype: result.prototype,
         threshold,
         targetTpr,
         far: row !== null ? far : null,
@@ -398,7 +443,6 @@ export class Verifier {
       let expectedFar: string | null = null;
       let expectedFrr: string | null = null;
       let advice: string | null = null;
-      const ownRejected = scores.filter((s) => s < threshold).length;
       if (row !== null && calibration !== null) {
         [expectedFar, expectedFrr] = expected(calibration.tables[mode]!, threshold);
         const allowed = Math.floor(scores.length * (1 - targetTpr) + 1e-9);
