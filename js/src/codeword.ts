@@ -58,9 +58,9 @@ export function rankGF2(g: BitMatrix): number {
 
 /**
  * `unpack_generator`: the k × n generator from its base64 packed bits. Refuses invalid base64,
- * the wrong number of bits, and a matrix not of full rank. Note: the Python SDK checks the
- * rank over the reals (numpy.linalg.matrix_rank); this port checks it over GF(2), where the
- * code lives. A GF(2)-full-rank matrix is full rank over the reals too, not conversely.
+ * the wrong number of bits, and a matrix not of rank k over GF(2), where the code lives (spec:
+ * a MUST; the Python SDK's `gf2_rank`). A matrix can be full rank over the reals and not over
+ * GF(2); the converse cannot happen.
  */
 export function unpackGenerator(encoded: string, k: number, n: number): BitMatrix {
   let packed: Uint8Array;
@@ -75,7 +75,7 @@ export function unpackGenerator(encoded: string, k: number, n: number): BitMatri
     );
   }
   const g = { k, n, bits: unpackBits(packed, k * n) };
-  if (rankGF2(g) < k) throw new BundleError("the code's generator matrix is not of full rank");
+  if (rankGF2(g) < k) throw new BundleError("the code's generator matrix is not of full rank over GF(2)");
   return g;
 }
 
