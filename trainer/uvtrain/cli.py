@@ -398,11 +398,24 @@ def presets_command(
 
 @app.command("eval")
 @_errors_to_exit
-def eval_command(out: Annotated[Path, typer.Argument(help="Run folder.")]) -> None:
+def eval_command(
+    out: Annotated[Path, typer.Argument(help="Run folder.")],
+    trials: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also score a local trial list (VoxCeleb1 veri_test*.txt format) with FedHide's "
+            "protocol: ten 3-s crops per utterance, mean cosine of the crop pairs."
+        ),
+    ] = None,
+    wav_root: Annotated[
+        Path | None,
+        typer.Option(help="Folder the list's paths are under (default: the run's --root/wav)."),
+    ] = None,
+) -> None:
     """Evaluate a run folder again (report.json, roc.png)."""
     from .run import evaluate_run
 
-    _print_report(evaluate_run(out), out)
+    _print_report(evaluate_run(out, trials, wav_root), out)
 
 
 @app.command(cls=AuditCommand)
@@ -526,6 +539,18 @@ def _print_report(report: dict, folder: Path) -> None:
         typer.echo(f"  EER against the learnt prototypes w_c: {figures}")
     if report.get("leakage") is not None:
         typer.echo(f"  prototype leakage P_leak {report['leakage']:.3f}")
+    classification = report.get("classification")
+    if classification and classification.get("accuracy") is not None:
+        typer.echo(
+            f"  top-1 accuracy on test_known (learnt prototypes) {classification['accuracy']:.4f}"
+        )
+    trial_list = report.get("trial_list")
+    if trial_list:
+        typer.echo(
+            f"  trial list ({trial_list['crops']} x {trial_list['crop_seconds']:g}-s crops, "
+            f"{trial_list['genuine'] + trial_list['impostor']} trials): "
+            f"EER {trial_list['eer']:.4f}   minDCF {trial_list['min_dcf']:.4f}"
+        )
     from .run import summary_lines
 
     for line in summary_lines(report):
