@@ -223,7 +223,7 @@ def test_uvtrain_eval_scores_a_trial_list_into_its_own_key(
     result = runner.invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     before = json.loads((out / "report.json").read_text())
-    assert "trial_list" not in before
+    assert "trial_list" not in before and "classification" not in before  # not a class set
 
     root = make_wav_root(tmp_path / "vox1", {A1: 4.0, A2: 2.0, B1: 3.5, B2: 1.0})
     trials = write_list(tmp_path, GOOD_LIST)
@@ -256,3 +256,46 @@ def test_uvtrain_eval_scores_a_trial_list_into_its_own_key(
         app, ["eval", str(out), "--trials", str(trials), "--wav-root", str(root)]
     )
     assert result.exit_code == 2 and B2 in result.stderr and "line 4:" in result.stderr
+
+
+def test_a_cifar_100_run_reports_top_1_accuracy_under_its_own_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from tests.trainer.test_datasets import write_cifar
+    from uvtrain.cli import app
+
+    monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "data"))
+    write_cifar(tmp_path / "copy" / "cifar-100-python", classes=4, per_class=10)
+    out = tmp_path / "run"
+    args = ["run", "--method", "fedhide", "--dataset", "cifar-100", "--root", tmp_path / "copy"]
+    args += ["--batch-size", "4", "--rounds", "1", "--out", out]
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    section = report["classification"]
+    assert section["split"] == "test_known"
+    assert section["classes"] == report["clients"]
+    assert section["samples"] == report["trials"]["test_known"]["genuine"] > 0
+    for key in ("accuracy", "accuracy_references"):
+        assert 0.0 <= section[key] <= 1.0
+        # a multiple of 1/samples: a fraction of test samples
+        assert section[key] * section["samples"] == pytest.approx(
+            round(section[key] * section["samples"])
+        )
+    assert "top-1 accuracy on test_known" in result.output
+    assert set(report["splits"]) == {"train", "test_known", "unknown"}  # verification as before
+    # one unknown class: no impostor pair, so that split's figures are null, printed as n/a
+    assert report["unknown_identities"] == 1 and report["splits"]["unknown"]["eer"] is None
+    assert "unknown     EER n/a" in result.output
+
+
+def test_a_split_without_impostors_leaves_the_roc_plot_without_its_curve(tmp_path: Path) -> None:
+    from uvtrain.evaluation import plot_det, plot_roc
+
+    curves = {"test_known": ([0.9, 0.8], [0.1, 0.2]), "unknown": ([0.7], [])}
+    for plot in (plot_roc, plot_det):
+        path = plot(curves, tmp_path / f"{plot.__name__}.png")
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -520,22 +520,27 @@ def audit(
 errors_to_exit = _errors_to_exit
 
 
+def _num(value: float | None, spec: str) -> str:
+    """A report figure for the terminal; ``None`` (``null``: a split with no trials) is ``n/a``."""
+    return "n/a" if value is None else format(value, spec)
+
+
 def _print_report(report: dict, folder: Path) -> None:
     typer.echo(f"{report['method']} on {report['dataset']}, {report['rounds']} rounds")
     for name, split in report["splits"].items():
         tpr = split["tpr_at_fpr"]
         typer.echo(
-            f"  {name:<11} EER {split['eer']:.4f}   TPR@FPR=1% {tpr['0.01']:.3f}   "
-            f"TPR@FPR=10% {tpr['0.1']:.3f}"
+            f"  {name:<11} EER {_num(split['eer'], '.4f')}   TPR@FPR=1% {_num(tpr['0.01'], '.3f')}   "
+            f"TPR@FPR=10% {_num(tpr['0.1'], '.3f')}"
         )
     warmup = report["warmup"]
     typer.echo(
-        f"  warm-up at target TPR {warmup['target_tpr']}: TPR {warmup['tpr']:.3f}, "
-        f"FPR {warmup['fpr']:.4f}"
+        f"  warm-up at target TPR {warmup['target_tpr']}: TPR {_num(warmup['tpr'], '.3f')}, "
+        f"FPR {_num(warmup['fpr'], '.4f')}"
     )
     learnt = report.get("learnt_prototypes")
     if learnt:
-        figures = ", ".join(f"{name} {split['eer']:.4f}" for name, split in learnt.items())
+        figures = ", ".join(f"{name} {_num(split['eer'], '.4f')}" for name, split in learnt.items())
         typer.echo(f"  EER against the learnt prototypes w_c: {figures}")
     if report.get("leakage") is not None:
         typer.echo(f"  prototype leakage P_leak {report['leakage']:.3f}")
@@ -549,7 +554,7 @@ def _print_report(report: dict, folder: Path) -> None:
         typer.echo(
             f"  trial list ({trial_list['crops']} x {trial_list['crop_seconds']:g}-s crops, "
             f"{trial_list['genuine'] + trial_list['impostor']} trials): "
-            f"EER {trial_list['eer']:.4f}   minDCF {trial_list['min_dcf']:.4f}"
+            f"EER {_num(trial_list['eer'], '.4f')}   minDCF {_num(trial_list['min_dcf'], '.4f')}"
         )
     from .run import summary_lines
 
