@@ -237,6 +237,8 @@ def test_uvtrain_eval_scores_a_trial_list_into_its_own_key(
     assert section["genuine"] == 2 and section["impostor"] == 2
     assert 0.0 <= section["eer"] <= 1.0 and section["min_dcf"] is not None
     assert section["list"] == str(trials)
+    assert section["speakers"] == 2 and section["speakers_seen_in_training"] == 0
+    assert "warning" not in result.output
     # the default protocol's splits are as they were: the paper's is never mixed into them
     assert report["splits"] == before["splits"]
     assert "trial list (10 x 3-s crops, 4 trials)" in result.output

@@ -556,6 +556,11 @@ def _print_report(report: dict, folder: Path) -> None:
             f"{trial_list['genuine'] + trial_list['impostor']} trials): "
             f"EER {_num(trial_list['eer'], '.4f')}   minDCF {_num(trial_list['min_dcf'], '.4f')}"
         )
+        if trial_list.get("speakers_seen_in_training"):
+            typer.echo(
+                f"  warning: {trial_list['speakers_seen_in_training']} of the list's "
+                f"{trial_list['speakers']} speakers were training clients of this run"
+            )
     from .run import summary_lines
 
     for line in summary_lines(report):

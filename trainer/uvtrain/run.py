@@ -420,6 +420,12 @@ def evaluate(
         trial_list = score_trial_list(
             simulation, trials[0], trials[1], int(dataset.spec["sample_rate"]), progress=True
         )
+        # The paper's test speakers take no part in training (Sec. 4.1: 1,211 train, 40 test);
+        # say how many of the list's speakers (the idXXXXX folder) this run trained on.
+        speakers = {name.split("/")[0] for name in (*trials[0].left, *trials[0].right)}
+        trained = {client.identity for client in dataset.clients}
+        trial_list["speakers"] = len(speakers)
+        trial_list["speakers_seen_in_training"] = len(speakers & trained)
     scored = score_run(simulation, dataset, config.target_tpr)
     atomic_write(folder / SCORES, lambda file: np.savez_compressed(file, **scored["arrays"]))
     extra = {**scored["extra"], **simulation.report_extra(dataset, folder, config.seed)}
