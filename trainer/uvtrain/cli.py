@@ -398,11 +398,24 @@ def presets_command(
 
 @app.command("eval")
 @_errors_to_exit
-def eval_command(out: Annotated[Path, typer.Argument(help="Run folder.")]) -> None:
+def eval_command(
+    out: Annotated[Path, typer.Argument(help="Run folder.")],
+    trials: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also score a local trial list (VoxCeleb1 veri_test*.txt format) with FedHide's "
+            "protocol: ten 3-s crops per utterance, mean cosine of the crop pairs."
+        ),
+    ] = None,
+    wav_root: Annotated[
+        Path | None,
+        typer.Option(help="Folder the list's paths are under (default: the run's --root/wav)."),
+    ] = None,
+) -> None:
     """Evaluate a run folder again (report.json, roc.png)."""
     from .run import evaluate_run
 
-    _print_report(evaluate_run(out), out)
+    _print_report(evaluate_run(out, trials, wav_root), out)
 
 
 @app.command(cls=AuditCommand)
@@ -507,25 +520,47 @@ def audit(
 errors_to_exit = _errors_to_exit
 
 
+def _num(value: float | None, spec: str) -> str:
+    """A report figure for the terminal; ``None`` (``null``: a split with no trials) is ``n/a``."""
+    return "n/a" if value is None else format(value, spec)
+
+
 def _print_report(report: dict, folder: Path) -> None:
     typer.echo(f"{report['method']} on {report['dataset']}, {report['rounds']} rounds")
     for name, split in report["splits"].items():
         tpr = split["tpr_at_fpr"]
         typer.echo(
-            f"  {name:<11} EER {split['eer']:.4f}   TPR@FPR=1% {tpr['0.01']:.3f}   "
-            f"TPR@FPR=10% {tpr['0.1']:.3f}"
+            f"  {name:<11} EER {_num(split['eer'], '.4f')}   TPR@FPR=1% {_num(tpr['0.01'], '.3f')}   "
+            f"TPR@FPR=10% {_num(tpr['0.1'], '.3f')}"
         )
     warmup = report["warmup"]
     typer.echo(
-        f"  warm-up at target TPR {warmup['target_tpr']}: TPR {warmup['tpr']:.3f}, "
-        f"FPR {warmup['fpr']:.4f}"
+        f"  warm-up at target TPR {warmup['target_tpr']}: TPR {_num(warmup['tpr'], '.3f')}, "
+        f"FPR {_num(warmup['fpr'], '.4f')}"
     )
     learnt = report.get("learnt_prototypes")
     if learnt:
-        figures = ", ".join(f"{name} {split['eer']:.4f}" for name, split in learnt.items())
+        figures = ", ".join(f"{name} {_num(split['eer'], '.4f')}" for name, split in learnt.items())
         typer.echo(f"  EER against the learnt prototypes w_c: {figures}")
     if report.get("leakage") is not None:
         typer.echo(f"  prototype leakage P_leak {report['leakage']:.3f}")
+    classification = report.get("classification")
+    if classification and classification.get("accuracy") is not None:
+        typer.echo(
+            f"  top-1 accuracy on test_known (learnt prototypes) {classification['accuracy']:.4f}"
+        )
+    trial_list = report.get("trial_list")
+    if trial_list:
+        typer.echo(
+            f"  trial list ({trial_list['crops']} x {trial_list['crop_seconds']:g}-s crops, "
+            f"{trial_list['genuine'] + trial_list['impostor']} trials): "
+            f"EER {_num(trial_list['eer'], '.4f')}   minDCF {_num(trial_list['min_dcf'], '.4f')}"
+        )
+        if trial_list.get("speakers_seen_in_training"):
+            typer.echo(
+                f"  warning: {trial_list['speakers_seen_in_training']} of the list's "
+                f"{trial_list['speakers']} speakers were training clients of this run"
+            )
     from .run import summary_lines
 
     for line in summary_lines(report):

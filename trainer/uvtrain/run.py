@@ -401,13 +401,31 @@ def evaluate(
     config: RunConfig,
     folder: Path,
     throughput: dict[str, Any] | None = None,
+    trials: tuple[Any, Path] | None = None,
 ) -> dict[str, Any]:
     """Score train / test_known / unknown, the warm-up thresholds, leakage
     (:func:`uvtrain.evaluation.scoring.score_run`); write ``scores.npz``, the report (with the
-    trainer's own sections) and ``roc.png``."""
-    from . import evaluation as ev
-    from .evaluation.scoring import score_run
+    trainer's own sections) and ``roc.png``.
 
+    ``trials``: a :class:`uvtrain.data.trials.TrialList` and its wav root, scored with FedHide's
+    ten-crop protocol into the report's own ``trial_list`` key
+    (:func:`uvtrain.evaluation.scoring.score_trial_list`)."""
+    from . import evaluation as ev
+    from .evaluation.scoring import TRIAL_LIST_KEY, score_run, score_trial_list
+
+    trial_list = None
+    if trials is not None:
+        if dataset.modality != "audio":
+            raise ConfigError(f"--trials needs an audio run; {dataset.name} is {dataset.modality}")
+        trial_list = score_trial_list(
+            simulation, trials[0], trials[1], int(dataset.spec["sample_rate"]), progress=True
+        )
+        # The paper's test speakers take no part in training (Sec. 4.1: 1,211 train, 40 test);
+        # say how many of the list's speakers (the idXXXXX folder) this run trained on.
+        speakers = {name.split("/")[0] for name in (*trials[0].left, *trials[0].right)}
+        trained = {client.identity for client in dataset.clients}
+        trial_list["speakers"] = len(speakers)
+        trial_list["speakers_seen_in_training"] = len(speakers & trained)
     scored = score_run(simulation, dataset, config.target_tpr)
     atomic_write(folder / SCORES, lambda file: np.savez_compressed(file, **scored["arrays"]))
     extra = {**scored["extra"], **simulation.report_extra(dataset, folder, config.seed)}
@@ -425,6 +443,8 @@ def evaluate(
         config=config.to_dict(),
         **extra,
     )
+    if trial_list is not None:
+        report[TRIAL_LIST_KEY] = trial_list
     ev.write_report(folder / REPORT, report)
     ev.plot_roc(
         scored["curves"],
@@ -447,11 +467,35 @@ def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Trainer]:
     return config, dataset, simulation
 
 
-def evaluate_run(out: str | Path) -> dict[str, Any]:
-    """Re-evaluate a run folder from its config and checkpoint."""
+def evaluate_run(
+    out: str | Path,
+    trials: str | Path | None = None,
+    wav_root: str | Path | None = None,
+) -> dict[str, Any]:
+    """Re-evaluate a run folder from its config and checkpoint.
+
+    ``trials``: also score this trial list (the official VoxCeleb1 format) with FedHide's
+    ten-crop protocol; its paths are relative to ``wav_root`` (default: the run's ``--root``,
+    its ``wav/`` folder when it has one). The list and every file it names are checked before
+    anything else is done.
+    """
+    from .data.trials import read_trial_list, resolve_wav_root
+
     folder = Path(out)
+    trial_spec = None
+    if trials is not None:
+        trial_list = read_trial_list(trials)
+        if wav_root is None:
+            wav_root = read_config(folder).data.root if (folder / CONFIG).is_file() else None
+        if wav_root is None:
+            raise ConfigError("--trials needs --wav-root DIR (the run has no --root)")
+        root = resolve_wav_root(wav_root)
+        trial_list.check_paths(root)
+        trial_spec = (trial_list, root)
+    elif wav_root is not None:
+        raise ConfigError("--wav-root applies only with --trials")
     config, dataset, simulation = load_run(folder)
     throughput = None
     if (folder / REPORT).is_file():  # keep the training throughput measured by the run
         throughput = read_json(folder / REPORT).get("throughput")
-    return evaluate(simulation, dataset, config, folder, throughput)
+    return evaluate(simulation, dataset, config, folder, throughput, trial_spec)

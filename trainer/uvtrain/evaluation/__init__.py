@@ -9,10 +9,10 @@ samples against the user's reference, impostor trials are anyone else's.
 
 The package, one job a module:
 
-* :mod:`.metrics` — ROC, EER, TPR at an FPR, minDCF, a split's metrics, prototype leakage
-  (pure numpy);
+* :mod:`.metrics` — ROC, EER, TPR at an FPR, minDCF, a split's metrics, prototype leakage,
+  nearest-prototype top-1 accuracy (pure numpy);
 * :mod:`.protocols` — model outputs → genuine and impostor scores (codewords, prototypes,
-  pairs), and the warm-up threshold's accuracy;
+  pairs, FedHide's ten-crop trial-list protocol), and the warm-up threshold's accuracy;
 * :mod:`.plots` — the figures (ROC, DET, a metric by round, EER against leakage);
 * :mod:`.report` — ``report.json``: :func:`make_report` and :func:`write_report`.
 
@@ -32,6 +32,7 @@ from .metrics import (
 from .metrics import (
     equal_error_rate,
     min_dcf,
+    nearest_prototype_accuracy,
     prototype_leakage,
     roc_curve,
     split_metrics,
@@ -40,9 +41,18 @@ from .metrics import (
 from .plots import _figure as _figure
 from .plots import _save_figure as _save_figure
 from .plots import plot_det, plot_leakage_vs_eer, plot_metric_over_rounds, plot_roc
-from .protocols import codeword_protocol, pair_protocol, prototype_protocol, warmup_evaluation
+from .protocols import (
+    codeword_protocol,
+    crop_starts,
+    evenly_spaced_crops,
+    pair_protocol,
+    prototype_protocol,
+    trial_list_protocol,
+    trial_scores,
+    warmup_evaluation,
+)
 from .report import SPLITS, make_report, write_report
-from .scoring import quick_metrics, score_run, score_splits
+from .scoring import quick_metrics, score_run, score_splits, score_trial_list
 
 __all__ = [
     "quick_metrics",
@@ -50,9 +60,12 @@ __all__ = [
     "score_splits",
     "SPLITS",
     "codeword_protocol",
+    "crop_starts",
+    "evenly_spaced_crops",
     "equal_error_rate",
     "make_report",
     "min_dcf",
+    "nearest_prototype_accuracy",
     "pair_protocol",
     "plot_det",
     "plot_metric_over_rounds",
@@ -61,8 +74,11 @@ __all__ = [
     "prototype_leakage",
     "prototype_protocol",
     "roc_curve",
+    "score_trial_list",
     "split_metrics",
     "tpr_at_fpr",
+    "trial_list_protocol",
+    "trial_scores",
     "warmup_evaluation",
     "write_report",
 ]

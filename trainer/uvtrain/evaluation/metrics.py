@@ -238,3 +238,48 @@ def prototype_leakage(private: ArrayLike, shared: ArrayLike) -> float:
     similarity = rescale(shared, 1.0) @ rescale(private, 1.0).T
     nearest = np.argmax(similarity, axis=1)
     return float(np.mean(nearest == np.arange(private.shape[0])))
+
+
+def nearest_prototype_accuracy(
+    embeddings: ArrayLike, labels: ArrayLike, prototypes: ArrayLike
+) -> float:
+    """Top-1 classification accuracy: each sample is given the class of its nearest prototype.
+
+    Nearest is by cosine (both sides L2-normalised), i.e. ``argmax_c w_cᵀ f(x)``, the classifier
+    a prototype method's embedding network and class prototypes make [FedHide]_ (CIFAR-100
+    accuracy, Sec. 4.1, Fig. 3, Table 4). Ties go to the lowest class index (``numpy.argmax``).
+
+    Parameters
+    ----------
+    embeddings
+        ``[N, d]`` embeddings of labelled test samples.
+    labels
+        ``[N]`` the true class of each sample: an index into ``prototypes``.
+    prototypes
+        ``[C, d]`` one vector per class (need not be normalised).
+
+    Returns
+    -------
+    float
+        The fraction of samples classified correctly, in [0, 1].
+    """
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    prototypes = np.asarray(prototypes, dtype=np.float64)
+    labels = np.asarray(labels)
+    if prototypes.ndim != 2 or prototypes.shape[0] == 0:
+        raise ValueError(f"the prototypes must be a non-empty [C, d] array, not {prototypes.shape}")
+    if (
+        embeddings.ndim != 2
+        or embeddings.shape[0] == 0
+        or embeddings.shape[1] != prototypes.shape[1]
+    ):
+        raise ValueError(
+            f"the embeddings must be a non-empty [N, {prototypes.shape[1]}] array, "
+            f"not {embeddings.shape}"
+        )
+    if labels.shape != (embeddings.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError("the labels must be one integer class index per embedding")
+    if labels.min() < 0 or labels.max() >= prototypes.shape[0]:
+        raise ValueError(f"a label is not a class index in [0, {prototypes.shape[0]})")
+    predicted = np.argmax(rescale(embeddings, 1.0) @ rescale(prototypes, 1.0).T, axis=1)
+    return float(np.mean(predicted == labels))

@@ -49,7 +49,8 @@ def plot_roc(
     Parameters
     ----------
     curves
-        Legend name → ``(genuine, impostor)`` scores; the legend shows each curve's EER.
+        Legend name → ``(genuine, impostor)`` scores; the legend shows each curve's EER. A
+        split with no genuine or no impostor trial has no curve and is left out.
     path
         Where to write the PNG (written atomically).
     title
@@ -62,6 +63,8 @@ def plot_roc(
     """
     figure, axes = _figure(title)
     for name, (genuine, impostor) in curves.items():
+        if np.size(genuine) == 0 or np.size(impostor) == 0:
+            continue  # no curve (e.g. one unknown identity: no impostor pair); its EER is null
         fpr, tpr, _ = roc_curve(genuine, impostor)
         axes.step(fpr, tpr, where="post", label=_label(name, genuine, impostor))
     axes.set_xscale("log")
@@ -93,7 +96,8 @@ def plot_det(
     Parameters
     ----------
     curves
-        Legend name → ``(genuine, impostor)`` scores; the legend shows each curve's EER.
+        Legend name → ``(genuine, impostor)`` scores; the legend shows each curve's EER. A
+        split with no genuine or no impostor trial has no curve and is left out.
     path
         Where to write the PNG (written atomically).
     title
@@ -106,6 +110,8 @@ def plot_det(
     """
     figure, axes = _figure(title)
     for name, (genuine, impostor) in curves.items():
+        if np.size(genuine) == 0 or np.size(impostor) == 0:
+            continue  # no curve (e.g. one unknown identity: no impostor pair); its EER is null
         fpr, tpr, _ = roc_curve(genuine, impostor)
         axes.plot(_probit(fpr), _probit(1.0 - tpr), label=_label(name, genuine, impostor))
     ticks = np.array([1e-4, 1e-3, 1e-2, 0.05, 0.2, 0.5, 0.8, 0.95, 0.99])

@@ -12,12 +12,15 @@ References
    (eq. 5), the warm-up threshold (Sec. 4.2, Algorithm 2), and the unknown-user evaluation
    (Sec. 6.4, Fig. 5c).
 .. [FedHide] "FedHide: Federated Learning by Hiding in the Neighbors." Proxy prototypes and the
-   prototype leakage ``P_leak``; verification pairs among users unseen in training.
+   prototype leakage ``P_leak``; verification pairs among users unseen in training; the
+   VoxCeleb1 test protocol of its Sec. 4.1 ("we crop ten 3-second temporal segments from each
+   utterance pair and compute the average scores across all segment pairs") over the official
+   trial list (:func:`trial_list_protocol`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -280,3 +283,157 @@ def warmup_evaluation(
         "fpr": accepted_impostor / total_impostor if total_impostor else float("nan"),
         "users": users,
     }
+
+
+#: FedHide's test crops (Sec. 4.1): ten segments of three seconds from each utterance.
+TRIAL_CROPS = 10
+TRIAL_CROP_SECONDS = 3.0
+
+
+def crop_starts(
+    length: int,
+    sample_rate: int,
+    crops: int = TRIAL_CROPS,
+    crop_seconds: float = TRIAL_CROP_SECONDS,
+) -> tuple[int, np.ndarray]:
+    """The width and the start of each test crop of a ``length``-sample utterance, in samples.
+
+    The starts are evenly spaced from the beginning to the last start that fits,
+    ``floor(linspace(0, length − width, crops))`` (what the VoxCeleb trainer of the paper's
+    backbone, Chung et al. 2020, does at test time; the paper itself says only "ten 3-second
+    temporal segments"). An utterance no longer than one crop has every start at 0: it is
+    repeat-padded to one crop (:func:`evenly_spaced_crops`), so its ten crops are the same.
+
+    Returns
+    -------
+    width, starts
+        ``round(crop_seconds · sample_rate)`` and ``[crops]`` int64 starts, non-decreasing.
+    """
+    width = round(crop_seconds * sample_rate)
+    if width < 1 or crops < 1:
+        raise ValueError("a crop must be at least one sample long, and there must be one")
+    if length < 1:
+        raise ValueError("an empty utterance has no crops")
+    if length <= width:
+        return width, np.zeros(crops, dtype=np.int64)
+    return width, np.floor(np.linspace(0, length - width, crops)).astype(np.int64)
+
+
+def evenly_spaced_crops(
+    signal: ArrayLike,
+    sample_rate: int,
+    crops: int = TRIAL_CROPS,
+    crop_seconds: float = TRIAL_CROP_SECONDS,
+) -> np.ndarray:
+    """The ``[crops, width]`` test crops of one utterance (:func:`crop_starts`).
+
+    An utterance shorter than one crop is first repeat-padded, tiled from its start to exactly one
+    crop, as the SDK pads a short clip (:func:`uvsdk.media.audio_windows`).
+    """
+    x = np.asarray(signal, dtype=np.float32)
+    if x.ndim != 1:
+        raise ValueError(f"expected 1-D samples, got shape {x.shape}")
+    width, starts = crop_starts(x.size, sample_rate, crops, crop_seconds)
+    if x.size < width:
+        x = np.resize(x, width)
+    return np.stack([x[s : s + width] for s in starts])
+
+
+def trial_scores(
+    left: Sequence[str],
+    right: Sequence[str],
+    load: Callable[[str], np.ndarray],
+    embed: Callable[[np.ndarray], np.ndarray],
+    *,
+    sample_rate: int,
+    crops: int = TRIAL_CROPS,
+    crop_seconds: float = TRIAL_CROP_SECONDS,
+    progress: bool = False,
+) -> np.ndarray:
+    """One score per trial ``(left[i], right[i])``: the mean cosine over all crop pairs [FedHide]_.
+
+    Each utterance is loaded once and cut into ``crops`` crops (:func:`evenly_spaced_crops`); the
+    score of a trial is the mean of the ``crops × crops`` cosines between the crops of one
+    utterance and those of the other. That mean equals the dot product of the two utterances'
+    mean *unit* crop embeddings (not renormalised), which is how it is computed.
+
+    Parameters
+    ----------
+    left, right
+        The utterances of each trial, as names ``load`` understands.
+    load
+        Name → 1-D samples at ``sample_rate``.
+    embed
+        ``[n, width]`` float32 crops → ``[n, d]`` embeddings (the trained model).
+    sample_rate, crops, crop_seconds
+        As for :func:`crop_starts`.
+    progress
+        Show a progress bar over the utterances.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[T]`` float64 scores in trial order, in [−1, 1].
+    """
+    if len(left) != len(right):
+        raise ValueError("left and right must name one utterance each per trial")
+    from tqdm.auto import tqdm
+
+    names = list(dict.fromkeys(name for pair in zip(left, right, strict=True) for name in pair))
+    means: dict[str, np.ndarray] = {}
+    for name in tqdm(
+        names, desc="trial utterances", unit="file", disable=None if progress else True
+    ):
+        outputs = np.asarray(
+            embed(evenly_spaced_crops(load(name), sample_rate, crops, crop_seconds)),
+            dtype=np.float64,
+        )
+        if outputs.ndim != 2 or outputs.shape[0] != crops:
+            raise ValueError(f"embed must return [{crops}, d], not {outputs.shape}")
+        means[name] = rescale(outputs, 1.0).mean(axis=0)
+    return np.array(
+        [means[a] @ means[b] for a, b in zip(left, right, strict=True)], dtype=np.float64
+    )
+
+
+def trial_list_protocol(
+    labels: ArrayLike,
+    left: Sequence[str],
+    right: Sequence[str],
+    load: Callable[[str], np.ndarray],
+    embed: Callable[[np.ndarray], np.ndarray],
+    *,
+    sample_rate: int,
+    crops: int = TRIAL_CROPS,
+    crop_seconds: float = TRIAL_CROP_SECONDS,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Genuine and impostor scores of a verification trial list, FedHide's VoxCeleb1 protocol
+    [FedHide]_ (Sec. 4.1): ten 3-s crops of each utterance, the mean cosine over all crop pairs.
+
+    Parameters
+    ----------
+    labels
+        ``[T]`` 1 for a same-speaker trial, 0 for a different-speaker one.
+    left, right, load, embed, sample_rate, crops, crop_seconds, progress
+        As for :func:`trial_scores`.
+
+    Returns
+    -------
+    genuine, impostor
+        The scores of the label-1 and of the label-0 trials, each in list order.
+    """
+    labels = np.asarray(labels)
+    if labels.shape != (len(left),) or not np.isin(labels, (0, 1)).all():
+        raise ValueError("labels must be one 0 or 1 per trial")
+    scores = trial_scores(
+        left,
+        right,
+        load,
+        embed,
+        sample_rate=sample_rate,
+        crops=crops,
+        crop_seconds=crop_seconds,
+        progress=progress,
+    )
+    return scores[labels == 1], scores[labels == 0]

@@ -3,11 +3,13 @@ score it (the protocols of :mod:`.protocols`), and the figures the report holds 
 warm-up thresholds, the learnt prototypes and their leakage).
 
 ``uvtrain run`` and ``uvtrain eval`` call :func:`score_run`; ``--eval-every`` calls
-:func:`quick_metrics` during training.
+:func:`quick_metrics` during training; ``uvtrain eval --trials`` calls :func:`score_trial_list`
+(FedHide's VoxCeleb1 protocol over an official trial list, reported apart from the splits).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,8 +17,22 @@ import numpy as np
 from uvsdk.scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
 
 from ..data.base import FederatedDataset
-from .metrics import prototype_leakage, split_metrics
-from .protocols import codeword_protocol, pair_protocol, prototype_protocol, warmup_evaluation
+from .metrics import nearest_prototype_accuracy, prototype_leakage, split_metrics
+from .protocols import (
+    TRIAL_CROP_SECONDS,
+    TRIAL_CROPS,
+    codeword_protocol,
+    pair_protocol,
+    prototype_protocol,
+    trial_list_protocol,
+    warmup_evaluation,
+)
+
+#: Datasets whose identities are classes (FedHide reports CIFAR-100 as classification
+#: accuracy, Sec. 4.1): their reports carry ``classification`` beside the verification splits.
+CLASSIFICATION_DATASETS = frozenset({"cifar-100"})
+#: The report key of the trial-list protocol (FedHide Sec. 4.1), never mixed with ``splits``.
+TRIAL_LIST_KEY = "trial_list"
 
 
 def _by_user(scores: np.ndarray, labels: np.ndarray, users: int) -> list[np.ndarray]:
@@ -144,6 +160,13 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
             for name, split in (("train", "train"), ("test_known", "test"))
         }
         leakage = prototype_leakage(learnt, seen)
+    if dataset.name in CLASSIFICATION_DATASETS:
+        extra["classification"] = classification_accuracy(
+            outputs["test"],
+            labels["test"],
+            references,
+            None if vectors is None else vectors[0].detach().cpu().numpy(),
+        )
     return {
         "splits": splits,
         "warmup": warmup,
@@ -151,4 +174,97 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
         "extra": extra,
         "curves": curves,
         "arrays": arrays,
+    }
+
+
+def classification_accuracy(
+    outputs: np.ndarray,
+    labels: np.ndarray,
+    references: np.ndarray,
+    learnt: np.ndarray | None,
+) -> dict[str, Any]:
+    """Top-1 accuracy on the known classes' test samples (``test_known``), the report's
+    ``classification`` section.
+
+    ``accuracy`` classifies by the class vectors the method learnt (FedHide's private prototypes
+    ``w_c``: ``argmax_c w_cᵀ f(x)``, the classifier its loss trains; ``null`` for a method without
+    them); ``accuracy_references`` by the run's references (the SDK's enrollment prototypes, or
+    FedUV's codewords). The FedHide paper says only "classification accuracy using the global
+    model on the test set" (Sec. 4.1), so both are reported.
+    """
+    if outputs.shape[0] == 0:
+        nan = float("nan")
+        return {"split": "test_known", "accuracy": nan, "accuracy_references": nan, "samples": 0}
+    return {
+        "split": "test_known",
+        "accuracy": None if learnt is None else nearest_prototype_accuracy(outputs, labels, learnt),
+        "accuracy_references": nearest_prototype_accuracy(outputs, labels, references),
+        "classes": int(references.shape[0]),
+        "samples": int(outputs.shape[0]),
+    }
+
+
+def score_trial_list(
+    simulation: Any,
+    trials: Any,
+    wav_root: Path,
+    sample_rate: int,
+    *,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """FedHide's VoxCeleb1 test protocol (Sec. 4.1) over a trial list: ten 3-s crops of each
+    utterance, the mean cosine over all 10×10 crop pairs, EER / minDCF / TPR over the trials.
+
+    Parameters
+    ----------
+    simulation
+        The trained model (its ``outputs``).
+    trials
+        A :class:`uvtrain.data.trials.TrialList`.
+    wav_root
+        The folder its paths are relative to (every file is checked before anything is scored).
+    sample_rate
+        The model's input sample rate; files are decoded and resampled to it by the SDK.
+    progress
+        Show a progress bar.
+
+    Returns
+    -------
+    dict
+        The report's ``trial_list`` section: ``protocol``, ``list``, ``wav_root``, ``crops``,
+        ``crop_seconds``, ``score`` and the :func:`split_metrics` of the trials.
+    """
+    from uvsdk.errors import MediaError
+    from uvsdk.media import load_audio
+
+    from ..data.corpora import MAX_AUDIO_SECONDS
+    from ..errors import DatasetError
+
+    files = trials.check_paths(wav_root)
+
+    def load(name: str) -> np.ndarray:
+        try:
+            signal = load_audio(files[name], sample_rate, max_seconds=MAX_AUDIO_SECONDS)
+        except MediaError as error:
+            raise DatasetError(f"{files[name]}: {error}") from None
+        if signal.size == 0:
+            raise DatasetError(f"{files[name]}: no audio in the file")
+        return signal
+
+    genuine, impostor = trial_list_protocol(
+        trials.labels,
+        trials.left,
+        trials.right,
+        load,
+        simulation.outputs,
+        sample_rate=sample_rate,
+        progress=progress,
+    )
+    return {
+        "protocol": "fedhide-sec4.1: 10 evenly spaced 3-s crops, mean cosine of the 10x10 pairs",
+        "list": str(trials.path),
+        "wav_root": str(wav_root),
+        "crops": TRIAL_CROPS,
+        "crop_seconds": TRIAL_CROP_SECONDS,
+        **split_metrics(genuine, impostor),
     }
