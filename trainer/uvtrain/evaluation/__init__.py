@@ -40,7 +40,13 @@ from .metrics import (
 from .plots import _figure as _figure
 from .plots import _save_figure as _save_figure
 from .plots import plot_det, plot_leakage_vs_eer, plot_metric_over_rounds, plot_roc
-from .protocols import codeword_protocol, pair_protocol, prototype_protocol, warmup_evaluation
+from .protocols import (
+    class_row_protocol,
+    codeword_protocol,
+    pair_protocol,
+    prototype_protocol,
+    warmup_evaluation,
+)
 from .report import SPLITS, make_report, write_report
 from .scoring import quick_metrics, score_run, score_splits
 
@@ -49,6 +55,7 @@ __all__ = [
     "score_run",
     "score_splits",
     "SPLITS",
+    "class_row_protocol",
     "codeword_protocol",
     "equal_error_rate",
     "make_report",
