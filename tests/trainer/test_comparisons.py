@@ -37,12 +37,23 @@ def _is_png(path: Path) -> bool:
 def test_roc_comparison_and_negative_loss_share_runs(tmp_path: Path) -> None:
     output = _script("roc_methods.py", tmp_path, "--every", "2")
     out = tmp_path / "out"
-    for split in ("train", "test_known", "unknown"):
+    for split in ("train", "test_known", "unknown", "unknown-pairs"):
         assert _is_png(out / f"roc-formant-voices-{split}.png")
     table = (out / "roc-formant-voices.md").read_text()
     for method in ("softmax", "FedAwS", "FedHide", "FedUV c=127", "FedUV c=255", "FedUV c=511"):
         assert f"| {method} |" in table
-    assert "| softmax | 4 |" in table and "1.000 |" in table  # softmax leaks every embedding
+    assert "| softmax | enrollment | 4 |" in table and "1.000 |" in table  # leaks every row
+    rows = {tuple(line.split(" | ")[:2]): line for line in table.splitlines()}
+    # softmax and FedAwS: a row in the paper's class-row protocol too. The unknown split sits in
+    # its protocol's columns: unseen people as impostors (codeword, class row), or pairs among
+    # them (enrollment), never both in one column
+    for method in ("| softmax", "| FedAwS"):
+        enrolled, by_row = rows[(method, "enrollment")], rows[(method, "class row")]
+        assert by_row.split(" | ")[6:10][2:] == ["–", "–"]  # no pairs in the class-row row
+        assert enrolled.split(" | ")[6:8] == ["–", "–"]  # no impostor protocol in enrollment's
+        assert by_row.split(" | ")[6] != "–" and enrolled.split(" | ")[8] != "–"
+    assert rows[("| FedUV c=127", "codeword")].split(" | ")[8:10] == ["–", "–"]
+    assert ("| FedHide", "class row") not in rows  # FedHide's prototypes stay on the device
     assert output.count("training") == 6
     # the ablation's no-negative arm is the ROC comparison's FedUV c=127 run: trained once
     output = _script("negative_loss.py", tmp_path, "--every", "2")

@@ -52,6 +52,7 @@ from uvtrain.config import (  # noqa: E402
         (lambda: FedUV(code_length=100), "code_length must be 127, 255 or 511"),
         (lambda: FedUV(negative_weight=-1.0), "negative_weight must be >= 0"),
         (lambda: FedUV(negative_loss="min"), "negative_loss must be one of max, mean-relu"),
+        (lambda: Softmax(softmax_head="arcface"), "softmax_head must be one of plain, cosine"),
         (lambda: FedFace(parties=0), "parties must be >= 1"),
         (lambda: FedFace(partition="alphabetical"), "partition must be"),
         (lambda: FedFace(pfm=1), "pfm must be bool"),
@@ -108,6 +109,7 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
             {k: v for k, v in kind().parameters().items() if k not in old and k not in newer}
         )
     del old["negative_loss"]  # FedUV's form of the negative loss came later too
+    del old["softmax_head"]  # and so did softmax's head
     assert len(old) == 47
     config = RunConfig.from_flat(old, other_methods="ignore")
     assert config.method == FedUV(code_length=255) and config.schedule.rounds == 5
@@ -139,6 +141,7 @@ def test_the_command_line_options_are_the_dataclasses_fields() -> None:
     flags = {option.name: option.flag for option in cli_options()}
     assert flags["weight"] == "--lambda" and flags["pfm"] == "--pfm/--no-pfm"
     assert flags["negative_loss"] == "--negative-loss"
+    assert flags["softmax_head"] == "--softmax-head"
     for kind in METHODS.values():
         for item in kind.__dataclass_fields__.values():
             if item.metadata.get("cli", True) and item.name in kind().parameters():

@@ -57,6 +57,7 @@ METHODS = [
     FedCS(cosine=0.3),
     FedAwS(),
     Softmax(),
+    Softmax(softmax_head="cosine"),
 ]
 
 

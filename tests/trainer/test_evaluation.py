@@ -11,6 +11,7 @@ import pytest
 
 import uvtrain.evaluation as evaluation
 from uvtrain.evaluation import (
+    class_row_protocol,
     codeword_protocol,
     equal_error_rate,
     make_report,
@@ -180,6 +181,50 @@ def test_prototype_protocol_by_hand() -> None:
     np.testing.assert_allclose(impostor, [-s, s])
 
 
+# Two known users' learnt class rows (w_0 not unit: the protocol scores cosines) and their
+# unit embeddings; the cosines are written beside each sample.
+ROWS = np.array([[2.0, 0.0], [0.0, 1.0]])
+ROW_SAMPLES = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [0.6, 0.8]])  # vs w_0, w_1:
+ROW_LABELS = np.array([0, 0, 1, 1])  # (1, 0), (0.6, 0.8), (0, 1), (0.6, 0.8)
+
+
+def test_class_row_protocol_by_hand() -> None:
+    genuine, impostor = class_row_protocol(ROW_SAMPLES, ROW_LABELS, ROWS)
+    np.testing.assert_allclose(genuine, [1.0, 0.6, 1.0, 0.8])
+    np.testing.assert_allclose(impostor, [0.0, 0.8, 0.0, 0.6], atol=1e-12)
+    # τ in (0.6, 0.8]: one genuine trial of four rejected (0.6), one impostor accepted (0.8)
+    assert equal_error_rate(genuine, impostor) == pytest.approx(0.25)
+    # the logit w_uᵀ z would give w_0's samples 2.0 and 1.2: the row is normalised
+    assert genuine.max() == pytest.approx(1.0)
+    # unseen identities (no row of their own) against every known row
+    unseen = np.array([[-1.0, 0.0], [0.8, -0.6]])
+    _, impostor = class_row_protocol(
+        ROW_SAMPLES, ROW_LABELS, ROWS, impostor_embeddings=unseen, impostor_labels=np.array([7, 8])
+    )
+    np.testing.assert_allclose(impostor, [-1.0, 0.0, 0.8, -0.6], atol=1e-12)
+
+
+def test_class_row_splits_score_unknown_as_impostors_never_as_pairs() -> None:
+    from uvtrain.evaluation.scoring import class_row_splits
+
+    unseen = np.array([[-1.0, 0.0], [0.8, -0.6], [-0.6, -0.8]])
+    scored = {
+        "outputs": {"train": ROW_SAMPLES[:2], "test": ROW_SAMPLES},
+        "labels": {"train": np.array([0, 1]), "test": ROW_LABELS},
+        "unknown_outputs": unseen,
+        "unknown_labels": np.array([0, 0, 1]),  # two unseen people
+    }
+    curves = class_row_splits(scored, ROWS)
+    assert set(curves) == {"train", "test_known", "unknown"}
+    np.testing.assert_allclose(curves["train"][0], [1.0, 0.8])  # (0.6, 0.8) now user 1's
+    np.testing.assert_allclose(curves["unknown"][0], [1.0, 0.6, 1.0, 0.8])  # test_known's
+    # 3 unseen samples × 2 rows; no pair among the unseen samples is a trial
+    np.testing.assert_allclose(curves["unknown"][1], [-1.0, 0.0, 0.8, -0.6, -0.6, -0.8])
+    # τ in (0.6, 0.8]: FPR 1/6 (the 0.8), FNR 1/4; at τ = 0.6 FNR is 0 at the same FPR, so the
+    # rates cross at 1/6
+    assert equal_error_rate(*curves["unknown"]) == pytest.approx(1 / 6)
+
+
 def test_pair_protocol_counts_and_values() -> None:
     # Identities of sizes 3, 2, 1: genuine pairs 3 + 1 = 4, impostor pairs 15 - 4 = 11.
     labels = np.array([5, 9, 5, 2, 5, 9])
@@ -296,6 +341,7 @@ def test_make_report_has_the_design_shape() -> None:
         "warmup": {"target_tpr": None, "tpr": None, "fpr": None},
         "leakage": None,
         "throughput": {"client_updates_per_s": None, "device": None},
+        "class_row": None,
         "trials": {
             "train": {"genuine": None, "impostor": None},
             "test_known": {"genuine": None, "impostor": None},
@@ -318,6 +364,39 @@ def test_make_report_has_the_design_shape() -> None:
     assert report["trials"]["unknown"] == {"genuine": 3, "impostor": 0}
     with pytest.raises(ValueError):
         make_report("feduv", "x", 1, {"test-known": {}}, warmup, None, {})
+
+
+def test_make_report_keeps_the_class_row_protocol_apart() -> None:
+    """softmax/FedAwS: the class-row protocol in its own section, in the shape of ``splits``."""
+    enrolled = {"test_known": split_metrics([0.9, 0.8], [0.1]), "unknown": split_metrics([1], [0])}
+    rows = {
+        "test_known": split_metrics(GENUINE, IMPOSTOR),
+        "unknown": split_metrics([0.9, 0.8], [0.85, 0.1]),
+    }
+    warmup = {"target_tpr": 0.95, "tpr": 0.9, "fpr": 0.1, "users": 3}
+    row_warmup = {"target_tpr": 0.95, "tpr": 0.5, "fpr": 0.25, "users": 2}
+    report = make_report(
+        "softmax",
+        "x",
+        1,
+        enrolled,
+        warmup,
+        1.0,
+        {},
+        class_row={"splits": rows, "warmup": row_warmup},
+    )
+    section = report["class_row"]
+    assert section["protocol"] == "class-row"
+    assert set(section["splits"]) == {"train", "test_known", "unknown"}
+    assert section["splits"]["test_known"]["eer"] == pytest.approx(1 / 3)
+    assert section["splits"]["unknown"]["eer"] == pytest.approx(0.5)
+    assert math.isnan(section["splits"]["train"]["eer"])  # not given: null, as in splits
+    assert section["warmup"] == {"target_tpr": 0.95, "tpr": 0.5, "fpr": 0.25}
+    assert section["trials"]["unknown"] == {"genuine": 2, "impostor": 2}
+    assert section["trials"]["warmup_users"] == 2
+    # the enrollment protocol's figures are untouched by the class-row ones
+    assert report["splits"]["test_known"]["eer"] == 0.0 and report["splits"]["unknown"]["eer"] == 0
+    assert report["warmup"]["tpr"] == 0.9 and report["trials"]["warmup_users"] == 3
 
 
 def test_write_report_nulls_nan_and_is_atomic(

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -64,6 +65,26 @@ def test_run_writes_the_run_folder_and_resumes(
     if method != "feduv":
         assert set(report["learnt_prototypes"]) == {"train", "test_known"}
         assert "learnt prototypes" in result.output
+    # which protocol each split of "splits" is: the two unknown-user protocols are never mixed
+    unknown = "codeword-unseen-impostors" if method == "feduv" else "unseen-pairs"
+    assert report["split_protocols"]["unknown"] == unknown
+    # softmax and FedAwS are also scored as the FedUV paper scores them, against their learnt
+    # class rows, in a section of their own beside the SDK's enrollment protocol
+    if method in ("softmax", "fedaws"):
+        rows = report["class_row"]
+        assert rows["protocol"] == "class-row"
+        assert set(rows["splits"]) == {"train", "test_known", "unknown"}
+        for split in rows["splits"].values():
+            assert 0.0 <= split["eer"] <= 1.0 and set(split["tpr_at_fpr"]) >= {"0.01", "0.1"}
+        # unknown: the known users' test samples against unseen people, not pairs of the unseen
+        assert rows["trials"]["unknown"]["genuine"] == report["trials"]["test_known"]["genuine"]
+        assert rows["trials"]["unknown"] != report["trials"]["unknown"]
+        assert set(rows["warmup"]) == {"target_tpr", "tpr", "fpr"}
+        with np.load(out / "scores.npz") as scores:
+            assert {"class_row_test_known_genuine", "class_row_unknown_impostor"} <= set(scores)
+        assert "learnt class rows" in result.output
+    else:
+        assert report["class_row"] is None
     assert "EER" in result.output
 
     resumed = uvtrain("run", "--method", method, *TINY, "--rounds", "3", "--out", out)

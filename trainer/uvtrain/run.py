@@ -236,6 +236,8 @@ def read_config(folder: Path) -> RunConfig:
         raise TrainingError(f"{folder / CONFIG}: not a run configuration")
     if data.get("method") == "feduv":
         data.setdefault("negative_loss", "mean-relu")  # the only form before the paper's eq. 4
+    if data.get("method") == "softmax":
+        data.setdefault("softmax_head", "cosine")  # the only head before the paper's plain one
     if data.get("method") in ("fedhide", "fedgn", "fedcs"):
         # written before these options: the backbone's own dimension and the Hann window
         data.setdefault("embedding_dim", None)
@@ -438,6 +440,7 @@ def evaluate(
         scored["warmup"],
         scored["leakage"],
         throughput or {"client_updates_per_s": None, "device": simulation.device.type},
+        class_row=scored["class_row"],
         clients=len(dataset.clients),
         unknown_identities=len(dataset.unknown),
         config=config.to_dict(),

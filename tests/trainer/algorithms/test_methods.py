@@ -108,6 +108,7 @@ LEARNERS: list[tuple[FedAvg, float]] = [
     (FedCS(cosine=0.3), 0.3),
     (FedAwS(), 0.3),
     (Softmax(), 0.3),
+    (Softmax(softmax_head="cosine"), 0.3),
 ]
 
 

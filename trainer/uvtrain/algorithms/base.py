@@ -83,6 +83,10 @@ class FedAvg:
     #: from the aggregates), ``"prototype-leakage"`` (P_leak of the class vectors the server
     #: sees), ``"inversion"`` (reconstruct a client's images from its update).
     audits: ClassVar[frozenset[str]] = frozenset({"inversion"})
+    #: Its users verify against their learnt class rows (the rows of :meth:`prototypes`), as the
+    #: FedUV paper scores its baselines softmax and FedAwS: the report adds that protocol
+    #: (``class_row``) beside the SDK's enrollment one.
+    verifies_by_class_row: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         """Each method checks its own parameters (types here, ranges in its override), so a bad

@@ -59,6 +59,7 @@ class FedAwS(FedAvg):
 
     name: ClassVar[str] = "fedaws"
     audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
+    verifies_by_class_row: ClassVar[bool] = True
     positive_margin: float = field(  # ν_p
         default=0.9, metadata={"help": "FedAwS positive-loss margin."}
     )

@@ -2,12 +2,28 @@
 
 Every client trains the whole model *and* a class matrix ``W = [w_1 … w_C]`` with one row per
 user, and FedAvg averages both: every user's class embedding is known to every party — exactly
-what FedUV and FedHide exist to avoid, which is why it bounds what they can reach. The loss is the
-normalised (cosine) softmax cross-entropy
+what FedUV and FedHide exist to avoid, which is why it bounds what they can reach.
 
-    ℓ(x, u) = −log( exp(s · w̃_uᵀ f(x)) / Σ_c exp(s · w̃_cᵀ f(x)) ),   w̃_c = w_c / ‖w_c‖
+The head (``softmax_head``):
 
-with ``f(x)`` the unit embedding and scale ``s``.
+* ``"plain"`` (the default: the paper's) — a fully connected layer and the softmax
+  cross-entropy, ``logits = W z + b``, with neither ``W`` nor the logits normalised or scaled:
+
+      ℓ(x, u) = −log( exp(w_uᵀ z + b_u) / Σ_c exp(w_cᵀ z + b_c) ),   z = f(x)
+
+  This is the FedUV paper's "regular federated learning method, where each user is assigned to
+  one class and the model is trained with the softmax cross-entropy loss function" (Sec. 6.2,
+  "Baselines"), whose network ends in ``FC(1024, c)`` with ``c`` the number of users (Table 2).
+  One difference: the layer reads the model's unit embedding ``f(x) = g(x)/‖g(x)‖`` (what an
+  embedding bundle exports and the SDK scores by cosine), not the unnormalised features; ``W``
+  itself is free, so ``‖w_c‖`` plays the part of a learnt scale.
+* ``"cosine"`` (ours, kept as an option; the only head before the paper's) — the normalised
+  (cosine) softmax with a fixed scale ``s`` and no bias,
+
+      ℓ(x, u) = −log( exp(s · w̃_uᵀ f(x)) / Σ_c exp(s · w̃_cᵀ f(x)) ),   w̃_c = w_c / ‖w_c‖.
+
+A run folder written before the option existed reads ``cosine`` (:func:`uvtrain.run.read_config`),
+so its checkpoint (no bias) still fits. ``scale`` is read by the cosine head only.
 """
 
 from __future__ import annotations
@@ -23,48 +39,102 @@ from ..errors import ConfigError
 from ..models import EmbeddingModel
 from .base import FedAvg, Tensors
 
+#: The softmax heads (``Softmax.softmax_head``): the paper's, then ours.
+SOFTMAX_HEADS: tuple[str, ...] = ("plain", "cosine")
 
-def softmax_loss(outputs: Tensor, classes: Tensor, label: Tensor, scale: float) -> Tensor:
-    """``mean_b CE(s · normalize(W) f_b, label)`` for unit outputs ``f_b`` ``[B, d]`` and the
-    class matrix ``W`` ``[C, d]``."""
-    logits = scale * outputs @ functional.normalize(classes, dim=1).T
+
+def softmax_logits(
+    outputs: Tensor,
+    classes: Tensor,
+    bias: Tensor | None = None,
+    *,
+    head: str = "plain",
+    scale: float = 16.0,
+) -> Tensor:
+    """``[B, C]`` logits of the outputs ``z_b`` ``[B, d]`` against the class matrix ``W``
+    ``[C, d]``: ``W z + b`` (``plain``; no bias: ``W z``) or ``s · normalize(W) z`` (``cosine``)."""
+    if head == "plain":
+        logits = outputs @ classes.T
+        return logits if bias is None else logits + bias
+    if head == "cosine":
+        return scale * outputs @ functional.normalize(classes, dim=1).T
+    raise ConfigError(f"softmax_head must be one of {', '.join(SOFTMAX_HEADS)}, got {head!r}")
+
+
+def softmax_loss(
+    outputs: Tensor,
+    classes: Tensor,
+    label: Tensor,
+    scale: float,
+    bias: Tensor | None = None,
+    head: str = "cosine",
+) -> Tensor:
+    """``mean_b CE(logits_b, label)`` with :func:`softmax_logits` (``head`` ``cosine``:
+    ``s · normalize(W) f_b``; ``plain``: ``W f_b + b``)."""
+    logits = softmax_logits(outputs, classes, bias, head=head, scale=scale)
     return functional.cross_entropy(logits, label.expand(outputs.shape[0]))
 
 
 class SoftmaxModel(EmbeddingModel):
-    """The unit-embedding model plus the class matrix ``classes`` ``[C, d]``, which FedAvg
-    averages with it. ``forward`` is the embedding alone (what a bundle exports)."""
+    """The unit-embedding model plus the class matrix ``classes`` ``[C, d]`` (and, for the plain
+    head, the bias ``bias`` ``[C]``), which FedAvg averages with it. ``forward`` is the embedding
+    alone (what a bundle exports)."""
 
-    def __init__(self, backbone: nn.Module, num_classes: int) -> None:
+    def __init__(self, backbone: nn.Module, num_classes: int, bias: bool = False) -> None:
         super().__init__(backbone)
         dim = int(backbone.embedding_dim)
         self.classes = nn.Parameter(torch.randn(num_classes, dim) / dim**0.5)
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(num_classes))
 
 
 @dataclass(frozen=True)
 class Softmax(FedAvg):
-    """FedAvg of the model and a shared class matrix, with cosine-softmax cross-entropy."""
+    """FedAvg of the model and a shared class matrix, with softmax cross-entropy (plain FC layer
+    by default, the cosine head as an option)."""
 
     name: ClassVar[str] = "softmax"
-    loss_reads_model: ClassVar[tuple[str, ...]] = ("classes",)
     audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
-    scale: float = field(default=16.0, metadata={"help": "Softmax logit scale s."})
+    verifies_by_class_row: ClassVar[bool] = True
+    softmax_head: str = field(
+        default="plain",
+        metadata={
+            "help": "Softmax head: plain (W z + b, the FedUV paper's) or cosine (s·W̃ z, ours)."
+        },
+    )
+    scale: float = field(default=16.0, metadata={"help": "Cosine softmax logit scale s."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.softmax_head not in SOFTMAX_HEADS:
+            raise ConfigError(
+                f"softmax_head must be one of {', '.join(SOFTMAX_HEADS)}, got {self.softmax_head!r}"
+            )
         if self.scale <= 0:
             raise ConfigError("scale must be positive")
+
+    @property
+    def loss_reads_model(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The class matrix, and the bias of the plain head."""
+        return ("classes", "bias") if self.softmax_head == "plain" else ("classes",)
 
     def deployment_problem(self) -> str | None:
         return "softmax trains one class matrix with every user's row: not on Flower"
 
     def build_model(self, backbone: nn.Module, num_clients: int) -> nn.Module:
-        return SoftmaxModel(backbone, num_clients)
+        return SoftmaxModel(backbone, num_clients, bias=self.softmax_head == "plain")
 
     def loss(
         self, outputs: Tensor, private: Tensors, constants: Tensors, shared: Tensors
     ) -> Tensor:
-        return softmax_loss(outputs, shared["classes"], constants["index"], self.scale)
+        return softmax_loss(
+            outputs,
+            shared["classes"],
+            constants["index"],
+            self.scale,
+            bias=shared.get("bias"),
+            head=self.softmax_head,
+        )
 
     def prototypes(
         self, params: Tensors, private: Tensors, shared: Tensors

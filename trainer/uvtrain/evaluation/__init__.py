@@ -42,6 +42,7 @@ from .plots import _figure as _figure
 from .plots import _save_figure as _save_figure
 from .plots import plot_det, plot_leakage_vs_eer, plot_metric_over_rounds, plot_roc
 from .protocols import (
+    class_row_protocol,
     codeword_protocol,
     crop_starts,
     evenly_spaced_crops,
@@ -59,6 +60,7 @@ __all__ = [
     "score_run",
     "score_splits",
     "SPLITS",
+    "class_row_protocol",
     "codeword_protocol",
     "crop_starts",
     "evenly_spaced_crops",

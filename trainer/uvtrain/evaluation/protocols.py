@@ -1,6 +1,6 @@
 """The score protocols of the seed papers: from model outputs to genuine and impostor score
-sets (FedUV's codewords, prototypes, verification pairs among unseen users), and the
-warm-up threshold's accuracy.
+sets (FedUV's codewords, prototypes, the baselines' learnt class rows, verification pairs among
+unseen users), and the warm-up threshold's accuracy.
 
 The scores come from the SDK (:mod:`uvsdk.scoring`), so a user's score during evaluation is
 computed by the same code as on the device.
@@ -10,7 +10,7 @@ References
 .. [FedUV] H. Hosseini, H. Park, S. Yun, C. Louizos, J. Soriaga, M. Welling. "Federated Learning
    of User Verification Models Without Sharing Embeddings." ICML 2021. Scores ``e = v·σ(W g(x))/c``
    (eq. 5), the warm-up threshold (Sec. 4.2, Algorithm 2), and the unknown-user evaluation
-   (Sec. 6.4, Fig. 5c).
+   (Sec. 6.4, Fig. 5c); its baselines scored against their learnt class rows (Sec. 6.2).
 .. [FedHide] "FedHide: Federated Learning by Hiding in the Neighbors." Proxy prototypes and the
    prototype leakage ``P_leak``; verification pairs among users unseen in training; the
    VoxCeleb1 test protocol of its Sec. 4.1 ("we crop ten 3-second temporal segments from each
@@ -161,6 +161,58 @@ def prototype_protocol(
     """
     return _reference_protocol(
         cosine_scores, embeddings, labels, prototypes, impostor_embeddings, impostor_labels
+    )
+
+
+def class_row_protocol(
+    embeddings: ArrayLike,
+    labels: ArrayLike,
+    rows: ArrayLike,
+    *,
+    impostor_embeddings: ArrayLike | None = None,
+    impostor_labels: ArrayLike | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Genuine and impostor trials against the users' learnt class rows: the FedUV paper's
+    protocol for its baselines, softmax and FedAwS [FedUV]_.
+
+    The paper verifies with embedding-based classifiers, whose test example is accepted when its
+    embedding is close to the user's class embedding ``w_y`` (Sec. 2.2, eq. 1), and gives the
+    baselines a per-user warm-up threshold as for FedUV (Sec. 6.2, "Baselines"); Fig. 5 (Sec. 6.4)
+    reports them on the training data, the known users' test data and the unknown users' data.
+
+    Each known user verifies with their own *class row* ``w_u`` — the row of the class matrix
+    that training learnt for them (softmax's FC layer, FedAwS's class embedding) — instead of a
+    reference enrolled from their samples: a sample of user ``u`` against ``w_u`` is a genuine
+    trial, any other person's sample against ``w_u`` an impostor trial. On the unknown split, as
+    for FedUV's codewords (Fig. 5c), the genuine trials are the known users' test samples and the
+    impostors every sample of the identities unseen in training against every known row (an
+    unseen identity has no row: it cannot be enrolled in this protocol).
+
+    The score is the cosine ``w_uᵀ f(x) / ‖w_u‖`` (the SDK's
+    :func:`uvsdk.scoring.cosine_scores`). The paper does not say whether it scores the logit or
+    the cosine; for one user the plain head's logit ``w_uᵀ f(x) + b_u`` of a unit embedding is
+    ``‖w_u‖ · cosine + b_u``, an increasing function of the cosine, so each user's warm-up
+    threshold accepts the same samples either way; only the pooled ROC across users differs, and
+    the cosine is the one that needs no per-user offsets to be comparable.
+
+    Parameters
+    ----------
+    embeddings
+        ``[N, d]`` embeddings of samples of known users.
+    labels
+        ``[N]`` integer owner of each sample: an index into ``rows``.
+    rows
+        ``[U, d]`` the known users' learnt class rows (need not be normalised).
+    impostor_embeddings, impostor_labels
+        Samples of users unknown to training, as in :func:`codeword_protocol`.
+
+    Returns
+    -------
+    genuine, impostor
+        As in :func:`codeword_protocol`.
+    """
+    return _reference_protocol(
+        cosine_scores, embeddings, labels, rows, impostor_embeddings, impostor_labels
     )
 
 

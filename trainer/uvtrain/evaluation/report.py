@@ -43,6 +43,41 @@ def _number(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
 
+def _report_splits(
+    splits: Mapping[str, Mapping[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, int]]]:
+    """``splits`` in the report's shape (every split of :data:`SPLITS`; one left out: ``null``
+    metrics) and their trial counts."""
+    unknown = set(splits) - set(SPLITS)
+    if unknown:
+        raise ValueError(f"unknown split(s) {sorted(unknown)}; the splits are {list(SPLITS)}")
+    report_splits: dict[str, dict[str, Any]] = {}
+    trials: dict[str, dict[str, int]] = {}
+    for name in SPLITS:
+        split = splits.get(name, {})
+        points = dict(split.get("tpr_at_fpr", {}))
+        tpr = {_fpr_key(f): _number(points.pop(_fpr_key(f), None)) for f in REPORT_FPRS}
+        tpr.update({key: _number(value) for key, value in points.items()})
+        report_splits[name] = {
+            "eer": _number(split.get("eer")),
+            "tpr_at_fpr": tpr,
+            "min_dcf": _number(split.get("min_dcf")),
+        }
+        trials[name] = {
+            "genuine": int(split.get("genuine", 0)),
+            "impostor": int(split.get("impostor", 0)),
+        }
+    return report_splits, trials
+
+
+def _warmup(warmup: Mapping[str, Any]) -> dict[str, float]:
+    return {
+        "target_tpr": _number(warmup.get("target_tpr")),
+        "tpr": _number(warmup.get("tpr")),
+        "fpr": _number(warmup.get("fpr")),
+    }
+
+
 def make_report(
     method: str,
     dataset: str,
@@ -51,6 +86,7 @@ def make_report(
     warmup: Mapping[str, Any],
     leakage: float | None,
     throughput: Mapping[str, Any],
+    class_row: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Assemble ``report.json`` in the shape DESIGN.md fixes ("The trainer").
@@ -68,6 +104,13 @@ def make_report(
         :func:`prototype_leakage` for prototype-sharing methods, else ``None``.
     throughput
         ``{"client_updates_per_s": float, "device": str}``.
+    class_row
+        The FedUV paper's protocol for its baselines (softmax, FedAwS): each user's samples
+        against their learnt class row, ``{"splits": {split: split_metrics}, "warmup":
+        warmup_evaluation}`` (:func:`uvtrain.evaluation.scoring.class_row_splits`), reported as
+        ``report["class_row"]`` in the shape of ``splits`` and ``warmup``, beside — never mixed
+        with — ``splits``, which hold the SDK's enrollment protocol. ``None`` (``null``) for
+        methods that do not verify by class row.
     **extra
         More top-level keys (provenance, configuration, ...).
 
@@ -76,31 +119,27 @@ def make_report(
     dict
         ``{"method", "dataset", "rounds", "splits": {split: {"eer", "tpr_at_fpr": {"0.01", "0.1",
         ...}, "min_dcf"}}, "warmup": {"target_tpr", "tpr", "fpr"}, "leakage", "throughput":
-        {"client_updates_per_s", "device"}, "trials": {...}, **extra}``. The nested objects hold
+        {"client_updates_per_s", "device"}, "class_row": null or {"protocol": "class-row",
+        "splits": {...}, "warmup": {...}, "trials": {split: {"genuine", "impostor"}, ...}},
+        "trials": {...}, **extra}``. The nested objects hold
         exactly these keys (``tpr_at_fpr`` also any further FPR points the split carries); the trial
         counts of each split and the number of warm-up users go to the top-level ``trials``.
         Metrics may be NaN; :func:`write_report` writes them as ``null``.
     """
-    unknown = set(splits) - set(SPLITS)
-    if unknown:
-        raise ValueError(f"unknown split(s) {sorted(unknown)}; the splits are {list(SPLITS)}")
     if "trials" in extra:
         raise ValueError("'trials' is a key make_report fills itself")
-    report_splits: dict[str, dict[str, Any]] = {}
-    trials: dict[str, Any] = {}
-    for name in SPLITS:
-        split = splits.get(name, {})
-        points = dict(split.get("tpr_at_fpr", {}))
-        tpr = {_fpr_key(f): _number(points.pop(_fpr_key(f), None)) for f in REPORT_FPRS}
-        tpr.update({key: _number(value) for key, value in points.items()})
-        report_splits[name] = {
-            "eer": _number(split.get("eer")),
-            "tpr_at_fpr": tpr,
-            "min_dcf": _number(split.get("min_dcf")),
-        }
-        trials[name] = {
-            "genuine": int(split.get("genuine", 0)),
-            "impostor": int(split.get("impostor", 0)),
+    report_splits, trials = _report_splits(splits)
+    class_row_section = None
+    if class_row is not None:
+        row_splits, row_trials = _report_splits(class_row.get("splits", {}))
+        row_warmup = class_row.get("warmup", {})
+        if "users" in row_warmup:
+            row_trials["warmup_users"] = int(row_warmup["users"])
+        class_row_section = {
+            "protocol": "class-row",
+            "splits": row_splits,
+            "warmup": _warmup(row_warmup),
+            "trials": row_trials,
         }
     if "users" in warmup:
         trials["warmup_users"] = int(warmup["users"])
@@ -109,16 +148,13 @@ def make_report(
         "dataset": str(dataset),
         "rounds": int(rounds),
         "splits": report_splits,
-        "warmup": {
-            "target_tpr": _number(warmup.get("target_tpr")),
-            "tpr": _number(warmup.get("tpr")),
-            "fpr": _number(warmup.get("fpr")),
-        },
+        "warmup": _warmup(warmup),
         "leakage": None if leakage is None else float(leakage),
         "throughput": {
             "client_updates_per_s": _number(throughput.get("client_updates_per_s")),
             "device": str(throughput.get("device", "cpu")),
         },
+        "class_row": class_row_section,
         "trials": trials,
         **extra,
     }

@@ -21,6 +21,7 @@ from .metrics import nearest_prototype_accuracy, prototype_leakage, split_metric
 from .protocols import (
     TRIAL_CROP_SECONDS,
     TRIAL_CROPS,
+    class_row_protocol,
     codeword_protocol,
     pair_protocol,
     prototype_protocol,
@@ -99,10 +100,75 @@ def score_splits(
         "outputs": outputs,
         "labels": labels,
         "unknown_outputs": unknown_outputs,
+        "unknown_labels": unknown_labels,
         "references": references,
         "protocol": protocol,
         "curves": curves,
     }
+
+
+#: The protocol behind each split of ``report["splits"]``, by output kind: FedUV's codewords
+#: (``unknown``: the unseen identities as impostors against every known codeword, FedUV Fig. 5c),
+#: or the SDK's enrollment reference of an embedding bundle (``unknown``: pairs among the unseen
+#: identities, which an embedding model enrolls without training). ``report["class_row"]`` has
+#: its own (:data:`CLASS_ROW_PROTOCOLS`): the two ``unknown`` protocols are never one figure.
+SPLIT_PROTOCOLS: dict[str, dict[str, str]] = {
+    "codeword": {
+        "train": "codeword",
+        "test_known": "codeword",
+        "unknown": "codeword-unseen-impostors",
+    },
+    "embedding": {"train": "enrollment", "test_known": "enrollment", "unknown": "unseen-pairs"},
+}
+CLASS_ROW_PROTOCOLS: dict[str, str] = {
+    "train": "class-row",
+    "test_known": "class-row",
+    "unknown": "class-row-unseen-impostors",
+}
+
+
+def _class_row_warmup(scored: dict[str, Any], rows: np.ndarray, target_tpr: float) -> dict:
+    """The warm-up threshold's accuracy in the class-row protocol: each user sets τ from their
+    validation samples' cosines with their own row (FedUV Sec. 6.2: a warm-up phase for the
+    baselines too), then accepts or rejects the test samples and the unseen identities'."""
+    outputs, labels, unknown = scored["outputs"], scored["labels"], scored["unknown_outputs"]
+    val, test = cosine_scores(rows, outputs["val"]), cosine_scores(rows, outputs["test"])
+    others = cosine_scores(rows, unknown) if unknown is not None else None
+    val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
+    for user in range(rows.shape[0]):
+        mine = labels["test"] == user
+        val_by_user[user] = val[labels["val"] == user, user]
+        genuine_by_user[user] = test[mine, user]
+        impostors = [test[~mine, user]] + ([others[:, user]] if others is not None else [])
+        impostor_by_user[user] = np.concatenate(impostors)
+    return warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, target_tpr)
+
+
+def class_row_splits(
+    scored: dict[str, Any], rows: np.ndarray
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Genuine and impostor scores of :func:`class_row_protocol` on train, test_known and
+    unknown: the known users' samples against their learnt class ``rows`` (the FedUV paper's
+    protocol for softmax and FedAwS). ``unknown``: the known users' test samples as genuine
+    trials, every unseen identity's sample against every known row as impostors (FedUV Fig. 5c,
+    the same trials as FedUV's codeword protocol there) — never enrolled, unlike the SDK's
+    protocol, whose ``unknown`` is pairs among the unseen identities."""
+    outputs, labels = scored["outputs"], scored["labels"]
+    curves = {
+        name: class_row_protocol(outputs[split], labels[split], rows)
+        for name, split in (("train", "train"), ("test_known", "test"))
+        if split in outputs
+    }
+    if scored["unknown_outputs"] is not None and "test_known" in curves:
+        _, impostor = class_row_protocol(
+            outputs["test"],
+            labels["test"],
+            rows,
+            impostor_embeddings=scored["unknown_outputs"],
+            impostor_labels=scored["unknown_labels"],
+        )
+        curves["unknown"] = (curves["test_known"][0], impostor)
+    return curves
 
 
 def quick_metrics(simulation: Any, dataset: FederatedDataset) -> dict[str, Any]:
@@ -114,7 +180,9 @@ def quick_metrics(simulation: Any, dataset: FederatedDataset) -> dict[str, Any]:
 def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> dict[str, Any]:
     """Score a trained model on train / test_known / unknown: ``splits`` (EER, TPR at FPRs),
     ``warmup`` (each user's warm-up threshold at ``target_tpr``, as the SDK sets it), ``leakage``
-    (P_leak, ``None`` without class vectors), ``extra`` (the EERs against the learnt prototypes),
+    (P_leak, ``None`` without class vectors), ``class_row`` (the FedUV paper's protocol for its
+    baselines, :func:`class_row_splits`, for methods that verify by class row; else ``None``),
+    ``extra`` (the EERs against the learnt prototypes),
     ``curves`` (genuine and impostor scores per split) and ``arrays`` (the same, for
     ``scores.npz``)."""
     algorithm = simulation.algorithm
@@ -151,7 +219,11 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
         impostor_by_user[user] = np.concatenate(others)
     warmup = warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, target_tpr)
 
-    leakage, extra = None, {}
+    codeword = algorithm.output_kind == "codeword"
+    extra: dict[str, Any] = {
+        "split_protocols": SPLIT_PROTOCOLS["codeword" if codeword else "embedding"]
+    }
+    leakage, class_row_metrics = None, None
     vectors = algorithm.prototypes(simulation.params, simulation.private, simulation.shared)
     if vectors is not None:
         learnt, seen = (value.detach().cpu().numpy() for value in vectors)
@@ -160,6 +232,19 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
             for name, split in (("train", "train"), ("test_known", "test"))
         }
         leakage = prototype_leakage(learnt, seen)
+        if algorithm.verifies_by_class_row:
+            class_row = class_row_splits(scored, learnt)
+            arrays.update(
+                {
+                    f"class_row_{name}_{kind}": pair[i]
+                    for name, pair in class_row.items()
+                    for i, kind in enumerate(("genuine", "impostor"))
+                }
+            )
+            class_row_metrics = {
+                "splits": {name: split_metrics(*pair) for name, pair in class_row.items()},
+                "warmup": _class_row_warmup(scored, learnt, target_tpr),
+            }
     if dataset.name in CLASSIFICATION_DATASETS:
         extra["classification"] = classification_accuracy(
             outputs["test"],
@@ -171,6 +256,7 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
         "splits": splits,
         "warmup": warmup,
         "leakage": leakage,
+        "class_row": class_row_metrics,
         "extra": extra,
         "curves": curves,
         "arrays": arrays,
