@@ -227,9 +227,16 @@ def write_outputs(results: dict[str, Any], out: Path) -> None:
     settings: dict[str, dict[str, float]] = {}
     federated: dict[tuple[str, str], dict[str, Any]] = {}
     for key, run in results["runs"].items():
-        if key == "centralised" or " Solo " in key:
+        if key == "centralised":
             continue
         p, k, arm = key.split(" ", 2)
+        if k == "Solo":  # one party alone: no K, no federation
+            lines.append(
+                f"| {p} | Solo {arm} | {run['accuracy']:.4f} | "
+                f"{100 * run['accuracy'] / central['accuracy']:.1f} % | {run['eer']:.4f} | "
+                f"{run['final_loss']:.3f} | — |"
+            )
+            continue
         federated.setdefault((p, k), {})[arm] = run
         relative = 100 * run["accuracy"] / central["accuracy"]
         settings.setdefault(f"{p} {k}", {})[arm] = relative
@@ -274,6 +281,8 @@ def table_1(results: dict[str, Any], federated: dict[tuple[str, str], dict[str, 
     """The paper's Table 1 beside our verification accuracy: per party, its Solo run against
     the federated runs — the held-out accuracy (Solo's own model; the federated model is one for
     all parties) and the final training loss on the party's own data, smoothed 0.99."""
+    if not federated:
+        return []
     lines = [
         "",
         "Solo against federated, per party (the paper's Table 1: final training loss, smoothed "
