@@ -262,6 +262,8 @@ def test_parties_from_several_datasets_hold_one_dataset_each() -> None:
     assert len({i for p in quarters for i in p.identities}) == len(dataset.clients)
     with pytest.raises(ConfigError, match="multiple"):
         partition(dataset, 3, "dataset")
+    (pooled,) = partition(dataset, 1)  # the centralised baseline: every dataset's people
+    assert len(pooled.identities) == len(dataset.clients)
     with pytest.raises(ConfigError, match="one dataset"):
         partition(first, 2, "dataset")
     # validators: one per dataset, each holding half that dataset's unknown people; the test

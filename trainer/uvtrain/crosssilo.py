@@ -111,14 +111,16 @@ def partition(
     """Split the known identities into ``parties`` parties (see the module docstring).
 
     ``how``: ``dataset`` (several datasets, :func:`uvtrain.data.base.combine`), ``language``
-    (synth-voices), ``random``, or ``auto`` (dataset when there are several, else language when
-    the dataset records its speakers' languages, else random)."""
+    (synth-voices), ``random``, or ``auto`` (one party: everyone; else dataset when there are
+    several, else language when the dataset records its speakers' languages, else random)."""
     clients = dataset.clients
     if parties < 1 or parties > len(clients):
         raise ConfigError(f"parties: {parties} for {len(clients)} identities")
     languages = _languages(dataset)
     sources = dataset.extra.get("sources")
-    if how == "auto":
+    if how == "auto" and parties == 1:  # the centralised baseline pools whatever there is
+        how = "random"
+    elif how == "auto":
         how = "dataset" if sources else "language" if languages else "random"
     if how == "dataset":
         members, groups = _by_dataset(dataset, parties, seed)
