@@ -12,11 +12,28 @@ unknown identities that are not the validators'), by verification accuracy at th
 
 ``--scale paper`` sets the paper's setting for a GPU and a face set of your own at 112×112 (an
 ``.npz`` made with ``uvtrain.data.corpora.vggface2(root, height=112, width=112, ...)``): IR-18,
-K = 100, 400, 1600, ArcFace, global batch 512, lr 0.1; 16,000 steps per run (ours: ten rounds at
-the largest K). Flags given explicitly still win.
+K = 100, 400, 1600, ArcFace, global batch 512, lr 0.1 with the paper's step schedule (x0.1 at the
+end of epochs 10, 18, 24 of 26, scaled to the run); 16,000 steps per run (ours: ten rounds at the
+largest K). Flags given explicitly still win.
 
-Writes ``results.json``, ``results.md``, ``relative.png`` (accuracy relative to centralised, per
-setting) and ``weights-P<p>-K<k>.png`` (FV's weighting w over rounds, the paper's Fig. 6).
+**Solo** (the paper's Table 1): each party of a P trains alone on its own data — the trainer with
+that one party (:func:`uvtrain.crosssilo.solo`, what ``uvtrain run --solo-party N`` runs), plain
+momentum SGD like the centralised run, its party's batch, the same number of steps — and is
+scored on the same held-out people. ``--no-solo`` skips them.
+
+**Several datasets** (``--dataset a,b,c``): one party per dataset, or P / 3 per dataset (the
+paper's 3 and 12 parties; :func:`uvtrain.crosssilo.partition`).
+
+**Schedule**: ``--lr-epochs 10,18,24`` multiplies the lr by ``--lr-gamma`` at the end of those of
+``--epochs`` (26) equal parts of the run — the paper's "decays by 0.1 at the end of epoch 10, 18
+and 24" with its epochs scaled to ``--steps``; the milestone of epoch e is round
+``round(e · rounds / epochs)`` (exact at the paper's 26 × 12,800 steps). Off at the CPU scale (its
+``--lr-decay`` stays); on at ``--scale paper``.
+
+Writes ``results.json``, ``results.md`` (the comparison, with the parties' mean Solo accuracy as a
+column, and the Table 1 table: per party, Solo against the federated runs), ``relative.png``
+(accuracy relative to centralised, per setting) and ``weights-P<p>-K<k>.png`` (FV's weighting w
+over rounds, the paper's Fig. 6).
 """
 
 from __future__ import annotations
@@ -33,7 +50,7 @@ import torch
 
 from uvtrain import evaluation as ev
 from uvtrain.algorithms.fedface import FedFace
-from uvtrain.crosssilo import CrossSilo, held_out_pairs, partition, split_unknown
+from uvtrain.crosssilo import CrossSilo, held_out_pairs, partition, solo, split_unknown
 from uvtrain.data.registry import load_dataset
 from uvtrain.engine import EngineConfig
 from uvtrain.models import build_backbone, default_backbone
@@ -46,6 +63,7 @@ PAPER = {
     "global_batch": 512,
     "lr": 0.1,
     "lr_decay": 0.0,
+    "lr_epochs": "10,18,24",
     "crop_seconds": 0.0,
 }
 
@@ -72,12 +90,15 @@ def train_one(
     crop = (
         round(args.crop_seconds * dataset.spec["sample_rate"]) if dataset.modality == "audio" else 0
     )
+    rounds = args.steps // k
     config = EngineConfig(
-        rounds=args.steps // k,
+        rounds=rounds,
         local_steps=k,
         batch_size=batch,
         lr=args.lr,
         lr_decay=args.lr_decay,
+        lr_milestones=milestone_rounds(args.lr_epochs, args.epochs, rounds),
+        lr_gamma=args.lr_gamma,
         seed=args.seed,
         crop=crop,
     )
@@ -105,6 +126,16 @@ def train_one(
     }
 
 
+def milestone_rounds(epochs: str, total: int, rounds: int) -> str:
+    """``--lr-epochs`` as the rounds of a run of ``rounds`` rounds split into ``total`` epochs
+    (``lr_milestones``): epoch e ends after round ``round(e · rounds / total)``; milestones that
+    fall on round 0, on the last round or on one another are dropped."""
+    if not epochs:
+        return ""
+    found = sorted({round(int(e) * rounds / total) for e in epochs.split(",")})
+    return ",".join(str(m) for m in found if 0 < m < rounds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="synth-voices")
@@ -115,6 +146,11 @@ def main() -> None:
     parser.add_argument("--global-batch", type=int, default=96)
     parser.add_argument("--lr", type=float, default=0.003)
     parser.add_argument("--lr-decay", type=float, default=0.001)
+    parser.add_argument("--lr-epochs", default="", help="e.g. 10,18,24 (the paper's; '' off)")
+    parser.add_argument("--lr-gamma", type=float, default=0.1)
+    parser.add_argument("--epochs", type=int, default=26)
+    parser.add_argument("--solo", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--arms", default=",".join(ARMS), help="federated runs ('': Solo only)")
     parser.add_argument("--loss", default="arcface")
     parser.add_argument("--fv-norm", default="local")
     parser.add_argument("--validators", type=int, default=2)
@@ -126,6 +162,8 @@ def main() -> None:
     if parser.parse_known_args()[0].scale == "paper":  # the preset's defaults; given flags win
         parser.set_defaults(**PAPER)
     args = parser.parse_args()
+    if unknown_arms := set(filter(None, args.arms.split(","))) - set(ARMS):
+        parser.error(f"--arms: unknown {', '.join(sorted(unknown_arms))}: of {', '.join(ARMS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     dataset = load_dataset(args.dataset, root=args.root, seed=args.seed)
     validators, test_people = split_unknown(dataset, args.validators, args.seed)
@@ -151,8 +189,15 @@ def main() -> None:
     for p in (int(x) for x in args.parties.split(",")):
         parties = partition(dataset, p, "auto", args.seed)
         batch = max(1, args.global_batch // p)
+        for number in range(1, p + 1) if args.solo else ():
+            alone = solo(parties, number)  # the same trainer with that one party: no federation
+            result = train_one(args, dataset, alone, [], test, False, False, 1, batch)
+            party = parties[number - 1]
+            groups = f" ({'+'.join(party.groups)})" if party.groups else ""
+            record(f"P{p} Solo {party.name}{groups}", result)
         for k in (int(x) for x in args.k.split(",")):
-            for arm, (pfm, fv) in ARMS.items():
+            for arm in [a for a in args.arms.split(",") if a]:
+                pfm, fv = ARMS[arm]
                 record(
                     f"P{p} K{k} {arm}",
                     train_one(args, dataset, parties, validators, test, pfm, fv, k, batch),
@@ -160,24 +205,44 @@ def main() -> None:
     write_outputs(results, args.out)
 
 
+def solo_runs(results: dict[str, Any], p: str) -> list[dict[str, Any]]:
+    """The Solo runs of the parties of ``p`` (``"P3"``), in party order."""
+    return [run for key, run in results["runs"].items() if key.startswith(f"{p} Solo ")]
+
+
+def solo_mean(results: dict[str, Any], p: str) -> str:
+    runs = solo_runs(results, p)
+    return f"{np.mean([run['accuracy'] for run in runs]):.4f}" if runs else "—"
+
+
 def write_outputs(results: dict[str, Any], out: Path) -> None:
     central = results["runs"]["centralised"]
     lines = [
-        "| setting | method | accuracy | relative to centralised | EER | final training loss |",
-        "|---|---|---|---|---|---|",
+        "| setting | method | accuracy | relative to centralised | EER | final training loss "
+        "| Solo accuracy (parties' mean) |",
+        "|---|---|---|---|---|---|---|",
         f"| — | centralised | {central['accuracy']:.4f} | 100.0 % | {central['eer']:.4f} | "
-        f"{central['final_loss']:.3f} |",
+        f"{central['final_loss']:.3f} | — |",
     ]
     settings: dict[str, dict[str, float]] = {}
+    federated: dict[tuple[str, str], dict[str, Any]] = {}
     for key, run in results["runs"].items():
         if key == "centralised":
             continue
         p, k, arm = key.split(" ", 2)
+        if k == "Solo":  # one party alone: no K, no federation
+            lines.append(
+                f"| {p} | Solo {arm} | {run['accuracy']:.4f} | "
+                f"{100 * run['accuracy'] / central['accuracy']:.1f} % | {run['eer']:.4f} | "
+                f"{run['final_loss']:.3f} | — |"
+            )
+            continue
+        federated.setdefault((p, k), {})[arm] = run
         relative = 100 * run["accuracy"] / central["accuracy"]
         settings.setdefault(f"{p} {k}", {})[arm] = relative
         lines.append(
             f"| {p} {k} | {arm} | {run['accuracy']:.4f} | {relative:.1f} % | "
-            f"{run['eer']:.4f} | {run['final_loss']:.3f} |"
+            f"{run['eer']:.4f} | {run['final_loss']:.3f} | {solo_mean(results, p)} |"
         )
         if arm.endswith("FV") and run["weights"]:
             rounds = list(range(1, len(run["weights"]) + 1))
@@ -192,8 +257,11 @@ def write_outputs(results: dict[str, Any], out: Path) -> None:
                 "w",
                 f"FV weighting w by round ({p}, {k}, {arm})",
             )
+    lines += table_1(results, federated)
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    if not settings:  # Solo only: nothing relative to plot
+        return
     figure, axes = ev._figure("verification accuracy relative to centralised (%)")
     names = list(settings)
     width = 0.8 / len(ARMS)
@@ -207,6 +275,40 @@ def write_outputs(results: dict[str, Any], out: Path) -> None:
     axes.set_ylim(max(0.0, low - 5), max(102.0, high + 2))
     axes.legend(loc="lower left")
     ev._save_figure(figure, out / "relative.png")
+
+
+def table_1(results: dict[str, Any], federated: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """The paper's Table 1 beside our verification accuracy: per party, its Solo run against
+    the federated runs — the held-out accuracy (Solo's own model; the federated model is one for
+    all parties) and the final training loss on the party's own data, smoothed 0.99."""
+    if not federated:
+        return []
+    lines = [
+        "",
+        "Solo against federated, per party (the paper's Table 1: final training loss, smoothed "
+        "0.99; and the held-out accuracy):",
+        "",
+        "| setting | party | Solo accuracy | PFM+FV accuracy | Solo loss | FedAvg loss "
+        "| PFM loss |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (p, k), arms in federated.items():
+        names = [key.split(" ", 2)[2] for key in results["runs"] if key.startswith(f"{p} Solo ")]
+        for index, (name, run) in enumerate(zip(names, solo_runs(results, p), strict=True)):
+            together = arms.get("PFM+FV")
+            lines.append(
+                f"| {p} {k} | {name} | {run['accuracy']:.4f} | "
+                f"{'—' if together is None else format(together['accuracy'], '.4f')} | "
+                f"{run['final_party_losses'][0]:.3f} | {party_loss(arms, 'FedAvg', index)} | "
+                f"{party_loss(arms, 'PFM', index)} |"
+            )
+    return lines
+
+
+def party_loss(arms: dict[str, Any], arm: str, index: int) -> str:
+    """Party ``index``'s final smoothed training loss in the run of ``arm``, or a dash."""
+    found = arms.get(arm)
+    return "—" if found is None else f"{found['final_party_losses'][index]:.3f}"
 
 
 if __name__ == "__main__":

@@ -101,9 +101,9 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
     old = RunConfig.from_flat(flat).to_dict()
     for key in [item.name for item in dataclasses.fields(Privacy)]:
         del old[key]  # the privacy part came later
-    for key in ("aggregation", "local_epochs"):
+    for key in ("aggregation", "local_epochs", "lr_milestones", "lr_gamma"):
         del old[key]  # so did these schedule options
-    newer = {"embedding_dim", "window"}  # FedHide's keys added later
+    newer = {"embedding_dim", "window", "solo_party"}  # FedHide's, FedFace's keys added later
     for kind in METHODS.values():
         old.update(
             {k: v for k, v in kind().parameters().items() if k not in old and k not in newer}

@@ -126,6 +126,48 @@ def test_the_training_loss_is_logged_smoothed_as_in_table_1() -> None:
     assert state["smoothed_losses"].tolist() == pytest.approx(expected, rel=1e-6)
 
 
+def test_the_step_schedule_sets_each_rounds_lr_and_the_steps_use_it() -> None:
+    """The paper's schedule at K = 100 (the fedface presets): lr 0.1, ×0.1 at the end of epochs
+    10, 18 and 24 of 12,800 steps — after rounds 1,280, 2,304 and 3,072; the local steps and the
+    server's momentum (eq. 6) of a round use that round's lr."""
+    paper = EngineConfig(
+        rounds=3328,
+        local_steps=100,
+        batch_size=4,
+        lr=0.1,
+        lr_decay=0.0,
+        lr_milestones="1280,2304,3072",
+        lr_gamma=0.1,
+    )
+    silo = CrossSilo(FedFace(pfm=True, fv=False), _Tiny(), _parties(2), [], paper)
+    rounds = [1, 1280, 1281, 2304, 2305, 3072, 3073, 3328]
+    expected = [0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.0001, 0.0001]
+    assert [silo.learning_rate(r) for r in rounds] == pytest.approx(expected)
+    # epochs (0-based) of 128 rounds: 0-9 at 0.1, 10-17 at 0.01, 18-23 at 0.001, 24-25 at 1e-4
+    by_epoch = [silo.plan(128 * epoch + 1).lr for epoch in range(26)]
+    assert by_epoch == pytest.approx([0.1] * 10 + [0.01] * 8 + [0.001] * 6 + [0.0001] * 2)
+    # a small run: round 2 comes after the milestone, and its steps are taken at 0.05
+    small = EngineConfig(
+        rounds=2, local_steps=2, batch_size=4, lr=0.1, lr_decay=0.0, lr_milestones="1", lr_gamma=0.5
+    )
+    silo = CrossSilo(FedFace(pfm=True, fv=False), _Tiny(), _parties(2), [], small)
+    used = []
+    original = silo.local_training
+
+    def recording(party: int, round_number: int, lr: float):
+        used.append((round_number, lr))
+        return original(party, round_number, lr)
+
+    silo.local_training = recording
+    silo.step()
+    before = {k: v.clone() for k, v in silo.params.items()}
+    silo.step()
+    assert used == [(1, 0.1), (1, 0.1), (2, 0.05), (2, 0.05)]
+    name = next(iter(before))  # eq. 6 divides the round's move by its own lr
+    momentum = (before[name] - silo.params[name]) / 0.05
+    torch.testing.assert_close(silo.shared[f"momentum.{name}"], momentum)
+
+
 # -- parties and validators ------------------------------------------------------------------------
 
 
@@ -175,6 +217,90 @@ def test_random_partition_and_validators() -> None:
         split_unknown(dataset, 4)
     with pytest.raises(ConfigError, match="parties"):
         partition(dataset, 25)
+
+
+def _two_datasets() -> tuple[FederatedDataset, FederatedDataset]:
+    from dataclasses import replace
+
+    from uvtrain.data.registry import formant_voices
+
+    first = formant_voices(speakers=24, utterances=4, clip_seconds=0.25, seed=1)
+    second = formant_voices(speakers=30, utterances=4, clip_seconds=0.25, seed=2)
+    return replace(first, name="corpus-a"), replace(second, name="corpus-b")
+
+
+def test_parties_from_several_datasets_hold_one_dataset_each() -> None:
+    from uvtrain.data.base import combine
+
+    first, second = _two_datasets()
+    # the same person names in both corpora: distinct identities once combined
+    assert first.clients[0].identity == second.clients[0].identity
+    dataset = combine([first, second])
+    parties = partition(dataset, 2)  # auto: by dataset
+    assert [p.groups for p in parties] == [("corpus-a",), ("corpus-b",)]
+    for party, source in zip(parties, (first, second), strict=True):
+        assert party.identities == tuple(f"{source.name}/{c.identity}" for c in source.clients)
+        np.testing.assert_array_equal(
+            party.samples, np.concatenate([c.train for c in source.clients])
+        )
+        assert party.labels.max() + 1 == len(source.clients)
+    assert set(parties[0].identities).isdisjoint(parties[1].identities)
+    # 4 parties: each dataset split evenly in two (the paper's 12 = 3 datasets × 4)
+    quarters = partition(dataset, 4, "dataset", seed=3)
+    assert [p.groups for p in quarters] == [
+        ("corpus-a-A",),
+        ("corpus-a-B",),
+        ("corpus-b-A",),
+        ("corpus-b-B",),
+    ]
+    sizes = [len(first.clients), len(second.clients)]  # evenly: the larger half first
+    assert [len(p.identities) for p in quarters] == [
+        size - size // 2 if half == 0 else size // 2 for size in sizes for half in (0, 1)
+    ]
+    assert all(i.startswith("corpus-a/") for p in quarters[:2] for i in p.identities)
+    assert all(i.startswith("corpus-b/") for p in quarters[2:] for i in p.identities)
+    assert len({i for p in quarters for i in p.identities}) == len(dataset.clients)
+    with pytest.raises(ConfigError, match="multiple"):
+        partition(dataset, 3, "dataset")
+    (pooled,) = partition(dataset, 1)  # the centralised baseline: every dataset's people
+    assert len(pooled.identities) == len(dataset.clients)
+    with pytest.raises(ConfigError, match="one dataset"):
+        partition(first, 2, "dataset")
+    # validators: one per dataset, each holding half that dataset's unknown people; the test
+    # set holds the other halves
+    validators, test = split_unknown(dataset, 2)
+    for validator, source in zip(validators, (first, second), strict=True):
+        assert {i.split("/")[0] for i in validator.identities} == {source.name}
+        assert len(validator.identities) == len(source.unknown) // 2
+    assert {c.identity.split("/")[0] for c in test} == {"corpus-a", "corpus-b"}
+    held = {i for v in validators for i in v.identities}
+    assert held.isdisjoint(c.identity for c in test)
+    assert len(held) + len(test) == len(dataset.unknown)
+
+
+def test_several_datasets_load_as_one_and_must_fit_one_backbone(tmp_path) -> None:
+    from dataclasses import replace
+
+    from uvtrain.data.base import DatasetError
+    from uvtrain.data.registry import load_dataset
+
+    first, second = _two_datasets()
+    paths = [first.save(tmp_path / "a.npz"), second.save(tmp_path / "b.npz")]
+    loaded = load_dataset(f"{paths[0]},{paths[1]}")
+    assert loaded.name == "corpus-a+corpus-b" and loaded.extra["datasets"] == [
+        "corpus-a",
+        "corpus-b",
+    ]
+    assert len(loaded.clients) == len(first.clients) + len(second.clients)
+    with pytest.raises(DatasetError, match="twice"):
+        load_dataset(f"{paths[0]},{paths[0]}")
+    longer = replace(
+        second,
+        name="corpus-c",
+        clients=[replace(c, train=np.tile(c.train, 2)) for c in second.clients],
+    )
+    with pytest.raises(DatasetError, match="one backbone"):
+        load_dataset(f"{paths[0]},{longer.save(tmp_path / 'c.npz')}")
 
 
 # -- a small run -----------------------------------------------------------------------------------
@@ -262,3 +388,35 @@ def test_the_paper_scale_config_is_valid() -> None:
         config.method.name == "fedface" and config.backbone == "ir-18" and config.pfm and config.fv
     )
     assert config.algorithm().make_loss() == ArcFace(64.0, 0.5)
+
+
+def test_solo_is_a_one_party_run_on_that_partys_own_data(tmp_path) -> None:
+    """``solo_party=2`` of two parties, one dataset each, trains exactly what a centralised
+    (1-party) run on the second dataset alone trains: the paper's Table 1 "Solo"."""
+    from uvtrain.run import train
+
+    first, second = _two_datasets()
+    a, b = first.save(tmp_path / "a.npz"), second.save(tmp_path / "b.npz")
+    settings = {"rounds": 2, "local_steps": 2, "batch_size": 4, "crop_seconds": 0.0}
+    solo = _config(f"{a},{b}", parties=2, partition="dataset", solo_party=2, **settings)
+    alone = _config(b, parties=1, validators=0, **settings)
+    federated = _config(f"{a},{b}", parties=2, partition="dataset", **settings)
+    for name, config in (("solo", solo), ("alone", alone), ("federated", federated)):
+        train(config, tmp_path / name, progress=False)
+    runs = {
+        name: torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)
+        for name in ("solo", "alone", "federated")
+    }
+    assert len(runs["solo"]["heads"]) == 1
+    for name, value in runs["alone"]["params"].items():
+        torch.testing.assert_close(runs["solo"]["params"][name], value)
+    torch.testing.assert_close(runs["solo"]["heads"][0], runs["alone"]["heads"][0])
+    assert any(
+        not torch.equal(runs["solo"]["params"][k], v)
+        for k, v in runs["federated"]["params"].items()
+    )
+    report = json.loads((tmp_path / "solo" / "report.json").read_text())["fedface"]
+    assert report["solo_party"] == 2 and report["parties"][0]["groups"] == ["corpus-b"]
+    assert not report["fv"] and report["validators"] == []
+    with pytest.raises(ConfigError, match="solo_party"):
+        _config(b, parties=2, solo_party=3)

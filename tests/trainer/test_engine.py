@@ -145,6 +145,23 @@ def test_round_sampling_and_lr_schedule() -> None:
         EngineConfig(fraction=0.0)
 
 
+def test_step_schedule_multiplies_the_lr_after_each_milestone_round() -> None:
+    """``lr_milestones="2,4"``: rounds 1-2 at lr, 3-4 at γ·lr, 5 on at γ²·lr; on top of the
+    inverse-time decay; off by default."""
+    step = EngineConfig(lr=0.1, lr_decay=0.0, lr_milestones="2,4", lr_gamma=0.5)
+    assert [step.learning_rate(r) for r in range(1, 7)] == pytest.approx(
+        [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
+    )
+    both = EngineConfig(lr=0.1, lr_decay=0.01, lr_milestones="10", lr_gamma=0.1)
+    assert both.learning_rate(11) == pytest.approx(0.01 / 1.1)
+    assert EngineConfig(lr=0.1, lr_decay=0.0).learning_rate(10_000) == 0.1
+    for bad in ("4,2", "0,3", "2,2", "ten"):
+        with pytest.raises(ValueError, match="lr_milestones"):
+            EngineConfig(lr_milestones=bad)
+    with pytest.raises(ValueError, match="lr_gamma"):
+        EngineConfig(lr_gamma=0.0)
+
+
 def test_batches_are_random_windows_of_the_clients_samples() -> None:
     simulation = _simulation(FedUV(), True, steps=2)
     clients = simulation.clients_of_round(2)

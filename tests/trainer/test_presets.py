@@ -61,6 +61,14 @@ FEDHIDE = {
 # set to 0.9"; 3 parties, and 12 (each of the 3 datasets split into 4). Table 1: K = 100.
 FEDFACE = {"lr": 0.1, "momentum": 0.9, "margin_scale": 64.0, "margin": 0.5, "batch_size": 64}
 FEDFACE_PARTIES = {"fedface-3party": 3, "fedface-12party": 12}
+# Sec. 4.2: "The learning rate is set to 0.1 at initialization, and decays by 0.1 at the end of
+# epoch 10, 18 and 24" (no other decay); "the number of steps per epoch is set to 12,800".
+FEDFACE_STEPS_PER_EPOCH = 12_800
+FEDFACE_LR_EPOCHS = (10, 18, 24)
+FEDFACE_LR_GAMMA = 0.1
+# Sec. 4.1: "MS1M, GA and VGG ... are stored at different trainers"; 12 parties: "each of the 3
+# training datasets is evenly split into 4 parts".
+FEDFACE_DATASETS = 3
 
 
 def resolved(name: str) -> dict:
@@ -100,6 +108,18 @@ def test_fedface_presets_are_sec_4(name: str) -> None:
     assert {key: config[key] for key in FEDFACE} == FEDFACE
     assert config["margin_loss"] == "arcface" and config["local_steps"] == 100
     assert config["rounds"] * config["local_steps"] == 26 * 12_800  # 26 epochs of 12,800 steps
+
+
+@pytest.mark.parametrize("name", sorted(FEDFACE_PARTIES))
+def test_fedface_presets_carry_the_papers_schedule_and_datasets(name: str) -> None:
+    config = resolved(name)["config"]
+    assert config["lr_decay"] == 0.0 and config["lr_gamma"] == FEDFACE_LR_GAMMA
+    # the milestones are rounds of K local steps: round m ends at local step m·K
+    ends = [int(m) * config["local_steps"] for m in config["lr_milestones"].split(",")]
+    assert ends == [epoch * FEDFACE_STEPS_PER_EPOCH for epoch in FEDFACE_LR_EPOCHS]
+    datasets = config["dataset"].split(",")
+    assert len(datasets) == FEDFACE_DATASETS and config["partition"] == "dataset"
+    assert config["parties"] % len(datasets) == 0
 
 
 def test_flags_override_a_preset_and_every_preset_is_a_valid_config() -> None:

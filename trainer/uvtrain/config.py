@@ -60,7 +60,14 @@ class Schedule:
     checks the same ranges again and cites the papers for ``sampling``, ``aggregation`` and
     ``local_epochs``). FedFace: ``local_steps`` is the synchronisation interval K and
     ``lr_decay`` applies per local step; ``aggregation`` and ``local_epochs`` are cross-device
-    options."""
+    options.
+
+    ``lr_milestones`` is a step schedule on top of ``lr_decay`` (the FedFace paper's "decays by
+    0.1 at the end of epoch 10, 18 and 24"): comma-separated round numbers; after each of those
+    rounds the learning rate is multiplied by ``lr_gamma`` (:func:`milestones`). Rounds, not
+    epochs, in every trainer: the cross-silo trainer's learning rate is constant within a round
+    (eq. 6 of the FedFace paper divides by it), so a step can only fall between rounds, and the
+    paper's epoch e ends after ``e · 12,800 / K`` rounds (:mod:`uvtrain.presets`). Empty: off."""
 
     rounds: int = field(default=50, metadata={"help": "Federated rounds."})
     fraction: float = field(default=0.1, metadata={"help": "Fraction of clients per round (ε)."})
@@ -77,6 +84,16 @@ class Schedule:
     batch_size: int = field(default=16, metadata={"help": "Local batch size (B)."})
     lr: float = field(default=0.1, metadata={"help": "Learning rate."})
     lr_decay: float = field(default=0.01, metadata={"help": "lr / (1 + decay·(round−1))."})
+    lr_milestones: str = field(
+        default="",
+        metadata={
+            "help": "Step schedule: rounds after which the lr is multiplied by --lr-gamma "
+            "(comma-separated, e.g. 1280,2304,3072; '' off)."
+        },
+    )
+    lr_gamma: float = field(
+        default=0.1, metadata={"help": "Factor of the lr at each of --lr-milestones."}
+    )
     aggregation: str = field(
         default="weighted",
         metadata={
@@ -115,6 +132,31 @@ class Schedule:
             raise ConfigError(
                 f"lr must be positive and lr_decay >= 0, not {self.lr} and {self.lr_decay}"
             )
+        milestones(self.lr_milestones)  # a ConfigError names a bad one
+        if not 0 < self.lr_gamma <= 1:
+            raise ConfigError(f"lr_gamma must be in (0, 1], not {self.lr_gamma}")
+
+
+def milestones(text: str) -> tuple[int, ...]:
+    """The rounds of ``lr_milestones`` (``"1280,2304,3072"``): positive and increasing; ``""``:
+    none. :class:`ConfigError` otherwise."""
+    if not text.strip():
+        return ()
+    try:
+        rounds = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"lr_milestones must be comma-separated round numbers, not {text!r}"
+        ) from None
+    if rounds[0] < 1 or any(b <= a for a, b in zip(rounds, rounds[1:], strict=False)):
+        raise ConfigError(f"lr_milestones must be positive and increasing, not {text!r}")
+    return rounds
+
+
+def step_factor(text: str, gamma: float, round_number: int) -> float:
+    """``gamma`` to the number of milestones of ``text`` already passed before round
+    ``round_number`` (1-based): round m + 1 is the first at the lower rate after milestone m."""
+    return gamma ** sum(1 for m in milestones(text) if round_number > m)
 
 
 @dataclass(frozen=True)

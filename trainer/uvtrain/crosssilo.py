@@ -14,7 +14,13 @@ Validation). The maths is in :mod:`uvtrain.algorithms.fedface`; this module runs
   unknown identities: half of those people go to the V validators, the other half is the held-out
   test set the run is scored on (a model is never scored on the people its weighting was chosen
   with).
+* **Several datasets** (``--dataset a,b,c``, :func:`uvtrain.data.base.combine`): each party holds
+  one dataset (``partition="dataset"``, the paper's MS1M / GA / VGG parties), or 1/m of one
+  (``parties`` = m × datasets: the paper's 12 parties); validators and test set take half of each
+  dataset's unknown people.
 * **Centralised baseline**: ``parties=1`` is plain momentum SGD on the pooled data.
+* **Solo** (``solo_party=N``, the paper's Table 1): party N of the partition alone, no
+  federation — the same trainer with that one party (:func:`solo`).
 
 Every party trains every round (cross-silo: no sampling). Everything random derives from
 ``(seed, round, party)``, so a run resumed from its checkpoint continues exactly.
@@ -38,7 +44,7 @@ from .algorithms.fedface import (
     fv_update,
     smoothed_losses,
 )
-from .config import ConfigError
+from .config import ConfigError, step_factor
 from .data.base import ClientData, FederatedDataset
 from .engine import (
     EngineConfig,
@@ -104,15 +110,21 @@ def partition(
 ) -> list[Party]:
     """Split the known identities into ``parties`` parties (see the module docstring).
 
-    ``how``: ``language`` (synth-voices), ``random``, or ``auto`` (language when the dataset
-    records its speakers' languages)."""
+    ``how``: ``dataset`` (several datasets, :func:`uvtrain.data.base.combine`), ``language``
+    (synth-voices), ``random``, or ``auto`` (one party: everyone; else dataset when there are
+    several, else language when the dataset records its speakers' languages, else random)."""
     clients = dataset.clients
     if parties < 1 or parties > len(clients):
         raise ConfigError(f"parties: {parties} for {len(clients)} identities")
     languages = _languages(dataset)
-    if how == "auto":
-        how = "language" if languages else "random"
-    if how == "language":
+    sources = dataset.extra.get("sources")
+    if how == "auto" and parties == 1:  # the centralised baseline pools whatever there is
+        how = "random"
+    elif how == "auto":
+        how = "dataset" if sources else "language" if languages else "random"
+    if how == "dataset":
+        members, groups = _by_dataset(dataset, parties, seed)
+    elif how == "language":
         if languages is None:
             raise ConfigError(f"partition 'language': {dataset.name} records no languages")
         families = {name: language.split("/")[0] for name, language in languages.items()}
@@ -134,7 +146,7 @@ def partition(
         members = [sorted(part.tolist()) for part in np.array_split(order, parties)]
         groups = [[] for _ in range(parties)]
     else:
-        raise ConfigError(f"partition must be auto, language or random, not {how!r}")
+        raise ConfigError(f"partition must be auto, dataset, language or random, not {how!r}")
     result = []
     for number, (indices, names) in enumerate(zip(members, groups, strict=True)):
         indices = sorted(indices)
@@ -151,6 +163,34 @@ def partition(
             )
         )
     return result
+
+
+def _by_dataset(
+    dataset: FederatedDataset, parties: int, seed: int
+) -> tuple[list[list[int]], list[list[str]]]:
+    """The parties of several datasets: ``parties`` a multiple m of the datasets, each dataset's
+    identities split evenly into m seeded random parts (the paper's 12 parties: "each of the 3
+    training datasets is evenly split into 4 parts", labelled ``-A`` .. ``-D`` as in its Fig. 6);
+    m = 1: a party per dataset."""
+    sources, names = dataset.extra.get("sources"), dataset.extra.get("datasets")
+    if not sources or not names:
+        raise ConfigError(f"partition 'dataset': {dataset.name} is one dataset (--dataset a,b,c)")
+    if parties % len(names):
+        raise ConfigError(
+            f"parties: {parties} is not a multiple of the {len(names)} datasets ({', '.join(names)})"
+        )
+    share = parties // len(names)
+    members: list[list[int]] = []
+    groups: list[list[str]] = []
+    for number, name in enumerate(names):
+        indices = [i for i, c in enumerate(dataset.clients) if sources[c.identity] == name]
+        if len(indices) < share:
+            raise ConfigError(f"{name}: {len(indices)} identities for {share} parties")
+        order = np.random.default_rng([seed, 5, number]).permutation(indices)
+        for part, chunk in enumerate(np.array_split(order, share)):
+            members.append(sorted(chunk.tolist()))
+            groups.append([name if share == 1 else f"{name}-{chr(ord('A') + part)}"])
+    return members, groups
 
 
 def verification_set(
@@ -190,18 +230,40 @@ def split_unknown(
     dataset: FederatedDataset, validators: int, seed: int = 0
 ) -> tuple[list[VerificationSet], list[ClientData]]:
     """The validators' private verification sets and the held-out test identities: a seeded half
-    of the unknown people is split among the validators, the rest is the test set."""
+    of the unknown people is split among the validators, the rest is the test set.
+
+    Several datasets (:func:`uvtrain.data.base.combine`): each dataset's unknown people are
+    halved, as the paper halves each validation benchmark (its first 5 folds validate, the other 5
+    evaluate: Sec. 4.2), so validators and test set hold every dataset; with one validator per
+    dataset (or a multiple), each validator holds one dataset's half (or a part of it), as each of
+    the paper's validators holds one benchmark."""
     unknown = list(dataset.unknown)
     if validators == 0:
         return [], unknown
-    order = np.random.default_rng([seed, 4]).permutation(len(unknown))
-    held = len(unknown) // 2
+    rng = np.random.default_rng([seed, 4])
+    sources, names = dataset.extra.get("sources"), dataset.extra.get("datasets")
+    if sources and names:
+        halves = []
+        for name in names:
+            own = [i for i, c in enumerate(unknown) if sources[c.identity] == name]
+            halves.append(rng.permutation(own))
+        validating = [half[: len(half) // 2] for half in halves]
+        order = np.concatenate([*validating, *(half[len(half) // 2 :] for half in halves)])
+        held = sum(len(v) for v in validating)
+    else:
+        order, held = rng.permutation(len(unknown)), len(unknown) // 2
     if held < 2 * validators or len(unknown) - held < 2:
         raise ConfigError(
             f"validators: {validators} need at least {4 * validators} unknown identities "
             f"({dataset.name} has {len(unknown)})"
         )
-    shares = np.array_split(order[:held], validators)
+    if sources and names and validators % len(names) == 0:
+        per = validators // len(names)
+        shares = [s for v in validating for s in np.array_split(v, per)]
+    else:
+        shares = np.array_split(order[:held], validators)
+    if min(len(share) for share in shares) < 2:  # one person has no impostor pairs
+        raise ConfigError(f"validators: {validators} leave one with fewer than 2 identities")
     sets = [
         verification_set(
             f"validator{v + 1}", [unknown[i] for i in share], seed + v, VALIDATOR_SAMPLES
@@ -233,7 +295,8 @@ class CrossSilo(GlobalModel):
     config:
         ``rounds``, ``local_steps`` (the synchronisation interval K), ``batch_size`` (per party),
         ``lr`` and ``lr_decay`` (``η_r = lr / (1 + lr_decay · s)``, ``s`` the local steps taken
-        before round r: the same schedule for every K), ``seed``, ``crop``.
+        before round r: the same schedule for every K), ``lr_milestones`` and ``lr_gamma`` (a
+        step schedule in rounds, :meth:`learning_rate`), ``seed``, ``crop``.
     folds:
         Folds of the validators' best-threshold accuracy.
     """
@@ -297,9 +360,13 @@ class CrossSilo(GlobalModel):
     # -- one party ------------------------------------------------------------------------------
 
     def learning_rate(self, round_number: int) -> float:
-        """``η_r``, constant within a round (eq. 6 divides by it)."""
-        done = (round_number - 1) * self.config.local_steps
-        return self.config.lr / (1.0 + self.config.lr_decay * done)
+        """``η_r``, constant within a round (eq. 6 divides by it): the decay per local step, times
+        ``lr_gamma`` for every round of ``lr_milestones`` before this one (the paper's step
+        schedule: its epoch e ends after ``e · 12,800 / K`` rounds)."""
+        config = self.config
+        done = (round_number - 1) * config.local_steps
+        factor = step_factor(config.lr_milestones, config.lr_gamma, round_number)
+        return factor * config.lr / (1.0 + config.lr_decay * done)
 
     def party_batches(self, round_number: int, party: int) -> tuple[Tensor, Tensor]:
         """``([K, B, ...] samples, [K, B] labels)`` of a party's round, from ``(seed, round,
@@ -486,6 +553,7 @@ class CrossSilo(GlobalModel):
             else self.smoothed_losses.tolist(),
             "pfm": self.algorithm.pfm,
             "fv": self.uses_fv,
+            "solo_party": self.algorithm.solo_party or None,
             "sync_interval": self.config.local_steps,
         }
         if test is not None:
@@ -545,7 +613,9 @@ def make_cross_silo(
     parties = partition(dataset, config.method.parties, config.method.partition, config.seed)
     # the same split with FV on or off, so that every run of a comparison has the same test people
     validators, test = split_unknown(dataset, config.method.validators, config.seed)
-    if config.method.parties > 1 and algorithm.fv and not validators:
+    if algorithm.solo_party:
+        parties, validators = solo(parties, algorithm.solo_party), []
+    elif config.method.parties > 1 and algorithm.fv and not validators:
         raise ConfigError("fv needs at least one validator (--validators)")
     engine = replace(engine, fraction=1.0, sampling="random")  # every party, every round
     silo = CrossSilo(
@@ -553,6 +623,16 @@ def make_cross_silo(
     )
     silo.test_identities = test
     return silo
+
+
+def solo(parties: list[Party], number: int) -> list[Party]:
+    """The paper's Table 1 "Solo" ("the model is trained with only one dataset"): party
+    ``number`` (1-based) of the federation alone — a 1-party run on its own data, the trainer's
+    centralised case, with no validators (nothing to aggregate, so nothing to weigh). Scored on
+    the federation's held-out people, so it stands beside the federated runs."""
+    if not 1 <= number <= len(parties):
+        raise ConfigError(f"solo_party: {number} for {len(parties)} parties")
+    return [parties[number - 1]]
 
 
 def held_out_pairs(dataset: FederatedDataset, seed: int) -> VerificationSet | None:

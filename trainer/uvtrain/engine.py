@@ -34,7 +34,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from .algorithms.base import FedAvg, Tensors, overrides
-from .errors import TrainingError
+from .config import milestones, step_factor
+from .errors import ConfigError, TrainingError
 from .rounds import (
     Aggregator,
     ClientUpdates,
@@ -62,7 +63,8 @@ class EngineConfig:
     """FedAvg schedule: ε-fraction sampling, E local steps of batch B, SGD with lr decay.
 
     The learning rate of round r is ``lr / (1 + lr_decay · (r − 1))`` (inverse-time decay, the
-    "lr 0.1, decay 0.01" of the FedUV paper's setup).
+    "lr 0.1, decay 0.01" of the FedUV paper's setup), times ``lr_gamma`` for each round of
+    ``lr_milestones`` before r (a step schedule, the FedFace paper's; off by default).
 
     Options the papers' setups choose (defaults: this project's own schedule):
 
@@ -87,6 +89,8 @@ class EngineConfig:
     batch_size: int = 16
     lr: float = 0.1
     lr_decay: float = 0.01
+    lr_milestones: str = ""  # step schedule: rounds after which the lr is multiplied by lr_gamma
+    lr_gamma: float = 0.1
     seed: int = 0
     chunk_size: int = 64
     vectorised: bool = True
@@ -108,6 +112,12 @@ class EngineConfig:
             raise ValueError(f"sampling must be 'random' or 'round-robin', not {self.sampling!r}")
         if not self.lr > 0 or self.lr_decay < 0:
             raise ValueError("lr must be positive and lr_decay non-negative")
+        try:
+            milestones(self.lr_milestones)
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
+        if not 0 < self.lr_gamma <= 1:
+            raise ValueError(f"lr_gamma must be in (0, 1], not {self.lr_gamma}")
         if self.crop < 0:
             raise ValueError(f"crop must be >= 0, not {self.crop}")
         if self.aggregation not in AGGREGATIONS:
@@ -118,8 +128,10 @@ class EngineConfig:
             raise ValueError("give local_steps or local_epochs, not both")
 
     def learning_rate(self, round_number: int) -> float:
-        """The learning rate of a round (1-based)."""
-        return self.lr / (1.0 + self.lr_decay * (round_number - 1))
+        """The learning rate of a round (1-based): the inverse-time decay, times ``lr_gamma`` for
+        every milestone of ``lr_milestones`` passed before the round."""
+        factor = step_factor(self.lr_milestones, self.lr_gamma, round_number)
+        return factor * self.lr / (1.0 + self.lr_decay * (round_number - 1))
 
 
 def pick_device(name: str = "auto") -> torch.device:

@@ -83,6 +83,9 @@ from torch.nn import functional
 from ..errors import ConfigError
 from .base import FedAvg, Tensors
 
+#: How the cross-silo trainer makes its parties (:func:`uvtrain.crosssilo.partition`).
+PARTITIONS = ("auto", "dataset", "language", "random")
+
 #: The paper's margins by loss (s = 64 for both).
 DEFAULT_MARGINS = {"arcface": 0.5, "cosface": 0.35}
 
@@ -344,9 +347,22 @@ class FedFace(FedAvg):
     parties: int = field(
         default=3, metadata={"help": "FedFace: parties P (1: centralised baseline)."}
     )
-    partition: str = field(default="auto", metadata={"help": "FedFace: auto, language or random."})
+    partition: str = field(
+        default="auto",
+        metadata={
+            "help": "FedFace: auto, dataset (--dataset a,b,c: each party one dataset, or 1/m "
+            "of one), language or random."
+        },
+    )
     validators: int = field(
         default=2, metadata={"help": "FedFace: validators V holding verification sets."}
+    )
+    solo_party: int = field(
+        default=0,
+        metadata={
+            "help": "FedFace: train party N (1..P) alone on its own data, no federation (the "
+            "paper's Table 1 'Solo'); 0: off."
+        },
     )
     fv_folds: int = field(default=10, metadata={"cli": False})
 
@@ -354,8 +370,10 @@ class FedFace(FedAvg):
         super().__post_init__()
         if self.parties < 1 or self.validators < 0 or self.fv_folds < 2:
             raise ConfigError("parties must be >= 1, validators >= 0 and fv_folds >= 2")
-        if self.partition not in ("auto", "language", "random"):
-            raise ConfigError(f"partition must be auto, language or random, not {self.partition!r}")
+        if self.partition not in PARTITIONS:
+            raise ConfigError(f"partition must be one of {PARTITIONS}, not {self.partition!r}")
+        if not 0 <= self.solo_party <= self.parties:
+            raise ConfigError(f"solo_party must be in 0..parties, not {self.solo_party}")
         if self.margin_loss not in ("arcface", "cosface"):
             raise ConfigError(f"margin_loss must be arcface or cosface, not {self.margin_loss!r}")
         if self.margin_scale <= 0 or (self.margin is not None and not 0 <= self.margin < 3.14):

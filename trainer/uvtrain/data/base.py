@@ -8,7 +8,7 @@ pixel normalisation) runs inside the model, exactly as after export.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +270,45 @@ def fit_length(signal: np.ndarray, length: int, offset: int = 0, gap: int = 0) -
         return signal[offset : offset + length].copy()
     unit = np.concatenate([signal, np.zeros(gap, dtype=np.float32)])
     return np.resize(unit, length).astype(np.float32)
+
+
+def combine(datasets: list[FederatedDataset]) -> FederatedDataset:
+    """Several datasets as one, for cross-silo parties that each hold a different dataset (the
+    FedFace paper's MS1M, Asian-DeepGlint and VGGFace2): every identity is renamed
+    ``"<dataset>/<identity>"``, so identities of different datasets are distinct by construction
+    (a person in two corpora counts twice, as nothing links them), known and unknown identities
+    stay as each dataset split them, and ``extra["sources"]`` maps every identity to its dataset
+    (``extra["datasets"]``: the names in order; :func:`uvtrain.crosssilo.partition` reads them).
+    The datasets must share modality and sample shape (one backbone trains on all); the spec is the
+    first's. Datasets' names must differ."""
+    if len(datasets) < 2:
+        raise DatasetError("combine needs at least two datasets")
+    names = [d.name for d in datasets]
+    if len(set(names)) != len(names):
+        raise DatasetError(f"the same dataset twice: {', '.join(names)}")
+    first = datasets[0]
+    for other in datasets[1:]:
+        if other.modality != first.modality or other.sample_shape != first.sample_shape:
+            raise DatasetError(
+                f"{other.name} ({other.modality} {other.sample_shape}) cannot train beside "
+                f"{first.name} ({first.modality} {first.sample_shape}): one backbone for all"
+            )
+        rate = first.spec.get("sample_rate")
+        if rate is not None and other.spec.get("sample_rate") != rate:
+            raise DatasetError(f"{other.name}: another sample rate than {first.name}'s")
+
+    def renamed(dataset: FederatedDataset, people: list[ClientData]) -> list[ClientData]:
+        return [replace(p, identity=f"{dataset.name}/{p.identity}") for p in people]
+
+    clients = [c for d in datasets for c in renamed(d, d.clients)]
+    unknown = [c for d in datasets for c in renamed(d, d.unknown)]
+    sources = {f"{d.name}/{p.identity}": d.name for d in datasets for p in [*d.clients, *d.unknown]}
+    return FederatedDataset(
+        "+".join(names),
+        first.modality,
+        dict(first.spec),
+        clients,
+        unknown,
+        "; ".join(f"{d.name}: {d.licence}" for d in datasets),
+        {"sources": sources, "datasets": names},
+    )

@@ -32,6 +32,7 @@ from .base import (
     FederatedDataset,
     assemble,
     cache_path,
+    combine,
     data_root,
 )
 
@@ -360,7 +361,9 @@ def load_dataset(
     seed: int = 0,
     **options: Any,
 ) -> FederatedDataset:
-    """Load a dataset by name (building and caching it on first use) or from a ``.npz`` file.
+    """Load a dataset by name (building and caching it on first use) or from a ``.npz`` file;
+    several, comma-separated, are loaded as one (:func:`uvtrain.data.base.combine`: the FedFace
+    paper's parties that each hold a different dataset).
 
     Parameters
     ----------
@@ -379,6 +382,15 @@ def load_dataset(
     FederatedDataset
         The dataset.
     """
+    several = "," in str(name_or_path) and not Path(str(name_or_path)).is_file()
+    if several:  # one per cross-silo party (base.combine)
+        parts = [part.strip() for part in str(name_or_path).split(",")]
+        if root is not None:
+            raise DatasetError(
+                "--root names one dataset's copy: with several datasets, give .npz paths or "
+                "put each corpus at $UVTRAIN_DATA/NAME"
+            )
+        return combine([load_dataset(part, seed=seed, **options) for part in parts])
     if _is_path(name_or_path):
         return FederatedDataset.load(name_or_path)
     speakers = options.pop("speakers", None)
