@@ -17,7 +17,7 @@ import torch
 from uvsdk.bundle import Code
 from uvsdk.codeword import unpack_generator
 from uvtrain.algorithms.base import overrides
-from uvtrain.engine import draw_batches, local_update, split_parameters
+from uvtrain.engine import draw_batches, epoch_batches, local_update, split_parameters
 from uvtrain.io import atomic_write
 
 from .dp import private_update
@@ -194,9 +194,15 @@ class Device:
         samples = torch.as_tensor(self.samples())
         rng = rng or np.random.default_rng(secrets.randbits(64))  # tests pass their own
         run = settings.run
-        batches = draw_batches(
-            samples, run.schedule.local_steps, run.schedule.batch_size, settings.crop, rng
-        )
+        schedule = run.schedule
+        if schedule.local_epochs is not None:  # E passes over the device's own samples
+            batches = epoch_batches(
+                samples, schedule.local_epochs, schedule.batch_size, settings.crop, rng
+            )
+        else:
+            batches = draw_batches(
+                samples, schedule.local_steps, schedule.batch_size, settings.crop, rng
+            )
         trained, private, losses = local_update(
             model, buffers, algorithm, glob, private, constants, shared, batches, config["lr"]
         )

@@ -24,7 +24,7 @@ from uvdeploy.settings import (  # noqa: E402
     to_arrays,
 )
 from uvtrain.config import ConfigError  # noqa: E402
-from uvtrain.engine import EngineConfig, Simulation, draw_batches  # noqa: E402
+from uvtrain.engine import EngineConfig, Simulation, draw_batches, split_parameters  # noqa: E402
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -164,6 +164,46 @@ def test_a_devices_update_is_the_simulators(
         got = simulation.params[name] + torch.from_numpy(array)
         torch.testing.assert_close(got, expected[name][0], rtol=0, atol=1e-6)
     torch.testing.assert_close(kept["prototype"], expected_private["prototype"][0])
+
+
+def test_a_device_with_local_epochs_passes_over_its_samples_once_an_epoch(
+    voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``local_epochs`` (the FedUV paper's "1 local epoch") reaches the devices: each epoch is
+    one pass over the device's own samples in batches of B, the last one smaller, instead of
+    ``local_steps`` batches drawn with replacement."""
+    import uvdeploy.device
+
+    monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
+    settings = DeploySettings.from_run_config(
+        {"method": "fedhide", "local_epochs": 2, "batch_size": 5, "lr": 0.05, "crop_seconds": 2.0}
+    )
+    assert settings.to_dict()["local_epochs"] == 2
+    folder = _device_folder(voice_dir, 1, tmp_path)
+    device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
+    samples = torch.as_tensor(device.samples())  # 12 windows
+    seen: list = []
+    real = uvdeploy.device.local_update
+
+    def spy(*args, **kwargs):
+        seen.append(args[7])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(uvdeploy.device, "local_update", spy)
+    model = build_model(settings, 2)
+    params, _ = split_parameters(model)
+    dim = int(model.backbone.embedding_dim)
+    algorithm = settings.algorithm()
+    shared = algorithm.init_shared(2, dim, torch.Generator(), {"index": torch.arange(2)})
+    view, index = algorithm.client_view(shared, 1)
+    config = {"devices": 2, "index": index, "lr": 0.05, "shared": pack(view)}
+    _, _, metrics, _ = device.train(to_arrays(params), config, {}, rng=np.random.default_rng(3))
+    (batches,) = seen
+    assert [len(batch) for batch in batches] == [5, 5, 2, 5, 5, 2]
+    for epoch in (batches[:3], batches[3:]):  # every window once an epoch (crops: whole windows)
+        rows = torch.cat(list(epoch))
+        assert sorted(map(bytes, rows.numpy())) == sorted(map(bytes, samples.numpy()))
+    assert np.isfinite(metrics["loss"])
 
 
 def test_a_devices_dp_step_clips_and_adds_its_share_of_the_noise() -> None:

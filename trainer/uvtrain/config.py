@@ -107,7 +107,6 @@ class Schedule:
         metadata={
             "help": "Local epochs over each client's data in batches of B, instead of "
             "--local-steps (FedUV paper: 1).",
-            "flower": False,
         },
     )
 
