@@ -18,6 +18,7 @@ from uvsdk.bundle import (
     FORMAT,
     MANIFEST_FILE,
     MODEL_FILE,
+    ORT_FILE,
     SIGNATURE_FILE,
     AudioInput,
     Code,
@@ -60,8 +61,10 @@ def write_bundle(
     *,
     sign_key: Any | None = None,
     directory: bool = False,
+    ort: bytes | None = None,
 ) -> Path:
-    """Write a bundle (zip ``.uvb``, or a folder with ``directory=True``), optionally signed.
+    """Write a bundle (zip ``.uvb``, or a folder with ``directory=True``), optionally signed, with
+    ``model.ort`` when ``ort`` is given (the manifest's ``ort.sha256`` must name it).
 
     The zip is written atomically (:func:`uvtrain.io.atomic_write`: a temporary file beside
     ``path``, fsync, moved into place), so an interrupted export never leaves a half-written
@@ -69,10 +72,17 @@ def write_bundle(
     """
     if hashlib.sha256(model).hexdigest() != manifest.model_sha256:
         raise ValueError("the manifest's model_sha256 does not match the model")
+    named = manifest.extra.get("ort")
+    if (ort is None) != (named is None) or (
+        ort is not None and hashlib.sha256(ort).hexdigest() != named["sha256"]
+    ):
+        raise ValueError("the manifest's ort.sha256 does not match model.ort")
     data = manifest.to_dict()
     assert data["format"] == FORMAT
     manifest_bytes = (json.dumps(data, indent=2) + "\n").encode("utf-8")
     members = {MANIFEST_FILE: manifest_bytes, MODEL_FILE: model}
+    if ort is not None:
+        members[ORT_FILE] = ort
     if sign_key is not None:
         members[SIGNATURE_FILE] = sign_key.sign(manifest_bytes)
     path = Path(path)

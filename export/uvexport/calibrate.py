@@ -151,7 +151,7 @@ def calibrate_bundle(
 ) -> tuple[Path, Calibration]:
     """Write ``out``: the bundle ``source`` with the calibration measured on ``root`` in its
     manifest (re-signed with ``sign_key``; an old signature no longer covers the manifest and is
-    dropped). ``out`` may be ``source``: the write is atomic."""
+    dropped). A ``model.ort`` is kept, with its ``ort`` manifest key (the model is unchanged). ``out`` may be ``source``: the write is atomic."""
     try:
         bundle = Bundle(source)
         model = bundle.model_bytes
@@ -162,7 +162,10 @@ def calibrate_bundle(
     )
     manifest = dataclasses.replace(bundle.manifest, calibration=calibration)
     manifest = Manifest.from_dict(json.loads(json.dumps(manifest.to_dict())))  # SDK validation
-    return write_bundle(out, model, manifest, sign_key=sign_key), calibration
+    if bundle.ort_bytes is None:  # a model.ort taken out of the bundle: its key goes too
+        manifest.extra.pop("ort", None)
+    written = write_bundle(out, model, manifest, sign_key=sign_key, ort=bundle.ort_bytes)
+    return written, calibration
 
 
 def print_progress(message: str) -> None:

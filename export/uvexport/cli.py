@@ -1,10 +1,11 @@
 """``uvexport``: a trained run folder → a signed ``.uvb`` bundle, and Ed25519 signing keys.
 
     uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8] [--calibrate DIR]
+                     [--ort]
     uvexport keygen --out KEY.pem
     uvexport calibrate BUNDLE.uvb PEOPLE_DIR --out CALIBRATED.uvb [--sign-key KEY.pem]
     uvexport default-voice --out sdk/uvsdk/data/default.uvb [--work DIR] [--wheel WHEEL]
-                           [--rounds N] [--speakers N]
+                           [--rounds N] [--speakers N] [--ort]
 
 A typer app like ``uvsdk`` and ``uvtrain``. The export is the command ``export``, and the word may
 be left out: :class:`ExportGroup` sends a first word that is no command name to it, so
@@ -93,12 +94,22 @@ def export(
             "enrolled as the SDK enrolls, and write the threshold for each FAR into the manifest.",
         ),
     ] = None,
+    ort: Annotated[
+        bool,
+        typer.Option(
+            "--ort",
+            help="Also write model.ort, the model in ORT format for ONNX Runtime Mobile "
+            "(checked against model.onnx), and run ONNX Runtime's mobile usability check.",
+        ),
+    ] = False,
 ) -> None:
     """Export a uvtrain run folder to a .uvb bundle (ONNX, parity-checked)."""
     from .export import export_run
 
     key = _load_key(sign_key)
-    result = export_run(run_dir, out, sign_key=key, quantize=quantize.value, calibrate=calibrate)
+    result = export_run(
+        run_dir, out, sign_key=key, quantize=quantize.value, calibrate=calibrate, ort=ort
+    )
     typer.echo(
         f"wrote {result.path} ({result.size_bytes / 1e6:.2f} MB{', signed' if key else ''}) in "
         f"{result.seconds:.1f} s; ONNX Runtime vs torch max abs difference "
@@ -124,6 +135,21 @@ def export(
                 )
     if calibrate is not None:
         _echo_calibration(result.path)
+    if ort:
+        _echo_ort(result.path)
+
+
+def _echo_ort(path: Path) -> None:
+    """``model.ort``: its size, parity and the mobile usability check, a few lines."""
+    from uvsdk.bundle import Bundle
+
+    from .ort import summary
+
+    bundle = Bundle(path)
+    assert bundle.ort_bytes is not None
+    lines = summary(bundle.manifest.extra["ort"], len(bundle.model_bytes), len(bundle.ort_bytes))
+    for line in lines:
+        typer.echo(line)
 
 
 def _load_key(sign_key: Path | None) -> object | None:
@@ -175,6 +201,8 @@ def calibrate_command(
     ] = None,
 ) -> None:
     """Calibrate an existing bundle on real people (a new manifest; the model is unchanged)."""
+    from uvsdk.bundle import Bundle
+
     from .calibrate import calibrate_bundle, print_progress
 
     key = _load_key(sign_key)
@@ -182,7 +210,8 @@ def calibrate_command(
         bundle, people, out, sign_key=key, data=data, progress=print_progress
     )
     print(file=sys.stderr)
-    typer.echo(f"wrote {path}{' (signed)' if key else ''}")
+    kept = " (model.ort kept)" if Bundle(path).ort_bytes is not None else ""
+    typer.echo(f"wrote {path}{' (signed)' if key else ''}{kept}")
     _echo_calibration(path)
 
 
@@ -228,18 +257,34 @@ def default_voice(
             "(default: uvtrain data real-speech, fetched into --work).",
         ),
     ] = None,
+    ort: Annotated[
+        bool,
+        typer.Option(
+            "--ort",
+            help="Also write model.ort, the model in ORT format for ONNX Runtime Mobile "
+            "(checked against model.onnx), and run ONNX Runtime's mobile usability check.",
+        ),
+    ] = False,
 ) -> None:
     """Rebuild the default voice bundle shipped in the uvsdk wheel."""
     from .default_voice import build_default_voice
 
     result = build_default_voice(
-        out, work=work, wheel=wheel, rounds=rounds, speakers=speakers, calibrate=calibrate
+        out,
+        work=work,
+        wheel=wheel,
+        rounds=rounds,
+        speakers=speakers,
+        calibrate=calibrate,
+        ort=ort,
     )
     typer.echo(
         f"wrote {result.path} ({result.size_bytes / 1e6:.2f} MB) in {result.seconds:.1f} s; "
         f"ONNX Runtime vs torch max abs difference {result.max_abs_diff:.2e}"
     )
     _echo_calibration(result.path)
+    if ort:
+        _echo_ort(result.path)
 
 
 def _one_line(text: str) -> str:

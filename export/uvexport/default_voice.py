@@ -46,12 +46,14 @@ def build_default_voice(
     wheel: str | Path | None = None,
     sign_key: Any | None = None,
     calibrate: str | Path | None = None,
+    ort: bool = False,
     **overrides: Any,
 ) -> Any:
     """Run the recipe (with ``overrides``) and write the bundle; returns the ExportResult.
 
     ``calibrate``: a folder of real speakers (one sub-folder each) to calibrate on; default: the
-    real-speech sources of :mod:`uvtrain.data.real_speech`, fetched into ``work``."""
+    real-speech sources of :mod:`uvtrain.data.real_speech`, fetched into ``work``. ``ort``: also
+    write ``model.ort`` (:mod:`uvexport.ort`)."""
     from uvtrain.config import RunConfig
     from uvtrain.data.registry import build_dataset
     from uvtrain.pretrained import fetch
@@ -98,7 +100,7 @@ def build_default_voice(
         about = describe_sources()
     else:
         print(f"4/5 real speakers for calibration: {calibrate}")
-    print(f"5/5 export to {out}, calibrated")
+    print(f"5/5 export to {out}, calibrated{', with model.ort' if ort else ''}")
     method, description = describe(recipe)
     return export_run(
         run,
@@ -108,6 +110,7 @@ def build_default_voice(
         extra={"description": description},
         calibrate=calibrate,
         calibration_data=about,
+        ort=ort,
     )
 
 

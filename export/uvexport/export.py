@@ -11,7 +11,9 @@ own module:
 3. with ``quantize="int8"``, the int8 search (:mod:`uvexport.quantize`): the fastest of
    :data:`SCHEMES` that is not slower than float32 and moves no score by more than
    :data:`DRIFT_BOUND`, else the export fails and names the figures;
-4. the manifest (:mod:`uvexport.provenance`: input, code, where the model came from) and the
+4. with ``ort=True``, ``model.ort`` (:mod:`uvexport.ort`: the model in ORT format for ONNX
+   Runtime Mobile, checked against ``model.onnx``, and ONNX Runtime's mobile usability check);
+5. the manifest (:mod:`uvexport.provenance`: input, code, where the model came from) and the
    bundle (:mod:`uvexport.bundle`: validated, signed, written atomically).
 
 Every name of the exporter stays importable from here (``from uvexport.export import
@@ -108,6 +110,7 @@ def export_run(
     extra: dict[str, Any] | None = None,
     calibrate: str | Path | None = None,
     calibration_data: str | None = None,
+    ort: bool = False,
 ) -> ExportResult:
     """Export a run folder to a bundle; raise :class:`ExportError` when parity fails, or when
     ``quantize="int8"`` and no int8 scheme is both not slower and within :data:`DRIFT_BOUND`.
@@ -116,7 +119,7 @@ def export_run(
     manifest keys (e.g. ``description``); the default voice bundle uses both. ``calibrate``
     (a folder of person folders) measures the exported model on those people and writes the
     calibration table into the manifest (:mod:`uvexport.calibrate`); ``calibration_data``
-    describes them."""
+    describes them. ``ort`` also writes ``model.ort`` (:mod:`uvexport.ort`)."""
     if quantize not in ("none", "int8"):
         raise ExportError(f"--quantize {quantize}: choose none or int8")
     from uvtrain.engine import TrainingError
@@ -150,6 +153,7 @@ def export_run(
         started=started,
         calibrate=calibrate,
         calibration_data=calibration_data,
+        ort=ort,
     )
 
 
@@ -169,6 +173,7 @@ def export_model(
     started: float | None = None,
     calibrate: str | Path | None = None,
     calibration_data: str | None = None,
+    ort: bool = False,
 ) -> ExportResult:
     """Export a trained model (in memory) to a bundle, checked for parity on ``inputs``.
 
@@ -202,25 +207,34 @@ def export_model(
         "parity": {"max_abs_diff": worst, "tolerance": tolerance, "opset": OPSET},
         "quantization": quantization,
     }
+    source = bundle_input(modality, spec)
+    ort_bytes = None
+    if ort:
+        from .ort import convert, mobile_check, parity_inputs
+
+        ort_bytes, extra["ort"] = convert(model_bytes, parity_inputs(source))
+        extra["ort"]["mobile_check"] = mobile_check(model_bytes)
     manifest = make_manifest(
         model_bytes,
         name=Path(out).stem,
         method=method,
-        source=bundle_input(modality, spec),
+        source=source,
         output_kind=model.output_kind,
         dim=int(model.output_dim),
         code=bundle_code(model, code_length),
         extra=extra,
     )
     if calibrate is not None:
-        manifest = _calibrated(model_bytes, manifest, calibrate, calibration_data)
-    path = write_bundle(out, model_bytes, manifest, sign_key=sign_key)
+        manifest = _calibrated(model_bytes, manifest, calibrate, calibration_data, ort_bytes)
+    path = write_bundle(out, model_bytes, manifest, sign_key=sign_key, ort=ort_bytes)
     return ExportResult(
         path, worst, time.perf_counter() - started, path.stat().st_size, quantization
     )
 
 
-def _calibrated(model_bytes: bytes, manifest: Any, root: str | Path, data: str | None) -> Any:
+def _calibrated(
+    model_bytes: bytes, manifest: Any, root: str | Path, data: str | None, ort: bytes | None
+) -> Any:
     """``manifest`` with the calibration of the exact model file, measured through the SDK on
     the people under ``root`` (before anything is written to the bundle's path)."""
     import dataclasses
@@ -231,7 +245,9 @@ def _calibrated(model_bytes: bytes, manifest: Any, root: str | Path, data: str |
     from .calibrate import calibrate, print_progress
 
     with tempfile.TemporaryDirectory() as scratch:
-        folder = write_bundle(Path(scratch) / "bundle", model_bytes, manifest, directory=True)
+        folder = write_bundle(
+            Path(scratch) / "bundle", model_bytes, manifest, directory=True, ort=ort
+        )
         calibration = calibrate(Bundle(folder), root, data=data, progress=print_progress)
     print(file=sys.stderr)  # ends the progress line
     return dataclasses.replace(manifest, calibration=calibration)

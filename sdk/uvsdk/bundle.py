@@ -1,8 +1,9 @@
 """Model bundles (``.uvb``): manifest schema, integrity, signatures and the ONNX Runtime session.
 
 A bundle is a zip archive, or an unpacked directory, holding ``model.onnx``, ``manifest.json`` and
-optionally ``signature.ed25519`` (Ed25519 over the exact bytes of ``manifest.json``). The manifest
-names the SHA-256 of the model, so a signature over the manifest covers the model too.
+optionally ``signature.ed25519`` (Ed25519 over the exact bytes of ``manifest.json``) and
+``model.ort`` (the model in ORT format, for ONNX Runtime Mobile; the SDK runs ``model.onnx``). The
+manifest names the SHA-256 of each model, so a signature over the manifest covers them too.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .errors import BundleError, SignatureError
 FORMAT = "uvsdk-bundle/1"
 METHODS = ("feduv", "fedhide", "fedaws", "softmax", "fedface", "fedgn", "fedcs", "reference")
 MODEL_FILE = "model.onnx"
+ORT_FILE = "model.ort"
 MANIFEST_FILE = "manifest.json"
 SIGNATURE_FILE = "signature.ed25519"
 MAX_MEMBER_BYTES = 512 * 1024 * 1024  # refuse a model larger than this (zip bombs, huge files)
@@ -34,6 +36,7 @@ MAX_MANIFEST_BYTES = 1024 * 1024  # a manifest is a few KiB (generator, calibrat
 MAX_SIGNATURE_BYTES = 1024  # an Ed25519 signature is 64 bytes
 _MEMBER_LIMITS = {
     "model.onnx": MAX_MEMBER_BYTES,
+    "model.ort": MAX_MEMBER_BYTES,
     "manifest.json": MAX_MANIFEST_BYTES,
     "signature.ed25519": MAX_SIGNATURE_BYTES,
 }
@@ -159,6 +162,7 @@ class Manifest:
         if not _SHA256.match(sha):
             raise BundleError("manifest: model_sha256 is not 64 lowercase hex digits")
         code = _parse_code(data.get("code"), kind, dim)
+        _check_ort(data.get("ort"))
         calibration = None
         if data.get("calibration") is not None:
             calibration = Calibration.from_dict(data["calibration"], output_kind=kind)
@@ -215,6 +219,18 @@ def _get(data: dict, key: str, kind: type, prefix: str = "") -> Any:
     return value
 
 
+def _check_ort(spec: Any) -> None:
+    """The optional ``ort`` object: ``model.ort`` and its SHA-256 (other keys are facts)."""
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise BundleError("manifest: ort must be an object")
+    if spec.get("file") != ORT_FILE:
+        raise BundleError(f"manifest: ort.file must be {ORT_FILE!r}")
+    if not _SHA256.match(_get(spec, "sha256", str, "ort.")):
+        raise BundleError("manifest: ort.sha256 is not 64 lowercase hex digits")
+
+
 def _parse_code(spec: Any, kind: str, dim: int) -> Code | None:
     if kind != "codeword":
         if spec is not None:
@@ -234,7 +250,7 @@ def _parse_code(spec: Any, kind: str, dim: int) -> Code | None:
 
 def _read_members(path: Path) -> dict[str, bytes]:
     """The bundle's files, from a zip archive or a directory."""
-    names = (MODEL_FILE, MANIFEST_FILE, SIGNATURE_FILE)
+    names = (MODEL_FILE, MANIFEST_FILE, SIGNATURE_FILE, ORT_FILE)
     members: dict[str, bytes] = {}
     try:
         if path.is_dir():
@@ -342,6 +358,15 @@ class Bundle:
         if hashlib.sha256(self.model_bytes).hexdigest() != self.manifest.model_sha256:
             raise BundleError(
                 f"{self.path.name}: model.onnx does not match the manifest's model_sha256 "
+                "(the bundle was modified or damaged)"
+            )
+        self.ort_bytes = members.get(ORT_FILE)
+        ort = self.manifest.extra.get("ort")
+        if self.ort_bytes is not None and (
+            ort is None or hashlib.sha256(self.ort_bytes).hexdigest() != ort["sha256"]
+        ):
+            raise BundleError(
+                f"{self.path.name}: model.ort does not match the manifest's ort.sha256 "
                 "(the bundle was modified or damaged)"
             )
         self.signature = members.get(SIGNATURE_FILE)

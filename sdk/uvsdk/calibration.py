@@ -27,6 +27,7 @@ FAR the trials cannot resolve is not stated. A requested FAR between rows takes 
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import json
 import math
@@ -179,9 +180,10 @@ class Calibration:
 
     @property
     def sha256(self) -> str:
-        """Names this calibration (a template records which one set its threshold)."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        """Names this calibration (a template records which one set its threshold): the hex
+        SHA-256 of its RFC 8785 canonical JSON (:func:`canonical_json`), which any language
+        reproduces (docs/spec.md)."""
+        return hashlib.sha256(canonical_json(self.to_dict()).encode("utf-8")).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -216,6 +218,48 @@ class Calibration:
         if not tables:
             raise BundleError("manifest: calibration has no table (prototype or codeword)")
         return cls(description, tables)
+
+
+def canonical_json(value: Any) -> str:
+    """RFC 8785 (JSON Canonicalization Scheme) text of a JSON value: object keys sorted, no
+    whitespace, strings escaped as ECMAScript's ``JSON.stringify`` escapes them, and numbers
+    written as ECMAScript's ``Number.prototype.toString`` writes them (``1`` for 1.0, ``0.00001``
+    for 1e-05, ``1e+21``), so a port in JavaScript gets the same bytes from ``JSON.stringify``
+    with sorted keys. Non-finite numbers are not JSON and raise :class:`ValueError`."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return _ecmascript_number(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, Mapping):
+        items = sorted(value.items(), key=lambda item: item[0].encode("utf-16-be"))
+        return "{" + ",".join(f"{canonical_json(k)}:{canonical_json(v)}" for k, v in items) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(canonical_json(item) for item in value) + "]"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def _ecmascript_number(number: float) -> str:
+    """``Number.prototype.toString`` (ECMA-262 Number::toString, radix 10) of a finite number."""
+    if not math.isfinite(number):
+        raise ValueError("non-finite numbers have no JSON form")
+    if number == 0:
+        return "0"
+    if number < 0:
+        return "-" + _ecmascript_number(-number)
+    # the shortest digits that round-trip (Python's repr), as value = 0.DIGITS x 10^n
+    sign, digits, exponent = decimal.Decimal(repr(float(number))).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    k, n = len(text), len(text) + int(exponent)
+    if k <= n <= 21:
+        return text + "0" * (n - k)
+    if 0 < n <= 21:
+        return text[:n] + "." + text[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * -n + text
+    power = f"{'+' if n - 1 > 0 else '-'}{abs(n - 1)}"
+    return (text if k == 1 else text[0] + "." + text[1:]) + "e" + power
 
 
 def _count(value: Any, name: str, *, minimum: int = 0) -> int:

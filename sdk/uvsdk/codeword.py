@@ -36,9 +36,33 @@ def unpack_generator(encoded: str, k: int, n: int) -> np.ndarray:
             f"the code's generator holds {packed.size * 8} bits, a {k} × {n} matrix needs {k * n}"
         )
     generator = np.unpackbits(packed, count=k * n).reshape(k, n)
-    if np.linalg.matrix_rank(generator.astype(np.float64)) < k:
-        raise BundleError("the code's generator matrix is not of full rank")
+    if gf2_rank(generator) < k:
+        raise BundleError("the code's generator matrix is not of full rank over GF(2)")
     return generator
+
+
+def gf2_rank(matrix: np.ndarray) -> int:
+    """The rank of a binary matrix over GF(2) (Gaussian elimination with XOR).
+
+    A generator must have ``k`` independent rows over GF(2), not over the reals: the rows
+    ``110, 011, 101`` are independent over the reals but sum to zero mod 2, and such a "code"
+    maps two messages to every codeword.
+    """
+    rows = np.array(matrix, dtype=np.uint8) & 1
+    rank = 0
+    for column in range(rows.shape[1]):
+        pivots = np.flatnonzero(rows[rank:, column]) + rank
+        if pivots.size == 0:
+            continue
+        pivot = pivots[0]
+        rows[[rank, pivot]] = rows[[pivot, rank]]
+        others = np.flatnonzero(rows[:, column])
+        others = others[others != rank]
+        rows[others] ^= rows[rank]
+        rank += 1
+        if rank == rows.shape[0]:
+            break
+    return rank
 
 
 def code_fingerprint(generator: np.ndarray) -> str:

@@ -1,0 +1,200 @@
+"""Make the conformance vectors' inputs: three small bundles, the audio clips and the signing key.
+
+    python conformance/make_inputs.py        # needs the train extra (uvexport, uvtrain)
+
+These files are inputs, committed once; ``conformance/generate.py`` derives every vector from them
+with the SDK alone. Running this again makes new bundles (new random training of nothing: the
+models are fixed ONNX graphs, but the zip and the calibration are rewritten), after which the
+vectors must be regenerated and committed with them.
+
+- ``bundles/voice-embedding.uvb``: the reference log-mel embedding (40-d, prototype mode),
+  calibrated on 24 synthetic speakers, signed with ``keys/conformance.pem``.
+- ``bundles/voice-codeword.uvb``: a stand-in for a FedUV model (BCH(127, 64), 32 id bits) that
+  maps 4 known speakers to their codewords; calibrated (both tables), signed.
+- ``bundles/image-embedding.uvb``: a random 16-d convnet on 32×32 RGB pixels (the image contract).
+- ``known-users.json``: the message bits of the codeword model's 4 known users (test data).
+- ``audio/speaker{S}-{J}.wav``: 16-bit mono 16 kHz clips of synthetic speakers (the voices the
+  enrollment and verification vectors use), of several lengths.
+
+The signing key is a *published test key* (its seed is below): it proves nothing about who made a
+bundle, only that a port checks signatures the way the SDK does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from uvexport.bundle import make_manifest, write_bundle
+from uvexport.reference import (
+    centred_spectral_embedding_model,
+    codeword_model,
+    image_embedding_model,
+)
+from uvsdk import Verifier
+from uvsdk.bundle import AudioInput, Bundle, Code, ImageInput
+from uvsdk.calibration import measure
+from uvsdk.codeword import encode, unpack_generator
+from uvtrain.data.formant import voice_corpus
+
+HERE = Path(__file__).parent
+RATE = 16000
+AUDIO = AudioInput(sample_rate=RATE, window_seconds=2.0, hop_seconds=1.0, min_seconds=0.5)
+#: the published seed of the conformance signing key (a test key: anyone can sign with it)
+KEY_SEED = hashlib.sha256(b"uvsdk conformance signing key, version 1").digest()
+#: speakers of the clips (not the background speakers the embedding is centred on, seed 1000)
+CLIP_SEED = 3000
+CALIBRATION_SEED = 4000
+#: the four known users of the codeword model: their user ids, and the random message bits
+KNOWN_USERS = 4
+
+
+def signing_key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(KEY_SEED)
+
+
+def write_key() -> None:
+    folder = HERE / "keys"
+    folder.mkdir(exist_ok=True)
+    public = signing_key().public_key()
+    pem = public.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (folder / "conformance.pub.pem").write_bytes(pem)
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    (folder / "conformance.pub.hex").write_text(raw.hex() + "\n")
+
+
+def write_clips() -> list[list[np.ndarray]]:
+    """Speakers 0-2: eight 2-s clips each, clip 0 of speaker 0 also at 4.3 s and 0.7 s."""
+    folder = HERE / "audio"
+    folder.mkdir(exist_ok=True)
+    speakers = voice_corpus(3, 8, 2.0, RATE, seed=CLIP_SEED)
+    for s, clips in enumerate(speakers):
+        for j, clip in enumerate(clips):
+            sf.write(folder / f"speaker{s}-{j}.wav", clip, RATE, subtype="PCM_16")
+    long = voice_corpus(1, 1, 4.3, RATE, seed=CLIP_SEED + 1)[0][0]
+    sf.write(folder / "long-4.3s.wav", long, RATE, subtype="PCM_16")
+    short = voice_corpus(1, 1, 0.7, RATE, seed=CLIP_SEED + 2)[0][0]
+    sf.write(folder / "short-0.7s.wav", short, RATE, subtype="PCM_16")
+    # speech between silences: trimming cuts the silence, keeping 0.1 s either side
+    speech = voice_corpus(1, 1, 1.2, RATE, seed=CLIP_SEED + 3)[0][0]
+    quiet = np.random.default_rng(5).normal(0, 1e-4, size=RATE).astype(np.float32)
+    padded = np.concatenate([quiet, speech, quiet[: RATE // 2]])
+    sf.write(folder / "padded-silence.wav", padded, RATE, subtype="PCM_16")
+    return speakers
+
+
+def calibration_vectors(bundle: Path) -> dict[str, np.ndarray]:
+    people = voice_corpus(24, 8, 2.0, RATE, seed=CALIBRATION_SEED)
+    verifier = Verifier(bundle, store=HERE / ".unused-store")
+    return {
+        f"person{i}": np.stack([verifier.embed(c) for c in clips]) for i, clips in enumerate(people)
+    }
+
+
+def calibrate(path: Path, data: str, generator: np.ndarray | None = None) -> None:
+    """Measure the bundle's calibration on the calibration speakers and rewrite it, signed."""
+    bundle = Bundle(path)
+    calibration = measure(calibration_vectors(path), data=data, generator=generator)
+    manifest = bundle.manifest.__class__.from_dict(
+        {**bundle.manifest.to_dict(), "calibration": calibration.to_dict()}
+    )
+    write_bundle(path, bundle.model_bytes, manifest, sign_key=signing_key())
+
+
+def voice_embedding() -> Path:
+    background = voice_corpus(40, 4, 2.0, RATE, seed=1000)
+    model = centred_spectral_embedding_model([c for s in background for c in s], RATE, n_bands=40)
+    manifest = make_manifest(
+        model,
+        name="conformance-voice-embedding",
+        method="reference",
+        source=AUDIO,
+        output_kind="embedding",
+        dim=40,
+        extra={"description": "conformance: log-mel reference embedding; not a trained model"},
+    )
+    path = write_bundle(HERE / "bundles" / "voice-embedding.uvb", model, manifest)
+    calibrate(path, "24 synthetic formant speakers (uvtrain.data.formant, seed 4000), 8 clips each")
+    return path
+
+
+def voice_codeword(embedding: Path) -> Path:
+    spec = json.loads((HERE.parent / "tests" / "fixtures" / "bch_127_64.json").read_text())
+    generator = unpack_generator(spec["generator"], spec["k"], spec["n"])
+    code = Code("bch", spec["n"], spec["k"], spec["d_min"], 32, generator)
+    rng = np.random.default_rng(11)
+    rows, centroids = [], []
+    verifier = Verifier(embedding, store=HERE / ".unused-store")
+    known = voice_corpus(KNOWN_USERS, 8, 2.0, RATE, seed=CLIP_SEED)  # speakers 0-2 are the clips'
+    messages = {}
+    for user, voices in enumerate(known):
+        message = np.concatenate(
+            [[(user >> s) & 1 for s in range(31, -1, -1)], rng.integers(0, 2, spec["k"] - 32)]
+        ).astype(np.uint8)
+        messages[user] = "".join(map(str, message))
+        rows.append(1.0 - 2.0 * encode(message, generator).astype(np.float32))
+        mean = np.mean([verifier.embed(c) for c in voices[:5]], axis=0)
+        centroids.append(mean / np.linalg.norm(mean))
+    # test data, not a secret: the vectors enroll speaker 0 in codeword mode with this message
+    (HERE / "known-users.json").write_text(json.dumps({"messages": messages}, indent=1) + "\n")
+    model = codeword_model(RATE, np.stack(centroids), np.stack(rows), n_bands=40)
+    manifest = make_manifest(
+        model,
+        name="conformance-voice-codeword",
+        method="reference",
+        source=AUDIO,
+        output_kind="codeword",
+        dim=code.n,
+        code=code,
+        extra={
+            "description": "conformance: a stand-in FedUV model (4 known users); not trained",
+            "known_users": "user ids 0-3; their message bits: numpy default_rng(11), k-32 each",
+        },
+    )
+    path = write_bundle(HERE / "bundles" / "voice-codeword.uvb", model, manifest)
+    calibrate(
+        path,
+        "24 synthetic formant speakers (uvtrain.data.formant, seed 4000), 8 clips each",
+        generator=generator,
+    )
+    return path
+
+
+def image_embedding() -> Path:
+    source = ImageInput(height=32, width=32, channels=3)
+    model = image_embedding_model(32, 32, 3, dim=16, seed=0)
+    manifest = make_manifest(
+        model,
+        name="conformance-image-embedding",
+        method="reference",
+        source=source,
+        output_kind="embedding",
+        dim=16,
+        extra={"description": "conformance: random image convnet; its outputs mean nothing"},
+    )
+    return write_bundle(
+        HERE / "bundles" / "image-embedding.uvb", model, manifest, sign_key=signing_key()
+    )
+
+
+def main() -> None:
+    (HERE / "bundles").mkdir(exist_ok=True)
+    write_key()
+    write_clips()
+    embedding = voice_embedding()
+    voice_codeword(embedding)
+    image_embedding()
+    for path in sorted((HERE / "bundles").glob("*.uvb")):
+        print(f"{path.relative_to(HERE)}: {path.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()
