@@ -2,5 +2,18 @@
  * uvsdk verification core (TypeScript): a second implementation of the Python SDK
  * (sdk/uvsdk). Platform-neutral: runs in Node (onnxruntime-node) and in browsers
  * (onnxruntime-web); the ONNX Runtime module is injected, never imported here.
+ * Platform stores: `uvsdk/node` (FileStore, decodeWavFile), `uvsdk/browser` (IndexedDBStore).
  */
 export const VERSION = "0.1.0";
+export * from "./errors.js";
+export * from "./bundle.js";
+export * from "./media.js";
+export * from "./scoring.js";
+export * from "./calibration.js";
+export * from "./codeword.js";
+export * from "./template.js";
+export * from "./backoff.js";
+export * from "./verifier.js";
+export { pyRound, pyFloatRepr, pyG, pyFixed } from "./pyfmt.js";
+export { parseJson, canonicalJson, dumpsCompact, type JsonValue, type JsonObject } from "./pyjson.js";
+export { b64encode, b64decodeStrict, hex, fromHex, packBits, unpackBits } from "./bytes.js";

@@ -1,0 +1,336 @@
+/**
+ * Model bundles (`.uvb`): manifest schema, integrity and signatures (sdk/uvsdk/bundle.py).
+ *
+ * A bundle is a zip archive holding `model.onnx`, `manifest.json` and optionally
+ * `signature.ed25519` (Ed25519 over the exact bytes of `manifest.json`). The manifest names the
+ * SHA-256 of the model, so a signature over the manifest covers the model too. The ONNX Runtime
+ * session is not opened here (see verifier.ts): this module has no runtime dependency.
+ */
+import { unzipSync } from "fflate";
+import { sha256 } from "@noble/hashes/sha2.js";
+import { BundleError, SignatureError } from "./errors.js";
+import { ab, hex, webCrypto } from "./bytes.js";
+import { isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./pyjson.js";
+import { pyG, pyReprCut, pyRound, pyStrRepr } from "./pyfmt.js";
+import { parseCalibration, type Calibration } from "./calibration.js";
+import { codeFingerprint, unpackGenerator, type BitMatrix } from "./codeword.js";
+
+export const FORMAT = "uvsdk-bundle/1";
+export const METHODS = ["feduv", "fedhide", "fedaws", "softmax", "fedface", "fedgn", "fedcs", "reference"];
+export const MODEL_FILE = "model.onnx";
+export const MANIFEST_FILE = "manifest.json";
+export const SIGNATURE_FILE = "signature.ed25519";
+export const MAX_MEMBER_BYTES = 512 * 1024 * 1024;
+export const MAX_MANIFEST_BYTES = 1024 * 1024;
+export const MAX_SIGNATURE_BYTES = 1024;
+const MEMBER_LIMITS: Record<string, number> = {
+  [MODEL_FILE]: MAX_MEMBER_BYTES,
+  [MANIFEST_FILE]: MAX_MANIFEST_BYTES,
+  [SIGNATURE_FILE]: MAX_SIGNATURE_BYTES,
+};
+export const WINDOW_SECONDS_RANGE = [0.1, 30.0] as const;
+export const MIN_HOP_SECONDS = 0.05;
+export const MAX_WINDOW_SAMPLES = 1 << 20;
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+/** Raw mono audio in [-1, 1] at `sampleRate`, cut into windows (seconds). */
+export interface AudioInput {
+  kind: "audio";
+  sampleRate: number;
+  windowSeconds: number;
+  hopSeconds: number;
+  minSeconds: number;
+}
+
+/** Raw uint8 pixels, height × width × channels. */
+export interface ImageInput {
+  kind: "image";
+  height: number;
+  width: number;
+  channels: number;
+}
+
+/** A binary linear code: n, k, minimum distance, id bits and generator G (k × n). */
+export interface Code {
+  family: string;
+  n: number;
+  k: number;
+  dMin: number;
+  idBits: number;
+  generator: BitMatrix;
+  /** SHA-256 naming this code (codeword.code_fingerprint); a codeword is bound to it. */
+  fingerprint: string;
+}
+
+/** The validated content of `manifest.json` (bundle.Manifest). */
+export interface Manifest {
+  name: string;
+  method: string;
+  modality: "audio" | "image";
+  input: AudioInput | ImageInput;
+  outputKind: "codeword" | "embedding";
+  dim: number;
+  modelSha256: string;
+  code: Code | null;
+  calibration: Calibration | null;
+  /** The keys the SDK does not read (provenance, metrics, ...), as plain JSON. */
+  extra: Record<string, unknown>;
+}
+
+/** A loaded, checked bundle. */
+export interface Bundle {
+  /** What messages call the bundle (a file name). */
+  name: string;
+  manifest: Manifest;
+  /** The exact bytes of manifest.json. */
+  manifestBytes: Uint8Array;
+  modelBytes: Uint8Array;
+  signature: Uint8Array | null;
+  /** First 16 hex digits of the SHA-256 of the raw public key that verified it, or null. */
+  signedBy: string | null;
+}
+
+type Kind = "int" | "float" | "str" | "dict";
+
+function get(data: JsonObject, key: string, kind: Kind, prefix = ""): any {
+  let value: JsonValue | undefined = data[key];
+  if (kind === "float" && isInt(value)) value = Number(value);
+  const ok =
+    (kind === "int" && isInt(value)) ||
+    (kind === "float" && typeof value === "number") ||
+    (kind === "str" && typeof value === "string") ||
+    (kind === "dict" && isObject(value));
+  if (!ok) throw new BundleError(`manifest: ${prefix}${key} must be a ${kind}, not ${pyReprCut(value)}`);
+  if (kind === "float" && !Number.isFinite(value as number)) {
+    throw new BundleError(`manifest: ${prefix}${key} must be finite`);
+  }
+  return kind === "int" ? Number(value as bigint) : value;
+}
+
+function audioInput(spec: JsonObject): AudioInput {
+  const input: AudioInput = {
+    kind: "audio",
+    sampleRate: get(spec, "sample_rate", "int", "input."),
+    windowSeconds: get(spec, "window_seconds", "float", "input."),
+    hopSeconds: get(spec, "hop_seconds", "float", "input."),
+    minSeconds: get(spec, "min_seconds", "float", "input."),
+  };
+  if (!(1000 <= input.sampleRate && input.sampleRate <= 384_000)) {
+    throw new BundleError(`manifest: input.sample_rate ${input.sampleRate} is not plausible`);
+  }
+  const [low, high] = WINDOW_SECONDS_RANGE;
+  if (!(low <= input.windowSeconds && input.windowSeconds <= high)) {
+    throw new BundleError(
+      `manifest: input.window_seconds ${pyG(input.windowSeconds)} is outside [${pyG(low)}, ${pyG(high)}]`,
+    );
+  }
+  if (!(MIN_HOP_SECONDS <= input.hopSeconds && input.hopSeconds <= input.windowSeconds)) {
+    throw new BundleError(
+      `manifest: input.hop_seconds ${pyG(input.hopSeconds)} is outside [${pyG(MIN_HOP_SECONDS)}, window_seconds]`,
+    );
+  }
+  if (!(0 < input.minSeconds && input.minSeconds <= input.windowSeconds)) {
+    throw new BundleError("manifest: input needs 0 < min_seconds <= window_seconds");
+  }
+  if (pyRound(input.windowSeconds * input.sampleRate) > MAX_WINDOW_SAMPLES) {
+    throw new BundleError(
+      `manifest: a window of ${pyG(input.windowSeconds)} s at ${input.sampleRate} Hz is ` +
+        `more than ${MAX_WINDOW_SAMPLES} samples`,
+    );
+  }
+  return input;
+}
+
+function imageInput(spec: JsonObject): ImageInput {
+  const input: ImageInput = {
+    kind: "image",
+    height: get(spec, "height", "int", "input."),
+    width: get(spec, "width", "int", "input."),
+    channels: get(spec, "channels", "int", "input."),
+  };
+  if (
+    !(0 < input.height && input.height <= 4096 && 0 < input.width && input.width <= 4096 && [1, 3, 4].includes(input.channels))
+  ) {
+    throw new BundleError("manifest: image input needs 0 < height, width <= 4096, channels 1/3/4");
+  }
+  return input;
+}
+
+/** `_parse_code`: the code of a codeword bundle (null for an embedding bundle). */
+function parseCode(spec: JsonValue | undefined, kind: string, dim: number): Code | null {
+  if (kind !== "codeword") {
+    if (spec !== undefined && spec !== null) {
+      throw new BundleError("manifest: 'code' is present but output.kind is not 'codeword'");
+    }
+    return null;
+  }
+  if (!isObject(spec)) throw new BundleError("manifest: a codeword bundle needs a 'code' object");
+  const n: number = get(spec, "n", "int", "code.");
+  const k: number = get(spec, "k", "int", "code.");
+  const idBits: number = get(spec, "id_bits", "int", "code.");
+  const dMin: number = get(spec, "d_min", "int", "code.");
+  if (n !== dim || !(0 < k && k <= n) || !(0 < idBits && idBits < k) || !(0 < dMin && dMin <= n)) {
+    throw new BundleError("manifest: code needs n = output.dim, 0 < id_bits < k <= n, 0 < d_min <= n");
+  }
+  const generator = unpackGenerator(get(spec, "generator", "str", "code."), k, n);
+  const family: string = get(spec, "family", "str", "code.");
+  return { family, n, k, dMin, idBits, generator, fingerprint: codeFingerprint(generator) };
+}
+
+const KNOWN = new Set(["format", "name", "method", "modality", "input", "output", "code", "model_sha256", "calibration"]);
+
+/**
+ * `Manifest.from_dict`: validate a parsed manifest (from {@link parseJson}); every problem is a
+ * BundleError naming the key, checked in the Python's order.
+ */
+export function parseManifest(data: JsonValue): Manifest {
+  if (!isObject(data)) throw new BundleError("manifest: not a JSON object");
+  const fmt = data["format"];
+  if (fmt !== FORMAT) {
+    throw new BundleError(`unknown bundle format ${pyReprCut(fmt, 1000)}: this SDK reads ${pyStrRepr(FORMAT)}`);
+  }
+  const name: string = get(data, "name", "str");
+  const method: string = get(data, "method", "str");
+  if (!METHODS.includes(method)) {
+    throw new BundleError(`manifest: unknown method ${pyStrRepr(method)} (one of ${METHODS.join(", ")})`);
+  }
+  const modality: string = get(data, "modality", "str");
+  const spec: JsonObject = get(data, "input", "dict");
+  let input: AudioInput | ImageInput;
+  if (modality === "audio") input = audioInput(spec);
+  else if (modality === "image") input = imageInput(spec);
+  else throw new BundleError(`manifest: unknown modality ${pyStrRepr(modality)} (audio or image)`);
+  const output: JsonObject = get(data, "output", "dict");
+  const kind: string = get(output, "kind", "str", "output.");
+  const dim: number = get(output, "dim", "int", "output.");
+  if (!(kind === "codeword" || kind === "embedding") || !(0 < dim && dim <= 65536)) {
+    throw new BundleError("manifest: output needs kind codeword|embedding and 0 < dim <= 65536");
+  }
+  const sha: string = get(data, "model_sha256", "str");
+  if (!SHA256_HEX.test(sha)) throw new BundleError("manifest: model_sha256 is not 64 lowercase hex digits");
+  const code = parseCode(data["code"], kind, dim);
+  let calibration: Calibration | null = null;
+  if (data["calibration"] !== undefined && data["calibration"] !== null) {
+    calibration = parseCalibration(data["calibration"], kind);
+  }
+  const extra: Record<string, unknown> = {};
+  for (const key of Object.keys(data)) if (!KNOWN.has(key)) extra[key] = toPlain(data[key]);
+  return {
+    name,
+    method,
+    modality: modality as "audio" | "image",
+    input,
+    outputKind: kind as "codeword" | "embedding",
+    dim,
+    modelSha256: sha,
+    code,
+    calibration,
+    extra,
+  };
+}
+
+function tooLarge(bundle: string, member: string, size: number): string {
+  return `${bundle}: ${member} is ${size} bytes, more than the ${MEMBER_LIMITS[member]} accepted (not a bundle?)`;
+}
+
+/** `_read_members`: the bundle's files from the zip archive, with the per-member size limits. */
+function readMembers(bytes: Uint8Array, name: string): Record<string, Uint8Array> {
+  try {
+    return unzipSync(bytes, {
+      filter(file) {
+        const limit = MEMBER_LIMITS[file.name];
+        if (limit === undefined) return false;
+        if (file.originalSize > limit) throw new BundleError(tooLarge(name, file.name, file.originalSize));
+        return true;
+      },
+    });
+  } catch (error) {
+    if (error instanceof BundleError) throw error;
+    const detail = error instanceof Error ? error.message : String(error);
+    throw new BundleError(`${name}: not a readable bundle (truncated or corrupt: ${detail})`);
+  }
+}
+
+/** Options of {@link loadBundle}. */
+export interface LoadBundleOptions {
+  /**
+   * Raw 32-byte Ed25519 public keys. When given (non-empty), the bundle must carry a signature
+   * made by one of them.
+   */
+  trustedKeys?: Uint8Array[];
+  /** What messages call the bundle (default "bundle.uvb"). */
+  name?: string;
+}
+
+/** Whether this WebCrypto verifies Ed25519 signature `signature` of `message` with `key`. */
+async function ed25519Verify(key: Uint8Array, signature: Uint8Array, message: Uint8Array): Promise<boolean> {
+  const subtle = webCrypto().subtle;
+  let publicKey: CryptoKey;
+  try {
+    publicKey = await subtle.importKey("raw", ab(key), { name: "Ed25519" }, false, ["verify"]);
+  } catch (error) {
+    throw new SignatureError(
+      `cannot use trusted key ${hex(sha256(key)).slice(0, 16)} (${(error as Error).message}): a trusted key is 32 raw bytes`,
+    );
+  }
+  try {
+    return await subtle.verify({ name: "Ed25519" }, publicKey, ab(signature), ab(message));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Load and check a `.uvb` bundle (bundle.Bundle.__init__): unzip (refusing members over their
+ * limits), require model.onnx and manifest.json, parse and validate the manifest, check the
+ * model's SHA-256, and with trusted keys the Ed25519 signature of the exact manifest bytes.
+ */
+export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions = {}): Promise<Bundle> {
+  const name = options.name ?? "bundle.uvb";
+  const members = readMembers(bytes, name);
+  for (const member of [MANIFEST_FILE, MODEL_FILE]) {
+    if (!(member in members)) throw new BundleError(`${name}: the bundle has no ${member}`);
+  }
+  const manifestBytes = members[MANIFEST_FILE]!;
+  let data: JsonValue;
+  try {
+    const text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(manifestBytes);
+    data = parseJson(text);
+  } catch (error) {
+    throw new BundleError(`${name}: manifest.json is not valid JSON (${(error as Error).message})`);
+  }
+  const manifest = parseManifest(data);
+  const modelBytes = members[MODEL_FILE]!;
+  const digest = hex(new Uint8Array(await webCrypto().subtle.digest("SHA-256", ab(modelBytes))));
+  if (digest !== manifest.modelSha256) {
+    throw new BundleError(
+      `${name}: model.onnx does not match the manifest's model_sha256 (the bundle was modified or damaged)`,
+    );
+  }
+  const signature = members[SIGNATURE_FILE] ?? null;
+  let signedBy: string | null = null;
+  const keys = options.trustedKeys ?? [];
+  if (keys.length) {
+    if (signature === null) throw new SignatureError(`${name}: the bundle is not signed, and trusted keys are set`);
+    for (const key of keys) {
+      if (await ed25519Verify(key, signature, manifestBytes)) {
+        signedBy = hex(sha256(key)).slice(0, 16);
+        break;
+      }
+    }
+    if (signedBy === null) throw new SignatureError(`${name}: the signature does not verify with any trusted key`);
+  }
+  return { name, manifest, manifestBytes, modelBytes, signature, signedBy };
+}
+
+/** A raw 32-byte Ed25519 public key from a PEM SubjectPublicKeyInfo (`.pub.pem`) text. */
+export function ed25519KeyFromPem(pem: string): Uint8Array {
+  const body = pem.replace(/-----(BEGIN|END) PUBLIC KEY-----/g, "").replace(/\s+/g, "");
+  const der = Uint8Array.from(atob(body), (c) => c.charCodeAt(0));
+  // SEQUENCE { SEQUENCE { OID 1.3.101.112 } BIT STRING { 0x00, key } }: 12-byte prefix
+  const prefix = [0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00];
+  if (der.length !== 44 || prefix.some((b, i) => der[i] !== b)) {
+    throw new SignatureError("the trusted key is not an Ed25519 public key (PEM SubjectPublicKeyInfo)");
+  }
+  return der.slice(12);
+}

@@ -1,0 +1,292 @@
+/**
+ * Calibrated thresholds (sdk/uvsdk/calibration.py): the manifest's `calibration` object, the row
+ * a FAR uses, and a user's threshold `max(warm-up, calibrated threshold at the FAR)`.
+ */
+import { sha256 } from "@noble/hashes/sha2.js";
+import { BundleError, CalibrationError } from "./errors.js";
+import { canonicalJson, isInt, isNumber, isObject, type JsonValue } from "./pyjson.js";
+import { pyFixed, pyFloatRepr, pyG, pyReprCut } from "./pyfmt.js";
+import { hex } from "./bytes.js";
+import { warmupThreshold, type Vector } from "./scoring.js";
+
+export const VERSION = 1;
+export const DEFAULT_FAR = 0.01;
+export const MAX_FAR = 0.5;
+/** A row needs `far × impostor_trials` of at least this. */
+export const MIN_FALSE_ACCEPTS = 10;
+export const MODES = ["prototype", "codeword"] as const;
+export type Mode = (typeof MODES)[number];
+
+/** One FAR target: the threshold, what it measured there, and the trials behind it. */
+export interface Row {
+  far: number;
+  threshold: number;
+  falseAccepts: number;
+  frr: number | null;
+  falseRejects: number | null;
+}
+
+/** The calibration of one enrollment mode (calibration.Table). */
+export interface Table {
+  mode: Mode;
+  people: number;
+  enrollSamples: number;
+  genuineTrials: number;
+  impostorTrials: number;
+  rows: Row[];
+}
+
+/** The manifest's `calibration` (calibration.Calibration); `raw` is the object as parsed. */
+export interface Calibration {
+  version: number;
+  data: string;
+  tables: Partial<Record<Mode, Table>>;
+  /** Hex SHA-256 of the RFC 8785 canonical JSON of its normalised form (calibrationSha256). */
+  sha256: string;
+}
+
+/** `check_far`: `far` in (0, 0.5], else a CalibrationError. */
+export function checkFar(far: unknown): number {
+  if (typeof far !== "number" && typeof far !== "bigint") {
+    throw new CalibrationError(`the FAR must be a number in (0, ${MAX_FAR}], not ${pyReprCut(far, 80)}`);
+  }
+  const value = Number(far);
+  if (!(Number.isFinite(value) && value > 0 && value <= MAX_FAR)) {
+    throw new CalibrationError(
+      `the FAR must be in (0, ${MAX_FAR}], not ${Number.isInteger(value) ? String(value) : pyFloatRepr(value)}`,
+    );
+  }
+  return value;
+}
+
+/**
+ * `Table.row_for`: the row a requested FAR uses, the largest tabled FAR not above it (the
+ * stricter side); a FAR below every row is a CalibrationError.
+ */
+export function rowFor(table: Table, far: number): Row {
+  const value = checkFar(far);
+  const usable = table.rows.filter((row) => row.far <= value * (1 + 1e-9));
+  if (usable.length === 0) {
+    const smallest = Math.min(...table.rows.map((row) => row.far));
+    throw new CalibrationError(
+      `the bundle's ${table.mode} calibration states FAR down to ${pyG(smallest)} ` +
+        `(${table.impostorTrials} impostor trials); a FAR of ${pyG(value)} cannot be ` +
+        "stated: choose a larger --far, or calibrate on more people",
+    );
+  }
+  // max(usable, key=far): the first of equal maxima, as Python's max
+  return usable.reduce((best, row) => (row.far > best.far ? row : best));
+}
+
+/**
+ * `Table.expected`: the FAR and FRR the calibration expects at `threshold`, as short text
+ * (interpolated between rows, the FAR log-linearly; bounded outside them).
+ */
+export function expected(table: Table, threshold: number): [string, string | null] {
+  // sorted(rows, key=threshold): a stable sort, as Python's
+  const rows = [...table.rows].sort((a, b) => a.threshold - b.threshold);
+  const last = rows[rows.length - 1]!;
+  const first = rows[0]!;
+  if (threshold >= last.threshold) {
+    const frr = last.frr === null ? null : `>= ${pyFixed(last.frr, 3)}`;
+    return [threshold > last.threshold ? `< ${pyG(last.far)}` : pyG(last.far), frr];
+  }
+  if (threshold <= first.threshold) {
+    const frr = first.frr === null ? null : `<= ${pyFixed(first.frr, 3)}`;
+    return [`>= ${pyG(first.far)}`, frr];
+  }
+  for (let i = 0; i + 1 < rows.length; i++) {
+    const low = rows[i]!;
+    const high = rows[i + 1]!;
+    if (low.threshold <= threshold && threshold <= high.threshold) {
+      const span = high.threshold - low.threshold;
+      const t = span <= 0 ? 0 : (threshold - low.threshold) / span;
+      const far = Math.exp((1 - t) * Math.log(low.far) + t * Math.log(high.far));
+      let frr: string | null = null;
+      if (low.frr !== null && high.frr !== null) frr = pyFixed((1 - t) * low.frr + t * high.frr, 3);
+      return [pyG(far, 2), frr];
+    }
+  }
+  throw new Error("unreachable: rows bracket the threshold");
+}
+
+/** `Calibration.to_dict`: the normalised JSON form (what the SHA-256 is taken of). */
+export function calibrationToDict(calibration: Pick<Calibration, "version" | "data" | "tables">): Record<string, unknown> {
+  const out: Record<string, unknown> = { version: calibration.version, data: calibration.data };
+  for (const mode of MODES) {
+    const table = calibration.tables[mode];
+    if (!table) continue;
+    out[mode] = {
+      people: table.people,
+      enroll_samples: table.enrollSamples,
+      genuine_trials: table.genuineTrials,
+      impostor_trials: table.impostorTrials,
+      rows: table.rows.map((row) => ({
+        far: row.far,
+        threshold: row.threshold,
+        false_accepts: row.falseAccepts,
+        frr: row.frr,
+        false_rejects: row.falseRejects,
+      })),
+    };
+  }
+  return out;
+}
+
+/**
+ * `Calibration.sha256`: hex SHA-256 of the RFC 8785 (JCS) canonical JSON of the calibration's
+ * normalised form ({@link calibrationToDict}: keys the SDK does not read are not part of it).
+ */
+export function calibrationSha256(calibration: Pick<Calibration, "version" | "data" | "tables">): string {
+  return hex(sha256(new TextEncoder().encode(canonicalJson(calibrationToDict(calibration)))));
+}
+
+function count(value: JsonValue | undefined, name: string, minimum = 0): number {
+  if (!isInt(value) || value < BigInt(minimum)) {
+    throw new BundleError(`manifest: ${name} must be an integer >= ${minimum}, not ${pyReprCut(value)}`);
+  }
+  return Number(value);
+}
+
+function number(value: JsonValue | undefined, name: string, low: number, high: number): number {
+  if (!isNumber(value)) throw new BundleError(`manifest: ${name} must be a number, not ${pyReprCut(value)}`);
+  const v = Number(value);
+  if (!(Number.isFinite(v) && low <= v && v <= high)) {
+    throw new BundleError(`manifest: ${name} must be finite and in [${pyG(low)}, ${pyG(high)}]`);
+  }
+  return v;
+}
+
+function parseTable(mode: Mode, spec: JsonValue | undefined): Table {
+  const where = `calibration.${mode}`;
+  if (!isObject(spec)) throw new BundleError(`manifest: ${where} must be an object`);
+  const people = count(spec["people"], `${where}.people`, 2);
+  const enroll = count(spec["enroll_samples"], `${where}.enroll_samples`);
+  const genuine = count(spec["genuine_trials"], `${where}.genuine_trials`);
+  const impostor = count(spec["impostor_trials"], `${where}.impostor_trials`, 1);
+  if (mode === "prototype" && (enroll < 2 || genuine < 1)) {
+    throw new BundleError(`manifest: ${where} needs enroll_samples >= 2 and genuine trials`);
+  }
+  const rawRows = spec["rows"];
+  if (!Array.isArray(rawRows) || rawRows.length === 0) {
+    throw new BundleError(`manifest: ${where}.rows must be a non-empty list`);
+  }
+  const rows: Row[] = [];
+  rawRows.forEach((raw, index) => {
+    const at = `${where}.rows[${index}]`;
+    if (!isObject(raw)) throw new BundleError(`manifest: ${at} must be an object`);
+    const far = number(raw["far"], `${at}.far`, 0, MAX_FAR);
+    if (far <= 0) throw new BundleError(`manifest: ${at}.far must be > 0`);
+    const threshold = number(raw["threshold"], `${at}.threshold`, -1, 1 + 1e-6);
+    const accepts = count(raw["false_accepts"], `${at}.false_accepts`);
+    if (accepts > far * impostor + 1e-9) {
+      throw new BundleError(
+        `manifest: ${at}: ${accepts} false accepts of ${impostor} trials exceed FAR ${pyG(far)}`,
+      );
+    }
+    if (far * impostor < MIN_FALSE_ACCEPTS - 1e-9) {
+      throw new BundleError(
+        `manifest: ${at}: FAR ${pyG(far)} of ${impostor} impostor trials is fewer than ` +
+          `${MIN_FALSE_ACCEPTS} expected false accepts`,
+      );
+    }
+    let frr: number | null = null;
+    let rejects: number | null = null;
+    const rawFrr = raw["frr"];
+    const rawRejects = raw["false_rejects"];
+    if (genuine) {
+      frr = number(rawFrr, `${at}.frr`, 0, 1);
+      rejects = count(rawRejects, `${at}.false_rejects`);
+      if (rejects > genuine || Math.abs(rejects / genuine - frr) > 1e-6) {
+        throw new BundleError(`manifest: ${at}: frr and false_rejects disagree`);
+      }
+    } else if ((rawFrr !== undefined && rawFrr !== null) || (rawRejects !== undefined && rawRejects !== null)) {
+      throw new BundleError(`manifest: ${at}: an FRR without genuine trials`);
+    }
+    rows.push({ far, threshold, falseAccepts: accepts, frr, falseRejects: rejects });
+  });
+  for (let i = 0; i + 1 < rows.length; i++) {
+    const before = rows[i]!;
+    const after = rows[i + 1]!;
+    if (!(after.far < before.far)) {
+      throw new BundleError(`manifest: ${where}.rows must have strictly decreasing FAR`);
+    }
+    if (after.threshold < before.threshold) {
+      throw new BundleError(`manifest: ${where}.rows: thresholds must not fall as the FAR falls`);
+    }
+    if (after.frr !== null && before.frr !== null && after.frr < before.frr) {
+      throw new BundleError(`manifest: ${where}.rows: the FRR must not fall as the FAR falls`);
+    }
+  }
+  return { mode, people, enrollSamples: enroll, genuineTrials: genuine, impostorTrials: impostor, rows };
+}
+
+/** Python's `value != 1` for a parsed JSON value (True and 1.0 equal 1 in Python). */
+function isVersionOne(value: JsonValue | undefined): boolean {
+  return value === 1n || value === 1 || value === true;
+}
+
+/**
+ * `Calibration.from_dict`: validate the manifest's `calibration`; a problem is a BundleError
+ * naming the key.
+ */
+export function parseCalibration(data: JsonValue | undefined, outputKind = "embedding"): Calibration {
+  if (!isObject(data)) throw new BundleError("manifest: calibration must be an object");
+  if (!isVersionOne(data["version"])) {
+    throw new BundleError(`manifest: calibration version ${pyReprCut(data["version"], 1000)} is not ${VERSION}`);
+  }
+  const description = data["data"];
+  if (typeof description !== "string") throw new BundleError("manifest: calibration.data must be a string");
+  const unknown = Object.keys(data)
+    .filter((key) => !["version", "data", ...MODES].includes(key))
+    .sort();
+  if (unknown.length) {
+    throw new BundleError(`manifest: calibration has unknown key(s) ${pyReprCut(unknown, 10000)}`);
+  }
+  const tables: Partial<Record<Mode, Table>> = {};
+  for (const mode of MODES) {
+    if (mode in data) {
+      if (mode === "codeword" && outputKind !== "codeword") {
+        throw new BundleError("manifest: calibration.codeword needs a codeword bundle (output.kind)");
+      }
+      tables[mode] = parseTable(mode, data[mode]);
+    }
+  }
+  if (Object.keys(tables).length === 0) {
+    throw new BundleError("manifest: calibration has no table (prototype or codeword)");
+  }
+  const parsed = { version: VERSION, data: description, tables };
+  return { ...parsed, sha256: calibrationSha256(parsed) };
+}
+
+/**
+ * `floor`: the calibrated threshold for `mode` at `far` and its row, or null when there is no
+ * calibration for the mode or `far` is null (the warm-up rule alone).
+ */
+export function floor(
+  calibration: Calibration | null,
+  mode: Mode,
+  far: number | null,
+): { threshold: number; row: Row } | null {
+  const table = calibration?.tables[mode];
+  if (far === null || !table) return null;
+  const row = rowFor(table, far);
+  return { threshold: row.threshold, row };
+}
+
+/**
+ * `user_threshold`: the warm-up rule at `targetTpr`, raised to the calibrated threshold at
+ * `far` when the bundle has one for `mode`; and the row that floored it (null: warm-up alone).
+ */
+export function userThreshold(
+  warmupScores: Vector,
+  targetTpr: number,
+  calibration: Calibration | null,
+  mode: Mode,
+  far: number | null,
+): { threshold: number; row: Row | null } {
+  const threshold = warmupThreshold(warmupScores, targetTpr);
+  const floored = floor(calibration, mode, far);
+  if (floored === null) return { threshold, row: null };
+  return { threshold: Math.max(threshold, floored.threshold), row: floored.row };
+}

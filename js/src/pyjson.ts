@@ -1,0 +1,245 @@
+/**
+ * JSON as Python's `json` module reads and writes it.
+ *
+ * JavaScript's JSON.parse loses the difference between `2` and `2.0`, which the Python SDK's
+ * checks depend on (`isinstance(value, int)`: a manifest's `sample_rate` of `16000.0` is refused).
+ * {@link parseJson} therefore returns integer literals as `bigint` and every other number as a
+ * `number`; objects are null-prototype records. It also accepts Python's `NaN`, `Infinity` and
+ * `-Infinity` tokens (which `json.loads` reads), so the finiteness checks behave as in Python.
+ * {@link dumpsCompact} writes what `json.dumps(..., separators=(",", ":"))` writes.
+ */
+
+/** A parsed JSON value: integers are bigint, other numbers number. */
+export type JsonValue = null | boolean | bigint | number | string | JsonValue[] | JsonObject;
+/** A parsed JSON object (null prototype). */
+export interface JsonObject {
+  [key: string]: JsonValue;
+}
+
+/** Raised for text that is not JSON (Python: json.JSONDecodeError). */
+export class JsonSyntaxError extends Error {
+  constructor(message: string, position: number) {
+    super(`${message}: char ${position}`);
+    this.name = "JSONDecodeError";
+  }
+}
+
+const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?/y;
+
+/** Parse JSON text the way Python's `json.loads` does (see the module comment). */
+export function parseJson(text: string): JsonValue {
+  let i = 0;
+  const ws = () => {
+    while (i < text.length) {
+      const c = text.charCodeAt(i);
+      if (c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d) i++;
+      else break;
+    }
+  };
+  const fail = (message: string): never => {
+    throw new JsonSyntaxError(message, i);
+  };
+  const value = (depth: number): JsonValue => {
+    if (depth > 1000) fail("too deeply nested");
+    ws();
+    const c = text[i];
+    if (c === "{") {
+      i++;
+      const object: JsonObject = Object.create(null) as JsonObject;
+      ws();
+      if (text[i] === "}") {
+        i++;
+        return object;
+      }
+      for (;;) {
+        ws();
+        if (text[i] !== '"') fail("Expecting property name enclosed in double quotes");
+        const key = string();
+        ws();
+        if (text[i] !== ":") fail("Expecting ':' delimiter");
+        i++;
+        object[key] = value(depth + 1);
+        ws();
+        if (text[i] === ",") {
+          i++;
+          continue;
+        }
+        if (text[i] === "}") {
+          i++;
+          return object;
+        }
+        fail("Expecting ',' delimiter");
+      }
+    }
+    if (c === "[") {
+      i++;
+      const array: JsonValue[] = [];
+      ws();
+      if (text[i] === "]") {
+        i++;
+        return array;
+      }
+      for (;;) {
+        array.push(value(depth + 1));
+        ws();
+        if (text[i] === ",") {
+          i++;
+          continue;
+        }
+        if (text[i] === "]") {
+          i++;
+          return array;
+        }
+        fail("Expecting ',' delimiter");
+      }
+    }
+    if (c === '"') return string();
+    if (text.startsWith("null", i)) return (i += 4), null;
+    if (text.startsWith("true", i)) return (i += 4), true;
+    if (text.startsWith("false", i)) return (i += 5), false;
+    if (text.startsWith("NaN", i)) return (i += 3), NaN;
+    if (text.startsWith("Infinity", i)) return (i += 8), Infinity;
+    if (text.startsWith("-Infinity", i)) return (i += 9), -Infinity;
+    NUMBER.lastIndex = i;
+    const match = NUMBER.exec(text);
+    if (!match) return fail("Expecting value");
+    i += match[0].length;
+    if (match[1] === undefined && match[2] === undefined) return BigInt(match[0]);
+    return Number(match[0]);
+  };
+  const string = (): string => {
+    i++; // opening quote
+    let out = "";
+    for (;;) {
+      if (i >= text.length) fail("Unterminated string starting at");
+      const c = text.charCodeAt(i);
+      if (c === 0x22) {
+        i++;
+        return out;
+      }
+      if (c < 0x20) fail("Invalid control character at");
+      if (c === 0x5c) {
+        const e = text[i + 1];
+        const simple: Record<string, string> = {
+          '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t",
+        };
+        if (e !== undefined && e in simple) {
+          out += simple[e];
+          i += 2;
+        } else if (e === "u") {
+          const hex = text.slice(i + 2, i + 6);
+          if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("Invalid \\uXXXX escape");
+          out += String.fromCharCode(parseInt(hex, 16));
+          i += 6;
+        } else fail("Invalid \\escape");
+      } else {
+        out += text[i];
+        i++;
+      }
+    }
+  };
+  const result = value(0);
+  ws();
+  if (i !== text.length) fail("Extra data");
+  return result;
+}
+
+/** Whether `value` is a parsed JSON object (not an array, not null). */
+export function isObject(value: unknown): value is JsonObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Python's `isinstance(value, int) and not isinstance(value, bool)` for a parsed value. */
+export function isInt(value: unknown): value is bigint {
+  return typeof value === "bigint";
+}
+
+/** Python's `isinstance(value, int | float) and not isinstance(value, bool)`. */
+export function isNumber(value: unknown): value is bigint | number {
+  return typeof value === "bigint" || typeof value === "number";
+}
+
+/** A parsed value with bigints turned into numbers (for JSON.stringify, JCS, `extra`). */
+export function toPlain(value: unknown): unknown {
+  if (typeof value === "bigint") return Number(value);
+  if (Array.isArray(value)) return value.map(toPlain);
+  if (isObject(value)) {
+    const out: Record<string, unknown> = {};
+    for (const key of Object.keys(value)) out[key] = toPlain(value[key]);
+    return out;
+  }
+  return value;
+}
+
+/** A marker for numbers that Python holds as floats (written `30.0`, not `30`). */
+export class PyFloat {
+  constructor(readonly value: number) {}
+}
+
+/** A Python-style JSON string (json.dumps with ensure_ascii=True). */
+function dumpString(s: string): string {
+  let out = '"';
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    const ch = s[i]!;
+    if (ch === '"') out += '\\"';
+    else if (ch === "\\") out += "\\\\";
+    else if (ch === "\n") out += "\\n";
+    else if (ch === "\r") out += "\\r";
+    else if (ch === "\t") out += "\\t";
+    else if (ch === "\b") out += "\\b";
+    else if (ch === "\f") out += "\\f";
+    else if (c < 0x20 || c > 0x7e) out += `\\u${c.toString(16).padStart(4, "0")}`;
+    else out += ch;
+  }
+  return out + '"';
+}
+
+import { pyFloatRepr } from "./pyfmt.js";
+
+/**
+ * `json.dumps(value, separators=(",", ":"), allow_nan=False)`: integers (`number` that is an
+ * integer, or bigint) are written as integers, {@link PyFloat} as Python floats (`30.0`);
+ * keys keep their insertion order.
+ */
+export function dumpsCompact(value: unknown): string {
+  if (value === null || value === undefined) return "null";
+  if (value === true) return "true";
+  if (value === false) return "false";
+  if (typeof value === "bigint") return value.toString();
+  if (value instanceof PyFloat) {
+    if (!Number.isFinite(value.value)) throw new RangeError("Out of range float values are not JSON compliant");
+    return pyFloatRepr(value.value);
+  }
+  if (typeof value === "number") {
+    if (!Number.isFinite(value)) throw new RangeError("Out of range float values are not JSON compliant");
+    return Number.isInteger(value) && Math.abs(value) < 2 ** 53 ? value.toFixed(0) : pyFloatRepr(value);
+  }
+  if (typeof value === "string") return dumpString(value);
+  if (Array.isArray(value)) return `[${value.map(dumpsCompact).join(",")}]`;
+  if (typeof value === "object") {
+    const parts = Object.keys(value).map(
+      (k) => `${dumpString(k)}:${dumpsCompact((value as Record<string, unknown>)[k])}`,
+    );
+    return `{${parts.join(",")}}`;
+  }
+  throw new TypeError(`not JSON serializable: ${typeof value}`);
+}
+
+/**
+ * RFC 8785 (JCS) canonical JSON of a plain value: keys sorted by UTF-16 code units, no
+ * whitespace, numbers and strings as ECMAScript's JSON.stringify writes them.
+ */
+export function canonicalJson(value: unknown): string {
+  if (typeof value === "bigint") return canonicalJson(Number(value));
+  if (value === null || typeof value !== "object") {
+    if (typeof value === "number" && !Number.isFinite(value)) {
+      throw new RangeError("JCS has no representation for a non-finite number");
+    }
+    return JSON.stringify(value);
+  }
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  const record = value as Record<string, unknown>;
+  const keys = Object.keys(record).sort();
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(record[k])}`).join(",")}}`;
+}
