@@ -9,11 +9,12 @@ import { launch, skipOption, watch } from "./chromium.mjs";
 
 test("conformance vectors in Chromium (onnxruntime-web)", { skip: skipOption(), timeout: 180_000 }, async (t) => {
   const server = await startServer({ port: 0 });
-  const browser = await launch();
+  let browser = null;
   t.after(async () => {
-    await browser.close();
+    await browser?.close();
     await server.close();
   });
+  browser = await launch();
   const page = await browser.newPage();
   const log = watch(page);
   await page.goto(new URL("conformance.html", server.url).href);

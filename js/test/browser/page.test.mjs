@@ -65,9 +65,8 @@ function pngSize(bytes) {
   return { width: bytes.readUInt32BE(16), height: bytes.readUInt32BE(20) };
 }
 
-async function openPage(context, url, log) {
+async function openPage(context, url) {
   const page = context.pages()[0] ?? (await context.newPage());
-  log.push(...[]);
   const pageLog = watch(page);
   await page.goto(url);
   await page.waitForSelector("body[data-ready='1']", { timeout: 30_000 });
@@ -106,7 +105,7 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
 
   // 1. the owner enrolls and verifies
   context = await launchPersistent(profile, fakeMicArgs(owner), { viewport: VIEWPORT });
-  let { page, pageLog } = await openPage(context, url, logs);
+  let { page, pageLog } = await openPage(context, url);
   logs.push(pageLog);
   assert.equal(await page.textContent("[data-testid=bundle-name]"), "conformance-voice-embedding", diagnose("bundle name"));
   assert.ok((await page.$$("[data-testid=calibration] tbody tr")).length > 0, "calibration rows shown");
@@ -134,13 +133,15 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
 
   // 2. same profile, a stranger at the microphone
   context = await launchPersistent(profile, fakeMicArgs(stranger), { viewport: VIEWPORT });
-  ({ page, pageLog } = await openPage(context, url, logs));
+  ({ page, pageLog } = await openPage(context, url));
   logs.push(pageLog);
   await page.fill("[data-testid=user]", "alice");
   await page.fill("[data-testid=passphrase]", PASSPHRASE);
   const rejected = await verifyOnce(page);
   assert.equal(rejected.decision, "REJECT", diagnose(`stranger: ${JSON.stringify(rejected)}`));
   assert.ok(rejected.score < accepted.score, `stranger ${rejected.score} < owner ${accepted.score}`);
+  t.diagnostic(`owner score ${accepted.score}, stranger score ${rejected.score}`);
+  await page.screenshot({ path: join(outputDir(), "page-reject.png") });
 
   // 3. a wrong passphrase: refused before anything is recorded
   await page.fill("[data-testid=passphrase]", "not the passphrase");
