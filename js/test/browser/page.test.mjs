@@ -150,6 +150,31 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   assert.equal(await page.textContent("[data-testid=message]"), "Wrong passphrase for alice's template.");
   await idle(page);
 
+  // a tampered template (the GCM tag's last byte flipped in IndexedDB): refused with one line
+  await page.fill("[data-testid=passphrase]", PASSPHRASE);
+  await page.evaluate(async () => {
+    const db = await new Promise((resolve, reject) => {
+      const req = indexedDB.open("uvsdk");
+      req.onsuccess = () => resolve(req.result);
+      req.onerror = () => reject(req.error);
+    });
+    const store = db.transaction("templates", "readwrite").objectStore("templates");
+    const bytes = await new Promise((resolve) => (store.get("alice").onsuccess = (e) => resolve(e.target.result)));
+    bytes[bytes.length - 1] ^= 1;
+    await new Promise((resolve) => (store.put(bytes, "alice").onsuccess = resolve));
+    db.close();
+  });
+  await page.click("[data-testid=verify]");
+  await page.waitForFunction(() => /Template refused/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.match(await page.textContent("[data-testid=message]"), /^Template refused: it was modified or is damaged \(.*\)\.$/);
+  await idle(page);
+
+  // a bad bundle from the file picker
+  await page.setInputFiles("[data-testid=bundle-file]", { name: "broken.uvb", mimeType: "application/octet-stream", buffer: Buffer.from("not a zip") });
+  await page.waitForFunction(() => /Bad bundle/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.match(await page.textContent("[data-testid=message]"), /^Bad bundle: /);
+  assert.equal(await page.isEnabled("[data-testid=verify]"), false, "no bundle, no verification");
+
   // nothing secret on the page: the user's threshold or prototype never appears
   const text = await page.textContent("main");
   assert.doesNotMatch(text, /prototype [0-9A-Za-z+/]{20,}|threshold [0-9.]+ /i);
