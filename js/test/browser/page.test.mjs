@@ -133,7 +133,7 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
 
   // 2. same profile, a stranger at the microphone
   context = await launchPersistent(profile, fakeMicArgs(stranger), { viewport: VIEWPORT });
-  ({ page, pageLog } = await openPage(context, url));
+  ({ page, pageLog } = await openPage(context, url.replace(`seconds=${SECONDS}`, "seconds=1"))); // short attempts
   logs.push(pageLog);
   await page.fill("[data-testid=user]", "alice");
   await page.fill("[data-testid=passphrase]", PASSPHRASE);
@@ -142,6 +142,13 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   assert.ok(rejected.score < accepted.score, `stranger ${rejected.score} < owner ${accepted.score}`);
   t.diagnostic(`owner score ${accepted.score}, stranger score ${rejected.score}`);
   await page.screenshot({ path: join(outputDir(), "page-reject.png") });
+
+  // the back-off: four more rejections make five in a row, then the page refuses before recording
+  for (let i = 2; i <= 5; i++) assert.equal((await verifyOnce(page)).decision, "REJECT", `stranger attempt ${i}`);
+  await page.click("[data-testid=verify]");
+  await page.waitForFunction(() => /Locked out/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.match(await page.textContent("[data-testid=message]"), /^Locked out after too many failed attempts: try again in (29|30) s \(at .+\)\.$/);
+  await idle(page);
 
   // 3. a wrong passphrase: refused before anything is recorded
   await page.fill("[data-testid=passphrase]", "not the passphrase");
