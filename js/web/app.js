@@ -269,9 +269,9 @@ async function onEnroll() {
 }
 
 async function onVerify() {
+  ui.verifyResult.textContent = "";
   const user = currentUser();
   const v = await verifier();
-  ui.verifyResult.textContent = "";
   say("Opening the template…");
   // Before asking anyone to speak: the passphrase opens the template, the user is enrolled and
   // not locked out (verify checks all of this again, under the user's lock).

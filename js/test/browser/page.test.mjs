@@ -99,12 +99,12 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
     await rm(folder, { recursive: true, force: true });
   });
   const diagnose = (what) => `${what}\n--- browser log ---\n${logs.flat().join("\n")}`;
-  const owner = await speakerWav(folder, 0);
+  const ownerWav = await speakerWav(folder, 0);
   const stranger = await speakerWav(folder, 1);
   const profile = join(folder, "profile");
 
   // 1. the owner enrolls and verifies
-  context = await launchPersistent(profile, fakeMicArgs(owner), { viewport: VIEWPORT });
+  context = await launchPersistent(profile, fakeMicArgs(ownerWav), { viewport: VIEWPORT });
   let { page, pageLog } = await openPage(context, url);
   logs.push(pageLog);
   assert.equal(await page.textContent("[data-testid=bundle-name]"), "conformance-voice-embedding", diagnose("bundle name"));
@@ -125,8 +125,16 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   });
   const report = await page.textContent("[data-testid=enroll-result]");
   assert.match(report, /Enrolled alice from 5 clips \(prototype mode\)/);
-  const accepted = await verifyOnce(page);
-  assert.equal(accepted.decision, "ACCEPT", diagnose(`owner: ${JSON.stringify(accepted)}`));
+  // The owner may need a second try, as a person would: with five one-window clips of a very
+  // consistent synthetic voice, the warm-up rule (target TPR 0.95) puts the user's threshold near
+  // the lowest leave-one-out score, and one 2-s attempt falls below it about one time in seven
+  // (simulated under Node with the same SDK: 11 of 80; three attempts in a row: 0 of 80). Two
+  // rejections stay below the lock-out (5), and the acceptance resets the count.
+  const owner = [];
+  for (let attempt = 1; attempt <= 3 && owner.at(-1)?.decision !== "ACCEPT"; attempt++) owner.push(await verifyOnce(page));
+  const accepted = owner.at(-1);
+  t.diagnostic(`owner attempts: ${owner.map((o) => `${o.decision} ${o.score}`).join(", ")}`);
+  assert.equal(accepted.decision, "ACCEPT", diagnose(`owner: ${JSON.stringify(owner)}`));
   assert.match(accepted.result, /^ACCEPTscore -?\d\.\d{3}$/, "decision and score, nothing else");
   await context.close();
   context = null;
@@ -176,6 +184,16 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   assert.match(await page.textContent("[data-testid=message]"), /^Template refused: it was modified or is damaged \(.*\)\.$/);
   await idle(page);
 
+  // delete (a damaged template is deleted too); then the user is not enrolled
+  await page.click("[data-testid=delete]");
+  await page.waitForFunction(() => /deleted/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.equal(await page.textContent("[data-testid=message]"), "alice's template was deleted.");
+  await idle(page);
+  await page.click("[data-testid=verify]");
+  await page.waitForFunction(() => /not enrolled/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.equal(await page.textContent("[data-testid=message]"), "alice is not enrolled: record 5 clips and enroll first.");
+  await idle(page);
+
   // a bad bundle from the file picker
   await page.setInputFiles("[data-testid=bundle-file]", { name: "broken.uvb", mimeType: "application/octet-stream", buffer: Buffer.from("not a zip") });
   await page.waitForFunction(() => /Bad bundle/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
@@ -186,6 +204,9 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   const text = await page.textContent("main");
   assert.doesNotMatch(text, /prototype [0-9A-Za-z+/]{20,}|threshold [0-9.]+ /i);
   assert.ok(logs.flat().every((line) => !/threshold|prototype|codeword/i.test(line)), diagnose("the console mentions a secret"));
+  // no script error, no request refused or failed, no Content-Security-Policy violation (no CDN)
+  const problems = logs.flat().filter((line) => /^pageerror|^requestfailed|^http [45]\d\d|Refused to|Content Security Policy/.test(line));
+  assert.deepEqual(problems, [], diagnose("problems in the browser log"));
 
   const shot = join(outputDir(), "page.png");
   await page.screenshot({ path: shot });
