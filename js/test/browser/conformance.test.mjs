@@ -1,0 +1,31 @@
+// Every conformance vector (conformance/vectors/*.json) in Chromium, on onnxruntime-web and the
+// browser's WebCrypto, through the shared runner (web/conformance-runner.js) that
+// test/conformance-shared.test.mjs runs under Node. One subtest per vector, so a failure names
+// its file and vector. Chromium: $CHROMIUM or /usr/bin/chromium; UVSDK_SKIP_BROWSER=1 skips.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { startServer } from "../../scripts/serve.mjs";
+import { launch, skipOption, watch } from "./chromium.mjs";
+
+test("conformance vectors in Chromium (onnxruntime-web)", { skip: skipOption(), timeout: 180_000 }, async (t) => {
+  const server = await startServer({ port: 0 });
+  let browser = null;
+  t.after(async () => {
+    await browser?.close();
+    await server.close();
+  });
+  browser = await launch();
+  const page = await browser.newPage();
+  const log = watch(page);
+  await page.goto(new URL("conformance.html", server.url).href);
+  await page.waitForFunction(() => window.uvsdkConformance !== undefined, null, { timeout: 170_000 });
+  const run = await page.evaluate(() => window.uvsdkConformance);
+  assert.equal(run.error, undefined, `the run stopped: ${run.error}\n${log.join("\n")}`);
+  t.diagnostic(`${run.results.length} vectors, ${run.userAgent}, onnxruntime-web ${run.ortVersion}`);
+  assert.ok(run.results.length > 200, `${run.results.length} vectors`);
+  for (const r of run.results) {
+    await t.test(`${r.file}: ${r.name}`, () => {
+      assert.ok(r.ok, `${r.file}: ${r.name}: ${r.message}`);
+    });
+  }
+});

@@ -1,0 +1,215 @@
+// The page (js/web/) end to end in Chromium with a fake microphone: enroll the owner from five
+// recordings, verify the owner (ACCEPT); relaunch on the same profile (IndexedDB keeps the
+// encrypted template) with a stranger as the microphone (REJECT); a wrong passphrase. Chromium:
+// $CHROMIUM or /usr/bin/chromium (Debian's `chromium`); UVSDK_SKIP_BROWSER=1 skips.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startServer } from "../../scripts/serve.mjs";
+import { REPO, fakeMicArgs, launchPersistent, outputDir, skipOption, watch } from "./chromium.mjs";
+
+const AUDIO = join(REPO, "conformance", "audio");
+const SECONDS = 2; // per recording (?seconds=2): the test's recordings are real time
+const PASSPHRASE = "correct horse battery staple";
+const VIEWPORT = { width: 1280, height: 1000 };
+
+/** 16-bit mono PCM WAV files of one speaker concatenated (the fake microphone's input). */
+async function speakerWav(folder, speaker) {
+  const parts = [];
+  let rate = 0;
+  for (let j = 0; j < 8; j++) {
+    const bytes = await readFile(join(AUDIO, `speaker${speaker}-${j}.wav`));
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    let offset = 12;
+    let data = null;
+    while (offset + 8 <= bytes.length) {
+      const id = bytes.toString("latin1", offset, offset + 4);
+      const size = view.getUint32(offset + 4, true);
+      if (id === "fmt ") {
+        assert.equal(view.getUint16(offset + 8, true), 1, "PCM");
+        assert.equal(view.getUint16(offset + 10, true), 1, "mono");
+        rate = view.getUint32(offset + 12, true);
+        assert.equal(view.getUint16(offset + 22, true), 16, "16-bit");
+      } else if (id === "data") data = bytes.subarray(offset + 8, offset + 8 + size);
+      offset += 8 + size + (size & 1);
+    }
+    assert.ok(data, "data chunk");
+    parts.push(data);
+  }
+  const pcm = Buffer.concat(parts);
+  const header = Buffer.alloc(44);
+  header.write("RIFF", 0, "latin1");
+  header.writeUInt32LE(36 + pcm.length, 4);
+  header.write("WAVEfmt ", 8, "latin1");
+  header.writeUInt32LE(16, 16);
+  header.writeUInt16LE(1, 20);
+  header.writeUInt16LE(1, 22);
+  header.writeUInt32LE(rate, 24);
+  header.writeUInt32LE(rate * 2, 28);
+  header.writeUInt16LE(2, 32);
+  header.writeUInt16LE(16, 34);
+  header.write("data", 36, "latin1");
+  header.writeUInt32LE(pcm.length, 40);
+  const path = join(folder, `speaker${speaker}.wav`);
+  await writeFile(path, Buffer.concat([header, pcm]));
+  return path;
+}
+
+/** Width and height of a PNG (checking its signature and IHDR). */
+function pngSize(bytes) {
+  const signature = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
+  assert.deepEqual([...bytes.subarray(0, 8)], signature, "PNG signature");
+  assert.equal(bytes.toString("latin1", 12, 16), "IHDR");
+  return { width: bytes.readUInt32BE(16), height: bytes.readUInt32BE(20) };
+}
+
+async function openPage(context, url) {
+  const page = context.pages()[0] ?? (await context.newPage());
+  const pageLog = watch(page);
+  await page.goto(url);
+  await page.waitForSelector("body[data-ready='1']", { timeout: 30_000 });
+  return { page, pageLog };
+}
+
+const idle = (page) => page.waitForFunction(() => !document.querySelector("[data-testid=verify]").disabled, null, { timeout: 30_000 });
+
+async function verifyOnce(page) {
+  await page.click("[data-testid=verify]");
+  await page.waitForSelector("[data-testid=decision]", { timeout: 30_000 });
+  await idle(page);
+  return {
+    decision: await page.textContent("[data-testid=decision]"),
+    score: Number((await page.textContent("[data-testid=score]")).replace("score ", "")),
+    result: await page.textContent("[data-testid=verify-result]"),
+    message: await page.textContent("[data-testid=message]"),
+  };
+}
+
+test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stranger, wrong passphrase", { skip: skipOption(), timeout: 120_000 }, async (t) => {
+  const folder = await mkdtemp(join(tmpdir(), "uvsdk-web-"));
+  const server = await startServer({ port: 0 });
+  const url = `${server.url}?bundle=/bundles/voice-embedding.uvb&seconds=${SECONDS}`;
+  const logs = [];
+  let context = null;
+  t.after(async () => {
+    await context?.close().catch(() => {});
+    await server.close();
+    await rm(folder, { recursive: true, force: true });
+  });
+  const diagnose = (what) => `${what}\n--- browser log ---\n${logs.flat().join("\n")}`;
+  const ownerWav = await speakerWav(folder, 0);
+  const stranger = await speakerWav(folder, 1);
+  const profile = join(folder, "profile");
+
+  // 1. the owner enrolls and verifies
+  context = await launchPersistent(profile, fakeMicArgs(ownerWav), { viewport: VIEWPORT });
+  let { page, pageLog } = await openPage(context, url);
+  logs.push(pageLog);
+  assert.equal(await page.textContent("[data-testid=bundle-name]"), "conformance-voice-embedding", diagnose("bundle name"));
+  assert.ok((await page.$$("[data-testid=calibration] tbody tr")).length > 0, "calibration rows shown");
+  await page.fill("[data-testid=user]", "alice");
+  await page.fill("[data-testid=passphrase]", PASSPHRASE);
+  for (let i = 1; i <= 5; i++) {
+    await page.click("[data-testid=record]");
+    await page.waitForFunction((n) => document.querySelectorAll("[data-testid=clip]").length === n, i, { timeout: 30_000 });
+    await idle(page);
+  }
+  const clips = await page.$$eval("[data-testid=clip]", (items) => items.map((li) => li.textContent));
+  for (const text of clips) assert.match(text, /^clip \d: \d\.\d s, OK$/, diagnose(`clip feedback: ${clips.join(" | ")}`));
+  assert.equal(await page.isEnabled("[data-testid=record]"), false, "five clips: no more recording");
+  await page.click("[data-testid=enroll]");
+  await page.waitForFunction(() => /Enrolled/.test(document.querySelector("[data-testid=enroll-result]").textContent), null, { timeout: 60_000 }).catch(async () => {
+    assert.fail(diagnose(`no enrollment: ${await page.textContent("[data-testid=message]")}`));
+  });
+  const report = await page.textContent("[data-testid=enroll-result]");
+  assert.match(report, /Enrolled alice from 5 clips \(prototype mode\)/);
+  // The owner may need a second try, as a person would: with five one-window clips of a very
+  // consistent synthetic voice, the warm-up rule (target TPR 0.95) puts the user's threshold near
+  // the lowest leave-one-out score, and one 2-s attempt falls below it about one time in seven
+  // (simulated under Node with the same SDK: 11 of 80; three attempts in a row: 0 of 80). Two
+  // rejections stay below the lock-out (5), and the acceptance resets the count.
+  const owner = [];
+  for (let attempt = 1; attempt <= 3 && owner.at(-1)?.decision !== "ACCEPT"; attempt++) owner.push(await verifyOnce(page));
+  const accepted = owner.at(-1);
+  t.diagnostic(`owner attempts: ${owner.map((o) => `${o.decision} ${o.score}`).join(", ")}`);
+  assert.equal(accepted.decision, "ACCEPT", diagnose(`owner: ${JSON.stringify(owner)}`));
+  assert.match(accepted.result, /^ACCEPTscore -?\d\.\d{3}$/, "decision and score, nothing else");
+  await context.close();
+  context = null;
+
+  // 2. same profile, a stranger at the microphone
+  context = await launchPersistent(profile, fakeMicArgs(stranger), { viewport: VIEWPORT });
+  ({ page, pageLog } = await openPage(context, url.replace(`seconds=${SECONDS}`, "seconds=1"))); // short attempts
+  logs.push(pageLog);
+  await page.fill("[data-testid=user]", "alice");
+  await page.fill("[data-testid=passphrase]", PASSPHRASE);
+  const rejected = await verifyOnce(page);
+  assert.equal(rejected.decision, "REJECT", diagnose(`stranger: ${JSON.stringify(rejected)}`));
+  assert.ok(rejected.score < accepted.score, `stranger ${rejected.score} < owner ${accepted.score}`);
+  t.diagnostic(`owner score ${accepted.score}, stranger score ${rejected.score}`);
+  await page.screenshot({ path: join(outputDir(), "page-reject.png") });
+
+  // the back-off: four more rejections make five in a row, then the page refuses before recording
+  for (let i = 2; i <= 5; i++) assert.equal((await verifyOnce(page)).decision, "REJECT", `stranger attempt ${i}`);
+  await page.click("[data-testid=verify]");
+  await page.waitForFunction(() => /Locked out/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.match(await page.textContent("[data-testid=message]"), /^Locked out after too many failed attempts: try again in (29|30) s \(at .+\)\.$/);
+  await idle(page);
+
+  // 3. a wrong passphrase: refused before anything is recorded
+  await page.fill("[data-testid=passphrase]", "not the passphrase");
+  await page.click("[data-testid=verify]");
+  await page.waitForFunction(() => /Wrong passphrase/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.equal(await page.textContent("[data-testid=message]"), "Wrong passphrase for alice's template.");
+  await idle(page);
+
+  // a tampered template (the GCM tag's last byte flipped in IndexedDB): refused with one line
+  await page.fill("[data-testid=passphrase]", PASSPHRASE);
+  await page.evaluate(async () => {
+    const db = await new Promise((resolve, reject) => {
+      const req = indexedDB.open("uvsdk");
+      req.onsuccess = () => resolve(req.result);
+      req.onerror = () => reject(req.error);
+    });
+    const store = db.transaction("templates", "readwrite").objectStore("templates");
+    const bytes = await new Promise((resolve) => (store.get("alice").onsuccess = (e) => resolve(e.target.result)));
+    bytes[bytes.length - 1] ^= 1;
+    await new Promise((resolve) => (store.put(bytes, "alice").onsuccess = resolve));
+    db.close();
+  });
+  await page.click("[data-testid=verify]");
+  await page.waitForFunction(() => /Template refused/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.match(await page.textContent("[data-testid=message]"), /^Template refused: it was modified or is damaged \(.*\)\.$/);
+  await idle(page);
+
+  // delete (a damaged template is deleted too); then the user is not enrolled
+  await page.click("[data-testid=delete]");
+  await page.waitForFunction(() => /deleted/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.equal(await page.textContent("[data-testid=message]"), "alice's template was deleted.");
+  await idle(page);
+  await page.click("[data-testid=verify]");
+  await page.waitForFunction(() => /not enrolled/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.equal(await page.textContent("[data-testid=message]"), "alice is not enrolled: record 5 clips and enroll first.");
+  await idle(page);
+
+  // a bad bundle from the file picker
+  await page.setInputFiles("[data-testid=bundle-file]", { name: "broken.uvb", mimeType: "application/octet-stream", buffer: Buffer.from("not a zip") });
+  await page.waitForFunction(() => /Bad bundle/.test(document.querySelector("[data-testid=message]").textContent), null, { timeout: 30_000 });
+  assert.match(await page.textContent("[data-testid=message]"), /^Bad bundle: /);
+  assert.equal(await page.isEnabled("[data-testid=verify]"), false, "no bundle, no verification");
+
+  // nothing secret on the page: the user's threshold or prototype never appears
+  const text = await page.textContent("main");
+  assert.doesNotMatch(text, /prototype [0-9A-Za-z+/]{20,}|threshold [0-9.]+ /i);
+  assert.ok(logs.flat().every((line) => !/threshold|prototype|codeword/i.test(line)), diagnose("the console mentions a secret"));
+  // no script error, no request refused or failed, no Content-Security-Policy violation (no CDN)
+  const problems = logs.flat().filter((line) => /^pageerror|^requestfailed|^http [45]\d\d|Refused to|Content Security Policy/.test(line));
+  assert.deepEqual(problems, [], diagnose("problems in the browser log"));
+
+  const shot = join(outputDir(), "page.png");
+  await page.screenshot({ path: shot });
+  const size = pngSize(await readFile(shot));
+  assert.deepEqual(size, VIEWPORT, "screenshot of the viewport");
+});

@@ -1,0 +1,350 @@
+// The uvsdk page: load a bundle, enroll a user from five microphone clips, verify, delete.
+// Templates are UVT2 (scrypt + AES-256-GCM) in IndexedDB. The page never shows or logs a
+// user's threshold, prototype or codeword: only the bundle's public calibration, the enrollment
+// report, and a verification's decision and score.
+import * as uv from "../dist/src/browser.js";
+import { Microphone, resample } from "./audio.js";
+
+const ORT_PATH = "/ort/";
+const CLIPS = uv.MIN_ENROLLMENT_SAMPLES; // 5
+const params = new URLSearchParams(location.search);
+// ?seconds=N: length of each recording (default 3 s; the browser test uses shorter ones)
+const CLIP_SECONDS = Math.min(10, Math.max(1, Number(params.get("seconds")) || 3));
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  file: $("bundle-file"), status: $("bundle-status"), info: $("bundle-info"),
+  user: $("user"), passphrase: $("passphrase"),
+  record: $("record"), enroll: $("enroll"), resetClips: $("reset-clips"), progress: $("progress"),
+  clips: $("clips"), enrollResult: $("enroll-result"),
+  verify: $("verify"), delete: $("delete"), verifyResult: $("verify-result"),
+  message: $("message"),
+};
+
+const microphone = new Microphone();
+const state = {
+  ort: null,
+  bundle: null,
+  store: null,
+  checker: null, // a Verifier without a store or passphrase, for checkSample
+  verifier: null, // bound to one passphrase (the Templates object caches the key it derived)
+  passphrase: null,
+  clips: [], // usable enrollment clips (Float32Array at the bundle's rate)
+  attempts: 0,
+  busy: false,
+};
+
+// -- messages ---------------------------------------------------------------------------------
+
+function say(text, kind = "info") {
+  ui.message.textContent = text;
+  ui.message.className = `message ${kind}`;
+}
+
+const firstLine = (text) => String(text).split("\n")[0].slice(0, 300);
+
+/** One line for an error, by what it means to the person using the page. */
+function explain(error, user = ui.user.value.trim()) {
+  const m = firstLine(error?.message ?? error);
+  if (error instanceof uv.SignatureError) return `Bad bundle: its signature does not verify (${m})`;
+  if (error instanceof uv.BundleError) return `Bad bundle: ${m}`;
+  if (error instanceof uv.WrongKeyError) return `Wrong passphrase for ${user}'s template.`;
+  if (error instanceof uv.RollbackError) return `Template refused: it is older than the last one written (rolled back).`;
+  if (error instanceof uv.ModelMismatchError) return `${m}`;
+  if (error instanceof uv.TemplateError) return `Template refused: it was modified or is damaged (${m}).`;
+  if (error instanceof uv.NotEnrolledError) return `${user} is not enrolled: record 5 clips and enroll first.`;
+  if (error instanceof uv.LockedOutError) return lockedMessage(error.until);
+  if (error instanceof uv.KeyUnavailableError) return "Enter the passphrase first.";
+  if (error instanceof uv.UvsdkError) return m;
+  if (error?.name === "NotAllowedError") return "Microphone access was denied.";
+  if (error?.name === "NotFoundError") return "No microphone found.";
+  return `Error: ${m}`;
+}
+
+function lockedMessage(until) {
+  const seconds = Math.max(1, Math.ceil(until - Date.now() / 1000));
+  const at = new Date(until * 1000).toLocaleTimeString();
+  return `Locked out after too many failed attempts: try again in ${seconds} s (at ${at}).`;
+}
+
+function fail(error) {
+  if (!(error instanceof uv.UvsdkError)) console.error(error); // a bug, not a user's mistake
+  say(explain(error), "error");
+}
+
+async function busy(task) {
+  if (state.busy) return;
+  state.busy = true;
+  refresh();
+  try {
+    await task();
+  } catch (error) {
+    fail(error);
+  } finally {
+    state.busy = false;
+    ui.progress.style.width = "0";
+    refresh();
+  }
+}
+
+function refresh() {
+  const ready = state.bundle !== null && !state.busy;
+  const audio = state.bundle?.manifest.input.kind === "audio";
+  ui.record.disabled = !ready || !audio || state.clips.length >= CLIPS;
+  ui.record.textContent = state.clips.length >= CLIPS ? `${CLIPS} clips recorded` : `Record clip ${state.clips.length + 1} of ${CLIPS}`;
+  ui.enroll.disabled = !ready || state.clips.length < CLIPS;
+  ui.resetClips.disabled = !ready || state.clips.length === 0;
+  ui.verify.disabled = !ready || !audio;
+  ui.delete.disabled = !ready;
+  ui.file.disabled = state.busy;
+}
+
+// -- the bundle -------------------------------------------------------------------------------
+
+async function loadOrt() {
+  const ort = await import(`${ORT_PATH}ort.wasm.min.mjs`);
+  ort.env.wasm.wasmPaths = ORT_PATH; // served by scripts/serve.mjs, no CDN
+  ort.env.wasm.numThreads = 1; // no SharedArrayBuffer: no cross-origin isolation needed
+  ort.env.wasm.proxy = false;
+  return ort;
+}
+
+async function loadBundle(bytes, name) {
+  state.bundle = null;
+  state.verifier = null;
+  state.checker = null;
+  state.clips = [];
+  renderClips();
+  ui.info.hidden = true;
+  ui.enrollResult.textContent = "";
+  ui.verifyResult.textContent = "";
+  refresh();
+  ui.status.textContent = `loading ${name}…`;
+  let bundle;
+  try {
+    bundle = await uv.loadBundle(bytes, { name });
+  } catch (error) {
+    ui.status.textContent = "no bundle";
+    throw error;
+  }
+  state.bundle = bundle;
+  state.checker = await uv.Verifier.create({ ort: state.ort, bundle, store: new uv.MemoryStore() });
+  showBundle(bundle);
+  ui.status.textContent = `${name} loaded`;
+  say(bundle.manifest.input.kind === "audio" ? "Bundle loaded. Enter a user and a passphrase, then record 5 clips." : "This is an image bundle: the page records voice only.");
+}
+
+function showBundle(bundle) {
+  const m = bundle.manifest;
+  $("b-name").textContent = m.name;
+  const description = m.extra?.description ?? m.extra?.provenance?.description;
+  $("b-desc").textContent = typeof description === "string" ? description : "—";
+  $("b-method").textContent = `${m.method} (${m.outputKind}, ${m.dim}-d)`;
+  const input = m.input;
+  $("b-input").textContent =
+    input.kind === "audio"
+      ? `audio, ${input.sampleRate} Hz, windows of ${input.windowSeconds} s every ${input.hopSeconds} s, at least ${input.minSeconds} s`
+      : `image, ${input.height}×${input.width}×${input.channels}`;
+  $("b-signed").textContent = bundle.signedBy ? `verified, key ${bundle.signedBy}` : "not checked (no trusted key given to this page)";
+  const table = $("b-cal");
+  const body = table.querySelector("tbody");
+  body.replaceChildren();
+  const calibration = m.calibration;
+  for (const [mode, t] of Object.entries(calibration?.tables ?? {})) {
+    if (!t) continue;
+    for (const row of t.rows) {
+      const tr = document.createElement("tr");
+      for (const cell of [mode, uv.pyG(row.far), row.frr === null ? "—" : uv.pyFixed(row.frr, 3), uv.pyFixed(row.threshold, 4)]) {
+        const td = document.createElement("td");
+        td.textContent = cell;
+        tr.append(td);
+      }
+      body.append(tr);
+    }
+  }
+  const rows = body.children.length;
+  $("b-cal-box").hidden = rows === 0;
+  const fars = Object.values(calibration?.tables ?? {}).flatMap((t) => (t ? t.rows.map((r) => r.far) : []));
+  $("b-cal-summary").textContent = rows
+    ? `Calibration: ${rows} rows, FAR ${uv.pyG(Math.max(...fars))} … ${uv.pyG(Math.min(...fars))}, on ${calibration.data} (public figures of the bundle)`
+    : "";
+  $("b-nocal").hidden = rows > 0;
+  ui.info.hidden = false;
+}
+
+// -- the verifier -----------------------------------------------------------------------------
+
+function currentUser() {
+  const user = ui.user.value.trim();
+  uv.checkUser(user); // UvsdkError with the rule when the name is not valid
+  return user;
+}
+
+async function verifier() {
+  const passphrase = ui.passphrase.value;
+  if (!passphrase) throw new uv.KeyUnavailableError("no passphrase");
+  if (state.verifier === null || state.passphrase !== passphrase) {
+    state.store ??= await uv.IndexedDBStore.open("uvsdk");
+    state.verifier = await uv.Verifier.create({
+      ort: state.ort,
+      bundle: state.bundle,
+      store: state.store,
+      passphrase,
+    });
+    state.passphrase = passphrase;
+  }
+  return state.verifier;
+}
+
+// -- recording ----------------------------------------------------------------------------------
+
+async function record(what) {
+  const rate = state.bundle.manifest.input.sampleRate;
+  say(`Recording ${what}: speak now (${CLIP_SECONDS} s)…`);
+  const started = performance.now();
+  const clip = await microphone.record(CLIP_SECONDS, {
+    onProgress: (fraction) => {
+      ui.progress.style.width = `${Math.round(fraction * 100)}%`;
+      const left = Math.max(0, CLIP_SECONDS - (performance.now() - started) / 1000);
+      ui.message.textContent = `Recording ${what}: speak now… ${left.toFixed(1)} s`;
+    },
+  });
+  say(`Processing ${what}…`);
+  return resample(clip.samples, clip.sampleRate, rate);
+}
+
+const REASONS = {
+  silent: "silent",
+  too_short: "too short",
+  clipped: "too loud (clipped)",
+  out_of_range: "out of range",
+  non_finite: "not valid audio",
+};
+
+function renderClips(extra = null) {
+  if (extra) ui.clips.append(extra);
+  else ui.clips.replaceChildren();
+}
+
+async function onRecord() {
+  currentUser();
+  const samples = await record(`clip ${state.clips.length + 1} of ${CLIPS}`);
+  state.attempts += 1;
+  const report = state.checker.checkSample(samples, { enrollment: true, name: `clip ${state.attempts}` });
+  const li = document.createElement("li");
+  li.dataset.testid = "clip";
+  if (report.ok) {
+    state.clips.push(samples);
+    li.className = "good";
+    li.textContent = `clip ${state.attempts}: ${report.seconds.toFixed(1)} s, OK`;
+    say(state.clips.length < CLIPS ? `${state.clips.length} of ${CLIPS} clips: record the next one.` : `${CLIPS} clips: press Enroll.`);
+  } else {
+    li.className = "bad";
+    li.textContent = `clip ${state.attempts}: ${REASONS[report.reason] ?? report.reason} — record again`;
+    li.title = report.message;
+    say(`Clip ${state.attempts} is not usable (${REASONS[report.reason] ?? report.reason}): record it again.`, "error");
+  }
+  renderClips(li);
+}
+
+async function onEnroll() {
+  const user = currentUser();
+  const v = await verifier();
+  say("Enrolling (the key derivation takes a moment)…");
+  const report = await v.enroll(state.clips, { user });
+  state.clips = [];
+  state.attempts = 0;
+  renderClips();
+  const lines = [`Enrolled ${report.user} from ${report.used} clips (${report.mode} mode).`];
+  if (report.far !== null) {
+    lines.push(`Expected at this user's threshold: false accepts ${report.expectedFar ?? "?"}, false rejects ${report.expectedFrr ?? "?"}` +
+      ` (floored at FAR ${uv.pyG(report.far)}${report.floored ? ", raised by the calibration" : ""}).`);
+  } else {
+    lines.push("No calibration row: the threshold comes from your own clips alone.");
+  }
+  lines.push(`${report.ownRejected} of your ${report.used} clips would be rejected by it.`);
+  if (report.advice) lines.push(`Advice: ${report.advice}.`);
+  ui.enrollResult.replaceChildren(...lines.map((text) => Object.assign(document.createElement("div"), { textContent: text })));
+  say(`${report.user} is enrolled: try Verify.`);
+}
+
+async function onVerify() {
+  ui.verifyResult.textContent = "";
+  const user = currentUser();
+  const v = await verifier();
+  say("Opening the template…");
+  // Before asking anyone to speak: the passphrase opens the template, the user is enrolled and
+  // not locked out (verify checks all of this again, under the user's lock).
+  const template = await v.templates.load(user);
+  if (template.mode === null) throw new uv.NotEnrolledError("not enrolled");
+  uv.check(template.backoff, user, v.clock());
+  const samples = await record("your voice");
+  const report = state.checker.checkSample(samples, { name: "the clip" });
+  if (!report.ok) {
+    say(`The clip is not usable (${REASONS[report.reason] ?? report.reason}): nothing was counted, try again.`, "error");
+    return;
+  }
+  const decision = await v.verify(samples, { user });
+  const word = decision.accepted ? "ACCEPT" : "REJECT";
+  const big = Object.assign(document.createElement("div"), {
+    className: `decision ${decision.accepted ? "accept" : "reject"}`,
+    textContent: word,
+  });
+  big.dataset.testid = "decision";
+  const score = Object.assign(document.createElement("div"), { textContent: `score ${decision.score.toFixed(3)}` });
+  score.dataset.testid = "score";
+  ui.verifyResult.replaceChildren(big, score);
+  say(decision.accepted ? `${user} verified.` : `Not ${user}, or not recognised: rejected.`, decision.accepted ? "info" : "error");
+}
+
+async function onDelete() {
+  const user = currentUser();
+  state.store ??= await uv.IndexedDBStore.open("uvsdk");
+  // deletion needs no passphrase (anyone with this origin's storage can delete it anyway)
+  await new uv.Templates(state.store).delete(user);
+  state.verifier = null;
+  ui.enrollResult.textContent = "";
+  ui.verifyResult.textContent = "";
+  say(`${user}'s template was deleted.`);
+}
+
+// -- start --------------------------------------------------------------------------------------
+
+ui.record.addEventListener("click", () => busy(onRecord));
+ui.enroll.addEventListener("click", () => busy(onEnroll));
+ui.verify.addEventListener("click", () => busy(onVerify));
+ui.delete.addEventListener("click", () => busy(onDelete));
+addEventListener("pagehide", () => microphone.release());
+$("who").addEventListener("submit", (event) => event.preventDefault());
+ui.resetClips.addEventListener("click", () => {
+  state.clips = [];
+  state.attempts = 0;
+  renderClips();
+  refresh();
+  say("Clips discarded.");
+});
+ui.user.addEventListener("change", () => {
+  state.clips = [];
+  state.attempts = 0;
+  renderClips();
+  refresh();
+});
+ui.file.addEventListener("change", () => {
+  const file = ui.file.files?.[0];
+  if (file) busy(async () => loadBundle(new Uint8Array(await file.arrayBuffer()), file.name));
+});
+
+busy(async () => {
+  state.ort = await loadOrt();
+  const source = params.get("bundle") ?? "/bundles/default.uvb";
+  const url = new URL(source, location.href);
+  if (url.origin !== location.origin) throw new uv.BundleError(`${source}: only bundles from this server or a file`);
+  const response = await fetch(url);
+  if (!response.ok) {
+    ui.status.textContent = "no bundle";
+    throw new uv.BundleError(`${url.pathname}: ${response.status} ${response.statusText || "not found"}`);
+  }
+  await loadBundle(new Uint8Array(await response.arrayBuffer()), url.pathname.split("/").pop());
+}).finally(() => {
+  document.body.dataset.ready = "1"; // the browser test waits for this
+});
