@@ -3,10 +3,14 @@
 // ONNX Runtime module (`ort`: onnxruntime-web in a browser, onnxruntime-node under Node) and
 // `readFile(path) -> Promise<Uint8Array>` for paths relative to conformance/ (and
 // `sdk/uvsdk/data/default.uvb`, relative to the repository root). No Node API, no assert module:
-// the same file runs in Chromium (js/web/conformance.html) and in Node (js/test/conformance-shared.test.mjs).
-// The checks are those of js/test/conformance.test.mjs (js-core), written without node:assert.
+// the same file runs in Chromium (js/web/conformance.html, js/test/browser/conformance.test.mjs)
+// and in Node (js/test/conformance.test.mjs). It is the only code that runs the vectors.
 //
-// runConformance({uv, ort, readFile, only?, onResult?}) -> [{file, name, ok, message}]
+// The checks are as strict as node:assert/strict's: `same` is deepStrictEqual (Object.is for
+// values, so NaN, -0 and Infinity count; same prototypes, so a Float32Array is not an Array;
+// no missing or extra keys), and `refused` wants a synchronous throw, as assert.throws does.
+//
+// runConformance({uv, ort, readFile, only?, onResult?}) -> [{file, name, ok, message, ms}]
 
 export const FILES = ["media", "model", "enroll", "codeword", "template", "backoff", "bundle"];
 
@@ -15,10 +19,41 @@ class Mismatch extends Error {}
 function fail(message) {
   throw new Mismatch(message);
 }
+/** Deep strict equality, as node:assert's deepStrictEqual (and strictEqual for primitives). */
+function equal(a, b) {
+  if (Object.is(a, b)) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Object.getPrototypeOf(a) !== Object.getPrototypeOf(b)) return false;
+  if (ArrayBuffer.isView(a)) {
+    if (a.byteLength !== b.byteLength || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) return false;
+    return true;
+  }
+  if (Array.isArray(a) && a.length !== b.length) return false;
+  const keys = Object.keys(a);
+  if (keys.length !== Object.keys(b).length) return false;
+  for (const k of keys) if (!Object.prototype.hasOwnProperty.call(b, k) || !equal(a[k], b[k])) return false;
+  return true;
+}
+function show(value) {
+  if (value === undefined) return "undefined";
+  return JSON.stringify(value, (_, v) => {
+    if (typeof v === "bigint") return `${v}n`;
+    if (typeof v === "number" && (!Number.isFinite(v) || Object.is(v, -0))) return Object.is(v, -0) ? "-0" : String(v);
+    if (v === undefined) return "undefined";
+    if (ArrayBuffer.isView(v)) return `${v.constructor.name}[${Array.from(v, String).join(",")}]`;
+    return v;
+  });
+}
 function same(actual, expected, what) {
-  const a = JSON.stringify(actual, (_, v) => (typeof v === "bigint" ? `${v}n` : v));
-  const e = JSON.stringify(expected, (_, v) => (typeof v === "bigint" ? `${v}n` : v));
-  if (a !== e) fail(`${what}: got ${a}, expected ${e}`);
+  if (equal(actual, expected)) return;
+  let a = show(actual);
+  let e = show(expected);
+  if (a === e) {
+    a += ` (${actual?.constructor?.name ?? typeof actual})`;
+    e += ` (${expected?.constructor?.name ?? typeof expected})`;
+  }
+  fail(`${what}: got ${a}, expected ${e}`);
 }
 function ok(value, what) {
   if (!value) fail(what);
@@ -30,16 +65,21 @@ function close(actual, expected, tolerance, what) {
     if (!(d <= tolerance)) fail(`${what}[${i}]: ${actual[i]} vs ${expected[i]} (difference ${d}, tolerance ${tolerance})`);
   }
 }
-async function refused(task, check, what) {
+/** `task` must throw synchronously (as assert.throws requires) an error that `check` accepts. */
+function refused(task, check, what) {
   let error = null;
+  let returned;
   try {
-    await task();
+    returned = task();
   } catch (e) {
     error = e;
   }
-  if (error === null) fail(`${what}: no error`);
+  if (error === null) {
+    if (typeof returned?.then === "function") returned.catch(() => {}); // no unhandled rejection
+    fail(`${what}: no error${typeof returned?.then === "function" ? " thrown (it returned a promise)" : ""}`);
+  }
   if (error instanceof Mismatch) throw error;
-  if (!check(error)) fail(`${what}: unexpected ${error?.constructor?.name}: ${error?.message ?? error}`);
+  if (check(error) !== true) fail(`${what}: unexpected ${error?.constructor?.name}: ${error?.message ?? error}`);
 }
 
 const b64 = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
@@ -103,8 +143,9 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
 
   if (docs.model) {
     const doc = json("model");
-    for (const c of doc.cases) {
-      add("model", `model ${c.bundle} ${c.wav ?? "pixels"}`, async () => {
+    doc.cases.forEach((c, index) => {
+      // the index names the case: the two image cases share their bundle
+      add("model", `model case ${index}: ${c.bundle} ${c.wav ?? "pixels"}`, async () => {
         const b = await bundle(c.bundle);
         const verifier = await uv.Verifier.create({ ort, bundle: b, store: new uv.MemoryStore(), sessionOptions });
         if (c.wav) {
@@ -128,7 +169,7 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
           close(await verifier.embed(pixels), c.vector, c.tolerance, "vector");
         }
       });
-    }
+    });
   }
 
   if (docs.enroll) {
@@ -145,7 +186,7 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         close(scores, c.warmup_scores, 1e-9, "warmup_scores");
         ok(Math.abs(uv.warmupThreshold(scores, c.target_tpr) - c.warmup_threshold) <= 1e-9, "warmup_threshold");
         if (c.error) {
-          await refused(() => uv.computeEnrollment(outputs, options), (e) => e.constructor.name === c.error, c.error);
+          refused(() => uv.computeEnrollment(outputs, options), (e) => e.constructor.name === c.error, c.error);
           return;
         }
         const result = uv.computeEnrollment(outputs, options);
@@ -165,7 +206,7 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
     });
     add("enroll", "too few samples", async () => {
       const outputs = doc.too_few.enrollment_outputs.map((o) => Float32Array.from(o));
-      await refused(() => uv.computeEnrollment(outputs, {}), (e) => e.constructor.name === doc.too_few.error, doc.too_few.error);
+      refused(() => uv.computeEnrollment(outputs, {}), (e) => e.constructor.name === doc.too_few.error, doc.too_few.error);
     });
     for (const [path, sha] of Object.entries(doc.calibration_sha256)) {
       add("enroll", `calibration sha256 of ${path}`, async () => same((await bundle(path)).manifest.calibration.sha256, sha, "sha256"));
@@ -173,7 +214,7 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
     for (const c of doc.far_checks) {
       add("enroll", `far ${c.far}`, async () => {
         if (c.valid) same(uv.checkFar(c.far), c.far, "far");
-        else await refused(() => uv.checkFar(c.far), (e) => e instanceof uv.CalibrationError, "CalibrationError");
+        else refused(() => uv.checkFar(c.far), (e) => e instanceof uv.CalibrationError, "CalibrationError");
       });
     }
   }

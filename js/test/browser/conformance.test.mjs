@@ -1,11 +1,12 @@
 // Every conformance vector (conformance/vectors/*.json) in Chromium, on onnxruntime-web and the
 // browser's WebCrypto, through the shared runner (web/conformance-runner.js) that
-// test/conformance-shared.test.mjs runs under Node. One subtest per vector, so a failure names
-// its file and vector. Chromium: $CHROMIUM or /usr/bin/chromium; UVSDK_SKIP_BROWSER=1 skips.
+// test/conformance.test.mjs runs under Node. One subtest per vector, named `file: vector`, so a
+// failure names its file and vector. Chromium: $CHROMIUM or /usr/bin/chromium; UVSDK_SKIP_BROWSER=1 skips.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { startServer } from "../../scripts/serve.mjs";
 import { launch, skipOption, watch } from "./chromium.mjs";
+import { FILES } from "../../web/conformance-runner.js";
 
 test("conformance vectors in Chromium (onnxruntime-web)", { skip: skipOption(), timeout: 180_000 }, async (t) => {
   const server = await startServer({ port: 0 });
@@ -22,10 +23,8 @@ test("conformance vectors in Chromium (onnxruntime-web)", { skip: skipOption(), 
   const run = await page.evaluate(() => window.uvsdkConformance);
   assert.equal(run.error, undefined, `the run stopped: ${run.error}\n${log.join("\n")}`);
   t.diagnostic(`${run.results.length} vectors, ${run.userAgent}, onnxruntime-web ${run.ortVersion}`);
-  assert.ok(run.results.length > 200, `${run.results.length} vectors`);
-  for (const r of run.results) {
-    await t.test(`${r.file}: ${r.name}`, () => {
-      assert.ok(r.ok, `${r.file}: ${r.name}: ${r.message}`);
-    });
-  }
+  for (const file of FILES) assert.ok(run.results.some((r) => r.file === file), `no vector ran from ${file}.json`);
+  const names = run.results.map((r) => `${r.file}: ${r.name}`);
+  assert.equal(new Set(names).size, names.length, "two vectors share a name");
+  for (const r of run.results) await t.test(`${r.file}: ${r.name}`, () => assert.ok(r.ok, r.message));
 });
