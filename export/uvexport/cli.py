@@ -58,6 +58,17 @@ app = typer.Typer(
 )
 
 
+#: ``--ort`` of the commands that write a bundle (export, default-voice)
+OrtOption = Annotated[
+    bool,
+    typer.Option(
+        "--ort",
+        help="Also write model.ort, the model in ORT format for ONNX Runtime Mobile "
+        "(checked against model.onnx), and run ONNX Runtime's mobile usability check.",
+    ),
+]
+
+
 class Quantize(str, Enum):
     none = "none"
     int8 = "int8"
@@ -94,14 +105,7 @@ def export(
             "enrolled as the SDK enrolls, and write the threshold for each FAR into the manifest.",
         ),
     ] = None,
-    ort: Annotated[
-        bool,
-        typer.Option(
-            "--ort",
-            help="Also write model.ort, the model in ORT format for ONNX Runtime Mobile "
-            "(checked against model.onnx), and run ONNX Runtime's mobile usability check.",
-        ),
-    ] = False,
+    ort: OrtOption = False,
 ) -> None:
     """Export a uvtrain run folder to a .uvb bundle (ONNX, parity-checked)."""
     from .export import export_run
@@ -257,14 +261,7 @@ def default_voice(
             "(default: uvtrain data real-speech, fetched into --work).",
         ),
     ] = None,
-    ort: Annotated[
-        bool,
-        typer.Option(
-            "--ort",
-            help="Also write model.ort, the model in ORT format for ONNX Runtime Mobile "
-            "(checked against model.onnx), and run ONNX Runtime's mobile usability check.",
-        ),
-    ] = False,
+    ort: OrtOption = False,
 ) -> None:
     """Rebuild the default voice bundle shipped in the uvsdk wheel."""
     from .default_voice import build_default_voice
