@@ -13,7 +13,12 @@ schedule's projected hours beside the paper's (FedHide Sec. 4: 21 h CIFAR-100, 2
 80 h VGGFace2 on one RTX A5000; FedUV states none).
 
     python benchmarks/paper_scale.py [--presets fedhide-cifar100,...] [--rounds 3] [--device auto]
-                                     [--default-allocator]
+                                     [--default-allocator] [--peers feduv-mnistuv]
+
+``--peers PRESET`` then puts that FedUV preset's cohort (M users, one local epoch over the
+stand-in's samples) through our per-client loop, pfl and Flower's simulation as well
+(``peers.py``: the maths compared after one round, the speed of each against our engine); the
+peers run in ``--peer-python``'s environment (docs/benchmarks.md).
 
 It runs under glibc settings that keep freed memory (``_allocator.py``), as ``simulate.py`` does.
 """
@@ -21,6 +26,8 @@ It runs under glibc settings that keep freed memory (``_allocator.py``), as ``si
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import resource
 import sys
 import time
@@ -82,21 +89,36 @@ def local_samples(schedule, samples: int) -> int:
     return schedule.local_steps * schedule.batch_size
 
 
-def time_preset(name: str, rounds: int, device: torch.device) -> dict:
+def build_preset(
+    name: str, device: torch.device, cohort_only: bool = False, vectorised: bool = True
+) -> tuple[Simulation, RunConfig]:
+    """The preset's simulation as ``uvtrain run --preset NAME`` builds it, on the stand-in; with
+    ``cohort_only``, of one round's M users, every one of them in every round (the same work
+    per round: what ``--peers`` puts through the peers)."""
     preset = PRESETS[name]
     config = RunConfig.from_flat(preset.settings)
-    schedule = config.schedule
     users = int(preset.stand_in["users"])
-    samples = int(preset.stand_in["samples"])
-    spec, one_client = stand_in(name, samples)
+    spec, one_client = stand_in(name, int(preset.stand_in["samples"]))
     modality = SPECS[name][0]
     if config.model.backbone not in BACKBONES:  # named by the paper but not built here
         config = config.replace(backbone=default_backbone(modality, spec))
+    torch.manual_seed(0)
     backbone = build_run_backbone(config, modality, spec)  # as uvtrain run builds it
-    backbone_name = config.model.backbone
-    engine = engine_config(config, crop=0)
+    engine = dataclasses.replace(engine_config(config, crop=0), vectorised=vectorised)
+    if cohort_only:
+        users = max(1, round(config.schedule.fraction * users))
+        engine = dataclasses.replace(engine, fraction=1.0)
     data = [one_client] * users  # one array, referenced by every client
-    simulation = Simulation(config.method, backbone, data, engine, device)
+    return Simulation(config.method, backbone, data, engine, device), config
+
+
+def time_preset(name: str, rounds: int, device: torch.device) -> dict:
+    preset = PRESETS[name]
+    simulation, config = build_preset(name, device)
+    schedule = config.schedule
+    users = int(preset.stand_in["users"])
+    samples = int(preset.stand_in["samples"])
+    backbone_name = config.model.backbone
     cohort = max(1, round(schedule.fraction * users))
     simulation.step()  # warm-up: allocations, kernels
     if device.type == "cuda":
@@ -130,8 +152,16 @@ def main() -> None:
     parser.add_argument("--presets", default=",".join(SPECS), help="comma-separated names")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after one warm-up)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--peers", metavar="PRESET", default=None,
+                        help="also put one FedUV preset's cohort through pfl and Flower's "
+                        "simulation (benchmarks/peers.py) and print the speed ratios")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=2, help="--peers: interleaved repeats")
+    parser.add_argument("--peer-python", default=os.environ.get("UVSDK_PEER_PYTHON", sys.executable),
+                        help="--peers: the python that has pfl and flwr[simulation]")  # fmt: skip
     args = parser.parse_args()
     device = pick_device(args.device)
+    if args.peers and PRESETS[args.peers].settings["method"] != "feduv":
+        parser.error("--peers: the peers run FedUV's loss; name a feduv-* preset")
     where = (
         torch.cuda.get_device_name(device)
         if device.type == "cuda"
@@ -153,6 +183,18 @@ def main() -> None:
             f"| {r['rounds']:,} | {r['projected_hours']:.1f} h | {paper} | {ratio} | "
             f"{r['peak_mb']:.0f} |",
             flush=True,
+        )
+    if args.peers:
+        from peers import compare
+
+        simulation, _ = build_preset(args.peers, device, cohort_only=True)
+        print(f"\n{args.peers} beside the peers: its cohort (M = {simulation.num_clients}, all "
+              f"in every round), {args.rounds} rounds x {args.repeats} repeats, on CPU")  # fmt: skip
+        compare(
+            lambda vectorised: build_preset(args.peers, device, True, vectorised)[0],
+            args.rounds,
+            args.repeats,
+            args.peer_python,
         )
 
 

@@ -32,6 +32,17 @@ SAMPLE_RATE = 16000
 SPEC = {"sample_rate": SAMPLE_RATE, "window_seconds": 1.0, "hop_seconds": 0.5, "min_seconds": 0.5}
 
 
+def client_data(args: argparse.Namespace) -> list[np.ndarray]:
+    """The workload's clients: synthetic voices, B clips each (B to 4B with ``--local-epochs``),
+    of ``--seconds`` at 16 kHz. ``benchmarks/peers.py`` puts the same clients through the peers."""
+    sizes = [args.batch_size] * args.clients
+    if args.local_epochs is not None:  # uneven clients: B to 4B clips each
+        sizes = np.random.default_rng(0).integers(args.batch_size, 4 * args.batch_size + 1,
+                                                  args.clients).tolist()  # fmt: skip
+    corpus = voice_corpus(args.clients, max(sizes), args.seconds, SAMPLE_RATE, seed=0)
+    return [np.stack(clips[:size]) for clips, size in zip(corpus, sizes, strict=True)]
+
+
 def make(
     method: str, data: list[np.ndarray], args: argparse.Namespace, vectorised: bool
 ) -> Simulation:
@@ -105,12 +116,8 @@ def main() -> None:
     parser.add_argument("--dp", action="store_true", help="also time a DP round (clip + noise)")
     args = parser.parse_args()
 
-    sizes = [args.batch_size] * args.clients
-    if args.local_epochs is not None:  # uneven clients: B to 4B clips each
-        sizes = np.random.default_rng(0).integers(args.batch_size, 4 * args.batch_size + 1,
-                                                  args.clients).tolist()  # fmt: skip
-    corpus = voice_corpus(args.clients, max(sizes), args.seconds, SAMPLE_RATE, seed=0)
-    data = [np.stack(clips[:size]) for clips, size in zip(corpus, sizes, strict=True)]
+    data = client_data(args)
+    sizes = [len(samples) for samples in data]
     fast = make(args.method, data, args, vectorised=True)
     slow = make(args.method, data, args, vectorised=False)
     device = fast.device
