@@ -211,8 +211,13 @@ def class_row_protocol(
     genuine, impostor
         As in :func:`codeword_protocol`.
     """
-    return _reference_protocol(
-        cosine_scores, embeddings, labels, rows, impostor_embeddings, impostor_labels
+    # the same trials as prototype_protocol, with the learnt rows as the references
+    return prototype_protocol(
+        embeddings,
+        labels,
+        rows,
+        impostor_embeddings=impostor_embeddings,
+        impostor_labels=impostor_labels,
     )
 
 
