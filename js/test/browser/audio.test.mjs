@@ -3,17 +3,10 @@
 // (above the new Nyquist, which would alias to 6 kHz) is at least 30 dB down.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { startServer } from "../../scripts/serve.mjs";
-import { launch, skipOption } from "./chromium.mjs";
+import { serveAndLaunch, skipOption } from "./chromium.mjs";
 
 test("resample 48 kHz -> 16 kHz in Chromium is band-limited", { skip: skipOption(), timeout: 60_000 }, async (t) => {
-  const server = await startServer({ port: 0 });
-  let browser = null;
-  t.after(async () => {
-    await browser?.close();
-    await server.close();
-  });
-  browser = await launch();
+  const { server, browser } = await serveAndLaunch(t);
   const page = await browser.newPage();
   await page.goto(server.url);
   const result = await page.evaluate(async () => {

@@ -77,3 +77,16 @@ export function outputDir() {
   mkdirSync(OUTPUT, { recursive: true });
   return OUTPUT;
 }
+
+// The local server on a free port and a headless Chromium, both closed when the test `t` ends.
+export async function serveAndLaunch(t) {
+  const { startServer } = await import("../../scripts/serve.mjs");
+  const server = await startServer({ port: 0 });
+  let browser = null;
+  t.after(async () => {
+    await browser?.close();
+    await server.close();
+  });
+  browser = await launch();
+  return { server, browser };
+}

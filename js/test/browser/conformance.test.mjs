@@ -4,18 +4,11 @@
 // failure names its file and vector. Chromium: $CHROMIUM or /usr/bin/chromium; UVSDK_SKIP_BROWSER=1 skips.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { startServer } from "../../scripts/serve.mjs";
-import { launch, skipOption, watch } from "./chromium.mjs";
+import { serveAndLaunch, skipOption, watch } from "./chromium.mjs";
 import { FILES } from "../../web/conformance-runner.js";
 
 test("conformance vectors in Chromium (onnxruntime-web)", { skip: skipOption(), timeout: 180_000 }, async (t) => {
-  const server = await startServer({ port: 0 });
-  let browser = null;
-  t.after(async () => {
-    await browser?.close();
-    await server.close();
-  });
-  browser = await launch();
+  const { server, browser } = await serveAndLaunch(t);
   const page = await browser.newPage();
   const log = watch(page);
   await page.goto(new URL("conformance.html", server.url).href);
