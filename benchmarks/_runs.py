@@ -44,7 +44,7 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
             "dataset": "synth-voices",
             "build": {"speakers": 1250},
             "common": {"clients": 1000, "fraction": 0.1, "batch_size": 16},
-            "feduv": {"rounds": 100, "lr": 0.5, "lr_decay": 0.005},
+            "feduv": {"rounds": 800, "lr": 0.5, "lr_decay": 0.005},
             "embedding": {"rounds": 100, "lr": 0.1, "lr_decay": 0.0},
         },
     },
