@@ -10,7 +10,7 @@ inf,16,8,4,2``, the disaggregation attack through SecAgg+ at the same budgets) i
 against the whole codewords that attack recovers.
 
     python benchmarks/privacy_curve.py [--scale dp] [--epsilons inf,16,8,4,2]
-        [--methods feduv,fedhide] [--audit audit/dp/audit.json]
+        [--methods feduv,fedhide] [--audit audit/dp/audit.json ...]
         [--out results/privacy] [--cache results/runs] [--root DIR]
 
 Writes ``OUT/privacy-curve.md``, ``OUT/privacy-curve.json`` and ``OUT/eer-vs-epsilon.png`` (and
@@ -82,16 +82,29 @@ def row_of(folder: Path, method: str, epsilon: float) -> dict[str, Any]:
     }
 
 
-def recovery_by_epsilon(path: Path) -> dict[float, dict[str, float]]:
-    """The last observed round's disaggregation entry per ε (``audit.json``'s list)."""
-    out: dict[float, dict[str, float]] = {}
-    audit = json.loads(path.read_text())
-    entries = audit.get("disaggregation", [])
-    for entry in entries:
-        epsilon = math.inf if entry["dp"] is None else float(entry["dp"]["epsilon"])
-        best = out.get(epsilon)
-        if best is None or entry["rounds"] >= best["rounds"]:
-            out[epsilon] = entry
+def recovery_by_epsilon(paths: list[Path]) -> dict[float, dict[str, Any]]:
+    """The last observed round's disaggregation entry per ε over ``audit.json`` files (each
+    file's list; a later file's entry of as many rounds replaces an earlier one's). Each entry
+    gains ``"setup"``: the audit's population, cohort and rounds, which need not be the curve's.
+    ε is the budget the audit's run was set to spend (``dp.epsilon``) to two significant figures,
+    as it was asked for (``--dp-epsilon 8`` spends 7.99)."""
+    out: dict[float, dict[str, Any]] = {}
+    for path in paths:
+        audit = json.loads(path.read_text())
+        setup = audit.get("setup") or {}
+        for entry in audit.get("disaggregation", []):
+            epsilon = math.inf if entry["dp"] is None else float(f"{entry['dp']['epsilon']:.2g}")
+            best = out.get(epsilon)
+            if best is None or entry["rounds"] >= best["rounds"]:
+                out[epsilon] = {
+                    **entry,
+                    "setup": {
+                        "audit": str(path),
+                        "clients": setup.get("clients"),
+                        "cohort": entry.get("cohort"),
+                        "rounds": (entry["dp"] or {}).get("rounds", setup.get("rounds")),
+                    },
+                }
     return out
 
 
@@ -148,7 +161,12 @@ def main() -> None:
     parser.add_argument("--epsilons", default="inf,16,8,4,2")
     parser.add_argument("--methods", default="feduv,fedhide")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--audit", type=Path, help="an audit.json with --dp-epsilon entries")
+    parser.add_argument(
+        "--audit",
+        type=Path,
+        action="append",
+        help="an audit.json with --dp-epsilon entries (repeat to merge several audits)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/privacy"))
     parser.add_argument("--cache", type=Path, default=Path("results/runs"))
     parser.add_argument("--root")
@@ -168,7 +186,8 @@ def main() -> None:
             rows.append(row_of(folder, method, epsilon))
     recovery = recovery_by_epsilon(args.audit) if args.audit else None
     config = RunConfig.from_flat({**run_settings(args, methods[0], epsilons[-1], data)})
-    header = ["method", "ε", "z (z_Δ)", "test_known EER", "unknown EER", "P_leak", "wall-clock"]
+    header = ["method", "ε", "rounds", "z (z_Δ)", "test_known EER", "unknown EER", "P_leak"]
+    header += ["wall-clock"]
     if recovery:
         header += ["whole codewords recovered (audit)", "bits (audit)"]
     table = []
@@ -180,6 +199,7 @@ def main() -> None:
         line = [
             row["method"],
             "∞ (off)" if not math.isfinite(eps) else f"{eps:g}",
+            str(row["rounds"]),
             noise,
             f"{row['test_known_eer']:.3f}",
             f"{row['unknown_eer']:.3f}",
@@ -200,9 +220,20 @@ def main() -> None:
     device = f"{platform.processor() or platform.machine()}, {config.device}"
     title = (
         f"Privacy–accuracy: {config.data.clients} users, cohorts of "
-        f"{round(config.schedule.fraction * config.data.clients)}, {config.schedule.rounds} rounds"
+        f"{round(config.schedule.fraction * config.data.clients)}"
     )
     write_table(args.out / "privacy-curve.md", title, header, table)
+    if recovery:  # where the recovery columns come from: an audit's own population
+        setups = sorted({json.dumps(entry["setup"], sort_keys=True) for entry in recovery.values()})
+        lines = ["", "Recovery (FedUV, the disaggregation attack through SecAgg+):"]
+        for text in setups:
+            setup = json.loads(text)
+            lines.append(
+                f"- `{setup['audit']}`: {setup['clients']} devices, cohorts of {setup['cohort']}, "
+                f"after {setup['rounds']} rounds"
+            )
+        with open(args.out / "privacy-curve.md", "a") as file:
+            file.write("\n".join(lines) + "\n")
     write_json(
         args.out / "privacy-curve.json",
         {"mechanism": MECHANISM, "device": device, "rows": rows,

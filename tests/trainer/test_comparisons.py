@@ -72,3 +72,56 @@ def test_leakage_sweep_writes_mean_and_std_over_seeds(tmp_path: Path) -> None:
     assert "| FedAwS | 1.000 ± 0.000 |" in table  # the server holds FedAwS's embeddings
     assert table.count("| FedCS cosθ=") == 5 and "FedHide" not in table
     assert "seeds 0 1" in table and "learnt-prototype EER" in table
+
+
+def _audit(path: Path, clients: int, entries: list[tuple[float | None, int, float]]) -> Path:
+    """An ``audit.json`` of disaggregation entries ``(ε or None, rounds, whole_decoded)``."""
+    import json
+
+    path.write_text(
+        json.dumps(
+            {
+                "setup": {"clients": clients, "rounds": 100},
+                "disaggregation": [
+                    {
+                        "code_length": 127,
+                        "dp": None if eps is None else {"epsilon": eps - 0.01, "rounds": 100},
+                        "rounds": rounds,
+                        "cohort": clients // 10,
+                        "bits": 0.5 if eps else 1.0,
+                        "whole_raw": decoded,
+                        "whole_decoded": decoded,
+                    }
+                    for eps, rounds, decoded in entries
+                ],
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.slow
+def test_privacy_curve_tables_each_run_and_merges_audits(tmp_path: Path) -> None:
+    import json
+
+    first = _audit(tmp_path / "a.json", 60, [(None, 100, 1.0), (8.0, 50, 0.5), (8.0, 100, 0.25)])
+    second = _audit(tmp_path / "b.json", 60, [(16.0, 100, 0.0)])
+    args = ["--methods", "feduv", "--epsilons", "inf,8", "--audit", str(first)]
+    output = _script("privacy_curve.py", tmp_path, *args, "--audit", str(second))
+    assert output.count("training") == 2
+    out = tmp_path / "out"
+    assert _is_png(out / "eer-vs-epsilon.png") and _is_png(out / "eer-vs-recovery.png")
+    table = (out / "privacy-curve.md").read_text()
+    rows = {
+        line.split(" | ")[1]: line.split(" | ") for line in table.splitlines() if "| feduv" in line
+    }
+    assert set(rows) == {"∞ (off)", "8"}
+    assert rows["8"][2] == "4" and rows["8"][3] != "–" and rows["∞ (off)"][3] == "–"  # rounds, z
+    # recovery: the audit's last observed round per ε (8: 100 rounds, not 50), from either file
+    assert rows["8"][-2] == "25.0 %" and rows["∞ (off)"][-2] == "100.0 %"
+    assert f"`{first}`: 60 devices, cohorts of 6, after 100 rounds" in table
+    result = json.loads((out / "privacy-curve.json").read_text())
+    assert set(result["recovery"]) == {"inf", "8.0", "16.0"}
+    assert [row["rounds"] for row in result["rows"]] == [4, 4]
+    again = _script("privacy_curve.py", tmp_path, *args)  # the runs are reused
+    assert again.count("done before") == 2 and "training" not in again
