@@ -11,10 +11,12 @@ against the whole codewords that attack recovers.
 
     python benchmarks/privacy_curve.py [--scale dp] [--epsilons inf,16,8,4,2]
         [--methods feduv,fedhide] [--audit audit/dp/audit.json ...]
-        [--out results/privacy] [--cache results/runs] [--root DIR]
+        [--out results/privacy] [--cache results/runs] [--root DIR] [--no-train]
 
 Writes ``OUT/privacy-curve.md``, ``OUT/privacy-curve.json`` and ``OUT/eer-vs-epsilon.png`` (and
-``OUT/eer-vs-recovery.png`` with ``--audit``); runs go to ``--cache`` and are reused.
+``OUT/eer-vs-recovery.png`` with ``--audit``); runs go to ``--cache`` and are reused. With
+``--no-train`` nothing is trained: the runs finished in ``--cache`` are tabled and the others
+named (a long run still training in another process, or to be resumed later, from its checkpoint).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from _runs import dataset_file, report, settings, train_once, write_table
+from _runs import dataset_file, report, run_folder, settings, train_once, write_table
 
 from uvtrain.config import RunConfig
 from uvtrain.io import save_figure, write_json
@@ -56,6 +58,15 @@ def run_settings(args: argparse.Namespace, method: str, epsilon: float, data: st
         if args.scale == "tiny":  # cohorts of 4: too few for a noisy count of the clipped
             values.update(adaptive_clipping=False, clip_norm=1.0)
     return {**values, "seed": args.seed}
+
+
+def finished(cache: Path, values: dict[str, Any], root: str | None) -> bool:
+    """Whether the run of these settings is done in ``cache`` (its report, of all its rounds)."""
+    from uvtrain.run import REPORT
+
+    config = RunConfig.from_flat({**values, "root": root})
+    path = run_folder(cache, config) / REPORT
+    return path.is_file() and json.loads(path.read_text()).get("rounds") == config.schedule.rounds
 
 
 def row_of(folder: Path, method: str, epsilon: float) -> dict[str, Any]:
@@ -170,6 +181,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/privacy"))
     parser.add_argument("--cache", type=Path, default=Path("results/runs"))
     parser.add_argument("--root")
+    parser.add_argument(
+        "--no-train",
+        action="store_true",
+        help="table and plot only the runs already finished in --cache (name the others)",
+    )
     args = parser.parse_args()
     if args.scale == "tiny":
         args.dataset = "formant-voices"
@@ -178,12 +194,19 @@ def main() -> None:
     methods = [m.strip() for m in args.methods.split(",")]
     data = dataset_file(args.scale, args.dataset, args.root)
     rows = []
+    missing = []  # with --no-train: the runs not finished in the cache
     for method in methods:
         for epsilon in epsilons:
             values = run_settings(args, method, epsilon, data)
             label = f"{method} ε={epsilon:g}"
+            if args.no_train and not finished(args.cache, values, args.root):
+                print(f"  {label}: not finished in {args.cache} (left out: --no-train)")
+                missing.append(label)
+                continue
             folder = train_once(args.cache, label, values, args.root)
             rows.append(row_of(folder, method, epsilon))
+    if not rows:
+        raise SystemExit(f"no finished run in {args.cache} (--no-train)")
     recovery = recovery_by_epsilon(args.audit) if args.audit else None
     config = RunConfig.from_flat({**run_settings(args, methods[0], epsilons[-1], data)})
     header = ["method", "ε", "rounds", "z (z_Δ)", "test_known EER", "unknown EER", "P_leak"]
@@ -223,6 +246,9 @@ def main() -> None:
         f"{round(config.schedule.fraction * config.data.clients)}"
     )
     write_table(args.out / "privacy-curve.md", title, header, table)
+    if missing:
+        with open(args.out / "privacy-curve.md", "a") as file:
+            file.write(f"\nNot finished yet (left out): {', '.join(missing)}\n")
     if recovery:  # where the recovery columns come from: an audit's own population
         setups = sorted({json.dumps(entry["setup"], sort_keys=True) for entry in recovery.values()})
         lines = ["", "Recovery (FedUV, the disaggregation attack through SecAgg+):"]

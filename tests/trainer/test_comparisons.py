@@ -125,3 +125,8 @@ def test_privacy_curve_tables_each_run_and_merges_audits(tmp_path: Path) -> None
     assert [row["rounds"] for row in result["rows"]] == [4, 4]
     again = _script("privacy_curve.py", tmp_path, *args)  # the runs are reused
     assert again.count("done before") == 2 and "training" not in again
+    # --no-train: ε 4 was never trained, so it is named and left out, and nothing trains
+    listed = _script("privacy_curve.py", tmp_path, *args[:2], "--epsilons", "inf,8,4", "--no-train")
+    assert "feduv ε=4: not finished" in listed and "training" not in listed
+    table = (out / "privacy-curve.md").read_text()
+    assert "Not finished yet (left out): feduv ε=4" in table and table.count("| feduv |") == 2
