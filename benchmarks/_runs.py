@@ -122,10 +122,25 @@ def settings(scale: str, dataset: str, family: str, data: str, **method: Any) ->
 
 
 def run_folder(cache: Path, config: RunConfig) -> Path:
-    """``cache/METHOD-HASH``: the hash of the settings that change training."""
-    key = {k: v for k, v in config.to_dict().items() if k not in _NOT_TRAINING}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    return cache / f"{config.method.name}-{digest}"
+    """``cache/METHOD-HASH``: the hash of the settings that change training.
+
+    A run made before a setting existed has another hash (its ``config.json`` lacks the key). It
+    is the same run when every key it lacks is at its default (the rule ``uvtrain run`` resumes
+    by), so when ``METHOD-HASH`` does not exist, such a folder of the cache is used instead."""
+    settings = {k: v for k, v in config.to_dict().items() if k not in _NOT_TRAINING}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+    folder = cache / f"{config.method.name}-{digest}"
+    if folder.exists() or not cache.is_dir():
+        return folder
+    defaults = RunConfig.from_flat({"method": config.method.name, "dataset": ""}).to_dict()
+    for candidate in sorted(cache.glob(f"{config.method.name}-*/config.json")):
+        try:
+            previous = json.loads(candidate.read_text())
+        except (OSError, ValueError):
+            continue
+        if all(previous.get(k, defaults[k]) == v for k, v in settings.items()):
+            return candidate.parent
+    return folder
 
 
 def train_once(cache: Path, label: str, overrides: dict[str, Any], root: str | None) -> Path:

@@ -130,3 +130,30 @@ def test_privacy_curve_tables_each_run_and_merges_audits(tmp_path: Path) -> None
     assert "feduv ε=4: not finished" in listed and "training" not in listed
     table = (out / "privacy-curve.md").read_text()
     assert "Not finished yet (left out): feduv ε=4" in table and table.count("| feduv |") == 2
+
+
+def test_run_folder_finds_a_run_made_before_a_setting_existed(tmp_path: Path) -> None:
+    """A cached run whose config.json lacks a key added since is the same run when the key is at
+    its default (and only then); otherwise the settings' own hash names the folder."""
+    import json
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from _runs import run_folder
+
+    from uvtrain.config import RunConfig
+
+    config = RunConfig.from_flat({"method": "fedhide", "dataset": "d.npz", "rounds": 7})
+    fresh = run_folder(tmp_path, config)
+    assert fresh.parent == tmp_path and fresh.name.startswith("fedhide-")
+    legacy = tmp_path / "fedhide-0123456789"
+    legacy.mkdir()
+    old = {k: v for k, v in config.to_dict().items() if k != "window"}  # "window" came later
+    (legacy / "config.json").write_text(json.dumps(old))
+    assert run_folder(tmp_path, config) == legacy
+    other = RunConfig.from_flat({**config.to_dict(), "window": "hann"})  # not the default
+    assert run_folder(tmp_path, other) != legacy
+    (legacy / "config.json").write_text(json.dumps({**old, "rounds": 8}))  # another run
+    assert run_folder(tmp_path, config) == fresh
+    fresh.mkdir()  # the settings' own folder always wins
+    (legacy / "config.json").write_text(json.dumps(old))
+    assert run_folder(tmp_path, config) == fresh
