@@ -134,6 +134,8 @@ def plot(rows: list[dict[str, Any]], recovery: dict[float, Any] | None, out: Pat
         xs = [r["epsilon"] if math.isfinite(r["epsilon"]) else right for r in mine]
         for split, style in (("test_known", "-o"), ("unknown", "--s")):
             axis.plot(xs, [r[f"{split}_eer"] for r in mine], style, label=f"{method} {split}")
+    axis.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="chance")
+    axis.set_ylim(0.0, 0.6)
     axis.set_xscale("log", base=2)
     ticks = sorted(set(finite)) + [right]
     axis.set_xticks(ticks, [f"{t:g}" for t in ticks[:-1]] + ["∞ (off)"])
@@ -152,9 +154,19 @@ def plot(rows: list[dict[str, Any]], recovery: dict[float, Any] | None, out: Pat
             mine.sort(key=lambda r: r["epsilon"])
             xs = [recovery[r["epsilon"]]["whole_decoded"] or 0.0 for r in mine]
             axis.plot(xs, [r["test_known_eer"] for r in mine], "-o", label=f"{method} test_known")
-            for x, r in zip(xs, mine, strict=True):
-                label = "∞" if not math.isfinite(r["epsilon"]) else f"{r['epsilon']:g}"
-                axis.annotate(f"ε {label}", (x, r["test_known_eer"]), fontsize=8)
+            for index, (x, r) in enumerate(zip(xs, mine, strict=True)):
+                label = "∞ (off)" if not math.isfinite(r["epsilon"]) else f"{r['epsilon']:g}"
+                offset = (-40 if x > 0.5 else 6, 6 + 9 * (index % 3))  # points often coincide
+                axis.annotate(
+                    f"ε {label}",
+                    (x, r["test_known_eer"]),
+                    xytext=offset,
+                    textcoords="offset points",
+                    fontsize=8,
+                )
+        axis.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="chance")
+        axis.set_xlim(-0.05, 1.05)
+        axis.set_ylim(0.0, 0.6)
         axis.set_xlabel("whole codewords recovered by disaggregation (decoded)")
         axis.set_ylabel("EER")
         axis.set_title("Accuracy against what the server recovers")
