@@ -124,21 +124,25 @@ def settings(scale: str, dataset: str, family: str, data: str, **method: Any) ->
 def run_folder(cache: Path, config: RunConfig) -> Path:
     """``cache/METHOD-HASH``: the hash of the settings that change training.
 
-    A run made before a setting existed has another hash (its ``config.json`` lacks the key). It
-    is the same run when every key it lacks is at its default (the rule ``uvtrain run`` resumes
-    by), so when ``METHOD-HASH`` does not exist, such a folder of the cache is used instead."""
+    A run made before a setting existed has another hash (its ``config.json`` lacks the key).
+    When ``METHOD-HASH`` does not exist, a folder of the cache whose configuration, read as
+    ``uvtrain`` reads an older run folder (:func:`uvtrain.run.read_config`: a key it lacks takes
+    the value that run trained with, e.g. FedHide's Hann window before ``window`` existed), has
+    these same settings is used instead."""
+    from uvtrain.errors import UvtrainError
+    from uvtrain.run import read_config
+
     settings = {k: v for k, v in config.to_dict().items() if k not in _NOT_TRAINING}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     folder = cache / f"{config.method.name}-{digest}"
     if folder.exists() or not cache.is_dir():
         return folder
-    defaults = RunConfig.from_flat({"method": config.method.name, "dataset": ""}).to_dict()
     for candidate in sorted(cache.glob(f"{config.method.name}-*/config.json")):
         try:
-            previous = json.loads(candidate.read_text())
-        except (OSError, ValueError):
+            previous = read_config(candidate.parent).to_dict()
+        except (UvtrainError, OSError, ValueError):
             continue
-        if all(previous.get(k, defaults[k]) == v for k, v in settings.items()):
+        if all(previous.get(k) == v for k, v in settings.items()):
             return candidate.parent
     return folder
 

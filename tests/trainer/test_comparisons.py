@@ -133,8 +133,9 @@ def test_privacy_curve_tables_each_run_and_merges_audits(tmp_path: Path) -> None
 
 
 def test_run_folder_finds_a_run_made_before_a_setting_existed(tmp_path: Path) -> None:
-    """A cached run whose config.json lacks a key added since is the same run when the key is at
-    its default (and only then); otherwise the settings' own hash names the folder."""
+    """A cached run whose config.json lacks a key added since is the same run when the key, read
+    as uvtrain reads an older folder, has the asked value (and only then); otherwise the
+    settings' own hash names the folder."""
     import json
 
     sys.path.insert(0, str(BENCHMARKS))
@@ -147,13 +148,22 @@ def test_run_folder_finds_a_run_made_before_a_setting_existed(tmp_path: Path) ->
     assert fresh.parent == tmp_path and fresh.name.startswith("fedhide-")
     legacy = tmp_path / "fedhide-0123456789"
     legacy.mkdir()
-    old = {k: v for k, v in config.to_dict().items() if k != "window"}  # "window" came later
+    # "window" came later: a FedHide folder without it trained with the Hann window, not today's
+    # default (Hamming), so it is the run of window "hann" only
+    old = {k: v for k, v in config.to_dict().items() if k != "window"}
     (legacy / "config.json").write_text(json.dumps(old))
-    assert run_folder(tmp_path, config) == legacy
-    other = RunConfig.from_flat({**config.to_dict(), "window": "hann"})  # not the default
-    assert run_folder(tmp_path, other) != legacy
+    assert run_folder(tmp_path, config) != legacy
+    hann = RunConfig.from_flat({**config.to_dict(), "window": "hann"})
+    assert run_folder(tmp_path, hann) == legacy
+    # a key that reads as its default (FedUV's "aggregation" came later too)
+    feduv = RunConfig.from_flat({"method": "feduv", "dataset": "d.npz", "rounds": 7})
+    (tmp_path / "feduv-0123456789").mkdir()
+    without = {k: v for k, v in feduv.to_dict().items() if k != "aggregation"}
+    (tmp_path / "feduv-0123456789" / "config.json").write_text(json.dumps(without))
+    assert run_folder(tmp_path, feduv) == tmp_path / "feduv-0123456789"
     (legacy / "config.json").write_text(json.dumps({**old, "rounds": 8}))  # another run
-    assert run_folder(tmp_path, config) == fresh
-    fresh.mkdir()  # the settings' own folder always wins
+    assert run_folder(tmp_path, hann) != legacy
+    own = run_folder(tmp_path, hann)
+    own.mkdir()  # the settings' own folder always wins
     (legacy / "config.json").write_text(json.dumps(old))
-    assert run_folder(tmp_path, config) == fresh
+    assert run_folder(tmp_path, hann) == own
