@@ -127,6 +127,13 @@ def test_the_papers_schedule_options_reach_the_engine_and_the_report(
     assert resumed.exit_code == 0, resumed.output
     changed = uvtrain("run", *args[:-2], "--rounds", "2", "--out", out)  # no --local-epochs
     assert "other settings (local_epochs)" in one_error_line(changed)
+    # a folder from before embedding_dim and window trained the backbone's own dimension and the
+    # Hann window: today's defaults are other settings, not a resume onto a model that differs
+    saved = json.loads((out / "config.json").read_text())
+    del saved["embedding_dim"], saved["window"]
+    (out / "config.json").write_text(json.dumps(saved))
+    older = uvtrain("run", *args, "--rounds", "3", "--out", out)
+    assert "other settings (embedding_dim, window)" in one_error_line(older)
     defaults = uvtrain("run", "--method", "feduv", *TINY, "--rounds", "1", "--out", tmp_path / "d")
     assert defaults.exit_code == 0, defaults.output
     saved = json.loads((tmp_path / "d" / "config.json").read_text())

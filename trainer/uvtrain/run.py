@@ -311,7 +311,8 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
     simulation = make_simulation(config, dataset)
     dataset = simulation.evaluation_dataset(dataset)
     if (folder / CHECKPOINT).exists():
-        previous = read_json(folder / CONFIG) if (folder / CONFIG).is_file() else {}
+        # read as an older folder is read: a key it lacks is what that run trained with
+        previous = read_config(folder).to_dict() if (folder / CONFIG).is_file() else {}
         defaults = RunConfig.from_flat({"method": config.method.name, "dataset": ""}).to_dict()
         # A DP run's rounds are part of its mechanism (the noise is set for them, and its
         # budget is spent at the last one): they may not grow.
