@@ -147,14 +147,30 @@ def run_folder(cache: Path, config: RunConfig) -> Path:
     return folder
 
 
+def _is_done(folder: Path, config: RunConfig) -> bool:
+    """Whether ``folder`` holds the finished run of ``config`` (its report, of all its rounds)."""
+    from uvtrain.run import REPORT
+
+    report = folder / REPORT
+    return (
+        report.is_file() and json.loads(report.read_text()).get("rounds") == config.schedule.rounds
+    )
+
+
+def finished_run(cache: Path, overrides: dict[str, Any], root: str | None) -> Path | None:
+    """The folder of the run these settings name when it is done, else None."""
+    config = RunConfig.from_flat({**overrides, "root": root})
+    folder = run_folder(cache, config)
+    return folder if _is_done(folder, config) else None
+
+
 def train_once(cache: Path, label: str, overrides: dict[str, Any], root: str | None) -> Path:
     """Train the run these settings name (or reuse it when it is done); returns its folder."""
-    from uvtrain.run import REPORT, train
+    from uvtrain.run import train
 
     config = RunConfig.from_flat({**overrides, "root": root})
     folder = run_folder(cache, config)
-    report = folder / REPORT
-    if report.is_file() and json.loads(report.read_text()).get("rounds") == config.schedule.rounds:
+    if _is_done(folder, config):
         print(f"  {label}: done before ({folder.name})", flush=True)
         return folder
     print(f"  {label}: training {config.schedule.rounds} rounds into {folder}", flush=True)

@@ -28,7 +28,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from _runs import dataset_file, report, run_folder, settings, train_once, write_table
+from _runs import dataset_file, finished_run, report, settings, train_once, write_table
 
 from uvtrain.config import RunConfig
 from uvtrain.io import save_figure, write_json
@@ -58,15 +58,6 @@ def run_settings(args: argparse.Namespace, method: str, epsilon: float, data: st
         if args.scale == "tiny":  # cohorts of 4: too few for a noisy count of the clipped
             values.update(adaptive_clipping=False, clip_norm=1.0)
     return {**values, "seed": args.seed}
-
-
-def finished(cache: Path, values: dict[str, Any], root: str | None) -> bool:
-    """Whether the run of these settings is done in ``cache`` (its report, of all its rounds)."""
-    from uvtrain.run import REPORT
-
-    config = RunConfig.from_flat({**values, "root": root})
-    path = run_folder(cache, config) / REPORT
-    return path.is_file() and json.loads(path.read_text()).get("rounds") == config.schedule.rounds
 
 
 def row_of(folder: Path, method: str, epsilon: float) -> dict[str, Any]:
@@ -211,7 +202,7 @@ def main() -> None:
         for epsilon in epsilons:
             values = run_settings(args, method, epsilon, data)
             label = f"{method} ε={epsilon:g}"
-            if args.no_train and not finished(args.cache, values, args.root):
+            if args.no_train and finished_run(args.cache, values, args.root) is None:
                 print(f"  {label}: not finished in {args.cache} (left out: --no-train)")
                 missing.append(label)
                 continue
@@ -258,20 +249,18 @@ def main() -> None:
         f"{round(config.schedule.fraction * config.data.clients)}"
     )
     write_table(args.out / "privacy-curve.md", title, header, table)
-    if missing:
-        with open(args.out / "privacy-curve.md", "a") as file:
-            file.write(f"\nNot finished yet (left out): {', '.join(missing)}\n")
+    notes = [f"Not finished yet (left out): {', '.join(missing)}"] if missing else []
     if recovery:  # where the recovery columns come from: an audit's own population
+        notes.append("Recovery (FedUV, the disaggregation attack through SecAgg+):")
         setups = sorted({json.dumps(entry["setup"], sort_keys=True) for entry in recovery.values()})
-        lines = ["", "Recovery (FedUV, the disaggregation attack through SecAgg+):"]
-        for text in setups:
-            setup = json.loads(text)
-            lines.append(
+        for setup in map(json.loads, setups):
+            notes.append(
                 f"- `{setup['audit']}`: {setup['clients']} devices, cohorts of {setup['cohort']}, "
                 f"after {setup['rounds']} rounds"
             )
+    if notes:
         with open(args.out / "privacy-curve.md", "a") as file:
-            file.write("\n".join(lines) + "\n")
+            file.write("\n" + "\n".join(notes) + "\n")
     write_json(
         args.out / "privacy-curve.json",
         {"mechanism": MECHANISM, "device": device, "rows": rows,
