@@ -149,7 +149,7 @@ def run_folder(cache: Path, config: RunConfig) -> Path:
 
 def _is_done(folder: Path, config: RunConfig) -> bool:
     """Whether ``folder`` holds the finished run of ``config`` (its report, of all its rounds)."""
-    from uvtrain.run import REPORT
+    from uvtrain.io import REPORT
 
     report = folder / REPORT
     return (
@@ -181,7 +181,7 @@ def train_once(cache: Path, label: str, overrides: dict[str, Any], root: str | N
 
 
 def report(folder: Path) -> dict[str, Any]:
-    from uvtrain.run import REPORT
+    from uvtrain.io import REPORT
 
     return json.loads((folder / REPORT).read_text())
 

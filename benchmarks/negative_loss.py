@@ -19,7 +19,7 @@ from pathlib import Path
 from _runs import dataset_file, settings, train_once, write_table
 
 from uvtrain.evaluation import plot_metric_over_rounds
-from uvtrain.run import METRICS
+from uvtrain.io import METRICS
 
 
 def curve(folder: Path) -> tuple[list[int], dict[str, list[float]]]:

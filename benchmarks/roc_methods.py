@@ -25,7 +25,7 @@ import numpy as np
 from _runs import dataset_file, report, settings, train_once, write_table
 
 from uvtrain.evaluation import plot_roc
-from uvtrain.run import SCORES
+from uvtrain.io import SCORES
 
 SPLITS = ("train", "test_known", "unknown")
 

@@ -11,7 +11,6 @@ server's run folder ``out``. Both sides read the same values, so both build the 
 
 from __future__ import annotations
 
-import dataclasses
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -231,8 +230,3 @@ def from_arrays(names: list[str] | Any, arrays: list[np.ndarray]) -> Tensors:
     if len(ordered) != len(arrays):
         raise ValueError(f"{len(arrays)} arrays for {len(ordered)} parameters")
     return {name: torch.from_numpy(np.array(a)) for name, a in zip(ordered, arrays, strict=True)}
-
-
-def replace_run(settings: DeploySettings, **changes: Any) -> DeploySettings:
-    """The settings with some of the run's (flat) keys changed (tests, the launcher)."""
-    return dataclasses.replace(settings, run=settings.run.replace(**changes))

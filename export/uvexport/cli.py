@@ -321,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # line, exit 2. Anything else is a bug and shows its traceback.
         if os.environ.get("UVEXPORT_DEBUG"):
             raise
-        from .export import ExportError
+        from .errors import ExportError
 
         prefix = "" if isinstance(error, ExportError) else f"{type(error).__name__}: "
         message = str(error).splitlines()[0] if str(error) else type(error).__name__

@@ -3,23 +3,23 @@
 :func:`export_run` loads a run folder and :func:`export_model` does the rest, each step in its
 own module:
 
-1. the model → one ONNX file (:mod:`uvexport.onnx_export`: opset :data:`OPSET`, a dynamic batch
-   and, for audio, a dynamic length, the preprocessing inside the graph);
+1. the model → one ONNX file (:mod:`uvexport.onnx_export`: opset
+   :data:`~uvexport.onnx_export.OPSET`, a dynamic batch and, for audio, a dynamic length, the
+   preprocessing inside the graph);
 2. parity: before anything is written, ONNX Runtime is checked against torch on the run's own test
    clips at several batch sizes and lengths; the export fails when the largest absolute
-   difference exceeds :data:`TOLERANCE`;
+   difference exceeds ``tolerance`` (default :data:`~uvexport.onnx_export.TOLERANCE`);
 3. with ``quantize="int8"``, the int8 search (:mod:`uvexport.quantize`): the fastest of
-   :data:`SCHEMES` that is not slower than float32 and moves no score by more than
-   :data:`DRIFT_BOUND`, else the export fails and names the figures;
+   ``schemes`` that is not slower than float32 and moves no score by more than ``drift_bound``
+   (defaults :data:`~uvexport.quantize.SCHEMES`, :data:`~uvexport.quantize.DRIFT_BOUND`), else
+   the export fails and names the figures;
 4. with ``ort=True``, ``model.ort`` (:mod:`uvexport.ort`: the model in ORT format for ONNX
    Runtime Mobile, checked against ``model.onnx``, and ONNX Runtime's mobile usability check);
 5. the manifest (:mod:`uvexport.provenance`: input, code, where the model came from) and the
    bundle (:mod:`uvexport.bundle`: validated, signed, written atomically).
 
-Every name of the exporter stays importable from here (``from uvexport.export import
-export_model, ExportError, SCHEMES, ...``). :func:`export_run` reads :data:`DRIFT_BOUND` and
-:data:`SCHEMES` from this module when it runs, so setting ``uvexport.export.DRIFT_BOUND`` (or
-``SCHEMES``) before an export changes that export.
+Each name is imported from the module that defines it (``from uvexport.quantize import
+SCHEMES``, ``from uvexport.errors import ExportError``); this module holds the steps' order alone.
 """
 
 from __future__ import annotations
@@ -35,57 +35,11 @@ import numpy as np
 
 from .bundle import make_manifest, write_bundle
 from .errors import ExportError
-from .onnx_export import (
-    OPSET,
-    TOLERANCE,
-    _parity_inputs,
-    export_onnx,
-    max_abs_difference,
-)
-from .onnx_export import _drop_debug_metadata as _drop_debug_metadata
-from .onnx_export import _quiet_exporter as _quiet_exporter
-from .provenance import _pretrained_provenance as _pretrained_provenance
+from .onnx_export import OPSET, TOLERANCE, _parity_inputs, export_onnx, max_abs_difference
 from .provenance import bundle_code, bundle_input, run_extra
-from .quantize import (
-    CALIBRATION_CLIPS,
-    DRIFT_BOUND,
-    DRIFT_CLIPS,
-    FRONTEND_PREFIX,
-    LATENCY_RUNS,
-    QUANTIZED_OPS,
-    SCHEMES,
-    Candidate,
-    Measurement,
-    _spread,
-    choose_scheme,
-    measure_int8,
-    quantize_int8,
-    sdk_scores,
-)
+from .quantize import CALIBRATION_CLIPS, DRIFT_BOUND, DRIFT_CLIPS, SCHEMES, _spread, quantize_int8
 
-__all__ = [
-    "CALIBRATION_CLIPS",
-    "DRIFT_BOUND",
-    "DRIFT_CLIPS",
-    "FRONTEND_PREFIX",
-    "LATENCY_RUNS",
-    "OPSET",
-    "QUANTIZED_OPS",
-    "SCHEMES",
-    "TOLERANCE",
-    "Candidate",
-    "ExportError",
-    "ExportResult",
-    "Measurement",
-    "choose_scheme",
-    "export_model",
-    "export_onnx",
-    "export_run",
-    "max_abs_difference",
-    "measure_int8",
-    "quantize_int8",
-    "sdk_scores",
-]
+__all__ = ["ExportResult", "export_model", "export_run"]
 
 
 @dataclass(frozen=True)
@@ -111,9 +65,13 @@ def export_run(
     calibrate: str | Path | None = None,
     calibration_data: str | None = None,
     ort: bool = False,
+    drift_bound: float = DRIFT_BOUND,
+    schemes: Sequence[str] = SCHEMES,
 ) -> ExportResult:
     """Export a run folder to a bundle; raise :class:`ExportError` when parity fails, or when
-    ``quantize="int8"`` and no int8 scheme is both not slower and within :data:`DRIFT_BOUND`.
+    ``quantize="int8"`` and no int8 scheme of ``schemes`` is both not slower and within
+    ``drift_bound`` (defaults: :data:`uvexport.quantize.SCHEMES`,
+    :data:`uvexport.quantize.DRIFT_BOUND`).
 
     ``method`` replaces the manifest's method (default: the run's), and ``extra`` adds top-level
     manifest keys (e.g. ``description``); the default voice bundle uses both. ``calibrate``
@@ -136,7 +94,9 @@ def export_run(
     extra = run_extra(run_dir, config, dataset, model, extra)
 
     def int8(onnx_bytes: bytes) -> tuple[bytes, dict[str, Any]]:
-        return _quantize_run(onnx_bytes, model, dataset, simulation, inputs)
+        return _quantize_run(
+            onnx_bytes, model, dataset, simulation, inputs, bound=drift_bound, schemes=schemes
+        )
 
     return export_model(
         model,
@@ -254,7 +214,14 @@ def _calibrated(
 
 
 def _quantize_run(
-    fp32: bytes, model: Any, dataset: Any, simulation: Any, checks: list[np.ndarray]
+    fp32: bytes,
+    model: Any,
+    dataset: Any,
+    simulation: Any,
+    checks: list[np.ndarray],
+    *,
+    bound: float,
+    schemes: Sequence[str],
 ) -> tuple[bytes, dict[str, Any]]:
     """:func:`quantize_int8` on a run: calibration on its training clips, drift on its test
     clips against its users' codewords or (embeddings) their validation-clip prototypes."""
@@ -280,8 +247,6 @@ def _quantize_run(
         dim=int(model.output_dim),
         codewords=codewords,
         enrollment=enrollment,
-        # Read here, when the export runs: uvexport.export.DRIFT_BOUND and SCHEMES are the
-        # settings of an export (a caller or a test may set them before it).
-        bound=DRIFT_BOUND,
-        schemes=SCHEMES,
+        bound=bound,
+        schemes=schemes,
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-#: ONNX opset of the exported graphs (DESIGN: at least 17).
+#: ONNX opset of the exported graphs (docs/trainer.md, "Export (``uvexport``)").
 OPSET = 18
 #: Largest absolute difference between ONNX Runtime and torch an export accepts. Codeword outputs
 #: have norm √c (≈ 11.3 for c = 127), embeddings norm 1; float32 round-off is ~1e-6 of that.

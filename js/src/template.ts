@@ -683,12 +683,4 @@ export class Templates {
     this.keys.delete(user);
     this.generations.delete(user);
   }
-
-  /** Drop cached keys and the passphrase from memory. */
-  forgetKeys(): void {
-    this.keys.clear();
-    this.derived.clear();
-    this.generations.clear();
-    this.passphrase = null;
-  }
 }

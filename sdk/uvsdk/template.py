@@ -631,10 +631,3 @@ class TemplateStore:
             yield
         finally:
             os.close(descriptor)  # closing releases the lock
-
-    def forget_keys(self) -> None:
-        """Drop cached keys from memory."""
-        self._keys.clear()
-        self._derived.clear()
-        self._generations.clear()
-        self._passphrase = None

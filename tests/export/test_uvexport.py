@@ -10,9 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from uvexport import export as uvexport_export  # noqa: E402
 from uvexport.cli import main  # noqa: E402
-from uvexport.export import Candidate, ExportError, choose_scheme  # noqa: E402
+from uvexport.errors import ExportError  # noqa: E402
+from uvexport.export import export_run  # noqa: E402
+from uvexport.quantize import DRIFT_BOUND, SCHEMES, Candidate, choose_scheme  # noqa: E402
 from uvsdk.bundle import Bundle  # noqa: E402
 from uvsdk.errors import SignatureError  # noqa: E402
 from uvsdk.scoring import codeword_scores  # noqa: E402
@@ -96,7 +97,7 @@ def test_manifest_reports_only_public_figures(
     monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
     assert main(["export", str(feduv_run), "--out", str(tmp_path / "v.uvb")]) == 0  # named
     printed = capfd.readouterr()  # file-descriptor level: torch's logging handler included
-    # The exporter's own noise is silenced at its source (uvexport.export._quiet_exporter).
+    # The exporter's own noise is silenced at its source (uvexport.onnx_export._quiet_exporter).
     assert "torchvision" not in printed.err and "Warning" not in printed.err, printed.err
     assert printed.out.startswith("wrote ") and len(printed.out.splitlines()) == 1
     # The same run exports to the same bytes (no object addresses or paths in the graph).
@@ -179,9 +180,9 @@ def test_int8_export_is_written_only_when_measured_not_slower_and_close(
         return
     assert code == 0, printed.err
     q = Bundle(out).manifest.extra["quantization"]
-    assert q["scheme"] in uvexport_export.SCHEMES
+    assert q["scheme"] in SCHEMES
     assert q["int8_ms"] <= q["fp32_ms"] and q["speedup"] >= 1.0
-    assert q["drift_bound"] == uvexport_export.DRIFT_BOUND
+    assert q["drift_bound"] == DRIFT_BOUND
     assert 0.0 <= q["score_drift"] <= q["drift_bound"]
     assert q["int8_bytes"] < q["fp32_bytes"]
     # The recorded candidates give the same choice through the rule.
@@ -191,7 +192,7 @@ def test_int8_export_is_written_only_when_measured_not_slower_and_close(
         else Candidate(c["scheme"], c["int8_ms"], c["score_drift"])
         for c in q["candidates"]
     ]
-    assert [c.scheme for c in candidates] == list(uvexport_export.SCHEMES)
+    assert [c.scheme for c in candidates] == list(SCHEMES)
     assert choose_scheme(candidates, q["fp32_ms"], q["drift_bound"]).scheme == q["scheme"]
     assert f"int8 {q['scheme']}" in printed.out and "drift" in printed.out
 
@@ -208,14 +209,20 @@ def test_int8_export_that_cannot_meet_the_bound_writes_nothing(
     feduv_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
-    monkeypatch.setattr(uvexport_export, "DRIFT_BOUND", -1.0)  # no scheme can meet it
-    monkeypatch.setattr(uvexport_export, "SCHEMES", ("dynamic-matmul", "static-qdq-u8s8"))
     out = tmp_path / "int8.uvb"
-    assert main([str(feduv_run), "--out", str(out), "--quantize", "int8"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
-    assert err.startswith("uvexport: int8 not written: dynamic-matmul ")
-    assert "drift" in err and "> -1" in err and "static-qdq-u8s8 " in err
+    with pytest.raises(ExportError) as raised:
+        export_run(
+            feduv_run,
+            out,
+            quantize="int8",
+            drift_bound=-1.0,  # no scheme can meet it
+            schemes=("dynamic-matmul", "static-qdq-u8s8"),
+        )
+    message = str(raised.value)
+    assert len(message.splitlines()) == 1
+    assert message.startswith("int8 not written: dynamic-matmul ")
+    assert "drift" in message and "> -1" in message and "static-qdq-u8s8 " in message
+    assert "dynamic-conv" not in message  # only the schemes asked for are tried
     assert list(tmp_path.iterdir()) == []
     assert main([str(feduv_run), "--out", str(out), "--quantize", "int4"]) == 2  # argparse
 
@@ -224,7 +231,7 @@ def test_int8_drift_is_measured_as_the_sdk_enrolls_embeddings() -> None:
     """Prototype mode, without a training run: a small random image convnet (``embedding``)."""
     import onnxruntime as ort
 
-    from uvexport.export import SCHEMES, measure_int8, quantize_int8, sdk_scores
+    from uvexport.quantize import measure_int8, quantize_int8, sdk_scores
     from uvexport.reference import image_embedding_model
 
     fp32 = image_embedding_model(32, 32, 1, dim=16, seed=3)
@@ -323,7 +330,7 @@ def test_the_shipped_default_bundle_says_what_it_is() -> None:
     assert manifest["model_sha256"] == hashlib.sha256(model).hexdigest()
     assert manifest["provenance"]["pretrained"]["requirement"] == "Resemblyzer==0.1.4"
     # The graph of the bundle built before this key was added, without the exporter's debug
-    # metadata (object addresses: uvexport.export._drop_debug_metadata): the model is unchanged.
+    # metadata (object addresses: uvexport.onnx_export._drop_debug_metadata): the model is unchanged.
     assert manifest["model_sha256"] == (
         "8b121823d7034f274b88e5303785ecdd36ef446bd126ed308877e0f206fb84b4"
     )

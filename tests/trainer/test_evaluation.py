@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import uvtrain.evaluation as evaluation
+import uvtrain.io
 from uvtrain.evaluation import (
     class_row_protocol,
     codeword_protocol,
@@ -427,7 +427,7 @@ def test_write_report_nulls_nan_and_is_atomic(
     def fail(source: str, target: str) -> None:
         raise OSError("disk gone")
 
-    monkeypatch.setattr(evaluation.os, "replace", fail)
+    monkeypatch.setattr(uvtrain.io.os, "replace", fail)  # where write_json's atomic write is
     with pytest.raises(OSError):
         write_report(path, {"method": "other"})
     assert path.read_text() == text

@@ -93,7 +93,7 @@ def test_onnx_export_matches_torch_at_any_length(tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")
     from torch.export import Dim
 
-    from uvexport.export import export_onnx
+    from uvexport.onnx_export import export_onnx
 
     model = EmbeddingModel(_encoder()).eval()
     onnx_bytes = export_onnx(

@@ -407,7 +407,7 @@ def test_load_backbone_checkpoint_round_trip(tmp_path: Path) -> None:
 
 
 def _export(model: nn.Module, example: torch.Tensor, shapes: dict, path: Path) -> Path:
-    from uvexport.export import export_onnx
+    from uvexport.onnx_export import export_onnx
 
     path.write_bytes(export_onnx(model, example, shapes))
     return path

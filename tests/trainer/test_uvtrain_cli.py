@@ -433,7 +433,7 @@ def test_a_run_that_fails_removes_only_the_folder_it_made(data_root: Path, tmp_p
 
 def test_run_files_are_strict_json(tiny_run: Path) -> None:
     """No NaN / Infinity tokens (not JSON) in any file of a run, whatever the values."""
-    from uvtrain.run import json_text
+    from uvtrain.io import json_text
 
     def strict(text: str):
         return json.loads(text, parse_constant=lambda token: pytest.fail(f"{token} in JSON"))
@@ -447,7 +447,7 @@ def test_run_files_are_strict_json(tiny_run: Path) -> None:
 
 
 def test_a_line_cut_by_a_kill_is_dropped_on_resume(tmp_path: Path) -> None:
-    from uvtrain.run import trim_metrics
+    from uvtrain.io import trim_metrics
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"round": 1, "loss": 0.9}\n{"round": 2, "loss": 0.8}\n{"round": 3, "lo')

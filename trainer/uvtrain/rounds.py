@@ -10,15 +10,21 @@ the Flower deployment all run :func:`run_round`; none of them copies it.
     what it sends back             | Flower devices                  optimiser-state hooks),
           │                                                          client_message
           ▼
-    per-client postprocessing    for step in postprocess:          today: none; next: clipping,
-          │                          updates = step(updates, θ)    noise (differential privacy)
-          ▼
-    aggregation                  aggregator(updates, θ)  -> θ'     WeightedMean (FedAvg),
-          │                                                        UniformMean, SecAgg+ (audit),
-          ▼                                                        Flower's SecAgg+ (devices),
-    server update                algorithm.server_update(...)       Federated Validation (FedFace)
+    per-client postprocessing    for step in postprocess:          none without DP; with DP
+          │                        updates = step(                 (uvtrain.privacy.install):
+          │                          updates, θ, plan)             ClipUpdates, then in
+          ▼                                                        distributed DP DistributedNoise
+    aggregation                  aggregator(updates, θ, plan)      WeightedMean (FedAvg),
+          │                        -> θ'                           UniformMean, DPSum (DP: the
+          │                                                        sum, central noise),
+          │                                                        SecAgg+ (audit), Flower's
+          ▼                                                        SecAgg+ and DeviceDP (devices)
+    server update                algorithm.server_update(...)      Federated Validation (FedFace)
                                    -> the server's shared state    always called: a method with
                                                                    only a server step is run too
+
+Flower devices clip (and, in distributed DP, noise) their own updates before they send them
+(:mod:`uvdeploy.dp`), so a deployed round has no postprocessing on the server.
 
 A local-training path may aggregate as it trains when that is exact — the simulator's one-pass
 step for E = 1 under the weighted mean, Flower's SecAgg+ workflow which unmasks only the sum —

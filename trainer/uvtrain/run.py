@@ -18,7 +18,7 @@ from .config import ConfigError, RunConfig
 from .data.base import FederatedDataset
 from .engine import EngineConfig, Simulation, TrainingError, pick_device
 from .evaluation.scoring import quick_metrics
-from .io import (  # noqa: F401 - the run folder's names and JSON helpers, as uvtrain.run had them
+from .io import (
     CHECKPOINT,
     CONFIG,
     METRICS,

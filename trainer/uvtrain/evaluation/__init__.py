@@ -23,8 +23,6 @@ is importable from here, as it was when this package was one module
 
 from __future__ import annotations
 
-import os  # noqa: F401 - ``uvtrain.evaluation.os`` as before (tests patch ``os.replace`` through it)
-
 from ..io import jsonable as jsonable
 from .metrics import (
     REPORT_FPRS as REPORT_FPRS,

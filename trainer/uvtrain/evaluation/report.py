@@ -1,4 +1,4 @@
-"""``report.json``: its shape (:func:`make_report`, DESIGN.md "The trainer") and writing it
+"""``report.json``: its shape (:func:`make_report`; docs/formats.md, "``report.json``") and writing it
 (:func:`write_report`: strict JSON, atomic)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from ..io import write_json
 from .metrics import REPORT_FPRS, _fpr_key
 
-#: The splits of ``report.json`` (DESIGN.md, "The trainer"), in order.
+#: The splits of ``report.json`` (docs/formats.md, "``report.json``"), in order.
 SPLITS: tuple[str, ...] = ("train", "test_known", "unknown")
 
 
@@ -89,7 +89,7 @@ def make_report(
     class_row: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Assemble ``report.json`` in the shape DESIGN.md fixes ("The trainer").
+    """Assemble ``report.json`` in the shape docs/formats.md states ("``report.json``").
 
     Parameters
     ----------

@@ -36,10 +36,6 @@ CLASSIFICATION_DATASETS = frozenset({"cifar-100"})
 TRIAL_LIST_KEY = "trial_list"
 
 
-def _by_user(scores: np.ndarray, labels: np.ndarray, users: int) -> list[np.ndarray]:
-    return [scores[labels == user] for user in range(users)]
-
-
 def _stack(dataset: FederatedDataset, split: str) -> tuple[np.ndarray, np.ndarray]:
     arrays = [getattr(client, split) for client in dataset.clients]
     labels = np.concatenate([np.full(len(a), i) for i, a in enumerate(arrays)])

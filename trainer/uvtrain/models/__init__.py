@@ -1,7 +1,7 @@
 """Neural networks of the trainer: backbones with their preprocessing inside, and the two heads.
 
-Every model takes the raw input of the bundle contract (shared ``DESIGN.md``, "One preprocessing
-path") and does its own feature extraction in ``forward``, so that the exported ONNX graph holds it:
+Every model takes the raw input of the bundle contract (docs/spec.md §3.8, "Model I/O
+contract") and does its own feature extraction in ``forward``, so that the exported ONNX graph holds it:
 
 * audio: ``float32 [batch, samples]``, mono, in [-1, 1], at the dataset's sample rate, any length of
   at least ``min_samples``;

@@ -1,0 +1,163 @@
+"""``vectors/enroll.json``: outputs → reference, threshold; scores (spec §4, §6, §9)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from uvsdk.calibration import check_far, user_threshold, warmup_threshold
+from uvsdk.codeword import bipolar, encode
+from uvsdk.scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
+from uvsdk.verifier import MIN_ENROLLMENT_SAMPLES
+
+from .shared import CONFORMANCE, DEFAULT_BUNDLE, bits, document, f32, outcome, verifier, wav
+
+
+def generate() -> dict[str, Any]:
+    known = json.loads((CONFORMANCE / "known-users.json").read_text())["messages"]
+    cases = []
+    plans = [
+        # (bundle, mode, enrollment clips, target tpr, far, verification clips)
+        (
+            "bundles/voice-embedding.uvb",
+            "prototype",
+            [f"speaker0-{j}.wav" for j in range(6)],
+            0.95,
+            0.01,
+        ),
+        (
+            "bundles/voice-embedding.uvb",
+            "prototype",
+            [f"speaker0-{j}.wav" for j in range(6)],
+            0.95,
+            None,
+        ),
+        (
+            "bundles/voice-embedding.uvb",
+            "prototype",
+            [f"speaker1-{j}.wav" for j in range(8)],
+            0.75,
+            0.05,
+        ),
+        (
+            "bundles/voice-embedding.uvb",
+            "prototype",
+            [f"speaker2-{j}.wav" for j in range(5)],
+            0.95,
+            0.03,
+        ),
+        (
+            "bundles/voice-embedding.uvb",
+            "prototype",
+            [f"speaker2-{j}.wav" for j in range(5)],
+            0.95,
+            0.0001,
+        ),
+        # samples of three people: the warm-up threshold is low, the calibrated row floors it
+        (
+            "bundles/voice-embedding.uvb",
+            "prototype",
+            [
+                "speaker0-0.wav",
+                "speaker1-0.wav",
+                "speaker2-0.wav",
+                "speaker0-1.wav",
+                "speaker1-1.wav",
+                "speaker2-1.wav",
+            ],
+            0.95,
+            0.01,
+        ),
+        (
+            "bundles/voice-codeword.uvb",
+            "codeword",
+            [f"speaker0-{j}.wav" for j in range(6)],
+            0.95,
+            0.01,
+        ),
+        (
+            "bundles/voice-codeword.uvb",
+            "codeword",
+            [f"speaker0-{j}.wav" for j in range(6)],
+            0.9,
+            None,
+        ),
+    ]
+    trials = [f"speaker{s}-{j}.wav" for s, j in ((0, 6), (0, 7), (1, 6), (1, 7), (2, 6), (2, 7))]
+    for bundle, mode, clips, tpr, far in plans:
+        v = verifier(bundle)
+        manifest = v.bundle.manifest
+        outputs = np.stack([v.embed(wav(c)) for c in clips])
+        case: dict[str, Any] = {
+            "bundle": bundle,
+            "mode": mode,
+            "target_tpr": tpr,
+            "far": far,
+            "enrollment_outputs": [f32(o) for o in outputs],
+        }
+        if mode == "codeword":
+            codeword = encode(
+                np.array([int(b) for b in known["0"]], np.uint8), manifest.code.generator
+            )
+            case["codeword"] = bits(codeword)
+            scores = codeword_scores(bipolar(codeword), outputs)
+        else:
+            case["prototype"] = f32(prototype(outputs).astype(np.float32))
+            scores = leave_one_out_scores(outputs)
+        case["warmup_scores"] = [float(s) for s in scores]
+        case["warmup_threshold"] = warmup_threshold(scores, tpr)
+        result, error = outcome(
+            lambda s=scores, q=tpr, c=manifest.calibration, m=mode, f=far: user_threshold(
+                s, q, c, m, f
+            )
+        )
+        if error is not None:
+            case["error"] = type(error).__name__
+            cases.append(case)
+            continue
+        threshold, row = result
+        case["row"] = None if row is None else {"far": row.far, "threshold": row.threshold}
+        case["threshold"] = threshold
+        case["own_rejected"] = int(np.count_nonzero(scores < threshold))
+        reference = (
+            bipolar(codeword) if mode == "codeword" else prototype(outputs).astype(np.float32)
+        )
+        verify = []
+        for clip in trials:
+            vector = v.embed(wav(clip))
+            if mode == "codeword":
+                score = float(codeword_scores(reference, vector[None])[0])
+            else:
+                score = float(cosine_scores(reference, vector[None])[0])
+            verify.append({"output": f32(vector), "score": score, "accepted": score >= threshold})
+        case["verify"] = verify
+        cases.append(case)
+    too_few = verifier("bundles/voice-embedding.uvb")
+    short = [f32(too_few.embed(wav(f"speaker0-{j}.wav"))) for j in range(4)]
+    calibrations = {}
+    for bundle in ("bundles/voice-embedding.uvb", "bundles/voice-codeword.uvb", DEFAULT_BUNDLE):
+        calibration = verifier(bundle).bundle.manifest.calibration
+        calibrations[bundle] = calibration.sha256
+    far_checks = []
+    for far in (0.5, 0.01, 1e-5, 0.0, 0.51, -0.1, 1.0):
+        _, error = outcome(lambda f=far: check_far(f))
+        far_checks.append({"far": far, "valid": error is None})
+    return document(
+        "enroll",
+        "Enrollment from the model's outputs (the enrollment_outputs stand in for embedding the "
+        "clips): the reference (prototype mode) or the codeword's scores, the warm-up scores "
+        "and threshold, the calibration row and the final threshold max(warm-up, row); then "
+        "verification of other outputs. Scores within 1e-9, the prototype within 1e-6; "
+        "`error` names the SDK's exception (spec §4, §6, §9).",
+        minimum_samples=MIN_ENROLLMENT_SAMPLES,
+        cases=cases,
+        too_few={
+            "bundle": "bundles/voice-embedding.uvb",
+            "enrollment_outputs": short,
+            "error": "EnrollmentError",
+        },
+        calibration_sha256=calibrations,
+        far_checks=far_checks,
+    )

@@ -1,0 +1,127 @@
+"""``vectors/media.json``: input checks, silence trimming, windows (spec §5.2–§5.4)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from uvsdk.media import check_audio, trim_silence, window_starts
+
+from .shared import document, f32_b64, outcome, start_of, wav
+
+
+def generate() -> dict[str, Any]:
+    rate = 8000  # the checks at a low rate keep the file small; they depend on no rate
+    seconds = 0.6
+    count = int(seconds * rate)
+    rng = np.random.default_rng(1)
+    speech = wav("speaker0-0.wav")[::2][:count]
+    tone = (0.3 * np.sin(2 * np.pi * 220 * np.arange(count) / rate)).astype(np.float32)
+    clipped = tone.copy()
+    clipped[: count // 20] = 1.0  # 5 % at full scale
+    slightly = tone.copy()
+    slightly[: count // 200] = -1.0  # 0.5 % at full scale: tolerated
+    loud = tone.copy()
+    loud[500] = 2.5
+    nan = tone.copy()
+    nan[10] = np.nan
+    check_inputs = {
+        "speech": speech,
+        "digital-silence": np.zeros(count, np.float32),
+        "quiet-65dBFS": (tone / 0.3 * 10 ** (-65 / 20) * math.sqrt(2)).astype(np.float32),
+        "too-short-0.3s": tone[: int(0.3 * rate)],
+        "exactly-min-0.5s": tone[: rate // 2],
+        "clipped-5pct": clipped,
+        "clipped-0.5pct": slightly,
+        "out-of-range": loud,
+        "nan": nan,
+        "inf": np.where(np.arange(count) == 3, np.inf, tone).astype(np.float32),
+    }
+    checks = []
+    for name, samples in check_inputs.items():
+        expect = {}
+        for use, tolerate_clipped in (("enroll", False), ("verify", True)):
+            _, error = outcome(
+                lambda s=samples, n=name: check_audio(s, rate, min_seconds=0.5, name=n)
+            )
+            reason = getattr(error, "reason", None)
+            expect[use] = (
+                None if reason is None or (tolerate_clipped and reason == "clipped") else reason
+            )
+        checks.append(
+            {
+                "name": name,
+                "sample_rate": rate,
+                "min_seconds": 0.5,
+                "samples_f32": f32_b64(samples),
+                "enroll": expect["enroll"],
+                "verify": expect["verify"],
+            }
+        )
+
+    burst = np.concatenate(
+        [rng.normal(0, 1e-4, 13230), rng.normal(0, 0.2, 4410), rng.normal(0, 1e-4, 13230)]
+    ).astype(np.float32)  # 0.7 s at 44.1 kHz: 0.1 s of noise between silences
+    trim_inputs = [  # (name, samples or a WAV of audio/, rate, the min_seconds tried)
+        ("padded-silence", "padded-silence.wav", 16000, (0.5, 2.0)),
+        ("speech-no-silence", speech, 8000, (0.5,)),
+        ("burst-44.1kHz", burst, 44100, (0.5, 0.0)),  # widened to 0.5 s, or not
+        ("one-frame", tone[:300], 8000, (0.0,)),
+        (
+            "quiet-start",
+            np.concatenate([tone[:2000] * 0.01, tone]).astype(np.float32),
+            8000,
+            (0.5,),
+        ),
+    ]
+    trims = []
+    for name, given, sr, minimums in trim_inputs:
+        samples = wav(given) if isinstance(given, str) else given
+        results = []
+        for minimum in minimums:
+            trimmed = trim_silence(samples, sr, min_seconds=minimum)
+            start = start_of(samples, trimmed)
+            results.append({"min_seconds": minimum, "start": start, "stop": start + trimmed.size})
+        source = (
+            {"wav": f"audio/{given}"}
+            if isinstance(given, str)
+            else {"samples_f32": f32_b64(samples)}
+        )
+        trims.append({"name": name, "sample_rate": sr, **source, "results": results})
+
+    windows = []
+    for length, sr, window, hop in [
+        (32000, 16000, 2.0, 1.0),
+        (32001, 16000, 2.0, 1.0),
+        (31999, 16000, 2.0, 1.0),
+        (68800, 16000, 2.0, 1.0),
+        (48000, 16000, 2.0, 1.0),
+        (1, 16000, 2.0, 1.0),
+        (100000, 44100, 1.5, 0.25),
+        (50000, 22050, 1.6, 0.8),
+        (123457, 8000, 3.0, 0.05),
+        (70000, 16000, 2.0, 2.0),
+        (40000, 11025, 0.10002, 0.05),
+        (60000, 11025, 2.5, 1.5),  # 27562.5 and 16537.5 samples: round half to even
+    ]:
+        width, starts = window_starts(length, sr, window, hop)
+        windows.append(
+            {
+                "length": length,
+                "sample_rate": sr,
+                "window_seconds": window,
+                "hop_seconds": hop,
+                "width": width,
+                "starts": starts,
+            }
+        )
+    return document(
+        "media",
+        "Input checks (enroll refuses clipped audio, verify tolerates it), silence trimming, and "
+        "window starts (spec §5.2–§5.4).",
+        checks=checks,
+        trims=trims,
+        windows=windows,
+    )
