@@ -53,6 +53,8 @@ from uvtrain.algorithms.fedface import FedFace
 from uvtrain.crosssilo import CrossSilo, held_out_pairs, partition, solo, split_unknown
 from uvtrain.data.registry import load_dataset
 from uvtrain.engine import EngineConfig
+from uvtrain.evaluation.plots import new_figure
+from uvtrain.io import save_figure
 from uvtrain.models import build_backbone, default_backbone
 
 #: ``--scale paper``: the paper's setting (IR-18, K = 100/400/1600, batch 512, lr 0.1).
@@ -262,7 +264,7 @@ def write_outputs(results: dict[str, Any], out: Path) -> None:
     print("\n".join(lines))
     if not settings:  # Solo only: nothing relative to plot
         return
-    figure, axes = ev._figure("verification accuracy relative to centralised (%)")
+    figure, axes = new_figure("verification accuracy relative to centralised (%)")
     names = list(settings)
     width = 0.8 / len(ARMS)
     for index, arm in enumerate(ARMS):
@@ -274,7 +276,7 @@ def write_outputs(results: dict[str, Any], out: Path) -> None:
     high = max(v for s in settings.values() for v in s.values())
     axes.set_ylim(max(0.0, low - 5), max(102.0, high + 2))
     axes.legend(loc="lower left")
-    ev._save_figure(figure, out / "relative.png")
+    save_figure(figure, out / "relative.png")
 
 
 def table_1(results: dict[str, Any], federated: dict[tuple[str, str], dict[str, Any]]) -> list[str]:

@@ -36,8 +36,6 @@ from .metrics import (
     split_metrics,
     tpr_at_fpr,
 )
-from .plots import _figure as _figure
-from .plots import _save_figure as _save_figure
 from .plots import plot_det, plot_leakage_vs_eer, plot_metric_over_rounds, plot_roc
 from .protocols import (
     class_row_protocol,

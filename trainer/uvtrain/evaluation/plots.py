@@ -15,16 +15,8 @@ from numpy.typing import ArrayLike
 from ..io import save_figure
 from .metrics import equal_error_rate, roc_curve
 
-_DPI = 120
 
-
-def _save_figure(figure: Any, path: str | os.PathLike[str]) -> Path:
-    """Render a figure to PNG at :data:`_DPI` and move it into place atomically (the trainer's
-    one figure saver, :func:`uvtrain.io.save_figure`)."""
-    return save_figure(figure, path, dpi=_DPI)
-
-
-def _figure(title: str) -> tuple[Any, Any]:
+def new_figure(title: str) -> tuple[Any, Any]:
     """A new figure (no pyplot: no global state, no GUI backend) and its axes."""
     from matplotlib.figure import Figure
 
@@ -61,7 +53,7 @@ def plot_roc(
     Path
         ``path``.
     """
-    figure, axes = _figure(title)
+    figure, axes = new_figure(title)
     for name, (genuine, impostor) in curves.items():
         if np.size(genuine) == 0 or np.size(impostor) == 0:
             continue  # no curve (e.g. one unknown identity: no impostor pair); its EER is null
@@ -74,7 +66,7 @@ def plot_roc(
     axes.set_ylabel("true positive rate")
     if curves:
         axes.legend(loc="lower right")
-    return _save_figure(figure, path)
+    return save_figure(figure, path)
 
 
 def _probit(p: np.ndarray) -> np.ndarray:
@@ -108,7 +100,7 @@ def plot_det(
     Path
         ``path``.
     """
-    figure, axes = _figure(title)
+    figure, axes = new_figure(title)
     for name, (genuine, impostor) in curves.items():
         if np.size(genuine) == 0 or np.size(impostor) == 0:
             continue  # no curve (e.g. one unknown identity: no impostor pair); its EER is null
@@ -127,7 +119,7 @@ def plot_det(
     axes.set_ylabel("false negative rate (%)")
     if curves:
         axes.legend(loc="upper right")
-    return _save_figure(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_metric_over_rounds(
@@ -157,7 +149,7 @@ def plot_metric_over_rounds(
     Path
         ``path``.
     """
-    figure, axes = _figure(title or f"{ylabel} by round")
+    figure, axes = new_figure(title or f"{ylabel} by round")
     x = np.asarray(rounds, dtype=np.float64)
     for name, series in values.items():
         y = np.array([np.nan if v is None else float(v) for v in series])
@@ -171,7 +163,7 @@ def plot_metric_over_rounds(
     axes.set_ylabel(ylabel)
     if values:
         axes.legend()
-    return _save_figure(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_leakage_vs_eer(
@@ -202,7 +194,7 @@ def plot_leakage_vs_eer(
     Path
         ``path``.
     """
-    figure, axes = _figure(title)
+    figure, axes = new_figure(title)
     families: dict[str, list[tuple[str, tuple[float, float], tuple[float, float]]]] = {}
     for name, (leak, eer) in points.items():
         families.setdefault(name.split(" ")[0], []).append((name, leak, eer))
@@ -232,4 +224,4 @@ def plot_leakage_vs_eer(
     axes.set_xlim(-0.02, 1.02)
     if points:
         axes.legend(fontsize=8)
-    return _save_figure(figure, path)
+    return save_figure(figure, path)
