@@ -169,7 +169,7 @@ class FederatedServer:
     def __init__(self, settings: DeploySettings, grid: Any, context: Any, echo: Any = print):
         self.settings, self.grid, self.context, self.echo = settings, grid, context, echo
         self.config = settings.run
-        self.algorithm: FedAvg = settings.algorithm()
+        self.algorithm: FedAvg = settings.run.method
         self.folder = Path(settings.out).expanduser()
         self.code = None
         if "codeword" in self.algorithm.device_secrets:  # sent to the devices at registration

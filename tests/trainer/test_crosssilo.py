@@ -384,10 +384,9 @@ def test_the_paper_scale_config_is_valid() -> None:
     from uvtrain.config import resolve
 
     config = resolve({}, Path(__file__).parents[2] / "benchmarks" / "fedface-paper.toml")
-    assert (
-        config.method.name == "fedface" and config.backbone == "ir-18" and config.pfm and config.fv
-    )
-    assert config.algorithm().make_loss() == ArcFace(64.0, 0.5)
+    assert config.method.name == "fedface" and config.model.backbone == "ir-18"
+    assert config.method.pfm and config.method.fv
+    assert config.method.make_loss() == ArcFace(64.0, 0.5)
 
 
 def test_solo_is_a_one_party_run_on_that_partys_own_data(tmp_path) -> None:

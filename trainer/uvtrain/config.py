@@ -378,20 +378,6 @@ class RunConfig:
             return self
         return dataclasses.replace(self, method=METHODS[name]())
 
-    def algorithm(self) -> Any:
-        """The algorithm object: ``method`` itself (kept for scripts of the flat config)."""
-        return self.method
-
-    def __getattr__(self, name: str) -> Any:
-        # Reading a flat key (``config.rounds``, ``config.alpha``) still works for scripts written
-        # against the flat config: it is the part's or the method's field. Only for reading.
-        if not name.startswith("_"):
-            for part in (*PARTS, "method"):
-                holder = self.__dict__.get(part)
-                if holder is not None and name in _names(type(holder)):
-                    return getattr(holder, name)
-        raise AttributeError(f"{type(self).__name__} has no {name!r}")
-
 
 def _names(kind: type) -> set[str]:
     return {item.name for item in fields(kind)}

@@ -362,7 +362,7 @@ def _train_rounds(
     folder: Path,
     progress: bool,
 ) -> None:
-    """The rounds from the simulation's round to ``config.rounds``, checkpoints, evaluation."""
+    """The rounds from the simulation's round to ``config.schedule.rounds``, checkpoints, evaluation."""
     bar = (
         Progress(config.method.name, config.schedule.rounds, simulation.round) if progress else None
     )
