@@ -34,18 +34,36 @@ from .validation import check_field, check_types
 
 @dataclass(frozen=True)
 class Schedule:
-    """FedAvg's schedule: rounds, the cohort, local SGD (:class:`~uvtrain.engine.EngineConfig`
-    checks the same ranges again and cites the papers for ``sampling``, ``aggregation`` and
-    ``local_epochs``). FedFace: ``local_steps`` is the synchronisation interval K and
-    ``lr_decay`` applies per local step; ``aggregation`` and ``local_epochs`` are cross-device
-    options.
+    """FedAvg's schedule: ε-fraction sampling, E local steps of batch B, SGD with lr decay
+    (:class:`~uvtrain.engine.EngineConfig` is this schedule plus how the simulator runs it).
+    FedFace: ``local_steps`` is the synchronisation interval K and ``lr_decay`` applies per local
+    step; ``aggregation`` and ``local_epochs`` are cross-device options.
 
-    ``lr_milestones`` is a step schedule on top of ``lr_decay`` (the FedFace paper's "decays by
-    0.1 at the end of epoch 10, 18 and 24"): comma-separated round numbers; after each of those
-    rounds the learning rate is multiplied by ``lr_gamma`` (:func:`milestones`). Rounds, not
-    epochs, in every trainer: the cross-silo trainer's learning rate is constant within a round
-    (eq. 6 of the FedFace paper divides by it), so a step can only fall between rounds, and the
-    paper's epoch e ends after ``e · 12,800 / K`` rounds (:mod:`uvtrain.presets`). Empty: off."""
+    The learning rate of round r is ``lr / (1 + lr_decay · (r − 1))`` (inverse-time decay, the
+    "lr 0.1, decay 0.01" of the FedUV paper's setup). ``lr_milestones`` is a step schedule on top
+    of it (the FedFace paper's "decays by 0.1 at the end of epoch 10, 18 and 24"):
+    comma-separated round numbers; after each of those rounds the learning rate is multiplied by
+    ``lr_gamma`` (:func:`milestones`). Rounds, not epochs, in every trainer: the cross-silo
+    trainer's learning rate is constant within a round (eq. 6 of the FedFace paper divides by
+    it), so a step can only fall between rounds, and the paper's epoch e ends after
+    ``e · 12,800 / K`` rounds (:mod:`uvtrain.presets`). Empty: off.
+
+    Options the papers' setups choose (defaults: this project's own schedule):
+
+    - ``sampling``: ``"random"`` draws the round's ε·K clients without replacement from
+      ``(seed, round)`` (FedAvg, Algorithm 1 of the FedUV paper); ``"round-robin"`` takes the
+      next ε·K clients in index order, wrapping around (FedHide §5, "clients are selected in a
+      round-robin manner"; its Algorithm 1 writes a random set).
+    - ``aggregation``: ``"weighted"`` is FedAvg's ``Σ_k (n_k / n) θ_k`` (McMahan et al., eq. 1;
+      the FedUV paper's Algorithm 1); ``"mean"`` the plain ``1/M Σ_k θ_k`` of FedHide's
+      Algorithm 1. Under differential privacy the DP sum replaces either (every client weighs
+      the same there: :class:`uvtrain.privacy.DPSum`).
+    - ``local_epochs``: ``None`` runs ``local_steps`` SGD steps on batches of B drawn from the
+      client's samples (with replacement only when it holds fewer than B); ``E`` runs E epochs
+      over the client's own samples in shuffled mini-batches of B, the last one smaller when B
+      does not divide ``n_k`` (FedAvg's ``UserUpdate``, Algorithm 1 of the FedUV paper, which
+      trains with 1 local epoch, §6). Clients then take ``E · ⌈n_k / B⌉`` steps each.
+    """
 
     rounds: int = field(default=50, metadata={"help": "Federated rounds."})
     fraction: float = field(default=0.1, metadata={"help": "Fraction of clients per round (ε)."})
