@@ -83,7 +83,6 @@ from uvtrain.rounds import (
     run_round,
     sample_cohort,
 )
-from uvtrain.run import engine_config
 
 from .dp import LEDGER, DeviceDP, check_rounds, min_survivors, released
 from .dp import plan as plan_privacy
@@ -177,7 +176,6 @@ class FederatedServer:
 
             self.code = bch_code(self.config.method.code_length)
         self.secure = settings.secure
-        self.schedule = engine_config(self.config, settings.crop)  # the simulator's lr decay
         if self.secure and overrides(self.algorithm, "aggregate"):
             raise ConfigError(f"{self.config.method.name}'s aggregation cannot run under SecAgg+")
         self.aggregator: Aggregator = (
@@ -447,7 +445,7 @@ class FederatedServer:
         plan = RoundPlan(
             round_number,
             np.array([self.rows[node] for node in cohort]),
-            self.schedule.learning_rate(round_number),
+            self.config.schedule.learning_rate(round_number),
         )
         result = run_round(self.algorithm, plan, self.params, self.shared, self, self.aggregator)
         change = [(result.params[k] - v).abs() for k, v in self.params.items()]

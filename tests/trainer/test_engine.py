@@ -142,6 +142,8 @@ def test_round_sampling_and_lr_schedule() -> None:
         [0, 1, 8, 9],
     ]
     assert EngineConfig(lr=0.1, lr_decay=0.01).learning_rate(11) == pytest.approx(0.1 / 1.1)
+    # the cross-silo trainer's decay counts its K local steps of every earlier round
+    assert EngineConfig(lr=0.1, lr_decay=0.01).learning_rate(3, 5) == pytest.approx(0.1 / 1.1)
     with pytest.raises(ConfigError):
         EngineConfig(fraction=0.0)
 

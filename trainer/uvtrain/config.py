@@ -131,6 +131,15 @@ class Schedule:
         if not 0 < self.lr_gamma <= 1:
             raise ConfigError(f"lr_gamma must be in (0, 1], not {self.lr_gamma}")
 
+    def learning_rate(self, round_number: int, steps_per_round: int = 1) -> float:
+        """The learning rate of round ``round_number`` (1-based), the one formula of every
+        trainer: ``lr / (1 + lr_decay · t)`` with ``t`` the decay steps before the round,
+        ``steps_per_round`` for each earlier round (1: the decay is per round, the simulator's
+        and the deployment's; K: per local step, the cross-silo trainer's), times ``lr_gamma``
+        for every milestone of ``lr_milestones`` passed before the round (:func:`step_factor`)."""
+        factor = step_factor(self.lr_milestones, self.lr_gamma, round_number)
+        return factor * self.lr / (1.0 + self.lr_decay * ((round_number - 1) * steps_per_round))
+
 
 def milestones(text: str) -> tuple[int, ...]:
     """The rounds of ``lr_milestones`` (``"1280,2304,3072"``): positive and increasing; ``""``:

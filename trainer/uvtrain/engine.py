@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from .algorithms.base import FedAvg, Tensors, overrides
-from .config import Schedule, step_factor
+from .config import Schedule
 from .errors import ConfigError, TrainingError
 from .rounds import (
     Aggregator,
@@ -57,7 +57,8 @@ MICRO_BATCH = 128
 
 @dataclass(frozen=True)
 class EngineConfig(Schedule):
-    """A run's :class:`~uvtrain.config.Schedule` (its fields and their checks) and how the simulator runs it: ``seed`` (every
+    """A run's :class:`~uvtrain.config.Schedule` (its fields, their checks and
+    :meth:`~uvtrain.config.Schedule.learning_rate`) and how the simulator runs it: ``seed`` (every
     draw follows from ``(seed, round)``), ``chunk_size`` (clients per vectorised call),
     ``vectorised`` and ``batched`` (the local-update paths of this module's docstring; the maths
     is the same), and ``crop`` (> 0: each training sample is a random window of this many steps,
@@ -75,12 +76,6 @@ class EngineConfig(Schedule):
             raise ConfigError(f"chunk_size must be >= 1, not {self.chunk_size}")
         if self.crop < 0:
             raise ConfigError(f"crop must be >= 0, not {self.crop}")
-
-    def learning_rate(self, round_number: int) -> float:
-        """The learning rate of a round (1-based): the inverse-time decay, times ``lr_gamma`` for
-        every milestone of ``lr_milestones`` passed before the round."""
-        factor = step_factor(self.lr_milestones, self.lr_gamma, round_number)
-        return factor * self.lr / (1.0 + self.lr_decay * (round_number - 1))
 
 
 def pick_device(name: str = "auto") -> torch.device:
