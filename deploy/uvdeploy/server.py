@@ -58,6 +58,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from uvtrain.algorithms.base import FedAvg, Tensors, overrides
 from uvtrain.checkpoints import read_checkpoint
+from uvtrain.config import changed_settings
 from uvtrain.engine import split_parameters
 from uvtrain.errors import ConfigError, UvtrainError
 from uvtrain.io import (
@@ -476,9 +477,10 @@ class FederatedServer:
         if not checkpoint.exists():
             return 0, None, None
         previous = read_json(self.folder / CONFIG)
-        ignore = {"rounds", "wait_seconds", "round_seconds", "min_devices", "export", "sign_key"}
-        ignore.add("out")
-        differing = sorted(k for k in config if k not in ignore and previous.get(k) != config[k])
+        # the run's settings, but for the deployment's own (waits, where it writes, its export);
+        # a DP run's rounds are checked by check_rounds
+        own = ("wait_seconds", "round_seconds", "min_devices", "export", "sign_key", "out")
+        differing = changed_settings(config, previous, also_free=own)
         if differing:
             raise ConfigError(
                 f"{self.folder} holds a run with other settings ({', '.join(differing)})"

@@ -33,6 +33,7 @@ from uvtrain.config import (  # noqa: E402
     Privacy,
     RunConfig,
     Schedule,
+    changed_settings,
     cli_options,
     read_toml,
     resolve,
@@ -90,6 +91,17 @@ def test_flat_keys_go_to_their_part_and_the_method_keeps_only_its_own() -> None:
     assert config.with_method("fedhide") is config
     with pytest.raises(AttributeError):  # a key is read from its part: config.schedule.rounds
         config.rounds  # noqa: B018
+
+
+def test_one_resume_check_frees_how_a_run_is_carried_out_not_what_it_trains() -> None:
+    before = {"rounds": 5, "lr": 0.1, "device": "cpu", "chunk_size": 8, "eval_every": 0}
+    how = {**before, "rounds": 9, "device": "cuda", "chunk_size": 64, "eval_every": 2}
+    assert changed_settings(how, before) == []
+    assert changed_settings(how, before, rounds_may_change=False) == ["rounds"]
+    assert changed_settings({**before, "lr": 0.2, "seed": 1}, before) == ["lr", "seed"]
+    # a key added since the run was made counts as its default there (none given: missing)
+    assert changed_settings({**before, "seed": 0}, before, {"seed": 0}) == []
+    assert changed_settings({**before, "wait": 3}, before, also_free=("wait",)) == []
 
 
 def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -404,6 +404,35 @@ class RunConfig:
         if self.method.name == name:
             return self
         return dataclasses.replace(self, method=METHODS[name]())
+
+
+#: The settings a run may be resumed with changed: how it is carried out (the device, the
+#: checkpoint and evaluation cadence, the simulator's local-update path: the same maths), not what
+#: it trains. ``rounds`` may change too, except under DP (:func:`changed_settings`). The
+#: benchmarks name a run's folder by its other settings (``benchmarks/_runs.py``).
+NOT_TRAINING = ("device", "checkpoint_every", "chunk_size", "eval_every", "vectorised", "batched")
+
+
+def changed_settings(
+    current: Mapping[str, Any],
+    previous: Mapping[str, Any],
+    defaults: Mapping[str, Any] | None = None,
+    *,
+    rounds_may_change: bool = True,
+    also_free: Iterable[str] = (),
+) -> list[str]:
+    """The one resume check: the keys of ``current`` (sorted) whose value differs from
+    ``previous`` (the flat settings a run folder or checkpoint was made with), leaving out
+    :data:`NOT_TRAINING`, ``rounds`` when ``rounds_may_change`` and ``also_free`` (a deployment's
+    own keys). A key ``previous`` lacks (added since it was written) counts as its value in
+    ``defaults`` (``None`` without)."""
+    free = {*NOT_TRAINING, *also_free, *(("rounds",) if rounds_may_change else ())}
+    defaults = defaults or {}
+    return sorted(
+        key
+        for key, value in current.items()
+        if key not in free and previous.get(key, defaults.get(key)) != value
+    )
 
 
 def _names(kind: type) -> set[str]:

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from .algorithms.base import FedAvg, Tensors, overrides
-from .config import Schedule
+from .config import Schedule, changed_settings
 from .errors import ConfigError, TrainingError
 from .rounds import (
     Aggregator,
@@ -178,16 +178,11 @@ def local_update(
 
 
 def check_schedule(config: EngineConfig, saved: dict[str, Any]) -> None:
-    """Refuse to resume a checkpoint made with another schedule (the rounds may grow, and the
-    local-update path does not change the maths). A setting added since the checkpoint was
-    written counts as its default there."""
-    free = ("rounds", "vectorised", "batched", "chunk_size")
-    defaults = asdict(EngineConfig())
-    for key, value in asdict(config).items():
-        if key not in free and saved.get(key, defaults[key]) != value:
-            raise TrainingError(
-                "the checkpoint was made with another schedule: use a new run folder"
-            )
+    """Refuse to resume a checkpoint made with another schedule (:func:`changed_settings`: the
+    rounds may grow, and the local-update path does not change the maths). A setting added since
+    the checkpoint was written counts as its default there."""
+    if changed_settings(asdict(config), saved, asdict(EngineConfig())):
+        raise TrainingError("the checkpoint was made with another schedule: use a new run folder")
 
 
 def split_parameters(model: nn.Module) -> tuple[Tensors, Tensors]:
