@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -91,6 +92,21 @@ def test_flat_keys_go_to_their_part_and_the_method_keeps_only_its_own() -> None:
     assert config.with_method("fedhide") is config
     with pytest.raises(AttributeError):  # a key is read from its part: config.schedule.rounds
         config.rounds  # noqa: B018
+
+
+def test_the_algorithms_never_import_the_config() -> None:
+    """The config reads the algorithms' registry; the algorithms validate themselves with
+    :mod:`uvtrain.validation`, never by importing the config (no import cycle)."""
+    folder = Path(__file__).parents[2] / "trainer" / "uvtrain" / "algorithms"
+    sources = sorted(folder.glob("*.py"))
+    assert sources
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                names = {alias.name for alias in node.names}
+                assert module not in ("..config", "uvtrain.config"), path.name
+                assert not (module == ".." and "config" in names), path.name
 
 
 def test_one_resume_check_frees_how_a_run_is_carried_out_not_what_it_trains() -> None:
