@@ -108,7 +108,7 @@ class Schedule:
 
     def __post_init__(self) -> None:
         check_types(self)
-        if self.rounds < 0:
+        if self.rounds < 0:  # 0: the initial model (a pretrained encoder) evaluated as it is
             raise ConfigError(f"rounds and seed must be >= 0, not rounds = {self.rounds}")
         if not 0.0 < self.fraction <= 1.0:
             raise ConfigError(f"fraction must be in (0, 1], not {self.fraction}")
