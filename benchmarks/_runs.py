@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from uvtrain.config import RunConfig
+from uvtrain.config import NOT_TRAINING, RunConfig
 
 #: Settings of each (scale, dataset): the dataset and its schedule per method family. ``cpu``
 #: runs on a 2-core machine in minutes; ``tiny`` in seconds (the tests); ``paper`` is the papers' size for a GPU and a local copy
@@ -87,10 +87,8 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 
+
 #: Keys that do not change what a run trains.
-_NOT_TRAINING = ("eval_every", "device", "checkpoint_every", "chunk_size")
-
-
 def dataset_file(scale: str, dataset: str, root: str | None) -> str:
     """The dataset's file (built once with seed 0, so every seed of a comparison trains on the
     same data and only the training's randomness varies); a corpus name for local copies."""
@@ -132,7 +130,7 @@ def run_folder(cache: Path, config: RunConfig) -> Path:
     from uvtrain.errors import UvtrainError
     from uvtrain.run import read_config
 
-    settings = {k: v for k, v in config.to_dict().items() if k not in _NOT_TRAINING}
+    settings = {k: v for k, v in config.to_dict().items() if k not in NOT_TRAINING}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     folder = cache / f"{config.method.name}-{digest}"
     if folder.exists() or not cache.is_dir():

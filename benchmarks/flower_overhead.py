@@ -34,7 +34,7 @@ def simulator_seconds(settings: DeploySettings, samples: list[np.ndarray], round
     """Mean seconds per round of the simulator with the deployment's settings and data."""
     model = build_model(settings, len(samples))
     engine = engine_config(settings.run, settings.crop)
-    simulation = Simulation(settings.algorithm(), model.backbone, samples, engine)
+    simulation = Simulation(settings.run.method, model.backbone, samples, engine)
     simulation.step()  # warm-up (first-call costs)
     started = time.perf_counter()
     for _ in range(rounds):

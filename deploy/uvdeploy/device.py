@@ -129,7 +129,7 @@ class Device:
         (:attr:`~uvtrain.algorithms.base.FedAvg.device_secrets`; FedUV: the codeword, from the
         store, checked to be of the run's code, named by ``code_sha256``)."""
         constants = {"index": torch.tensor(index)}
-        if "codeword" in self.settings.algorithm().device_secrets:
+        if "codeword" in self.settings.run.method.device_secrets:
             from uvsdk.codeword import bipolar
 
             template = self.template()
@@ -146,7 +146,7 @@ class Device:
         docs/privacy.md), unless the node config says ``allow_plain_feduv=true``; refuse a
         distributed-DP round outside SecAgg+ (the update would carry only a share of the noise)
         and a round whose DP is not the run's."""
-        algorithm = self.settings.algorithm()
+        algorithm = self.settings.run.method
         if algorithm.update_reveals_secret and not secure and not self.allow_plain:
             secret = " and ".join(algorithm.device_secrets) or "a secret"
             raise DeviceError(
@@ -180,7 +180,7 @@ class Device:
         count is 1 (every device weighs the same). ``rng``, ``noise``: tests pass their own; a
         device draws its batches and its noise from fresh secret seeds, which it never keeps.
         """
-        settings, algorithm = self.settings, self.settings.algorithm()
+        settings, algorithm = self.settings, self.settings.run.method
         model = build_model(settings, int(config["devices"]))
         params, buffers = split_parameters(model)
         glob = from_arrays(params.keys(), arrays)

@@ -58,6 +58,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from uvtrain.algorithms.base import FedAvg, Tensors, overrides
 from uvtrain.checkpoints import read_checkpoint
+from uvtrain.config import changed_settings
 from uvtrain.engine import split_parameters
 from uvtrain.errors import ConfigError, UvtrainError
 from uvtrain.io import (
@@ -83,7 +84,6 @@ from uvtrain.rounds import (
     run_round,
     sample_cohort,
 )
-from uvtrain.run import engine_config
 
 from .dp import LEDGER, DeviceDP, check_rounds, min_survivors, released
 from .dp import plan as plan_privacy
@@ -169,7 +169,7 @@ class FederatedServer:
     def __init__(self, settings: DeploySettings, grid: Any, context: Any, echo: Any = print):
         self.settings, self.grid, self.context, self.echo = settings, grid, context, echo
         self.config = settings.run
-        self.algorithm: FedAvg = settings.algorithm()
+        self.algorithm: FedAvg = settings.run.method
         self.folder = Path(settings.out).expanduser()
         self.code = None
         if "codeword" in self.algorithm.device_secrets:  # sent to the devices at registration
@@ -177,7 +177,6 @@ class FederatedServer:
 
             self.code = bch_code(self.config.method.code_length)
         self.secure = settings.secure
-        self.schedule = engine_config(self.config, settings.crop)  # the simulator's lr decay
         if self.secure and overrides(self.algorithm, "aggregate"):
             raise ConfigError(f"{self.config.method.name}'s aggregation cannot run under SecAgg+")
         self.aggregator: Aggregator = (
@@ -447,7 +446,7 @@ class FederatedServer:
         plan = RoundPlan(
             round_number,
             np.array([self.rows[node] for node in cohort]),
-            self.schedule.learning_rate(round_number),
+            self.config.schedule.learning_rate(round_number),
         )
         result = run_round(self.algorithm, plan, self.params, self.shared, self, self.aggregator)
         change = [(result.params[k] - v).abs() for k, v in self.params.items()]
@@ -478,9 +477,10 @@ class FederatedServer:
         if not checkpoint.exists():
             return 0, None, None
         previous = read_json(self.folder / CONFIG)
-        ignore = {"rounds", "wait_seconds", "round_seconds", "min_devices", "export", "sign_key"}
-        ignore.add("out")
-        differing = sorted(k for k in config if k not in ignore and previous.get(k) != config[k])
+        # the run's settings, but for the deployment's own (waits, where it writes, its export);
+        # a DP run's rounds are checked by check_rounds
+        own = ("wait_seconds", "round_seconds", "min_devices", "export", "sign_key", "out")
+        differing = changed_settings(config, previous, also_free=own)
         if differing:
             raise ConfigError(
                 f"{self.folder} holds a run with other settings ({', '.join(differing)})"

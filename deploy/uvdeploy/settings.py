@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from uvtrain.algorithms.base import FedAvg, Tensors, overrides
+from uvtrain.algorithms.base import Tensors, overrides
 from uvtrain.config import RunConfig, flower_keys
 from uvtrain.errors import ConfigError
 
@@ -73,7 +73,7 @@ class DeploySettings:
     sign_key: str = ""
 
     def __post_init__(self) -> None:
-        problem = self.algorithm().deployment_problem()
+        problem = self.run.method.deployment_problem()
         if problem is not None:
             raise ConfigError(f"method {self.run.method.name!r} does not run on Flower: {problem}")
         if self.modality not in ("audio", "image"):
@@ -106,7 +106,7 @@ class DeploySettings:
                 f"dp is user-level privacy of cross-device training; {self.run.method.name} is "
                 f"{self.run.method.setting}"
             )
-        if overrides(self.algorithm(), "aggregate"):
+        if overrides(self.run.method, "aggregate"):
             raise ConfigError(
                 f"dp weighs every device the same: {self.run.method.name}'s own aggregation "
                 "cannot run with it"
@@ -149,7 +149,7 @@ class DeploySettings:
         """Whether the rounds run under SecAgg+ (``auto``: for a method whose plain update
         reveals a secret, and for distributed DP, whose noise shares must be summed unseen)."""
         if self.secagg == "auto":
-            return self.algorithm().update_reveals_secret or self.dp == "distributed"
+            return self.run.method.update_reveals_secret or self.dp == "distributed"
         return self.secagg == "on"
 
     @property
@@ -192,9 +192,6 @@ class DeploySettings:
             return 0
         return max(1, round(self.run.data.crop_seconds * self.sample_rate))
 
-    def algorithm(self) -> FedAvg:
-        return self.run.method
-
 
 def build_model(settings: DeploySettings, num_devices: int) -> nn.Module:
     """The network of the run (backbone + the method's head), with the seed's initial weights —
@@ -203,7 +200,7 @@ def build_model(settings: DeploySettings, num_devices: int) -> nn.Module:
 
     backbone = build_run_backbone(settings.run, settings.modality, settings.spec)
     torch.manual_seed(settings.run.seed)
-    return settings.algorithm().build_model(backbone, num_devices).eval()
+    return settings.run.method.build_model(backbone, num_devices).eval()
 
 
 def pack(tensors: Tensors) -> bytes:

@@ -48,7 +48,7 @@ def _device_folder(voice_dir: Path, speaker: int, root: Path) -> Path:
 
 def test_settings_read_the_run_config_and_refuse_what_cannot_deploy() -> None:
     settings = DeploySettings.from_run_config({"method": "feduv", "rounds": 3, "backbone": ""})
-    assert settings.run.rounds == 3 and settings.run.backbone is None
+    assert settings.run.schedule.rounds == 3 and settings.run.model.backbone is None
     assert settings.secure  # auto: SecAgg+ for FedUV
     assert not DeploySettings.from_run_config({"method": "fedhide"}).secure
     assert DeploySettings.from_run_config({"method": "fedaws", "secagg": "on"}).secure
@@ -115,12 +115,12 @@ def test_dp_defaults_to_distributed_under_secagg_and_refuses_what_cannot_hold() 
 
 
 def test_fedaws_sends_a_device_only_its_own_class_embedding() -> None:
-    algorithm = DeploySettings.from_run_config({"method": "fedaws"}).algorithm()
+    algorithm = DeploySettings.from_run_config({"method": "fedaws"}).run.method
     shared = {"embeddings": torch.randn(5, 8)}
     view, index = algorithm.client_view(shared, 3)
     assert view["embeddings"].shape == (1, 8) and index == 0
     assert torch.equal(view["embeddings"][0], shared["embeddings"][3])
-    fedhide = DeploySettings.from_run_config({"method": "fedhide"}).algorithm()
+    fedhide = DeploySettings.from_run_config({"method": "fedhide"}).run.method
     bank = {"proxies": torch.randn(5, 8)}
     assert fedhide.client_view(bank, 3) == (bank, 3)  # proxies are public by design
 
@@ -144,14 +144,14 @@ def test_a_devices_update_is_the_simulators(
     assert samples.shape == (6 * 2, 32000)  # 2.5-s clips: two 2-s windows each
     model = build_model(settings, 2)
     engine = EngineConfig(local_steps=2, batch_size=4, lr=0.05, crop=settings.crop)
-    simulation = Simulation(settings.algorithm(), model.backbone, [samples, samples], engine)
+    simulation = Simulation(settings.run.method, model.backbone, [samples, samples], engine)
     simulation.params = {k: v + 0.01 * torch.randn_like(v) for k, v in simulation.params.items()}
     if method == "fedaws":  # what the simulator's round does before training (client_receive)
         simulation.private["prototype"][1] = simulation.shared["embeddings"][1]
     batches = draw_batches(torch.as_tensor(samples), 2, 4, settings.crop, np.random.default_rng(5))
     expected, expected_private, _ = simulation._local_loop(torch.tensor([1]), batches[None], 0.05)
 
-    view, index = settings.algorithm().client_view(simulation.shared, 1)
+    view, index = settings.run.method.client_view(simulation.shared, 1)
     config = {"devices": 2, "index": index, "lr": 0.05, "shared": pack(view)}
     private = {k: v[1] for k, v in simulation.private.items()}
     if method == "fedaws":  # the device's row comes from the server's view, not its own state
@@ -193,7 +193,7 @@ def test_a_device_with_local_epochs_passes_over_its_samples_once_an_epoch(
     model = build_model(settings, 2)
     params, _ = split_parameters(model)
     dim = int(model.backbone.embedding_dim)
-    algorithm = settings.algorithm()
+    algorithm = settings.run.method
     shared = algorithm.init_shared(2, dim, torch.Generator(), {"index": torch.arange(2)})
     view, index = algorithm.client_view(shared, 1)
     config = {"devices": 2, "index": index, "lr": 0.05, "shared": pack(view)}
@@ -267,7 +267,7 @@ def test_a_device_draws_its_noise_from_a_secret_seed_it_never_sends(
     model = build_model(settings, 2)
     params = {k: v.detach() for k, v in model.named_parameters()}
     dim = int(model.backbone.embedding_dim)
-    shared = settings.algorithm().init_shared(2, dim, torch.Generator(), {"index": torch.arange(2)})
+    shared = settings.run.method.init_shared(2, dim, torch.Generator(), {"index": torch.arange(2)})
     config = {"devices": 2, "index": 0, "lr": 0.05, "shared": pack(shared), "dp": "distributed"}
     config.update(dp_clip_norm=0.1, dp_noise=1.0, dp_survivors=3, dp_adaptive=False)
     device.check_round(secure=True, dp="distributed")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from uvtrain.config import (  # noqa: E402
     Privacy,
     RunConfig,
     Schedule,
+    changed_settings,
     cli_options,
     read_toml,
     resolve,
@@ -88,7 +90,34 @@ def test_flat_keys_go_to_their_part_and_the_method_keeps_only_its_own() -> None:
     assert config.replace(alpha=0.3).method == FedHide(alpha=0.3)
     assert config.with_method("fedgn").method == FedGN()
     assert config.with_method("fedhide") is config
-    assert config.rounds == 3 and config.alpha == 0.2  # flat reads for older scripts
+    with pytest.raises(AttributeError):  # a key is read from its part: config.schedule.rounds
+        config.rounds  # noqa: B018
+
+
+def test_the_algorithms_never_import_the_config() -> None:
+    """The config reads the algorithms' registry; the algorithms validate themselves with
+    :mod:`uvtrain.validation`, never by importing the config (no import cycle)."""
+    folder = Path(__file__).parents[2] / "trainer" / "uvtrain" / "algorithms"
+    sources = sorted(folder.glob("*.py"))
+    assert sources
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                names = {alias.name for alias in node.names}
+                assert module not in ("..config", "uvtrain.config"), path.name
+                assert not (module == ".." and "config" in names), path.name
+
+
+def test_one_resume_check_frees_how_a_run_is_carried_out_not_what_it_trains() -> None:
+    before = {"rounds": 5, "lr": 0.1, "device": "cpu", "chunk_size": 8, "eval_every": 0}
+    how = {**before, "rounds": 9, "device": "cuda", "chunk_size": 64, "eval_every": 2}
+    assert changed_settings(how, before) == []
+    assert changed_settings(how, before, rounds_may_change=False) == ["rounds"]
+    assert changed_settings({**before, "lr": 0.2, "seed": 1}, before) == ["lr", "seed"]
+    # a key added since the run was made counts as its default there (none given: missing)
+    assert changed_settings({**before, "seed": 0}, before, {"seed": 0}) == []
+    assert changed_settings({**before, "wait": 3}, before, also_free=("wait",)) == []
 
 
 def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:

@@ -142,7 +142,7 @@ def test_the_step_schedule_sets_each_rounds_lr_and_the_steps_use_it() -> None:
     silo = CrossSilo(FedFace(pfm=True, fv=False), _Tiny(), _parties(2), [], paper)
     rounds = [1, 1280, 1281, 2304, 2305, 3072, 3073, 3328]
     expected = [0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.0001, 0.0001]
-    assert [silo.learning_rate(r) for r in rounds] == pytest.approx(expected)
+    assert [silo.plan(r).lr for r in rounds] == pytest.approx(expected)
     # epochs (0-based) of 128 rounds: 0-9 at 0.1, 10-17 at 0.01, 18-23 at 0.001, 24-25 at 1e-4
     by_epoch = [silo.plan(128 * epoch + 1).lr for epoch in range(26)]
     assert by_epoch == pytest.approx([0.1] * 10 + [0.01] * 8 + [0.001] * 6 + [0.0001] * 2)
@@ -384,10 +384,9 @@ def test_the_paper_scale_config_is_valid() -> None:
     from uvtrain.config import resolve
 
     config = resolve({}, Path(__file__).parents[2] / "benchmarks" / "fedface-paper.toml")
-    assert (
-        config.method.name == "fedface" and config.backbone == "ir-18" and config.pfm and config.fv
-    )
-    assert config.algorithm().make_loss() == ArcFace(64.0, 0.5)
+    assert config.method.name == "fedface" and config.model.backbone == "ir-18"
+    assert config.method.pfm and config.method.fv
+    assert config.method.make_loss() == ArcFace(64.0, 0.5)
 
 
 def test_solo_is_a_one_party_run_on_that_partys_own_data(tmp_path) -> None:

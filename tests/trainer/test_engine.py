@@ -11,6 +11,7 @@ from torch import nn  # noqa: E402
 
 from uvtrain.algorithms import FedAvg, FedAwS, FedCS, FedGN, FedHide, FedUV, Softmax  # noqa: E402
 from uvtrain.engine import EngineConfig, Simulation, TrainingError  # noqa: E402
+from uvtrain.errors import ConfigError  # noqa: E402
 
 
 class TinyBackbone(nn.Module):
@@ -141,7 +142,9 @@ def test_round_sampling_and_lr_schedule() -> None:
         [0, 1, 8, 9],
     ]
     assert EngineConfig(lr=0.1, lr_decay=0.01).learning_rate(11) == pytest.approx(0.1 / 1.1)
-    with pytest.raises(ValueError):
+    # the cross-silo trainer's decay counts its K local steps of every earlier round
+    assert EngineConfig(lr=0.1, lr_decay=0.01).learning_rate(3, 5) == pytest.approx(0.1 / 1.1)
+    with pytest.raises(ConfigError):
         EngineConfig(fraction=0.0)
 
 
@@ -156,9 +159,9 @@ def test_step_schedule_multiplies_the_lr_after_each_milestone_round() -> None:
     assert both.learning_rate(11) == pytest.approx(0.01 / 1.1)
     assert EngineConfig(lr=0.1, lr_decay=0.0).learning_rate(10_000) == 0.1
     for bad in ("4,2", "0,3", "2,2", "ten"):
-        with pytest.raises(ValueError, match="lr_milestones"):
+        with pytest.raises(ConfigError, match="lr_milestones"):
             EngineConfig(lr_milestones=bad)
-    with pytest.raises(ValueError, match="lr_gamma"):
+    with pytest.raises(ConfigError, match="lr_gamma"):
         EngineConfig(lr_gamma=0.0)
 
 
@@ -183,7 +186,7 @@ def test_batches_are_random_windows_of_the_clients_samples() -> None:
     assert len(offsets) > 1  # the windows start at different places
     whole = _simulation(FedUV(), True, crop=0).batches_of_round(2, clients)
     assert whole.shape[-1] == 800
-    with pytest.raises(ValueError, match="crop"):
+    with pytest.raises(ConfigError, match="crop"):
         EngineConfig(crop=-1)
 
 
@@ -292,7 +295,7 @@ def test_plain_mean_aggregation_batched_equals_loop_and_ignores_sample_counts(
         mean = torch.stack([params[name] for params in alone]).mean(0)
         torch.testing.assert_close(once.params[name], mean, atol=1e-6, rtol=1e-6)
         assert not torch.allclose(once.params[name], weighted.params[name], atol=1e-7)
-    with pytest.raises(ValueError, match="aggregation"):
+    with pytest.raises(ConfigError, match="aggregation"):
         EngineConfig(aggregation="median")
 
 
@@ -338,7 +341,7 @@ def test_a_checkpoint_from_before_the_options_resumes_as_their_defaults(tmp_path
 
 
 def test_local_epochs_are_refused_beside_local_steps() -> None:
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ConfigError, match="not both"):
         EngineConfig(local_steps=2, local_epochs=1)
-    with pytest.raises(ValueError, match="local_epochs"):
+    with pytest.raises(ConfigError, match="local_epochs"):
         EngineConfig(local_epochs=0)

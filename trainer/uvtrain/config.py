@@ -22,52 +22,48 @@ and the deployment's keys are generated from them, so a new method is one file i
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-
-_KINDS = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
-def check_field(item: dataclasses.Field, value: Any) -> None:
-    """``value`` has the field's type (``int``, ``float``, ``str``, ``bool``, or one of them
-    ``| None``); a float is finite. :class:`ConfigError` naming the field otherwise."""
-    declared = item.type if isinstance(item.type, str) else item.type.__name__
-    expected = declared.replace(" | None", "")
-    if value is None and "None" in declared:
-        return
-    if isinstance(value, bool) != (expected == "bool") or not isinstance(value, _KINDS[expected]):
-        raise ConfigError(f"config: {item.name} must be {expected}, not {value!r}")
-    if expected == "float" and not math.isfinite(value):  # --lr inf, --fraction nan
-        raise ConfigError(f"{item.name} must be a finite number, not {value!r}")
-
-
-def check_types(instance: Any) -> None:
-    """:func:`check_field` for every field of a parameters dataclass (parts and algorithms call it
-    first in ``__post_init__``, before their ranges)."""
-    for item in fields(instance):
-        check_field(item, getattr(instance, item.name))
+from .validation import check_field, check_types
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """FedAvg's schedule: rounds, the cohort, local SGD (:class:`~uvtrain.engine.EngineConfig`
-    checks the same ranges again and cites the papers for ``sampling``, ``aggregation`` and
-    ``local_epochs``). FedFace: ``local_steps`` is the synchronisation interval K and
-    ``lr_decay`` applies per local step; ``aggregation`` and ``local_epochs`` are cross-device
-    options.
+    """FedAvg's schedule: ε-fraction sampling, E local steps of batch B, SGD with lr decay
+    (:class:`~uvtrain.engine.EngineConfig` is this schedule plus how the simulator runs it).
+    FedFace: ``local_steps`` is the synchronisation interval K and ``lr_decay`` applies per local
+    step; ``aggregation`` and ``local_epochs`` are cross-device options.
 
-    ``lr_milestones`` is a step schedule on top of ``lr_decay`` (the FedFace paper's "decays by
-    0.1 at the end of epoch 10, 18 and 24"): comma-separated round numbers; after each of those
-    rounds the learning rate is multiplied by ``lr_gamma`` (:func:`milestones`). Rounds, not
-    epochs, in every trainer: the cross-silo trainer's learning rate is constant within a round
-    (eq. 6 of the FedFace paper divides by it), so a step can only fall between rounds, and the
-    paper's epoch e ends after ``e · 12,800 / K`` rounds (:mod:`uvtrain.presets`). Empty: off."""
+    The learning rate of round r is ``lr / (1 + lr_decay · (r − 1))`` (inverse-time decay, the
+    "lr 0.1, decay 0.01" of the FedUV paper's setup). ``lr_milestones`` is a step schedule on top
+    of it (the FedFace paper's "decays by 0.1 at the end of epoch 10, 18 and 24"):
+    comma-separated round numbers; after each of those rounds the learning rate is multiplied by
+    ``lr_gamma`` (:func:`milestones`). Rounds, not epochs, in every trainer: the cross-silo
+    trainer's learning rate is constant within a round (eq. 6 of the FedFace paper divides by
+    it), so a step can only fall between rounds, and the paper's epoch e ends after
+    ``e · 12,800 / K`` rounds (:mod:`uvtrain.presets`). Empty: off.
+
+    Options the papers' setups choose (defaults: this project's own schedule):
+
+    - ``sampling``: ``"random"`` draws the round's ε·K clients without replacement from
+      ``(seed, round)`` (FedAvg, Algorithm 1 of the FedUV paper); ``"round-robin"`` takes the
+      next ε·K clients in index order, wrapping around (FedHide §5, "clients are selected in a
+      round-robin manner"; its Algorithm 1 writes a random set).
+    - ``aggregation``: ``"weighted"`` is FedAvg's ``Σ_k (n_k / n) θ_k`` (McMahan et al., eq. 1;
+      the FedUV paper's Algorithm 1); ``"mean"`` the plain ``1/M Σ_k θ_k`` of FedHide's
+      Algorithm 1. Under differential privacy the DP sum replaces either (every client weighs
+      the same there: :class:`uvtrain.privacy.DPSum`).
+    - ``local_epochs``: ``None`` runs ``local_steps`` SGD steps on batches of B drawn from the
+      client's samples (with replacement only when it holds fewer than B); ``E`` runs E epochs
+      over the client's own samples in shuffled mini-batches of B, the last one smaller when B
+      does not divide ``n_k`` (FedAvg's ``UserUpdate``, Algorithm 1 of the FedUV paper, which
+      trains with 1 local epoch, §6). Clients then take ``E · ⌈n_k / B⌉`` steps each.
+    """
 
     rounds: int = field(default=50, metadata={"help": "Federated rounds."})
     fraction: float = field(default=0.1, metadata={"help": "Fraction of clients per round (ε)."})
@@ -112,7 +108,7 @@ class Schedule:
 
     def __post_init__(self) -> None:
         check_types(self)
-        if self.rounds < 0:
+        if self.rounds < 0:  # 0: the initial model (a pretrained encoder) evaluated as it is
             raise ConfigError(f"rounds and seed must be >= 0, not rounds = {self.rounds}")
         if not 0.0 < self.fraction <= 1.0:
             raise ConfigError(f"fraction must be in (0, 1], not {self.fraction}")
@@ -134,6 +130,15 @@ class Schedule:
         milestones(self.lr_milestones)  # a ConfigError names a bad one
         if not 0 < self.lr_gamma <= 1:
             raise ConfigError(f"lr_gamma must be in (0, 1], not {self.lr_gamma}")
+
+    def learning_rate(self, round_number: int, steps_per_round: int = 1) -> float:
+        """The learning rate of round ``round_number`` (1-based), the one formula of every
+        trainer: ``lr / (1 + lr_decay · t)`` with ``t`` the decay steps before the round,
+        ``steps_per_round`` for each earlier round (1: the decay is per round, the simulator's
+        and the deployment's; K: per local step, the cross-silo trainer's), times ``lr_gamma``
+        for every milestone of ``lr_milestones`` passed before the round (:func:`step_factor`)."""
+        factor = step_factor(self.lr_milestones, self.lr_gamma, round_number)
+        return factor * self.lr / (1.0 + self.lr_decay * ((round_number - 1) * steps_per_round))
 
 
 def milestones(text: str) -> tuple[int, ...]:
@@ -400,19 +405,34 @@ class RunConfig:
             return self
         return dataclasses.replace(self, method=METHODS[name]())
 
-    def algorithm(self) -> Any:
-        """The algorithm object: ``method`` itself (kept for scripts of the flat config)."""
-        return self.method
 
-    def __getattr__(self, name: str) -> Any:
-        # Reading a flat key (``config.rounds``, ``config.alpha``) still works for scripts written
-        # against the flat config: it is the part's or the method's field. Only for reading.
-        if not name.startswith("_"):
-            for part in (*PARTS, "method"):
-                holder = self.__dict__.get(part)
-                if holder is not None and name in _names(type(holder)):
-                    return getattr(holder, name)
-        raise AttributeError(f"{type(self).__name__} has no {name!r}")
+#: The settings a run may be resumed with changed: how it is carried out (the device, the
+#: checkpoint and evaluation cadence, the simulator's local-update path: the same maths), not what
+#: it trains. ``rounds`` may change too, except under DP (:func:`changed_settings`). The
+#: benchmarks name a run's folder by its other settings (``benchmarks/_runs.py``).
+NOT_TRAINING = ("device", "checkpoint_every", "chunk_size", "eval_every", "vectorised", "batched")
+
+
+def changed_settings(
+    current: Mapping[str, Any],
+    previous: Mapping[str, Any],
+    defaults: Mapping[str, Any] | None = None,
+    *,
+    rounds_may_change: bool = True,
+    also_free: Iterable[str] = (),
+) -> list[str]:
+    """The one resume check: the keys of ``current`` (sorted) whose value differs from
+    ``previous`` (the flat settings a run folder or checkpoint was made with), leaving out
+    :data:`NOT_TRAINING`, ``rounds`` when ``rounds_may_change`` and ``also_free`` (a deployment's
+    own keys). A key ``previous`` lacks (added since it was written) counts as its value in
+    ``defaults`` (``None`` without)."""
+    free = {*NOT_TRAINING, *also_free, *(("rounds",) if rounds_may_change else ())}
+    defaults = defaults or {}
+    return sorted(
+        key
+        for key, value in current.items()
+        if key not in free and previous.get(key, defaults.get(key)) != value
+    )
 
 
 def _names(kind: type) -> set[str]:

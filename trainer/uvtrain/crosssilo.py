@@ -44,7 +44,7 @@ from .algorithms.fedface import (
     fv_update,
     smoothed_losses,
 )
-from .config import ConfigError, step_factor
+from .config import ConfigError
 from .data.base import ClientData, FederatedDataset
 from .engine import (
     EngineConfig,
@@ -296,7 +296,7 @@ class CrossSilo(GlobalModel):
         ``rounds``, ``local_steps`` (the synchronisation interval K), ``batch_size`` (per party),
         ``lr`` and ``lr_decay`` (``η_r = lr / (1 + lr_decay · s)``, ``s`` the local steps taken
         before round r: the same schedule for every K), ``lr_milestones`` and ``lr_gamma`` (a
-        step schedule in rounds, :meth:`learning_rate`), ``seed``, ``crop``.
+        step schedule in rounds, :meth:`plan`), ``seed``, ``crop``.
     folds:
         Folds of the validators' best-threshold accuracy.
     """
@@ -358,15 +358,6 @@ class CrossSilo(GlobalModel):
         ]
 
     # -- one party ------------------------------------------------------------------------------
-
-    def learning_rate(self, round_number: int) -> float:
-        """``η_r``, constant within a round (eq. 6 divides by it): the decay per local step, times
-        ``lr_gamma`` for every round of ``lr_milestones`` before this one (the paper's step
-        schedule: its epoch e ends after ``e · 12,800 / K`` rounds)."""
-        config = self.config
-        done = (round_number - 1) * config.local_steps
-        factor = step_factor(config.lr_milestones, config.lr_gamma, round_number)
-        return factor * config.lr / (1.0 + config.lr_decay * done)
 
     def party_batches(self, round_number: int, party: int) -> tuple[Tensor, Tensor]:
         """``([K, B, ...] samples, [K, B] labels)`` of a party's round, from ``(seed, round,
@@ -439,10 +430,12 @@ class CrossSilo(GlobalModel):
         return {"scores": scores.tolist(), "best": best, "candidates": candidates.tolist()}
 
     def plan(self, round_number: int) -> RoundPlan:
-        """Every party, every round (cross-silo: no sampling)."""
-        return RoundPlan(
-            round_number, np.arange(len(self.parties)), self.learning_rate(round_number)
-        )
+        """Every party, every round (cross-silo: no sampling), at ``η_r``, constant within a round
+        (eq. 6 divides by it): the schedule's decay per local step (K per round), times
+        ``lr_gamma`` for every round of ``lr_milestones`` before this one (the paper's step
+        schedule: its epoch e ends after ``e · 12,800 / K`` rounds)."""
+        lr = self.config.learning_rate(round_number, steps_per_round=self.config.local_steps)
+        return RoundPlan(round_number, np.arange(len(self.parties)), lr)
 
     def step(self) -> dict[str, Any]:
         """Run the next round (:func:`uvtrain.rounds.run_round`); return its metrics."""

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from .algorithms.base import FedAvg, Tensors, overrides
-from .config import milestones, step_factor
+from .config import Schedule, changed_settings
 from .errors import ConfigError, TrainingError
 from .rounds import (
     Aggregator,
@@ -50,88 +50,32 @@ from .rounds import (
     scatter,
 )
 
-#: How the server may combine the round's models (:attr:`EngineConfig.aggregation`).
-AGGREGATIONS = ("weighted", "mean")
-
 #: Samples per forward/backward pass of the batched step on a CPU (measured fastest for the
 #: default audio network on 2 cores: 1,821 samples/s at 128 against 1,466 at 256).
 MICRO_BATCH = 128
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """FedAvg schedule: ε-fraction sampling, E local steps of batch B, SGD with lr decay.
+class EngineConfig(Schedule):
+    """A run's :class:`~uvtrain.config.Schedule` (its fields, their checks and
+    :meth:`~uvtrain.config.Schedule.learning_rate`) and how the simulator runs it: ``seed`` (every
+    draw follows from ``(seed, round)``), ``chunk_size`` (clients per vectorised call),
+    ``vectorised`` and ``batched`` (the local-update paths of this module's docstring; the maths
+    is the same), and ``crop`` (> 0: each training sample is a random window of this many steps,
+    audio)."""
 
-    The learning rate of round r is ``lr / (1 + lr_decay · (r − 1))`` (inverse-time decay, the
-    "lr 0.1, decay 0.01" of the FedUV paper's setup), times ``lr_gamma`` for each round of
-    ``lr_milestones`` before r (a step schedule, the FedFace paper's; off by default).
-
-    Options the papers' setups choose (defaults: this project's own schedule):
-
-    - ``sampling``: ``"random"`` draws the round's ε·K clients without replacement from
-      ``(seed, round)`` (FedAvg, Algorithm 1 of the FedUV paper); ``"round-robin"`` takes the
-      next ε·K clients in index order, wrapping around (FedHide §5, "clients are selected in a
-      round-robin manner"; its Algorithm 1 writes a random set).
-    - ``aggregation``: ``"weighted"`` is FedAvg's ``Σ_k (n_k / n) θ_k`` (McMahan et al., eq. 1;
-      the FedUV paper's Algorithm 1); ``"mean"`` the plain ``1/M Σ_k θ_k`` of FedHide's
-      Algorithm 1. Under differential privacy the DP sum replaces either (every client weighs
-      the same there: :class:`uvtrain.privacy.DPSum`).
-    - ``local_epochs``: ``None`` runs ``local_steps`` SGD steps on batches of B drawn from the
-      client's samples (with replacement only when it holds fewer than B); ``E`` runs E epochs
-      over the client's own samples in shuffled mini-batches of B, the last one smaller when B
-      does not divide ``n_k`` (FedAvg's ``UserUpdate``, Algorithm 1 of the FedUV paper, which
-      trains with 1 local epoch, §6). Clients then take ``E · ⌈n_k / B⌉`` steps each.
-    """
-
-    rounds: int = 50
-    fraction: float = 0.1
-    local_steps: int = 1
-    batch_size: int = 16
-    lr: float = 0.1
-    lr_decay: float = 0.01
-    lr_milestones: str = ""  # step schedule: rounds after which the lr is multiplied by lr_gamma
-    lr_gamma: float = 0.1
     seed: int = 0
     chunk_size: int = 64
     vectorised: bool = True
     batched: bool = True  # use the exact one-pass step when it applies (E = 1, FedAvg mean)
-    sampling: str = "random"  # or "round-robin": clients in order, ε·K per round, wrapping
-    crop: int = 0  # > 0: each training sample is a random window of this many steps (audio)
-    aggregation: str = "weighted"  # or "mean": the plain 1/M mean (FedHide, Algorithm 1)
-    local_epochs: int | None = None  # E epochs over the client's data instead of local_steps
+    crop: int = 0
 
     def __post_init__(self) -> None:
-        # 0 rounds is allowed: the initial model (e.g. a pretrained encoder) evaluated as it is.
-        if self.rounds < 0:
-            raise ValueError(f"rounds must be >= 0, not {self.rounds}")
-        if self.local_steps < 1 or self.batch_size < 1 or self.chunk_size < 1:
-            raise ValueError("local_steps, batch_size and chunk_size must be positive")
-        if not 0.0 < self.fraction <= 1.0:
-            raise ValueError(f"fraction must be in (0, 1], not {self.fraction}")
-        if self.sampling not in ("random", "round-robin"):
-            raise ValueError(f"sampling must be 'random' or 'round-robin', not {self.sampling!r}")
-        if not self.lr > 0 or self.lr_decay < 0:
-            raise ValueError("lr must be positive and lr_decay non-negative")
-        try:
-            milestones(self.lr_milestones)
-        except ConfigError as error:
-            raise ValueError(str(error)) from None
-        if not 0 < self.lr_gamma <= 1:
-            raise ValueError(f"lr_gamma must be in (0, 1], not {self.lr_gamma}")
+        super().__post_init__()
+        if self.chunk_size < 1:
+            raise ConfigError(f"chunk_size must be >= 1, not {self.chunk_size}")
         if self.crop < 0:
-            raise ValueError(f"crop must be >= 0, not {self.crop}")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be 'weighted' or 'mean', not {self.aggregation!r}")
-        if self.local_epochs is not None and self.local_epochs < 1:
-            raise ValueError(f"local_epochs must be >= 1, not {self.local_epochs}")
-        if self.local_epochs is not None and self.local_steps != 1:
-            raise ValueError("give local_steps or local_epochs, not both")
-
-    def learning_rate(self, round_number: int) -> float:
-        """The learning rate of a round (1-based): the inverse-time decay, times ``lr_gamma`` for
-        every milestone of ``lr_milestones`` passed before the round."""
-        factor = step_factor(self.lr_milestones, self.lr_gamma, round_number)
-        return factor * self.lr / (1.0 + self.lr_decay * (round_number - 1))
+            raise ConfigError(f"crop must be >= 0, not {self.crop}")
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -234,16 +178,11 @@ def local_update(
 
 
 def check_schedule(config: EngineConfig, saved: dict[str, Any]) -> None:
-    """Refuse to resume a checkpoint made with another schedule (the rounds may grow, and the
-    local-update path does not change the maths). A setting added since the checkpoint was
-    written counts as its default there."""
-    free = ("rounds", "vectorised", "batched", "chunk_size")
-    defaults = asdict(EngineConfig())
-    for key, value in asdict(config).items():
-        if key not in free and saved.get(key, defaults[key]) != value:
-            raise TrainingError(
-                "the checkpoint was made with another schedule: use a new run folder"
-            )
+    """Refuse to resume a checkpoint made with another schedule (:func:`changed_settings`: the
+    rounds may grow, and the local-update path does not change the maths). A setting added since
+    the checkpoint was written counts as its default there."""
+    if changed_settings(asdict(config), saved, asdict(EngineConfig())):
+        raise TrainingError("the checkpoint was made with another schedule: use a new run folder")
 
 
 def split_parameters(model: nn.Module) -> tuple[Tensors, Tensors]:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .checkpoints import load_state
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, changed_settings
 from .data.base import FederatedDataset
 from .engine import EngineConfig, Simulation, TrainingError, pick_device
 from .evaluation.scoring import quick_metrics
@@ -316,13 +316,8 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
         defaults = RunConfig.from_flat({"method": config.method.name, "dataset": ""}).to_dict()
         # A DP run's rounds are part of its mechanism (the noise is set for them, and its
         # budget is spent at the last one): they may not grow.
-        free = ("device", "checkpoint_every", "chunk_size", "eval_every")
-        free += () if config.privacy.dp != "off" else ("rounds",)
-        differing = sorted(
-            key
-            for key, value in config.to_dict().items()
-            if key not in free
-            and previous.get(key, defaults[key]) != value  # a key added since: its default
+        differing = changed_settings(
+            config.to_dict(), previous, defaults, rounds_may_change=config.privacy.dp == "off"
         )
         if differing == ["rounds"]:
             raise ConfigError(
@@ -362,7 +357,7 @@ def _train_rounds(
     folder: Path,
     progress: bool,
 ) -> None:
-    """The rounds from the simulation's round to ``config.rounds``, checkpoints, evaluation."""
+    """The rounds from the simulation's round to ``config.schedule.rounds``, checkpoints, evaluation."""
     bar = (
         Progress(config.method.name, config.schedule.rounds, simulation.round) if progress else None
     )

@@ -48,13 +48,13 @@ def test_every_method_is_registered_with_its_parameters() -> None:
         return RunConfig.from_flat(values)
 
     assert set(METHODS) == {"feduv", "fedhide", "fedgn", "fedcs", "fedaws", "softmax", "fedface"}
-    built = flat(method="fedcs", dataset="x", cosine=0.2, weight=3.0).algorithm()
+    built = flat(method="fedcs", dataset="x", cosine=0.2, weight=3.0).method
     assert built == FedCS(weight=3.0, cosine=0.2)
-    assert flat(method="fedaws", dataset="x", spread_lr=7.0).algorithm().spread_lr == 7.0
-    assert flat(method="softmax", dataset="x", scale=8.0).algorithm() == Softmax(scale=8.0)
+    assert flat(method="fedaws", dataset="x", spread_lr=7.0).method.spread_lr == 7.0
+    assert flat(method="softmax", dataset="x", scale=8.0).method == Softmax(scale=8.0)
     assert set(FedGN().parameters()) == {"weight", "embedding_dim", "window", "sigma"}
     fedface = flat(method="fedface", dataset="x", margin_loss="cosface", pfm=False)
-    assert fedface.algorithm().margin_loss == "cosface" and not fedface.algorithm().pfm
+    assert fedface.method.margin_loss == "cosface" and not fedface.method.pfm
 
 
 # -- every method learns -----------------------------------------------------------------------

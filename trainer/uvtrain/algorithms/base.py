@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..config import check_types
+from ..validation import check_types
 
 Tensors = dict[str, Tensor]
 

@@ -75,7 +75,7 @@ def release_privacy(simulation: Simulation) -> dict[str, Any] | None:
 def leakage_audit(
     methods: Sequence[str], config: RunConfig, dataset: FederatedDataset, progress: bool = True
 ) -> dict[str, Any]:
-    """``P_leak`` of each prototype method after ``config.rounds`` rounds of training."""
+    """``P_leak`` of each prototype method after ``config.schedule.rounds`` rounds of training."""
     from ..run import make_simulation
 
     out = {}

@@ -95,7 +95,7 @@ def codeword_runs(
     config: RunConfig, dataset: FederatedDataset, settings: AuditSettings, progress: bool
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A fresh setup at one code length (``config``): bit recovery at the initial model; for
-    each of ``settings.privacy``, ``config.rounds`` secure rounds trained with that differential
+    each of ``settings.privacy``, ``config.schedule.rounds`` secure rounds trained with that differential
     privacy, whose aggregates the server records and disaggregates; bit recovery at the model
     trained with the first setting. Returns the states (``bit_recovery[c]``) and the
     disaggregation entries."""
@@ -216,7 +216,7 @@ def run_audit(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Audit a run folder (its initial and its trained model) or a fresh setup (``config``:
-    built, measured, trained ``config.rounds`` rounds, measured again); write ``audit.json``,
+    built, measured, trained ``config.schedule.rounds`` rounds, measured again); write ``audit.json``,
     ``audit.md`` and the figures into ``out``; return the results."""
     settings = settings or AuditSettings()
     started = time.perf_counter()
@@ -278,7 +278,7 @@ def _audit_run(
 def _audit_fresh(
     results: dict[str, Any], config: RunConfig, settings: AuditSettings, progress: bool
 ) -> tuple[dict[str, float], dict[str, dict[str, np.ndarray]]]:
-    """A fresh setup: built, measured at round 0, trained ``config.rounds`` rounds, measured."""
+    """A fresh setup: built, measured at round 0, trained ``config.schedule.rounds`` rounds, measured."""
     from ..run import load_data, make_simulation, privacy_plan
 
     results.update(mode="fresh", setup=config.to_dict())
