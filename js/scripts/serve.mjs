@@ -6,6 +6,10 @@
 //
 //   node scripts/serve.mjs [--port 8765]      (--port 0: any free port; the URL is printed)
 //
+// It stops on SIGINT, SIGTERM or SIGHUP, and when the process that started it ends: `npm run
+// serve` runs it under `sh -c`, and a SIGTERM or SIGINT sent to npm alone reaches that shell,
+// which ends without passing it on, so the server would otherwise go on holding its port.
+//
 //   /                      -> redirect to /web/
 //   /web/...               -> js/web/                  (index.html, app.js, ...)
 //   /dist/...              -> js/dist/                 (the compiled package: npm run build)
@@ -175,6 +179,21 @@ function parsePort(argv) {
   return port;
 }
 
+/** How often the server checks that the process that started it is still there. */
+const PARENT_CHECK_MS = 250;
+
+/**
+ * End this process on SIGINT, SIGTERM or SIGHUP, and when its parent goes away (it is then
+ * re-parented, so `process.ppid` changes): a server left behind would hold its port.
+ */
+function stopWithParent() {
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.once(signal, () => process.exit(0));
+  const parent = process.ppid;
+  setInterval(() => {
+    if (process.ppid !== parent) process.exit(0);
+  }, PARENT_CHECK_MS).unref();
+}
+
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const port = parsePort(process.argv.slice(2));
   try {
@@ -183,5 +202,6 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     console.error("serve.mjs: js/dist is missing: run npm run build first");
   }
   const { url } = await startServer({ port });
+  stopWithParent();
   console.log(`uvsdk page: ${url}`);
 }

@@ -3,6 +3,8 @@
  * (sdk/uvsdk). Platform-neutral: runs in Node (onnxruntime-node) and in browsers
  * (onnxruntime-web); the ONNX Runtime module is injected, never imported here.
  * Platform stores: `uvsdk/node` (FileStore, decodeWavFile), `uvsdk/browser` (IndexedDBStore).
+ * The Python-emulation helpers (`pyfmt.ts`: Python's number formatting; `pyjson.ts`: Python's
+ * `json`) are internal: not exported here.
  */
 export const VERSION = "0.1.0";
 export * from "./errors.js";
@@ -14,6 +16,4 @@ export * from "./codeword.js";
 export * from "./template.js";
 export * from "./backoff.js";
 export * from "./verifier.js";
-export { pyRound, pyFloatRepr, pyG, pyFixed } from "./pyfmt.js";
-export { parseJson, canonicalJson, dumpsCompact, type JsonValue, type JsonObject } from "./pyjson.js";
 export { b64encode, b64decodeStrict, hex, fromHex, packBits, unpackBits } from "./bytes.js";

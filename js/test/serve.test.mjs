@@ -1,12 +1,85 @@
 // scripts/serve.mjs: 127.0.0.1 only, the fixed mounts, MIME types (application/wasm), no
 // directory listing, no path traversal (raw, percent-encoded, double-encoded, backslashes, NUL,
-// dot files), GET/HEAD only, --port 0 prints the URL.
+// dot files), GET/HEAD only, --port 0 prints the URL; killing `npm run serve` stops the server.
+// Every process a test starts runs in its own process group, and the whole group is killed when
+// the test ends.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { request } from "node:http";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { startServer, resolvePath } from "../scripts/serve.mjs";
+
+const JS = fileURLToPath(new URL("..", import.meta.url));
+const SCRIPT = fileURLToPath(new URL("../scripts/serve.mjs", import.meta.url));
+/** Checks of a process's state, 50 ms apart, before a test gives up (the server checks its parent every 250 ms). */
+const POLLS = 1200;
+
+/** Start `command` in a process group of its own, killed (all of it) when the test `t` ends. */
+function spawnGroup(t, command, args, options = {}) {
+  const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"], detached: true, ...options });
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  t.after(async () => {
+    try {
+      process.kill(-child.pid, "SIGKILL");
+    } catch {
+      // the group is gone already
+    }
+    await exited;
+  });
+  return { child, exited };
+}
+
+/** The URL the server prints; rejects when the process ends first. */
+function printedUrl(child) {
+  return new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = /http:\/\/127\.0\.0\.1:(\d+)\/web\//.exec(out);
+      if (m) resolve(m[0]);
+    });
+    child.stderr.on("data", (d) => (out += d));
+    child.on("exit", (code) => reject(new Error(`exited ${code}: ${out}`)));
+  });
+}
+
+/** A live (not zombie) process's command line, or null (Linux /proc). */
+function commandLine(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    if (stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")) return null;
+    return readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0").join(" ").trim();
+  } catch {
+    return null;
+  }
+}
+
+/** The ids of the processes in process group `group` (Linux /proc). */
+function groupMembers(group) {
+  return readdirSync("/proc")
+    .filter((name) => /^\d+$/.test(name))
+    .filter((pid) => {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]) === group;
+      } catch {
+        return false; // ended meanwhile
+      }
+    })
+    .map(Number);
+}
+
+/** Check `done()` up to POLLS times; true as soon as it holds. */
+async function pollUntil(done) {
+  for (let i = 0; i < POLLS; i++) {
+    if (done()) return true;
+    await sleep(50);
+  }
+  return done();
+}
 
 /** A raw request (the path is sent as given: no client-side normalisation of "..", unlike fetch). */
 function get(port, path, method = "GET") {
@@ -80,26 +153,45 @@ test("serve.mjs: files, MIME types, listing, traversal", async (t) => {
   assert.equal(resolvePath("/%2e%2e/etc/passwd"), null);
 });
 
-test("serve.mjs --port 0 prints the URL; a bad --port is refused", async () => {
-  const script = fileURLToPath(new URL("../scripts/serve.mjs", import.meta.url));
-  const child = spawn(process.execPath, [script, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
-  try {
-    const url = await new Promise((resolve, reject) => {
-      let out = "";
-      child.stdout.on("data", (d) => {
-        out += d;
-        const m = /http:\/\/127\.0\.0\.1:(\d+)\/web\//.exec(out);
-        if (m) resolve(m[0]);
-      });
-      child.on("exit", (code) => reject(new Error(`exited ${code}: ${out}`)));
-    });
-    const port = Number(new URL(url).port);
-    assert.ok(port > 0);
-    assert.equal((await get(port, "/web/index.html")).status, 200);
-  } finally {
-    child.kill();
-  }
-  const bad = spawn(process.execPath, [script, "--port", "http"], { stdio: ["ignore", "pipe", "pipe"] });
-  const code = await new Promise((resolve) => bad.on("exit", resolve));
-  assert.equal(code, 2);
+test("serve.mjs --port 0 prints the URL; a bad --port is refused", async (t) => {
+  const { child, exited } = spawnGroup(t, process.execPath, [SCRIPT, "--port", "0"]);
+  const port = Number(new URL(await printedUrl(child)).port);
+  assert.ok(port > 0);
+  assert.equal((await get(port, "/web/index.html")).status, 200);
+  child.kill("SIGTERM");
+  assert.deepEqual(await exited, { code: 0, signal: null }, "SIGTERM: the server exits");
+  const bad = spawnGroup(t, process.execPath, [SCRIPT, "--port", "http"]);
+  assert.equal((await bad.exited).code, 2);
 });
+
+/** npm itself: the one running this test (npm test), else the npm on PATH. */
+function npmCommand() {
+  const cli = process.env.npm_execpath;
+  return cli && /npm-cli\.js$/.test(cli) ? [process.execPath, [cli]] : ["npm", []];
+}
+
+// `kill <npm's pid>` (SIGTERM to npm alone: npm passes it to its `sh -c`, which ends without passing
+// it on) and Ctrl-C (SIGINT to the whole foreground process group). A SIGINT to npm alone ends
+// nothing: the shell waits for the server, npm waits for the shell.
+const KILLS = [
+  { signal: "SIGTERM", target: "npm", to: (group) => group },
+  { signal: "SIGINT", target: "its process group (Ctrl-C)", to: (group) => -group },
+];
+
+for (const { signal, target, to } of KILLS) {
+  test(`killing npm run serve (${signal} to ${target}) stops the server and frees its port`, { skip: existsSync("/proc/self/stat") ? false : "needs Linux /proc" }, async (t) => {
+    const [npm, prefix] = npmCommand();
+    const { child, exited } = spawnGroup(t, npm, [...prefix, "run", "serve", "--", "--port", "0"], { cwd: JS });
+    const port = Number(new URL(await printedUrl(child)).port);
+    const isServer = (pid) => /^\S*node\S* \S*scripts\/serve\.mjs/.test(commandLine(pid) ?? "");
+    const servers = groupMembers(child.pid).filter(isServer);
+    assert.equal(servers.length, 1, `one node server under npm: ${groupMembers(child.pid).map(commandLine).join(" | ")}`);
+    const [server] = servers;
+    process.kill(to(child.pid), signal);
+    await exited;
+    assert.ok(await pollUntil(() => commandLine(server) === null), `the server (process ${server}) still runs after npm ended`);
+    // the port is free: a new server can listen on it
+    const again = await startServer({ port });
+    await again.close();
+  });
+}

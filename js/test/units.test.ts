@@ -8,15 +8,8 @@ import {
   Templates,
   UvsdkError,
   b64decodeStrict,
-  canonicalJson,
   checkAudio,
   decodeWav,
-  dumpsCompact,
-  parseJson,
-  pyFixed,
-  pyFloatRepr,
-  pyG,
-  pyRound,
   rankGF2,
   repeatPad,
   warmupThreshold,
@@ -24,6 +17,8 @@ import {
   newTemplate,
 } from "../src/index.js";
 import { pairwiseSum } from "../src/scoring.js";
+import { pyFixed, pyFloatRepr, pyG, pyRound } from "../src/pyfmt.js";
+import { canonicalJson, dumpsCompact, parseJson } from "../src/pyjson.js";
 import { printable } from "../src/errors.js";
 
 test("pyRound rounds half to even, as Python's round()", () => {
@@ -180,4 +175,13 @@ test("templates: invalid user names, platform key (kdf 2), errors carry no secre
 test("messages are one line with control characters escaped", () => {
   assert.equal(new UvsdkError("a\nb   c").message, "a b c");
   assert.equal(printable("x\x1by"), "x\\x1by");
+});
+
+test("the package does not export the Python-emulation helpers (pyfmt, pyjson)", async () => {
+  for (const entry of ["../src/index.js", "../src/node.js", "../src/browser.js"]) {
+    const exported = Object.keys(await import(entry));
+    assert.ok(exported.includes("Verifier"), `${entry} exports the SDK`);
+    const internal = ["pyRound", "pyFloatRepr", "pyG", "pyFixed", "pyStrRepr", "pyReprCut", "parseJson", "canonicalJson", "dumpsCompact"];
+    assert.deepEqual(exported.filter((name) => internal.includes(name)), [], entry);
+  }
 });

@@ -17,7 +17,7 @@ const ui = {
   user: $("user"), passphrase: $("passphrase"),
   record: $("record"), enroll: $("enroll"), resetClips: $("reset-clips"), progress: $("progress"),
   clips: $("clips"), enrollResult: $("enroll-result"),
-  verify: $("verify"), delete: $("delete"), verifyResult: $("verify-result"),
+  verify: $("verify"), delete: $("delete"), verifyResult: $("verify-result"), verifyNote: $("verify-note"),
   message: $("message"),
 };
 
@@ -32,13 +32,29 @@ const state = {
   clips: [], // usable enrollment clips (Float32Array at the bundle's rate)
   attempts: 0,
   busy: false,
+  enrolled: false, // whether the user named in the form has a template in this browser
+  enrolledQuery: 0, // the latest template look-up (an older answer is ignored)
 };
+
+// -- progress -----------------------------------------------------------------------------------
+
+let progressSteps = 0;
+
+/**
+ * Count one visible step (a message, a recording tick, a clip embedded): `body[data-progress]`,
+ * which the browser tests watch to tell a slow page from a stuck one.
+ */
+function progressed() {
+  progressSteps += 1;
+  document.body.dataset.progress = String(progressSteps);
+}
 
 // -- messages ---------------------------------------------------------------------------------
 
 function say(text, kind = "info") {
   ui.message.textContent = text;
   ui.message.className = `message ${kind}`;
+  progressed();
 }
 
 const firstLine = (text) => String(text).split("\n")[0].slice(0, 300);
@@ -54,12 +70,14 @@ function explain(error, user = ui.user.value.trim()) {
   if (error instanceof uv.TemplateError) return `Template refused: it was modified or is damaged (${m}).`;
   if (error instanceof uv.NotEnrolledError) return `${user} is not enrolled: record 5 clips and enroll first.`;
   if (error instanceof uv.LockedOutError) return lockedMessage(error.until);
-  if (error instanceof uv.KeyUnavailableError) return "Enter the passphrase first.";
+  if (error instanceof uv.KeyUnavailableError) return PASSPHRASE_FIRST;
   if (error instanceof uv.UvsdkError) return m;
   if (error?.name === "NotAllowedError") return "Microphone access was denied.";
   if (error?.name === "NotFoundError") return "No microphone found.";
   return `Error: ${m}`;
 }
+
+const PASSPHRASE_FIRST = "Enter a passphrase first: it encrypts the template.";
 
 function lockedMessage(until) {
   const seconds = Math.max(1, Math.ceil(until - Date.now() / 1000));
@@ -69,6 +87,7 @@ function lockedMessage(until) {
 
 function fail(error) {
   if (!(error instanceof uv.UvsdkError)) console.error(error); // a bug, not a user's mistake
+  if (error instanceof uv.NotEnrolledError) state.enrolled = false; // deleted elsewhere meanwhile
   say(explain(error), "error");
 }
 
@@ -94,9 +113,28 @@ function refresh() {
   ui.record.textContent = state.clips.length >= CLIPS ? `${CLIPS} clips recorded` : `Record clip ${state.clips.length + 1} of ${CLIPS}`;
   ui.enroll.disabled = !ready || state.clips.length < CLIPS;
   ui.resetClips.disabled = !ready || state.clips.length === 0;
-  ui.verify.disabled = !ready || !audio;
-  ui.delete.disabled = !ready;
+  ui.verify.disabled = !ready || !audio || !state.enrolled;
+  ui.delete.disabled = !ready || !state.enrolled;
+  const user = ui.user.value.trim();
+  ui.verifyNote.textContent = state.bundle === null || state.enrolled ? "" : `${user || "This user"} has no template in this browser yet: enroll first.`;
   ui.file.disabled = state.busy;
+  document.body.dataset.busy = state.busy ? "1" : "0";
+  progressed();
+}
+
+/** Look up whether the user named in the form has a template (Verify and Delete need one). */
+async function checkEnrolled() {
+  const query = ++state.enrolledQuery;
+  let enrolled = false;
+  try {
+    state.store ??= await uv.IndexedDBStore.open("uvsdk");
+    enrolled = await new uv.Templates(state.store).exists(ui.user.value.trim());
+  } catch {
+    enrolled = false; // not a valid user name (the form says why when it is used), or no IndexedDB
+  }
+  if (query !== state.enrolledQuery) return;
+  state.enrolled = enrolled;
+  refresh();
 }
 
 // -- the bundle -------------------------------------------------------------------------------
@@ -146,30 +184,57 @@ function showBundle(bundle) {
       ? `audio, ${input.sampleRate} Hz, windows of ${input.windowSeconds} s every ${input.hopSeconds} s, at least ${input.minSeconds} s`
       : `image, ${input.height}×${input.width}×${input.channels}`;
   $("b-signed").textContent = bundle.signedBy ? `verified, key ${bundle.signedBy}` : "not checked (no trusted key given to this page)";
-  const table = $("b-cal");
-  const body = table.querySelector("tbody");
-  body.replaceChildren();
-  const calibration = m.calibration;
-  for (const [mode, t] of Object.entries(calibration?.tables ?? {})) {
-    if (!t) continue;
-    for (const row of t.rows) {
-      const tr = document.createElement("tr");
-      for (const cell of [mode, uv.pyG(row.far), row.frr === null ? "—" : uv.pyFixed(row.frr, 3), uv.pyFixed(row.threshold, 4)]) {
-        const td = document.createElement("td");
-        td.textContent = cell;
-        tr.append(td);
-      }
-      body.append(tr);
-    }
-  }
-  const rows = body.children.length;
-  $("b-cal-box").hidden = rows === 0;
-  const fars = Object.values(calibration?.tables ?? {}).flatMap((t) => (t ? t.rows.map((r) => r.far) : []));
-  $("b-cal-summary").textContent = rows
-    ? `Calibration: ${rows} rows, FAR ${uv.pyG(Math.max(...fars))} … ${uv.pyG(Math.min(...fars))}, on ${calibration.data} (public figures of the bundle)`
-    : "";
-  $("b-nocal").hidden = rows > 0;
+  showCalibration(m.calibration, m.outputKind);
   ui.info.hidden = false;
+}
+
+/** A false-accept (or any) rate as a person reads it: 0.01 -> "1 in 100", 0.0001 -> "1 in 10,000". */
+function oneIn(rate) {
+  return `1 in ${count(Math.round(1 / rate))}`;
+}
+
+const percent = (fraction) => `${(100 * fraction).toFixed(1)}%`;
+const count = (n) => n.toLocaleString("en-US");
+
+/** The calibration table the page's enrollments use: prototype mode (no codeword is given). */
+function tableInUse(calibration, outputKind) {
+  const tables = calibration?.tables ?? {};
+  return tables.prototype ?? (outputKind === "codeword" ? tables.codeword : undefined) ?? null;
+}
+
+/**
+ * The bundle's calibration: one line saying what it states at the FAR this page enrolls with
+ * ("Stated false-accept rate: 1 in 100 (measured on 55 people)"), and under it the rows and
+ * where they were measured.
+ */
+function showCalibration(calibration, outputKind) {
+  const body = $("b-cal").querySelector("tbody");
+  body.replaceChildren();
+  const table = tableInUse(calibration, outputKind);
+  $("b-cal-box").hidden = table === null;
+  $("b-nocal").hidden = table !== null;
+  if (table === null) return;
+  let used = null;
+  try {
+    used = uv.rowFor(table, state.checker.far ?? uv.DEFAULT_FAR);
+  } catch {
+    used = null; // the table states no FAR that low: the rows still show what it does state
+  }
+  for (const row of table.rows) {
+    const tr = document.createElement("tr");
+    if (row === used) tr.className = "in-use";
+    const cells = [oneIn(row.far), row.frr === null ? "—" : percent(row.frr), row.threshold.toFixed(4)];
+    for (const cell of cells) tr.append(Object.assign(document.createElement("td"), { textContent: cell }));
+    body.append(tr);
+  }
+  const people = `measured on ${count(table.people)} people`;
+  $("b-cal-summary").textContent = used
+    ? `Stated false-accept rate: ${oneIn(used.far)} (${people})`
+    : `Stated false-accept rates: ${oneIn(table.rows[0].far)} to ${oneIn(table.rows.at(-1).far)} (${people})`;
+  const genuine = used?.frr != null ? ` and ${count(table.genuineTrials)} of the right person's (${percent(used.frr)} of them turned away at ${oneIn(used.far)})` : "";
+  $("b-cal-detail").textContent =
+    `Measured with ${count(table.impostorTrials)} tries of a voice against another person's template${genuine}. ` +
+    `Your own threshold comes from your clips and is never below the bundle's. Data: ${calibration.data}`;
 }
 
 // -- the verifier -----------------------------------------------------------------------------
@@ -207,6 +272,7 @@ async function record(what) {
       ui.progress.style.width = `${Math.round(fraction * 100)}%`;
       const left = Math.max(0, CLIP_SECONDS - (performance.now() - started) / 1000);
       ui.message.textContent = `Recording ${what}: speak now… ${left.toFixed(1)} s`;
+      progressed();
     },
   });
   say(`Processing ${what}…`);
@@ -226,8 +292,20 @@ function renderClips(extra = null) {
   else ui.clips.replaceChildren();
 }
 
+/** Whether a passphrase is given; without one, recording (enroll or verify) says so and does not start. */
+function passphraseGiven() {
+  const given = ui.passphrase.value !== "";
+  ui.passphrase.setAttribute("aria-invalid", String(!given));
+  if (!given) {
+    ui.passphrase.focus();
+    say("Enter a passphrase first (it encrypts the template): nothing was recorded.", "error");
+  }
+  return given;
+}
+
 async function onRecord() {
   currentUser();
+  if (!passphraseGiven()) return;
   const samples = await record(`clip ${state.clips.length + 1} of ${CLIPS}`);
   state.attempts += 1;
   const report = state.checker.checkSample(samples, { enrollment: true, name: `clip ${state.attempts}` });
@@ -251,14 +329,19 @@ async function onEnroll() {
   const user = currentUser();
   const v = await verifier();
   say("Enrolling (the key derivation takes a moment)…");
-  const report = await v.enroll(state.clips, { user });
+  let embedded = 0;
+  const report = await v.enroll(state.clips, {
+    user,
+    onSample: () => say(`Enrolling: clip ${++embedded} of ${state.clips.length} done…`),
+  });
+  state.enrolled = true;
   state.clips = [];
   state.attempts = 0;
   renderClips();
   const lines = [`Enrolled ${report.user} from ${report.used} clips (${report.mode} mode).`];
   if (report.far !== null) {
     lines.push(`Expected at this user's threshold: false accepts ${report.expectedFar ?? "?"}, false rejects ${report.expectedFrr ?? "?"}` +
-      ` (floored at FAR ${uv.pyG(report.far)}${report.floored ? ", raised by the calibration" : ""}).`);
+      ` (floored at a false-accept rate of ${oneIn(report.far)}${report.floored ? ", raised by the calibration" : ""}).`);
   } else {
     lines.push("No calibration row: the threshold comes from your own clips alone.");
   }
@@ -271,6 +354,7 @@ async function onEnroll() {
 async function onVerify() {
   ui.verifyResult.textContent = "";
   const user = currentUser();
+  if (!passphraseGiven()) return;
   const v = await verifier();
   say("Opening the template…");
   // Before asking anyone to speak: the passphrase opens the template, the user is enrolled and
@@ -302,6 +386,7 @@ async function onDelete() {
   state.store ??= await uv.IndexedDBStore.open("uvsdk");
   // deletion needs no passphrase (anyone with this origin's storage can delete it anyway)
   await new uv.Templates(state.store).delete(user);
+  state.enrolled = false;
   state.verifier = null;
   ui.enrollResult.textContent = "";
   ui.verifyResult.textContent = "";
@@ -329,6 +414,8 @@ ui.user.addEventListener("change", () => {
   renderClips();
   refresh();
 });
+ui.user.addEventListener("input", () => checkEnrolled());
+ui.passphrase.addEventListener("input", () => ui.passphrase.removeAttribute("aria-invalid"));
 ui.file.addEventListener("change", () => {
   const file = ui.file.files?.[0];
   if (file) busy(async () => loadBundle(new Uint8Array(await file.arrayBuffer()), file.name));
@@ -345,6 +432,7 @@ busy(async () => {
     throw new uv.BundleError(`${url.pathname}: ${response.status} ${response.statusText || "not found"}`);
   }
   await loadBundle(new Uint8Array(await response.arrayBuffer()), url.pathname.split("/").pop());
+  await checkEnrolled();
 }).finally(() => {
   document.body.dataset.ready = "1"; // the browser test waits for this
 });

@@ -12,6 +12,11 @@
 //
 // runConformance({uv, ort, readFile, only?, onResult?}) -> [{file, name, ok, message, ms}]
 
+// Python's json.loads (integers stay integers: 16000 vs 16000.0 matters to the bundle vectors):
+// internal to the package, not exported by it, so imported from the build itself (the same
+// relative path in a browser, /web/ -> /dist/, and under Node, js/web/ -> js/dist/).
+import { parseJson } from "../dist/src/pyjson.js";
+
 export const FILES = ["media", "model", "enroll", "codeword", "template", "backoff", "bundle"];
 
 class Mismatch extends Error {}
@@ -362,10 +367,10 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
   }
 
   if (docs.bundle) {
-    const doc = uv.parseJson(docs.bundle); // integers stay integers (16000 vs 16000.0 matters here)
+    const doc = parseJson(docs.bundle); // integers stay integers (16000 vs 16000.0 matters here)
     const base = doc.base_manifest;
     const clone = (v) =>
-      uv.parseJson(JSON.stringify(v, (_, x) => (typeof x === "bigint" ? `__INT__${x}` : x)).replace(/"__INT__(-?\d+)"/g, "$1"));
+      parseJson(JSON.stringify(v, (_, x) => (typeof x === "bigint" ? `__INT__${x}` : x)).replace(/"__INT__(-?\d+)"/g, "$1"));
     for (const c of doc.manifests) {
       add("bundle", `manifest ${c.name}`, () => {
         const data = clone(base);

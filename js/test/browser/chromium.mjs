@@ -1,8 +1,11 @@
 // Shared by the browser tests: find Chromium (Debian's `chromium`, or $CHROMIUM), launch it with
-// playwright-core, and serve the page (scripts/serve.mjs) on a free port.
+// playwright-core, serve the page (scripts/serve.mjs) on a free port, and wait on a page's
+// progress rather than on a clock (waitWhileProgressing). playwright-core starts Chromium in a
+// process group of its own and kills that group when the browser is closed or this process ends.
 //
 // Without Chromium the tests FAIL, unless UVSDK_SKIP_BROWSER=1 is set (then they skip).
 import { accessSync, constants, mkdirSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 
@@ -89,4 +92,55 @@ export async function serveAndLaunch(t) {
   });
   browser = await launch();
   return { server, browser };
+}
+
+/** Seconds a page may show no progress at all before a wait fails (the wait itself has no limit). */
+export const STALL_SECONDS = 120;
+const POLL_MS = 100;
+
+/**
+ * What the page (js/web/) shows that changes as it works: its step counter (`body[data-progress]`:
+ * messages, recording ticks, clips embedded), its ready state and its message line. The
+ * conformance page's counterpart is its rows of results and its summary line.
+ */
+export const pageProgress = () =>
+  [
+    document.readyState,
+    document.body?.dataset.progress,
+    document.querySelector("[data-testid=message]")?.textContent,
+    document.querySelectorAll("[data-testid=results] tr").length,
+    document.querySelector("[data-testid=summary]")?.textContent,
+  ].join("|");
+
+/**
+ * Wait until `condition(arg)`, run in the page, is true, for as long as the page shows progress:
+ * fails (naming `what`, with the page's last progress) only when `progress`, run in the page, has
+ * returned the same thing for `stallSeconds` in a row. Under load the page is slow, not stuck.
+ */
+export async function waitWhileProgressing(page, what, condition, arg, { progress = pageProgress, stallSeconds = STALL_SECONDS } = {}) {
+  let last = null;
+  let since = Date.now();
+  for (;;) {
+    let now;
+    try {
+      if (await page.evaluate(condition, arg)) return;
+      now = await page.evaluate(progress);
+    } catch (error) {
+      if (!/Execution context was destroyed|navigat/i.test(error.message)) throw error;
+      now = `navigating ${Date.now()}`; // a new document is loading: that is progress
+    }
+    if (now !== last) {
+      last = now;
+      since = Date.now();
+    } else if (Date.now() - since > stallSeconds * 1000) {
+      throw new Error(`${what}: the page showed no progress for ${stallSeconds} s (last: ${JSON.stringify(now)})`);
+    }
+    await sleep(POLL_MS);
+  }
+}
+
+/** Open `url` (no navigation time limit) and wait, while it progresses, until `condition` holds. */
+export async function gotoAndWait(page, url, what, condition, arg) {
+  await page.goto(url, { waitUntil: "commit", timeout: 0 });
+  await waitWhileProgressing(page, what, condition, arg);
 }
