@@ -110,3 +110,79 @@ def test_what_needs_no_extra_still_works(tmp_path: Path) -> None:
         assert (
             "usage" in shown.stdout.lower() and "loaded: \n" in shown.stderr
         )  # torch never imported
+
+
+#: Run a console script's target, then name the heavy modules it loaded.
+LIGHT_PROGRAM = """
+import importlib, sys
+
+module, _, function = sys.argv[2].partition(":")
+sys.argv = sys.argv[2:]
+status = getattr(importlib.import_module(module), function)()
+loaded = sorted({HEAVY} & {{name.partition(".")[0] for name in sys.modules}})
+print("heavy:", ",".join(loaded), file=sys.stderr)
+sys.exit(status)
+"""
+#: What parsing a command line, its errors, its help and a dry run must not import.
+HEAVY = ("torch", "galois", "matplotlib", "onnx", "onnxruntime")
+
+
+def run_light(name: str, *args: str) -> subprocess.CompletedProcess:
+    program = LIGHT_PROGRAM.format(HEAVY=set(HEAVY))
+    return subprocess.run(
+        [sys.executable, "-c", program, "", scripts()[name], *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def heavy_loaded(result: subprocess.CompletedProcess) -> str:
+    return result.stderr.rsplit("heavy:", 1)[1].strip()
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "shown"),
+    [
+        (["run"], 2, "missing option --out"),
+        (
+            ["run", "--method", "fedhide", "--dataset", "x", "--alpha", "3", "--out", "o"],
+            2,
+            "alpha",
+        ),
+        (["run", "--method", "fedhide", "--dataset", "x", "--alpha", "3", "--dry-run"], 2, "alpha"),
+        (["run", "--preset", "feduv-voxceleb", "--dry-run"], 0, '"method": "feduv"'),
+        (["run", "--method", "fedface", "--dataset", "x", "--dry-run"], 0, '"parties": 3'),
+        (["run", "--no-such-option"], 2, "No such option"),
+        (["presets"], 0, "feduv-voxceleb"),
+        (["data", "list"], 0, "formant-voices"),
+        (["--help"], 0, "FedFace"),
+        (["run", "--help"], 0, "--lambda"),
+    ],
+)
+def test_uvtrain_answers_without_importing_torch(args: list[str], status: int, shown: str) -> None:
+    """Arguments, their errors, help, ``presets`` and ``--dry-run`` need no torch (issue 30:
+    13-25 s on a loaded machine before a missing argument was reported)."""
+    result = run_light("uvtrain", *args)
+    assert result.returncode == status, result.stderr
+    assert shown in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert heavy_loaded(result) == ""
+
+
+def test_uvtrain_help_names_every_method() -> None:
+    from uvtrain.methods import PARAMETERS
+
+    result = run_light("uvtrain", "--help")
+    text = result.stdout.lower()
+    assert result.returncode == 0 and all(name in text for name in PARAMETERS), text
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [([], 2), (["export"], 2), (["calibrate"], 2), (["--help"], 0), (["keygen", "--help"], 0)],
+)
+def test_uvexport_answers_without_importing_torch(args: list[str], status: int) -> None:
+    result = run_light("uvexport", *args)
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr and heavy_loaded(result) == ""

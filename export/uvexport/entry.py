@@ -1,4 +1,4 @@
-"""The console entry point of ``uvexport``: it imports nothing heavy (see :mod:`uvtrain.entry`).
+"""The console entry point of ``uvexport``: it imports nothing heavy (see :mod:`uvtrain.extras`).
 
 ``keygen`` needs only the SDK's dependencies (cryptography); exporting a run and rebuilding the
 default voice need the ``train`` extra (torch, onnx, onnxscript, ...).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from uvtrain.entry import EXPORT, check
+from uvtrain.extras import EXPORT, check
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,8 +21,11 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from .calibration import DEFAULT_FAR
 from .errors import UvsdkError, printable
+
+#: ``--far``'s default as its help states it: :data:`uvsdk.calibration.DEFAULT_FAR` (not imported
+#: here: it brings numpy, and this module is imported for every command and for ``--help``).
+FAR_SHOWN = "0.01"
 
 
 class _OneLineErrors(TyperGroup):
@@ -154,20 +157,22 @@ def enroll(
     tpr: Annotated[float, typer.Option("--tpr", help="Target true-positive rate q.")] = 0.95,
     store: StoreDir = None,
     far: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--far",
             help="False-accept rate in (0, 0.5]: the threshold is at least the bundle's "
             "calibrated threshold at this FAR (when the bundle is calibrated).",
+            show_default=FAR_SHOWN,
         ),
-    ] = DEFAULT_FAR,
+    ] = None,
 ) -> None:
     """Enroll a user from a folder of samples (at least 5 usable).
 
     The threshold is the warm-up rule at --tpr, raised to the bundle's calibrated threshold at
     --far when that is higher.
     """
-    verifier = _verifier(bundle, store, far=far)  # a bad --far: one line, before any work
+    # a bad --far: one line, before any work; none given: the Verifier's default
+    verifier = _verifier(bundle, store, **({} if far is None else {"far": far}))
 
     def show(sample: Any) -> None:
         if sample.used:

@@ -601,3 +601,43 @@ def test_interactive_hidden_prompt(spectral_bundle: Path, voice_dir: Path, tmp_p
     assert code == 0 and "ACCEPT" in output and "repeat" not in output  # asked once to open
     code, output = _run_in_terminal([*base, "verify", clip, *where], ["wrong"], env)
     assert code == 2 and "wrong passphrase" in output
+
+
+def test_the_command_module_loads_nothing_heavy() -> None:
+    """``import uvsdk.cli`` (every ``uvsdk`` command, ``--help``, a usage error) loads no numpy,
+    onnxruntime, media decoder or cryptography: each command imports what it uses (issue 30:
+    1.7 s in ``import uvsdk.cli``)."""
+    heavy = ("numpy", "onnxruntime", "soundfile", "soxr", "cryptography", "PIL", "torch")
+    program = (
+        "import sys\nimport uvsdk.cli\n"
+        "print(','.join(sorted({name.split('.')[0] for name in sys.modules})))"
+    )
+    loaded = (
+        subprocess.run(
+            [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=120
+        )
+        .stdout.strip()
+        .split(",")
+    )
+    assert "uvsdk" in loaded and not set(heavy) & set(loaded), loaded
+
+
+def test_the_far_default_shown_is_the_sdks() -> None:
+    from uvsdk.calibration import DEFAULT_FAR
+    from uvsdk.cli import FAR_SHOWN
+
+    assert float(FAR_SHOWN) == DEFAULT_FAR
+    shown = uvsdk("enroll", "--help", env={"COLUMNS": "200"})
+    assert f"[default: ({FAR_SHOWN})]" in " ".join(shown.output.split())
+
+
+def test_the_package_still_offers_its_names() -> None:
+    import uvsdk
+    from uvsdk import Bundle, Verifier  # imported on first use
+    from uvsdk.bundle import Bundle as BundleClass
+    from uvsdk.verifier import Verifier as VerifierClass
+
+    assert Verifier is VerifierClass and Bundle is BundleClass
+    assert set(uvsdk.__all__) <= set(dir(uvsdk))
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        uvsdk.Nothing  # noqa: B018

@@ -39,6 +39,7 @@ from uvtrain.config import (  # noqa: E402
     read_toml,
     resolve,
 )
+from uvtrain.methods import PARAMETERS, MethodParameters  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -179,8 +180,8 @@ def test_the_command_line_options_are_the_dataclasses_fields() -> None:
 
 
 @dataclass(frozen=True)
-class FedTest(FedAvg):
-    """A new method: one dataclass (and, in the project, one registry line)."""
+class FedTestParameters(MethodParameters):
+    """A new method's parameters (in the project: in uvtrain/methods.py, one PARAMETERS line)."""
 
     name: ClassVar[str] = "fedtest"
     gamma: float = field(default=1.0, metadata={"help": "FedTest γ."})
@@ -191,22 +192,55 @@ class FedTest(FedAvg):
             raise ConfigError("gamma must be positive")
 
 
-def test_a_new_method_is_one_dataclass_and_one_registry_line(
+@dataclass(frozen=True)
+class FedTest(FedTestParameters, FedAvg):
+    """Its algorithm: the parameters and the hooks (in the project: one file in algorithms/, one
+    METHODS line)."""
+
+
+def test_a_new_method_is_its_parameters_its_hooks_and_two_registry_lines(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from uvtrain.cli import app
 
+    monkeypatch.setitem(PARAMETERS, "fedtest", FedTestParameters)
     monkeypatch.setitem(METHODS, "fedtest", FedTest)
     config = RunConfig.from_flat({"method": "fedtest", "dataset": "x", "gamma": 2.0})
     assert config.method == FedTest(gamma=2.0) and config.to_dict()["gamma"] == 2.0
     path = tmp_path / "run.toml"
     path.write_text('method = "fedtest"\ndataset = "x"\n[fedtest]\ngamma = 3.0\n')
     assert resolve({}, path).method.gamma == 3.0
+    light = resolve({}, path, parameters_only=True).method
+    assert type(light) is FedTestParameters and light.gamma == 3.0
     with pytest.raises(ConfigError, match="gamma must be positive"):
         RunConfig.from_flat({"method": "fedtest", "dataset": "x", "gamma": -1.0})
+    with pytest.raises(ConfigError, match="gamma must be positive"):
+        RunConfig.from_flat(
+            {"method": "fedtest", "dataset": "x", "gamma": -1.0}, parameters_only=True
+        )
     shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"})
     assert "--gamma" in shown.output and "FedTest γ." in shown.output
     assert "fedface or fedtest." in shown.output
+
+
+def test_every_algorithm_is_its_methods_parameters_and_hooks() -> None:
+    """:data:`uvtrain.methods.PARAMETERS` (no torch) and :data:`uvtrain.algorithms.METHODS` name
+    the same methods in the same order; each algorithm extends its parameters class without a
+    field of its own, so a config checked and printed from the parameters alone (``uvtrain run
+    --dry-run``) is the one that trains."""
+    assert list(PARAMETERS) == list(METHODS)
+    for name, algorithm in METHODS.items():
+        parameters = PARAMETERS[name]
+        assert issubclass(algorithm, parameters) and algorithm.name == parameters.name == name
+        assert dataclasses.fields(algorithm) == dataclasses.fields(parameters), name
+        light = RunConfig.from_flat({"method": name, "dataset": "x"}, parameters_only=True)
+        full = RunConfig.from_flat({"method": name, "dataset": "x"})
+        assert type(light.method) is parameters and type(full.method) is algorithm
+        assert light.to_dict() == full.to_dict()
+    config = RunConfig.from_flat({"method": "feduv", "dataset": "x"})
+    for not_a_method in (FedAvg(), MethodParameters()):  # the core, no method of its own
+        with pytest.raises(ConfigError, match="method must be one of"):
+            dataclasses.replace(config, method=not_a_method)
 
 
 def test_a_fedhide_run_folder_from_before_512_d_keeps_its_model(tmp_path: Path) -> None:

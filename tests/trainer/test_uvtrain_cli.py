@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,9 @@ def test_run_writes_the_run_folder_and_resumes(
 
     resumed = uvtrain("run", "--method", method, *TINY, "--rounds", "3", "--out", out)
     assert resumed.exit_code == 0, resumed.output
+    assert resumed.stderr.startswith(f"{method}: resumed from round 2\n"), resumed.stderr
+    assert f"{method}: round 3/3 (100%)" in resumed.stderr
+    assert "resumed" not in result.stderr  # the fresh run
     rounds = [
         json.loads(line)["round"] for line in (out / "metrics.jsonl").read_text().splitlines()
     ]
@@ -206,6 +210,17 @@ def test_eval_of_a_folder_that_is_no_run(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "is not a run folder" in result.stderr
 
 
+def test_data_build_shows_its_progress(data_root: Path) -> None:
+    """Synthesis says how far it is (issue 30: 93 s of silence), in lines when stderr is no
+    terminal."""
+    result = uvtrain("data", "build", "synth-voices", "--speakers", "4")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("synth-voices: speaker 4/4 (100%), "), result.stderr
+    assert " elapsed" in lines[-1] and "\r" not in result.stderr
+    assert result.stdout.startswith("built synth-voices: ")
+
+
 def test_data_list_names_the_builtin_sets() -> None:
     result = uvtrain("data", "list")
     assert result.exit_code == 0
@@ -288,10 +303,16 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+#: A progress line of the rounds done before an error (uvtrain.progress.progress_line).
+PROGRESS_LINE = re.compile(r"[\w-]+: round \d+/\d+ \(\d+%\), .* elapsed(, ETA .*)?")
+
+
 def one_error_line(result) -> str:
-    line = result.stderr.strip()
+    """The error: one line on stderr, after the progress of any rounds trained before it."""
+    *progress, line = result.stderr.strip().splitlines() or [""]
     assert result.exit_code == 2, result.output
-    assert line.startswith("uvtrain: error: ") and "\n" not in line, result.stderr
+    assert line.startswith("uvtrain: error: "), result.stderr
+    assert all(PROGRESS_LINE.fullmatch(shown) for shown in progress), result.stderr
     return line
 
 
@@ -461,8 +482,12 @@ def test_progress_is_a_compact_line_when_stderr_is_no_terminal(
     result = uvtrain("run", "--method", "feduv", *TINY, "--rounds", "2", "--out", tmp_path / "r")
     assert result.exit_code == 0, result.output
     assert "\r" not in result.stderr and "it/s" not in result.stderr and "%|" not in result.stderr
-    assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # one line at the end
-    assert result.stderr.startswith("feduv: round 2/2, loss ")
+    first, last = result.stderr.strip().splitlines()  # after the first round, and the last
+    time = r"\d+ (s|min \d+ s|min|h \d\d min)"  # uvtrain.progress.duration_text
+    assert re.fullmatch(
+        rf"feduv: round 1/2 \(50%\), loss \d\.\d{{4}}, {time} elapsed, ETA {time}", first
+    )
+    assert re.fullmatch(rf"feduv: round 2/2 \(100%\), loss \d\.\d{{4}}, {time} elapsed", last)
     assert "near chance" in result.output and "--rounds 800" in result.output
 
 

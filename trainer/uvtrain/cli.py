@@ -54,7 +54,8 @@ class PluginGroup(typer.core.TyperGroup):
 app = typer.Typer(
     cls=PluginGroup,
     name="uvtrain",
-    help="Federated training of user-verification models (FedUV, FedHide).",
+    help="Federated training of user-verification models: FedUV, FedHide and the baselines "
+    "FedAwS, softmax, FedGN, FedCS, and FedFace (cross-silo).",
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -136,24 +137,27 @@ class AuditCommand(GeneratedOptionsCommand):
 
 
 def _config_options() -> list[click.Parameter]:
-    """``--method`` and the options of :func:`uvtrain.config.cli_options`."""
+    """``--method`` and the options of :func:`uvtrain.config.cli_options` (from the methods'
+    parameters, :mod:`uvtrain.methods`: no torch)."""
     from .config import cli_options
 
-    try:
-        from .algorithms import METHODS
-    except (
-        ModuleNotFoundError
-    ):  # no torch: help still prints, the command then says what is missing
-        names, options = "the method", []
-    else:
-        names, options = ", ".join(METHODS), cli_options()
-        names = names[::-1].replace(" ,", " ro ", 1)[::-1]  # "a, b or c"
     made = [
         typer.core.TyperOption(
-            param_decls=["--method", "method"], type=click.STRING, default=None, help=f"{names}."
+            param_decls=["--method", "method"],
+            type=click.STRING,
+            default=None,
+            help=f"{method_names()}.",
         )
     ]
-    return made + [_typer_option(option) for option in options]
+    return made + [_typer_option(option) for option in cli_options()]
+
+
+def method_names() -> str:
+    """Every registered method, ``"feduv, fedhide, ... or fedface"``."""
+    from .methods import PARAMETERS
+
+    *first, last = PARAMETERS
+    return f"{', '.join(first)} or {last}"
 
 
 def _audit_privacy_options() -> list[click.Parameter]:
@@ -224,7 +228,7 @@ def _errors_to_exit(command: F) -> F:
             raise typer.Exit(2) from None
         except ModuleNotFoundError as error:
             # An extra's module imported by the command (the entry point checked the usual ones).
-            from .entry import EXTRA_OF, not_installed
+            from .extras import EXTRA_OF, not_installed
 
             if os.environ.get("UVTRAIN_DEBUG") or (error.name or "").split(".")[0] not in EXTRA_OF:
                 raise
@@ -340,8 +344,13 @@ def run(
     """Train a federated model (and evaluate it) into a run folder."""
     from .config import resolve
 
+    if out is None and not dry_run:
+        from .errors import ConfigError
+
+        raise ConfigError("missing option --out (the run folder); --dry-run needs none")
     given = click.get_current_context().meta.get(RunCommand.GIVEN, {})
-    settings = resolve(given, config, preset)
+    # checked from the methods' parameters: a bad value is refused before torch is imported
+    settings = resolve(given, config, preset, parameters_only=True)
     if dry_run:
         from .presets import get
 
@@ -350,13 +359,10 @@ def run(
             resolved["preset"] = get(preset).describe()
         typer.echo(json.dumps(resolved, indent=2))
         return
-    if out is None:
-        from .errors import ConfigError
-
-        raise ConfigError("missing option --out (the run folder); --dry-run needs none")
+    from .config import RunConfig
     from .run import train
 
-    folder = train(settings, out)
+    folder = train(RunConfig.from_flat(settings.to_dict()), out)  # the method's algorithm
     report = json.loads((folder / "report.json").read_text())
     _print_report(report, folder)
     hint = near_chance_hint(report)

@@ -310,13 +310,14 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
-        from .algorithms import METHODS  # here: importing the config needs no torch (--help)
+        from .methods import PARAMETERS  # here: importing the config needs no torch (--help)
 
         for name, kind in PARTS.items():
             if not isinstance(getattr(self, name), kind):
                 raise ConfigError(f"config: {name} must be a {kind.__name__}")
-        if type(self.method) not in METHODS.values():
-            raise ConfigError(f"config: method must be one of {', '.join(METHODS)}'s parameters")
+        kind = PARAMETERS.get(getattr(self.method, "name", ""))
+        if kind is None or not isinstance(self.method, kind):
+            raise ConfigError(f"config: method must be one of {', '.join(PARAMETERS)}'s parameters")
         for item in run_fields():
             check_field(item, getattr(self, item.name))
         if self.seed < 0:
@@ -331,13 +332,22 @@ class RunConfig:
     # -- flat keys ---------------------------------------------------------------------------
 
     @classmethod
-    def from_flat(cls, values: Mapping[str, Any], *, other_methods: str = "error") -> RunConfig:
+    def from_flat(
+        cls,
+        values: Mapping[str, Any],
+        *,
+        other_methods: str = "error",
+        parameters_only: bool = False,
+    ) -> RunConfig:
         """A config from flat keys: ``method`` (a name) and any key of a part, of the run or of
         that method (which go to its own dataclass). A key no part and no method declares is an
         error. A key of another registered method is refused (``other_methods="error"``: its
         value would apply to nothing) or dropped (``"ignore"``: a run folder's ``config.json``
-        written when the config held every method's keys, Flower's run config)."""
-        from .algorithms import METHODS
+        written when the config held every method's keys, Flower's run config).
+        ``parameters_only``: ``method`` is the method's parameters
+        (:data:`uvtrain.methods.PARAMETERS`, no torch: ``uvtrain run --dry-run``), not the
+        algorithm that trains."""
+        from .methods import PARAMETERS as METHODS
 
         values = dict(values)
         for required in ("method", "dataset"):
@@ -348,7 +358,12 @@ class RunConfig:
             raise ConfigError(f"config: method must be str, not {name!r}")
         if name not in METHODS:
             raise ConfigError(f"unknown method {name!r}: one of {', '.join(METHODS)}")
-        method = METHODS[name]
+        if parameters_only:
+            method = METHODS[name]
+        else:
+            from .algorithms import METHODS as ALGORITHMS
+
+            method = ALGORITHMS[name]
         own = {item.name for item in fields(method)}
         where = {item.name: part for part, item in part_fields()}
         parts: dict[str, dict[str, Any]] = {part: {} for part in (*PARTS, "run", "method")}
@@ -457,10 +472,10 @@ def part_fields() -> Iterator[tuple[str, dataclasses.Field]]:
 def method_fields() -> dict[str, dataclasses.Field]:
     """Every registered method's parameter fields by name (first declaration wins: FedHide, FedGN
     and FedCS share ``weight``)."""
-    from .algorithms import METHODS
+    from .methods import PARAMETERS
 
     found: dict[str, dataclasses.Field] = {}
-    for kind in METHODS.values():
+    for kind in PARAMETERS.values():
         for item in fields(kind):
             found.setdefault(item.name, item)
     return found
@@ -485,7 +500,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def _sections(data: dict[str, Any], name: str) -> dict[str, Any]:
-    from .algorithms import METHODS
+    from .methods import PARAMETERS as METHODS
 
     flat: dict[str, Any] = {}
 
@@ -519,7 +534,7 @@ def _sections(data: dict[str, Any], name: str) -> dict[str, Any]:
 def flatten_sections(values: Mapping[str, Any], method: str | None) -> dict[str, Any]:
     """``values`` (from :func:`read_toml`) with the chosen ``method``'s section merged into the
     flat keys and the other methods' sections dropped; its keys must be that method's."""
-    from .algorithms import METHODS
+    from .methods import PARAMETERS as METHODS
 
     flat = {k: v for k, v in values.items() if not (k in METHODS and isinstance(v, dict))}
     for key, section in values.items():
@@ -549,10 +564,15 @@ def read_toml_value(text: str) -> Any:
 
 
 def resolve(
-    cli: dict[str, Any], file: str | Path | None = None, preset: str | None = None
+    cli: dict[str, Any],
+    file: str | Path | None = None,
+    preset: str | None = None,
+    *,
+    parameters_only: bool = False,
 ) -> RunConfig:
     """Merge: options given on the command line beat the file, which beats the preset
-    (:mod:`uvtrain.presets`), which beats the defaults."""
+    (:mod:`uvtrain.presets`), which beats the defaults. ``parameters_only``: see
+    :meth:`RunConfig.from_flat`."""
     in_file = read_toml(file) if file else {}
     given = {key: value for key, value in cli.items() if value is not None}
     merged: dict[str, Any] = {}
@@ -563,7 +583,7 @@ def resolve(
     method = given.get("method", in_file.get("method", merged.get("method")))
     merged.update(flatten_sections(in_file, method))
     merged.update(given)
-    return RunConfig.from_flat(merged)
+    return RunConfig.from_flat(merged, parameters_only=parameters_only)
 
 
 # -- the command line -------------------------------------------------------------------------
@@ -608,7 +628,7 @@ def flower_keys() -> dict[str, Any]:
     """The flat keys (with their defaults) a Flower run config may set: every key of the parts
     and the run that means something on devices, and the parameters of every cross-device method
     (FedFace's are cross-silo), so that one app declares them all."""
-    from .algorithms import METHODS
+    from .methods import PARAMETERS as METHODS
 
     keys = {
         item.name: item.default

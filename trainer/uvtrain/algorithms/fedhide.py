@@ -26,15 +26,19 @@ default, kept as an option.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 from torch.nn import functional
 
-from ..errors import ConfigError
-from ..features import WINDOWS
+from ..methods import (
+    FedCSParameters,
+    FedGNParameters,
+    FedHideParameters,
+    ProxyBankParameters,
+)
 from .base import FedAvg, Tensors, random_unit_rows
 
 
@@ -64,45 +68,10 @@ def proxy_prototype(
 
 
 @dataclass(frozen=True)
-class ProxyBank(FedAvg):
+class ProxyBank(ProxyBankParameters, FedAvg):
     """What FedHide, FedGN and FedCS share: private unit prototypes trained with
     :func:`contrastive_loss` against a server-held bank of the clients' proxies. They differ only in
     how a client makes its proxy from its unit prototype (:meth:`proxy`)."""
-
-    audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
-    weight: float = field(  # λ
-        default=10.0, metadata={"help": "FedHide/FedGN/FedCS λ.", "flag": "--lambda"}
-    )
-    embedding_dim: int | None = field(
-        default=512,
-        metadata={
-            "help": "FedHide/FedGN/FedCS: embedding dimension (paper: 512; a run folder written "
-            "before this option reads as none: the backbone's own)."
-        },
-    )
-    window: str = field(
-        default="hamming",
-        metadata={"help": "FedHide/FedGN/FedCS: log-mel window, hamming (paper) or hann."},
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.weight < 0:
-            raise ConfigError("weight (λ) must be >= 0")
-        if self.embedding_dim is not None and self.embedding_dim < 1:
-            raise ConfigError("embedding_dim must be >= 1")
-        if self.window not in WINDOWS:
-            raise ConfigError(f"window must be one of {WINDOWS}, not {self.window!r}")
-
-    def backbone_options(self, backbone: type) -> dict[str, Any]:
-        """Sec. 4.1: 512-dimensional embeddings and, for a log-mel backbone, the Hamming window
-        (``embedding_dim``, ``window``)."""
-        options: dict[str, Any] = {}
-        if self.embedding_dim is not None:
-            options["embedding_dim"] = self.embedding_dim
-        if getattr(backbone, "takes_window", False):
-            options["window"] = self.window
-        return options
 
     def init_private(self, num_clients: int, dim: int, generator: torch.Generator) -> Tensors:
         # Unit norm from the start: the loss sees normalize(p), whose gradient is scaled by
@@ -157,18 +126,9 @@ class ProxyBank(FedAvg):
 
 
 @dataclass(frozen=True)
-class FedHide(ProxyBank):
+class FedHide(FedHideParameters, ProxyBank):
     """FedHide: private prototypes, proxy prototypes hidden among K neighbours (eq. 4,
     Algorithm 1)."""
-
-    name: ClassVar[str] = "fedhide"
-    alpha: float = field(default=0.1, metadata={"help": "FedHide α."})
-    neighbours: int = field(default=5, metadata={"help": "FedHide K nearest proxies."})  # K
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not 0 <= self.alpha <= 1 or self.neighbours < 1:
-            raise ConfigError("alpha must be in [0, 1] and neighbours >= 1")
 
     def proxy(self, prototype: Tensor, constants: Tensors, shared: Tensors) -> Tensor:
         return proxy_prototype(
@@ -191,18 +151,11 @@ def cosine_proxy(prototype: Tensor, noise: Tensor, cosine: float) -> Tensor:
 
 
 @dataclass(frozen=True)
-class FedGN(ProxyBank):
+class FedGN(FedGNParameters, ProxyBank):
     """FedHide's loss and bank, with Gaussian-noise proxies ``normalize(w + σ n)`` (the FedHide
     paper's FedGN baseline)."""
 
-    name: ClassVar[str] = "fedgn"
     message_noise: ClassVar[bool] = True
-    sigma: float = field(default=0.3, metadata={"help": "FedGN noise σ."})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.sigma < 0:
-            raise ConfigError("sigma must be >= 0")
 
     def proxy(self, prototype: Tensor, constants: Tensors, shared: Tensors) -> Tensor:
         return gaussian_proxy(prototype, constants["noise"], self.sigma)
@@ -214,18 +167,11 @@ class FedGN(ProxyBank):
 
 
 @dataclass(frozen=True)
-class FedCS(ProxyBank):
+class FedCS(FedCSParameters, ProxyBank):
     """FedHide's loss and bank, with proxies drawn at a fixed cosine to the prototype (the FedHide
     paper's FedCS baseline)."""
 
-    name: ClassVar[str] = "fedcs"
     message_noise: ClassVar[bool] = True
-    cosine: float = field(default=0.3, metadata={"help": "FedCS cos θ to the prototype."})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not -1 <= self.cosine <= 1:
-            raise ConfigError("cosine must be in [-1, 1]")
 
     def proxy(self, prototype: Tensor, constants: Tensors, shared: Tensors) -> Tensor:
         return cosine_proxy(prototype, constants["noise"], self.cosine)

@@ -26,8 +26,7 @@ itself (``negative_weight = 0``, every preset and deployment) does not change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -37,10 +36,10 @@ from uvsdk.codeword import bipolar, encode, user_id_bits
 
 from ..codes import bch_code
 from ..errors import ConfigError
+from ..methods import NEGATIVE_LOSSES, FedUVParameters
 from .base import FedAvg, Tensors
 
 #: The forms of the ablation's negative loss (``FedUV.negative_loss``): the paper's, then ours.
-NEGATIVE_LOSSES: tuple[str, ...] = ("max", "mean-relu")
 
 
 def positive_loss(outputs: Tensor, codeword: Tensor) -> Tensor:
@@ -128,42 +127,11 @@ def client_codewords(num_clients: int, code_length: int, seed: int) -> np.ndarra
 
 
 @dataclass(frozen=True)
-class FedUV(FedAvg):
+class FedUV(FedUVParameters, FedAvg):
     """FedUV: secret BCH codewords, positive-only loss, FedAvg of the whole model (W included).
 
     ``negative_weight`` (λ of eq. 3) and ``negative_loss`` (its form, see the module) are the
     paper's Fig. 4 ablation, which shares every codeword; 0 is FedUV."""
-
-    name: ClassVar[str] = "feduv"
-    output_kind: ClassVar[str] = "codeword"
-    update_reveals_secret: ClassVar[bool] = True
-    device_secrets: ClassVar[tuple[str, ...]] = ("codeword",)
-    audits: ClassVar[frozenset[str]] = frozenset({"codeword-bits", "inversion"})
-    code_length: int = field(default=127, metadata={"help": "FedUV BCH length: 127, 255, 511."})
-    negative_weight: float = field(
-        default=0.0, metadata={"help": "FedUV ablation: negative loss weight λ (eq. 3)."}
-    )
-    negative_loss: str = field(
-        default="max",
-        metadata={"help": "FedUV ablation's ℓ_neg: max (the paper's eq. 4) or mean-relu (ours)."},
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.code_length not in (127, 255, 511):
-            raise ConfigError("code_length must be 127, 255 or 511 (the FedUV paper's BCH codes)")
-        if self.negative_weight < 0:
-            raise ConfigError("negative_weight must be >= 0")
-        if self.negative_loss not in NEGATIVE_LOSSES:
-            raise ConfigError(
-                f"negative_loss must be one of {', '.join(NEGATIVE_LOSSES)}, "
-                f"got {self.negative_loss!r}"
-            )
-
-    def deployment_problem(self) -> str | None:
-        if self.negative_weight > 0:
-            return "negative_weight needs every user's codeword: not on Flower"
-        return None
 
     def build_model(self, backbone: nn.Module, num_clients: int) -> nn.Module:
         from ..models import CodewordModel

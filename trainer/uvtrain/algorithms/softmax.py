@@ -28,19 +28,16 @@ so its checkpoint (no bias) still fits. ``scale`` is read by the cosine head onl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
 from ..errors import ConfigError
+from ..methods import SOFTMAX_HEADS, SoftmaxParameters
 from ..models import EmbeddingModel
 from .base import FedAvg, Tensors
-
-#: The softmax heads (``Softmax.softmax_head``): the paper's, then ours.
-SOFTMAX_HEADS: tuple[str, ...] = ("plain", "cosine")
 
 
 def softmax_logits(
@@ -89,29 +86,9 @@ class SoftmaxModel(EmbeddingModel):
 
 
 @dataclass(frozen=True)
-class Softmax(FedAvg):
+class Softmax(SoftmaxParameters, FedAvg):
     """FedAvg of the model and a shared class matrix, with softmax cross-entropy (plain FC layer
     by default, the cosine head as an option)."""
-
-    name: ClassVar[str] = "softmax"
-    audits: ClassVar[frozenset[str]] = frozenset({"prototype-leakage", "inversion"})
-    verifies_by_class_row: ClassVar[bool] = True
-    softmax_head: str = field(
-        default="plain",
-        metadata={
-            "help": "Softmax head: plain (W z + b, the FedUV paper's) or cosine (s·W̃ z, ours)."
-        },
-    )
-    scale: float = field(default=16.0, metadata={"help": "Cosine softmax logit scale s."})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.softmax_head not in SOFTMAX_HEADS:
-            raise ConfigError(
-                f"softmax_head must be one of {', '.join(SOFTMAX_HEADS)}, got {self.softmax_head!r}"
-            )
-        if self.scale <= 0:
-            raise ConfigError("scale must be positive")
 
     @property
     def loss_reads_model(self) -> tuple[str, ...]:  # type: ignore[override]

@@ -121,19 +121,19 @@ def bit_recovery(
     per-client path, the batches of the next round); the attacks run on each plain update, and
     on the SecAgg+ aggregate of ``settings.cohort_draws`` random cohorts of each size.
     """
-    from tqdm.auto import tqdm
+    from ..progress import Progress
 
     cohorts = fitting(settings.cohorts, len(pool), settings.skip_large_cohorts, "cohorts")
     round_number = simulation.round + 1
     lr = simulation.config.learning_rate(round_number)
     layout = Layout.of(simulation.params, (CODEWORD_WEIGHT,))
     shape = layout.shapes[0]
-    with tqdm(
-        total=len(pool),
-        desc=f"client updates, round {round_number}",
+    with Progress(
+        f"client updates, round {round_number}",
+        len(pool),
         unit="client",
-        disable=None if progress else True,
-        leave=False,
+        enabled=progress,
+        transient=True,
     ) as bar:
         batches = simulation.batches_of_round(round_number, pool)
         thetas, losses = client_parameters(simulation, pool, batches, lr, layout, bar)

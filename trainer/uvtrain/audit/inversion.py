@@ -116,7 +116,7 @@ def invert_update(
     seed
         The random start (uniform in [0, 1]).
     progress
-        A tqdm bar to tick once per step, or ``None``.
+        A :class:`uvtrain.progress.Progress` to tick once per step, or ``None``.
 
     Returns
     -------
@@ -210,7 +210,7 @@ def inversion_audit(
     Returns the scores (JSON) and the images for the figure (truth, mean public face, each
     reconstruction), all ``[B, H, W, C]`` in [0, 1].
     """
-    from tqdm.auto import tqdm
+    from ..progress import Progress
 
     clients = len(dataset.clients)
     cohorts = fitting(settings.cohorts, clients, settings.skip_large_cohorts, "inversion-cohorts")
@@ -249,12 +249,12 @@ def inversion_audit(
             hidden = mean_hidden(simulation, public)
     scores: dict[str, Any] = {}
     shape = (batch, *images.shape[2:])
-    bar = tqdm(
-        total=settings.steps * len(updates),
-        desc=f"inversion, round {simulation.round}",
+    bar = Progress(
+        f"inversion, round {simulation.round}",
+        settings.steps * len(updates),
         unit="step",
-        disable=None if progress else True,
-        leave=False,
+        enabled=progress,
+        transient=True,
     )
     with bar:
         for name, flat in updates.items():

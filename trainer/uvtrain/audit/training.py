@@ -37,7 +37,7 @@ def client_parameters(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``[m, P]`` each client's parameters after its local training on its ``batches``
     (``[m, E, B, ...]``) from the global ``θ``, flattened by ``layout``, and the clients' mean
-    losses; ``progress`` (a tqdm bar) is ticked once a client."""
+    losses; ``progress`` (a :class:`uvtrain.progress.Progress`) is ticked once a client."""
     rows, losses = [], []
     for position, client in enumerate(np.asarray(clients).tolist()):
         params, _, loss = simulation.client_update(client, batches[position], lr)
@@ -84,17 +84,13 @@ def train_rounds(
 ) -> tuple[np.ndarray, float | None]:
     """Train ``rounds`` rounds (``simulation.step`` unless ``step`` is given, which returns the
     round's loss); returns how many times each client took part and the last loss."""
-    from tqdm.auto import tqdm
+    from ..progress import Progress
 
     taken = np.zeros(simulation.num_clients, dtype=np.int64)
     loss = None
-    for _ in tqdm(
-        range(rounds),
-        desc=description,
-        unit="round",
-        disable=None if progress else True,
-        leave=False,
-    ):
-        taken[simulation.clients_of_round(simulation.round + 1)] += 1
-        loss = step() if step is not None else float(simulation.step()["loss"])
+    with Progress(description, rounds, unit="round", enabled=progress, transient=True) as bar:
+        for _ in range(rounds):
+            taken[simulation.clients_of_round(simulation.round + 1)] += 1
+            loss = step() if step is not None else float(simulation.step()["loss"])
+            bar.update(1, {"loss": f"{loss:.4f}"})
     return taken, loss

@@ -42,6 +42,7 @@ import numpy as np
 from uvsdk.errors import MediaError
 from uvsdk.media import load_audio, load_image
 
+from ..progress import Progress
 from .base import UNKNOWN_FRACTION, DatasetError, FederatedDataset, assemble, fit_length
 
 __all__ = ["celeba", "cifar100", "mnist_uv", "vggface2", "voxceleb1", "voxceleb2"]
@@ -117,12 +118,10 @@ def _decode(
 
     Returns the identities' stacked samples and the number of files skipped.
     """
-    from tqdm.auto import tqdm
-
     samples: dict[str, np.ndarray] = {}
     skipped = 0
     total = sum(len(paths) for paths in selected.values())
-    with tqdm(total=total, desc=corpus, unit="file", disable=None if progress else True) as bar:
+    with Progress(corpus, total, unit="file", enabled=progress) as bar:
         for name, paths in selected.items():
             decoded = []
             for path in paths:
@@ -543,10 +542,9 @@ def _femnist_digits(
 ) -> dict[str, dict[int, list[np.ndarray]]]:
     """Writer → digit → its 28×28 uint8 images, merged over all files (LEAF splits each writer's
     samples between ``train`` and ``test``)."""
-    from tqdm.auto import tqdm
-
     writers: dict[str, dict[int, list[np.ndarray]]] = {}
-    for path in tqdm(files, desc="mnist-uv", unit="file", disable=None if progress else True):
+    bar = Progress("mnist-uv", len(files), unit="file", enabled=progress)
+    for path in files:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             user_data = data["user_data"]
@@ -566,6 +564,7 @@ def _femnist_digits(
             per_digit = writers.setdefault(writer, {digit: [] for digit in digits})
             for digit in digits:
                 per_digit[digit].extend(images[labels == digit])
+        bar.update()
     return writers
 
 

@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from ..progress import Progress
 from .base import UNKNOWN_FRACTION, DatasetError, FederatedDataset, assemble, fit_length
 
 __all__ = [
@@ -634,8 +635,6 @@ def synth_voices(
     FederatedDataset
         Audio, float32 ``[n, round(clip_seconds * 16000)]`` per split; identities ``spk00000``...
     """
-    from tqdm.auto import tqdm
-
     if speakers < 2 or utterances < 3 or clip_seconds < 0.5:
         raise DatasetError("synth-voices needs at least 2 speakers, 3 utterances and 0.5 s clips")
     pool = _voice_pools(languages)
@@ -647,9 +646,7 @@ def synth_voices(
         for first in range(0, speakers, BLOCK_SPEAKERS)
     ]
     results: dict[int, np.ndarray] = {}
-    bar = tqdm(
-        total=speakers, desc="synth-voices", unit="speaker", disable=None if progress else True
-    )
+    bar = Progress("synth-voices", speakers, unit="speaker", enabled=progress)
     with (
         bar,
         tempfile.TemporaryDirectory(prefix="synth-voices-") as folder,

@@ -434,13 +434,12 @@ def trial_scores(
     """
     if len(left) != len(right):
         raise ValueError("left and right must name one utterance each per trial")
-    from tqdm.auto import tqdm
+    from ..progress import Progress
 
     names = list(dict.fromkeys(name for pair in zip(left, right, strict=True) for name in pair))
     means: dict[str, np.ndarray] = {}
-    for name in tqdm(
-        names, desc="trial utterances", unit="file", disable=None if progress else True
-    ):
+    bar = Progress("trial utterances", len(names), unit="file", enabled=progress)
+    for name in names:
         outputs = np.asarray(
             embed(evenly_spaced_crops(load(name), sample_rate, crops, crop_seconds)),
             dtype=np.float64,
@@ -448,6 +447,7 @@ def trial_scores(
         if outputs.ndim != 2 or outputs.shape[0] != crops:
             raise ValueError(f"embed must return [{crops}, d], not {outputs.shape}")
         means[name] = rescale(outputs, 1.0).mean(axis=0)
+        bar.update()
     return np.array(
         [means[a] @ means[b] for a, b in zip(left, right, strict=True)], dtype=np.float64
     )
