@@ -347,7 +347,7 @@ class RunConfig:
         ``parameters_only``: ``method`` is the method's parameters
         (:data:`uvtrain.methods.PARAMETERS`, no torch: ``uvtrain run --dry-run``), not the
         algorithm that trains."""
-        from .methods import PARAMETERS as METHODS
+        from .methods import PARAMETERS
 
         values = dict(values)
         for required in ("method", "dataset"):
@@ -356,10 +356,10 @@ class RunConfig:
         name = values.pop("method")
         if not isinstance(name, str):
             raise ConfigError(f"config: method must be str, not {name!r}")
-        if name not in METHODS:
-            raise ConfigError(f"unknown method {name!r}: one of {', '.join(METHODS)}")
+        if name not in PARAMETERS:
+            raise ConfigError(f"unknown method {name!r}: one of {', '.join(PARAMETERS)}")
         if parameters_only:
-            method = METHODS[name]
+            method = PARAMETERS[name]
         else:
             from .algorithms import METHODS as ALGORITHMS
 
@@ -383,7 +383,7 @@ class RunConfig:
             for key in foreign:  # a bad value is named as such (--lambda inf), then the key
                 check_field(method_fields()[key], values[key])
             key = foreign[0]
-            owners = [other for other, kind in METHODS.items() if key in _names(kind)]
+            owners = [other for other, kind in PARAMETERS.items() if key in _names(kind)]
             raise ConfigError(
                 f"{key} is a parameter of {', '.join(owners)}, not of {name}: drop it, or put it "
                 f"in a [{owners[0]}] section of the config file"
@@ -500,7 +500,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def _sections(data: dict[str, Any], name: str) -> dict[str, Any]:
-    from .methods import PARAMETERS as METHODS
+    from .methods import PARAMETERS
 
     flat: dict[str, Any] = {}
 
@@ -512,21 +512,21 @@ def _sections(data: dict[str, Any], name: str) -> dict[str, Any]:
     for key, value in data.items():
         if not isinstance(value, dict):
             put(key, value, "top level")
-        elif key in METHODS:
+        elif key in PARAMETERS:
             put(key, value, f"[{key}]")
         elif key in (*PARTS, "run"):
             declared = {item.name for part, item in part_fields() if part == key}
             for inner, inner_value in value.items():
                 if key != "run" and inner not in declared:
                     raise ConfigError(f"{name}: [{key}] has no key {inner!r}")
-                if key == "run" and isinstance(inner_value, dict) and inner in METHODS:
+                if key == "run" and isinstance(inner_value, dict) and inner in PARAMETERS:
                     put(inner, inner_value, f"[run.{inner}]")
                 else:
                     put(inner, inner_value, f"[{key}]")
         else:
             raise ConfigError(
                 f"{name}: unknown section [{key}]: one of run, schedule, data, model, "
-                f"{', '.join(METHODS)}"
+                f"{', '.join(PARAMETERS)}"
             )
     return flat
 
@@ -534,13 +534,13 @@ def _sections(data: dict[str, Any], name: str) -> dict[str, Any]:
 def flatten_sections(values: Mapping[str, Any], method: str | None) -> dict[str, Any]:
     """``values`` (from :func:`read_toml`) with the chosen ``method``'s section merged into the
     flat keys and the other methods' sections dropped; its keys must be that method's."""
-    from .methods import PARAMETERS as METHODS
+    from .methods import PARAMETERS
 
-    flat = {k: v for k, v in values.items() if not (k in METHODS and isinstance(v, dict))}
+    flat = {k: v for k, v in values.items() if not (k in PARAMETERS and isinstance(v, dict))}
     for key, section in values.items():
         if key != method or not isinstance(section, dict):
             continue
-        own = {item.name for item in fields(METHODS[key])}
+        own = {item.name for item in fields(PARAMETERS[key])}
         for inner, value in section.items():
             if inner not in own:
                 raise ConfigError(f"[{key}] has no parameter {inner!r}: one of {', '.join(own)}")
@@ -628,14 +628,14 @@ def flower_keys() -> dict[str, Any]:
     """The flat keys (with their defaults) a Flower run config may set: every key of the parts
     and the run that means something on devices, and the parameters of every cross-device method
     (FedFace's are cross-silo), so that one app declares them all."""
-    from .methods import PARAMETERS as METHODS
+    from .methods import PARAMETERS
 
     keys = {
         item.name: item.default
         for _, item in part_fields()
         if item.metadata.get("flower", True) and item.name != "method"
     }
-    for kind in METHODS.values():
+    for kind in PARAMETERS.values():
         if kind.setting == "cross-device":
             for item in fields(kind):
                 keys.setdefault(item.name, item.default)
