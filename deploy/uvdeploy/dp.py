@@ -21,8 +21,10 @@ whose updates a completed secure round can sum: the server gives SecAgg+ the rec
 threshold ``max(t, min_cohort)`` (``t`` SecAgg+'s own threshold for the cohort), and SecAgg+
 cannot unmask a sum of fewer devices than its threshold. So every sum the server ever sees
 carries noise of standard deviation ``σ·√(m′/m_min) ≥ σ``; when no device drops out, the extra
-noise is the price of tolerating ``m − m_min`` dropouts. The accountant composes ``z`` (the
-guarantee holds, conservatively, whoever survives).
+noise is the price of tolerating ``m − m_min`` dropouts. The accountant is the simulator's
+(:meth:`~uvtrain.privacy.PrivacyPlan.spent`: cohorts of ``m`` of the registered devices drawn
+without replacement by :func:`~uvtrain.rounds.sample_cohort`, replace-one adjacency) with ``z``:
+the guarantee holds, conservatively, whoever survives.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def min_survivors(settings: DeploySettings, cohort: int) -> int:
 
 def plan(settings: DeploySettings, devices: int) -> PrivacyPlan | None:
     """The run's mechanism for ``devices`` registered devices (``None`` when off): sampling
-    rate ``cohort / devices``, ``δ = 0.1 / devices`` unless given, ``ε`` =
+    rate ``cohort / devices``, ``δ = min(devices^−1.1, 10⁻⁶)`` unless given, ``ε`` =
     :data:`~uvtrain.privacy.SECURE_DEFAULT_EPSILON` unless ``dp_epsilon`` or
     ``dp_noise_multiplier`` is given. A run whose rounds cannot stay within the budget is
     refused (:class:`ConfigError`)."""

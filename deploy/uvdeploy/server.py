@@ -524,12 +524,7 @@ class FederatedServer:
             secure.reconstruction_threshold = float(survivors)
         self.dp = self.aggregator = dp
         shares = f", sums of >= {survivors} of {cohort} devices" if secure is not None else ""
-        self.echo(
-            f"user-level DP, {plan.mechanism}: ε = {plan.epsilon:.3g}, δ = {plan.delta:.3g} "
-            f"over {plan.rounds} rounds (z = {plan.noise_multiplier:.3g}, C = "
-            f"{plan.clip_norm:g}{', adaptive' if plan.adaptive else ''}, q = "
-            f"{plan.sampling_rate:.3g}{shares})"
-        )
+        self.echo(plan.describe() + shares)
 
     def run(self) -> dict[str, Any]:
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -91,7 +91,7 @@ def test_dp_defaults_to_distributed_under_secagg_and_refuses_what_cannot_hold() 
     planned = plan(feduv, 4)
     assert planned is not None and planned.mechanism == "distributed"
     assert planned.epsilon == pytest.approx(8.0, rel=1e-2) and planned.epsilon <= 8.0
-    assert planned.sampling_rate == 0.75 and planned.delta == pytest.approx(0.1 / 4)
+    assert planned.sampling_rate == 0.75 and planned.delta == 1e-6  # min(4^-1.1, 1e-6)
     assert (
         planned.rounds == 2
         and plan(DeploySettings.from_run_config({"method": "fedaws"}), 4) is None
@@ -466,7 +466,7 @@ def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_
     from uvdeploy.server import FlowerSecAggPlus
 
     values = {"method": "fedhide", "dp": "distributed", "min_cohort": 2, "out": str(tmp_path)}
-    values.update(clip_norm=0.5, adaptive_clipping=True, clip_count_std=2.0)
+    values.update(clip_norm=0.5, adaptive_clipping=True, clip_count_std=10.0)
     server = _server(values, {11: 4, 12: 6, 13: 2})
     assert server.settings.mechanism == "distributed" and server.secure
     secagg = server.aggregator
@@ -578,12 +578,13 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     privacy = report["privacy"]
     assert privacy["mechanism"] == "distributed" and privacy["rounds"] == 2
     assert privacy["epsilon"] == pytest.approx(8.0, rel=1e-2) and privacy["epsilon"] <= 8.0
-    assert privacy["delta"] == pytest.approx(0.1 / 4) and privacy["sampling_rate"] == 0.75
+    assert privacy["delta"] == 1e-6 and privacy["sampling_rate"] == 0.75
     assert privacy["clip_norm"] == 0.05 and privacy["min_survivors"] == 3
     log = "\n".join(result["lines"])
-    z, q = privacy["noise_multiplier"], privacy["sampling_rate"]
+    z, cohort, devices = privacy["noise_multiplier"], privacy["cohort"], privacy["users"]
+    assert privacy["sampling"] == "fixed-size without replacement" and cohort == 3
     for row in metrics:  # the ε spent so far, in the metrics and on each round's log line
-        spent = epsilon(z, q, row["round"], privacy["delta"])
+        spent = epsilon(z, cohort, devices, row["round"], privacy["delta"])
         assert row["epsilon"] == pytest.approx(spent) and row["survivors"] == 3
         assert f"round {row['round']}/2: " in log
         assert f"ε spent {spent:.3g} of {privacy['epsilon']:.3g}" in log

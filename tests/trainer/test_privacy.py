@@ -67,21 +67,74 @@ def test_the_aggregate_carries_noise_of_the_computed_scale(mechanism: str) -> No
     assert abs(float(total.mean())) < 4 * std / math.sqrt(total.numel())
 
 
-def test_the_accountant_matches_the_librarys_published_example() -> None:
-    # dp-accounting's rdp test: z = 4.530877117 without sampling is exactly (1, 1e-6)-DP
-    assert epsilon(4.530877117, 1.0, 1, 1e-6) == pytest.approx(1.0, rel=0.02)
-    assert noise_multiplier(1.0, 1.0, 1, 1e-6) == pytest.approx(4.530877117, rel=0.02)
-    # and ε grows with the rounds and falls with the noise
-    assert epsilon(1.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.1, 200, 1e-5)
-    assert epsilon(2.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.1, 100, 1e-5)
+def _library_epsilon(relation: str, event, rounds: int, delta: float) -> float:
+    """``ε`` from dp-accounting's own accountants, the event built here by hand."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant as pld
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    neighbours = dp_accounting.NeighboringRelation.REPLACE_ONE
+    accountant = rdp.RdpAccountant(None, neighbours) if relation == "rdp" else None
+    accountant = accountant or pld.PLDAccountant(neighbours)
+    accountant.compose(dp_accounting.SelfComposedDpEvent(event, rounds))
+    return accountant.get_epsilon(delta)
+
+
+def test_the_accountant_matches_published_values_and_the_librarys_other_accountant() -> None:
+    import dp_accounting
+
+    # Balle & Wang's analytic Gaussian: multiplier 4.530877117 of the replace-one sensitivity
+    # (2C) is exactly (1, 1e-6)-DP (dp-accounting rdp test_compute_epsilon_delta_gaussian);
+    # RDP is within 2 % of it. Our z is relative to C: z = 2 × 4.530877117.
+    assert epsilon(2 * 4.530877117, 1, 1, 1, 1e-6) == pytest.approx(1.0, rel=0.02)
+    assert noise_multiplier(1.0, 1, 1, 1, 1e-6) == pytest.approx(2 * 4.530877117, rel=0.02)
+    # without sampling, the PLD accountant (tight; its REPLACE_ONE Gaussian is relative to C)
+    # is at most ours and close to it
+    for z, rounds in ((2.0, 1), (8.0, 100)):
+        tight = _library_epsilon("pld", dp_accounting.GaussianDpEvent(z), rounds, 1e-6)
+        assert tight <= epsilon(z, 1, 1, rounds, 1e-6) <= 1.1 * tight
+    # sampled without replacement: dp-accounting's RDP accountant over its default orders, the
+    # event built by hand and self-composed, agrees with ours (orders 1.25–64) to 1 %
+    for z, cohort, users, rounds in ((1.817, 100, 1000, 800), (5.0, 6, 60, 100), (3.0, 3, 4, 2)):
+        event = dp_accounting.SampledWithoutReplacementDpEvent(
+            users, cohort, dp_accounting.GaussianDpEvent(z / 2)
+        )
+        ours = epsilon(z, cohort, users, rounds, 1e-5)
+        assert ours == pytest.approx(_library_epsilon("rdp", event, rounds, 1e-5), rel=0.01)
+    # and its order-2 RDP is Wang, Balle & Kasiviswanathan's Theorem 27 by hand:
+    # log(1 + q² min(4 (e^{ε(2)} − 1), 2 e^{ε(2)})), ε(2) = 2 / (2 s²), s = z / 2
+    from uvtrain.privacy import ORDERS, _rdp_per_round
+
+    z, q = 3.0, 0.1
+    orders, rdp = _rdp_per_round(z, 100, 1000, None)
+    gaussian = 2 / (2 * (z / 2) ** 2)
+    by_hand = math.log1p(q**2 * min(4 * math.expm1(gaussian), 2 * math.exp(gaussian)))
+    assert rdp[ORDERS.index(2)] == pytest.approx(by_hand, rel=1e-9)
+    # and ε grows with the rounds and the cohort, and falls with the noise
+    assert epsilon(1.0, 10, 100, 100, 1e-5) < epsilon(1.0, 10, 100, 200, 1e-5)
+    assert epsilon(1.0, 10, 100, 100, 1e-5) < epsilon(1.0, 20, 100, 100, 1e-5)
+    assert epsilon(2.0, 10, 100, 100, 1e-5) < epsilon(1.0, 10, 100, 100, 1e-5)
+
+
+def test_delta_defaults_below_one_over_n_to_the_1_1() -> None:
+    from uvtrain.privacy import default_delta
+
+    for users in (4, 60, 1000, 10**5, 10**6, 10**8):
+        assert default_delta(users) <= users**-1.1 and default_delta(users) <= 1e-6
+    assert default_delta(1000) == 1e-6 and default_delta(10**6) == pytest.approx(10**-6.6)
 
 
 def test_a_target_epsilon_sets_a_noise_that_spends_at_most_it() -> None:
     plan = plan_privacy("central", clip_norm=1.0, rounds=50, cohort=10, users=100,
                         target_epsilon=4.0)  # fmt: skip
-    assert plan is not None and plan.delta == pytest.approx(1e-3)
+    assert plan is not None and plan.delta == 1e-6 and plan.sampling_rate == 0.1
     assert 3.9 < plan.epsilon <= 4.0
     assert plan.spent(10) < plan.spent(50) == pytest.approx(plan.epsilon)
+    report = plan.report()
+    assert report["sampling"] == "fixed-size without replacement"
+    assert report["neighboring_relation"] == "replace-one" and "Thm. 27" in report["accountant"]
+    assert report["noise_multiplier"] == report["update_noise_multiplier"] == plan.noise_multiplier
+    assert report["clip_count_std"] is None and report["epsilon"] == plan.epsilon
     for bad in (0.0, -1.0):
         with pytest.raises(ConfigError, match="positive"):
             plan_privacy("central", clip_norm=1.0, rounds=5, cohort=2, users=10,
@@ -108,21 +161,60 @@ def test_adaptive_clipping_follows_the_quantile_of_the_update_norms() -> None:
 
 
 def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
-    # Andrew et al., Theorem 1: 1/z² = 1/z_Δ² + 1/(2σ_b)²
+    import dp_accounting
+
+    from uvtrain.privacy import effective_noise_multiplier
+
+    # replace-one: the update (sensitivity 2C, noise z_Δ·C) and the count of {0, 1} bits
+    # (sensitivity 1, noise σ_b) are one Gaussian of multiplier s, s⁻² = (z_Δ/2)⁻² + σ_b⁻²,
+    # i.e. z = 2s with z⁻² = z_Δ⁻² + (2σ_b)⁻²
     z, count_std = 1.0, 5.0
     z_update = update_noise_multiplier(z, count_std)
-    assert z_update**-2 + (2 * count_std) ** -2 == pytest.approx(z**-2)
+    by_hand = 2 * ((z_update / 2) ** -2 + count_std**-2) ** -0.5
+    assert by_hand == pytest.approx(z) and effective_noise_multiplier(z_update, count_std) == (
+        pytest.approx(z)
+    )
     assert z < z_update < 1.01 * z
     with pytest.raises(ConfigError, match="clip-count-std"):
         update_noise_multiplier(2.0, 0.9)  # σ_b ≤ z/2: nothing left for the update
     plan = plan_privacy("distributed", clip_norm=0.1, rounds=50, cohort=100, users=1000,
                         target_epsilon=4.0, adaptive=True)  # fmt: skip
     assert plan is not None and plan.adaptive.count_std == 5.0  # m / 20
-    report = plan.report()["adaptive_clipping"]
-    assert report["update_noise_multiplier"] == pytest.approx(plan.update_noise)
+    report = plan.report()
+    assert report["adaptive_clipping"]["update_noise_multiplier"] == pytest.approx(
+        plan.update_noise
+    )
+    assert report["update_noise_multiplier"] == plan.update_noise > plan.noise_multiplier
+    assert report["clip_count_std"] == 5.0 and report["clip_count_bits"] == "{0, 1}"
+    # the pair, composed by dp-accounting's RDP accountant from the events built by hand,
+    # spends what z alone spends, and what the plan says
+    pair = dp_accounting.SampledWithoutReplacementDpEvent(1000, 100, dp_accounting.ComposedDpEvent(
+        [dp_accounting.GaussianDpEvent(plan.update_noise / 2),
+         dp_accounting.GaussianDpEvent(5.0)]))  # fmt: skip
+    alone = epsilon(plan.noise_multiplier, 100, 1000, 50, plan.delta)
+    assert plan.epsilon == pytest.approx(alone, rel=1e-9)
+    assert plan.epsilon == pytest.approx(_library_epsilon("rdp", pair, 50, plan.delta), rel=0.01)
+    # a count noise too small for the budget is refused, not turned into a wrong z
     with pytest.raises(ConfigError, match="clip-count-std"):
         plan_privacy("distributed", clip_norm=0.1, rounds=50, cohort=6, users=60,
                      target_epsilon=4.0, adaptive=True)  # fmt: skip
+
+
+def test_the_flower_plan_spends_exactly_what_the_simulator_plans() -> None:
+    pytest.importorskip("uvdeploy")
+    from uvdeploy.dp import plan as flower_plan
+    from uvdeploy.settings import DeploySettings
+    from uvtrain.config import RunConfig
+    from uvtrain.run import privacy_plan
+
+    settings = {"method": "feduv", "rounds": 40, "fraction": 0.5, "dp": "distributed",
+                "dp_epsilon": 6.0, "adaptive_clipping": True, "clip_count_std": 8.0}  # fmt: skip
+    simulated = privacy_plan(RunConfig.from_flat({**settings, "dataset": "formant-voices"}), 12)
+    deployed = flower_plan(DeploySettings.from_run_config(settings), 12)
+    assert simulated is not None and deployed is not None
+    assert deployed.report() == simulated.report()
+    for rounds in (1, 17, 40):
+        assert deployed.spent(rounds) == simulated.spent(rounds)
 
 
 TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
@@ -151,6 +243,10 @@ def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
     assert privacy["mechanism"] == "distributed" and privacy["noise_multiplier"] == 1.0
     assert privacy["clip_norm"] == 0.5 and privacy["rounds"] == 3
     assert privacy["sampling_rate"] == 0.5 and 0 < privacy["epsilon"] < math.inf
+    assert privacy["delta"] == 1e-6 and privacy["cohort"] == 4 and privacy["users"] == 8
+    assert privacy["sampling"] == "fixed-size without replacement"
+    assert privacy["neighboring_relation"] == "replace-one" and privacy["accountant"]
+    assert privacy["clip_count_std"] == (1.0 if adaptive else None)
     lines = [
         json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
     ]
@@ -190,7 +286,9 @@ def test_dp_input_errors_are_one_line_and_exit_2(
     for bad in (["--dp", "central", "--dp-epsilon", "0"],
                 ["--dp", "central", "--dp-epsilon", "-2"],
                 ["--dp", "central"],
-                ["--dp", "sometimes", "--dp-epsilon", "4"]):  # fmt: skip
+                ["--dp", "sometimes", "--dp-epsilon", "4"],
+                ["--dp", "central", "--dp-noise-multiplier", "3", "--adaptive-clipping",
+                 "--clip-count-std", "1.5"]):  # fmt: skip
         result = _run(tmp_path / "bad", *bad, "--rounds", "1")
         assert result.exit_code == 2, (bad, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output

@@ -22,21 +22,29 @@ The mechanism is DP-FedAvg (McMahan et al., ICLR 2018) with the noise placed as 
 **Adaptive clipping** (Andrew, Thakkar, McMahan and Ramaswamy, "Differentially Private
 Learning with Adaptive Clipping", NeurIPS 2021; :class:`AdaptiveClipping`): instead of a fixed
 ``C``, the clip norm follows the ``γ``-quantile of the clients' update norms. Each round every
-client also reports the bit ``b_k = 1[‖δ_k‖ ≤ C_r]``; the server sees ``b̃ = (Σ_k b_k + N(0,
-σ_b²)) / m`` (in ``distributed`` each client adds its share of that noise too) and moves the
-norm geometrically, ``C_{r+1} = C_r · exp(−η_C (b̃ − γ))``. The count is a second Gaussian query
-of the same users; for the pair to be as private as one Gaussian mechanism of multiplier ``z``,
-the update's noise multiplier is ``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)`` (their Theorem 1), and the
-accountant composes ``z``.
+client also reports the bit ``b_k = 1[‖δ_k‖ ≤ C_r]`` (bits in ``{0, 1}``); the server sees
+``b̃ = (Σ_k b_k + N(0, σ_b²)) / m`` (in ``distributed`` each client adds its share of that noise
+too) and moves the norm geometrically, ``C_{r+1} = C_r · exp(−η_C (b̃ − γ))``. The count is a
+second Gaussian query of the same users (see the accounting below for the split).
 
-**Accounting** (:func:`epsilon`, :func:`noise_multiplier`) uses Google's ``dp-accounting``
-library (the accountant of TensorFlow Privacy and of DP-FedAvg's production systems; kept up to
-date, pure Python): the Rényi-DP accountant of the Poisson-subsampled Gaussian mechanism with
-sampling rate ``q = m / N``, composed over the run's rounds, add-or-remove-one-user adjacency.
-The simulator draws a fixed-size cohort without replacement; accounting it as Poisson sampling
-at ``q = m / N`` is the usual approximation of federated DP systems (TensorFlow Federated,
-pfl-research). Everything random is drawn from ``(seed, round, client)``, so a resumed DP run
-is bit-exact.
+**Accounting** (:func:`epsilon`, :func:`noise_multiplier`) accounts what is run: a cohort of
+exactly ``m`` of the ``N`` users drawn uniformly *without replacement* each round
+(:func:`uvtrain.rounds.sample_cohort`, the simulator's clients and the Flower server's devices
+alike). Google's ``dp-accounting`` accounts that sampling only under **replace-one** adjacency
+(one user's data replaced by anything; ``N`` and ``m`` public): its RDP accountant with
+``SampledWithoutReplacementDpEvent``, Wang, Balle and Kasiviswanathan, "Subsampled Rényi
+Differential Privacy and Analytical Moments Accountant" (AISTATS 2019), Theorem 27, composed
+over the run's rounds. Replacing a user moves the sum of clipped updates by up to ``2C``, so the
+update is a Gaussian mechanism of multiplier ``z/2`` relative to that sensitivity — a
+replace-one ``ε`` is about the add/remove ``ε`` of half the noise. The clip count moves by at
+most 1 under replace-one whatever the bits' convention (``{0, 1}`` or Andrew et al.'s ``±½``:
+``m`` is public, so the shift is post-processing), a Gaussian mechanism of multiplier ``σ_b``.
+The pair is one Gaussian mechanism of multiplier ``((z_Δ/2)⁻² + σ_b⁻²)^(−1/2) = z/2`` with
+``z⁻² = z_Δ⁻² + (2σ_b)⁻²`` (McMahan et al., "A General Approach to Adding Differential Privacy
+to Iterative Training Procedures", 2018, Sec. 3; Andrew et al.'s Theorem 1 is this split for
+add/remove with bits shifted to ``±½``, whose ratio of sensitivities, ``½ : C``, is the same
+``1 : 2C``): the accountant composes the pair itself (:func:`round_event`). Everything random is
+drawn from ``(seed, round, client)``, so a resumed DP run is bit-exact.
 """
 
 from __future__ import annotations
@@ -60,51 +68,102 @@ from .rounds import Aggregator, ClientUpdates, RoundPlan
 MECHANISMS = ("off", "central", "distributed")
 
 
+#: What the accountant assumes, stated in every report (see the module's docstring).
+SAMPLING = "fixed-size without replacement"
+NEIGHBORING_RELATION = "replace-one"
+ACCOUNTANT = (
+    "RDP, dp-accounting SampledWithoutReplacementDpEvent (Wang, Balle and Kasiviswanathan "
+    "2019, Thm. 27)"
+)
+#: The clip-count bits' convention (:class:`ClipUpdates`).
+COUNT_BITS = "{0, 1}"
+
+#: The RDP orders: the optimum of every budget from ε ≈ 0.3 up lies among them, and the
+#: without-replacement bound costs O(α²) an order (dp-accounting's default orders reach 1024).
+ORDERS = (1.25, 1.5, 1.75, 2, 2.25, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28,
+          32, 40, 48, 56, 64)  # fmt: skip
+
+
 def default_delta(users: int) -> float:
-    """``δ`` when none is given: an order of magnitude below ``1 / N`` for ``N`` users."""
-    return 0.1 / max(1, users)
+    """``δ`` when none is given: ``min(N^−1.1, 10⁻⁶)`` for ``N`` users — below ``1/N^1.1`` at
+    every population (a mechanism that publishes one random user's data whole is
+    ``(0, 1/N)``-DP, so ``δ`` must be well below ``1/N``), and pfl-research's benchmark ``10⁻⁶``
+    wherever that is smaller (up to ``N`` ≈ 285,000)."""
+    return min(max(1, users) ** -1.1, 1e-6)
+
+
+def round_event(noise: float, cohort: int, users: int, count_std: float | None = None) -> Any:
+    """One round as a ``dp_accounting`` event: the sum of ``cohort`` clipped updates with noise
+    ``N(0, (noise·C)²)`` — a Gaussian mechanism of multiplier ``noise / 2`` under replace-one
+    adjacency (sensitivity ``2C``) — with, given ``count_std``, the clip count's ``N(0, σ_b²)``
+    on bits of sensitivity 1 beside it, on a cohort of ``cohort`` of ``users`` drawn without
+    replacement (no sampling when the cohort is everyone)."""
+    import dp_accounting
+
+    update = dp_accounting.GaussianDpEvent(noise / 2)
+    event = update
+    if count_std is not None:
+        event = dp_accounting.ComposedDpEvent([update, dp_accounting.GaussianDpEvent(count_std)])
+    if cohort >= users:
+        return event
+    return dp_accounting.SampledWithoutReplacementDpEvent(users, cohort, event)
 
 
 @lru_cache(maxsize=256)
-def _rdp_per_round(sampling_rate: float, noise: float) -> tuple[tuple[float, ...], np.ndarray]:
+def _rdp_per_round(
+    noise: float, cohort: int, users: int, count_std: float | None
+) -> tuple[tuple[float, ...], np.ndarray]:
     """The RDP orders and the Rényi divergence of one round (it composes by addition)."""
     import dp_accounting
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
     logging.getLogger("absl").setLevel(logging.ERROR)  # its convergence notes per order
-    accountant = rdp.RdpAccountant()
-    event = dp_accounting.PoissonSampledDpEvent(sampling_rate, dp_accounting.GaussianDpEvent(noise))
-    accountant.compose(event, 1)
-    return tuple(accountant._orders), np.asarray(accountant._rdp, dtype=np.float64)
+    accountant = rdp.RdpAccountant(ORDERS, dp_accounting.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(round_event(noise, cohort, users, count_std), 1)
+    return ORDERS, np.asarray(accountant._rdp, dtype=np.float64)
 
 
-def epsilon(noise: float, sampling_rate: float, rounds: int, delta: float) -> float:
-    """The ``ε`` of ``rounds`` rounds of the Poisson-subsampled Gaussian mechanism with noise
-    multiplier ``noise`` at ``sampling_rate``, for ``δ`` (``inf`` without noise)."""
+def epsilon(
+    noise: float,
+    cohort: int,
+    users: int,
+    rounds: int,
+    delta: float,
+    count_std: float | None = None,
+) -> float:
+    """The replace-one ``ε`` of ``rounds`` rounds of the Gaussian sum with noise multiplier
+    ``noise`` (relative to the clip norm ``C``) on cohorts of ``cohort`` of ``users`` drawn
+    without replacement (:func:`round_event`; with ``count_std``, the clip count's noise
+    too), for ``δ`` (``inf`` without noise)."""
     if rounds <= 0:
         return 0.0
-    if noise <= 0:
+    if noise <= 0 or (count_std is not None and count_std <= 0):
         return math.inf
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
-    orders, per_round = _rdp_per_round(float(sampling_rate), float(noise))
+    count = None if count_std is None else float(count_std)
+    orders, per_round = _rdp_per_round(float(noise), int(cohort), int(users), count)
     value, _ = rdp.compute_epsilon(orders, per_round * rounds, delta)
     return float(value)
 
 
-def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: float) -> float:
+def noise_multiplier(target: float, cohort: int, users: int, rounds: int, delta: float) -> float:
     """The smallest noise multiplier ``z`` (to 0.1 %) whose run of ``rounds`` rounds spends at
     most ``target`` ε (bisection on :func:`epsilon`, which falls as ``z`` grows)."""
     if not target > 0:
         raise ConfigError(f"--dp-epsilon must be positive, not {target}")
+
+    def spent(noise: float) -> float:
+        return epsilon(noise, cohort, users, rounds, delta)
+
     low, high = 0.0, 1.0
-    while epsilon(high, sampling_rate, rounds, delta) > target:
+    while spent(high) > target:
         low, high = high, high * 2
         if high > 1e4:
             raise ConfigError(f"no noise reaches ε = {target} in {rounds} rounds")
     while high - low > 1e-3 * high:
         middle = (low + high) / 2
-        if epsilon(middle, sampling_rate, rounds, delta) > target:
+        if spent(middle) > target:
             low = middle
         else:
             high = middle
@@ -120,9 +179,9 @@ SECURE_DEFAULT_EPSILON = 8.0
 class AdaptiveClipping:
     """Adaptive clipping (Andrew et al., NeurIPS 2021): the clip norm moves towards the
     ``target_quantile`` (``γ``) of the clients' update norms by geometric steps of
-    ``learning_rate`` (``η_C``), from a count of unclipped clients carrying noise of standard
-    deviation ``count_std`` (``σ_b``, on the sum). Their defaults: ``γ = 0.5``, ``η_C = 0.2``,
-    ``σ_b = m / 20``."""
+    ``learning_rate`` (``η_C``), from a count of unclipped clients (bits in ``{0, 1}``) carrying
+    noise of standard deviation ``count_std`` (``σ_b``, on the sum). Their defaults: ``γ = 0.5``,
+    ``η_C = 0.2``, ``σ_b = m / 20``."""
 
     target_quantile: float = 0.5
     learning_rate: float = 0.2
@@ -133,19 +192,26 @@ class AdaptiveClipping:
         clients."""
         return clip_norm * math.exp(-self.learning_rate * (unclipped - self.target_quantile))
 
-    def report(self, noise: float) -> dict[str, float]:
+    def report(self, noise: float) -> dict[str, Any]:
         return {
             "target_quantile": self.target_quantile,
             "learning_rate": self.learning_rate,
             "count_std": self.count_std,
+            "count_bits": COUNT_BITS,
             "update_noise_multiplier": update_noise_multiplier(noise, self.count_std),
         }
 
 
 def update_noise_multiplier(noise: float, count_std: float) -> float:
     """``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)``: the update's noise multiplier that, with the clip
-    count's noise ``σ_b``, makes the pair as private as one Gaussian mechanism of multiplier
-    ``z`` (Andrew et al., Theorem 1)."""
+    count's noise ``σ_b``, makes the pair as private as the update alone at multiplier ``z``.
+
+    Under replace-one adjacency the update's sum moves by up to ``2C`` and the count of
+    ``{0, 1}`` bits by up to 1, so the pair is one Gaussian mechanism with
+    ``(z/2)⁻² = (z_Δ/2)⁻² + σ_b⁻²`` (McMahan et al. 2018, "A General Approach to Adding
+    Differential Privacy to Iterative Training Procedures", Sec. 3) — Andrew et al.'s Theorem 1,
+    which they state for add/remove with bits shifted to ``±½`` (the same ``1 : 2C`` ratio of
+    sensitivities). A ``σ_b`` of at most ``z/2`` leaves nothing for the update: refused."""
     rest = noise**-2 - (2.0 * count_std) ** -2
     if not rest > 0:
         raise ConfigError(
@@ -155,31 +221,48 @@ def update_noise_multiplier(noise: float, count_std: float) -> float:
     return rest**-0.5
 
 
+def effective_noise_multiplier(update_noise: float, count_std: float) -> float:
+    """``z = (z_Δ⁻² + (2σ_b)⁻²)^(−1/2)``: the single multiplier the pair (update at ``z_Δ``,
+    count at ``σ_b``) is as private as; the inverse of :func:`update_noise_multiplier`."""
+    return (update_noise**-2 + (2.0 * count_std) ** -2) ** -0.5
+
+
 def release_epsilon(sigma: float, sensitivity: float, releases: int, delta: float) -> float:
-    """``ε`` of ``releases`` releases of a value of L2 sensitivity ``sensitivity``, each with
-    ``N(0, σ² I)`` added: the Gaussian mechanism of multiplier ``σ / Δ`` composed without
-    sampling (the server knows who sent), by the same RDP accountant as :func:`epsilon`.
+    """``ε`` of ``releases`` releases of a value of L2 sensitivity ``sensitivity`` (between any
+    two users' values: replace-one), each with ``N(0, σ² I)`` added: the Gaussian mechanism of
+    multiplier ``σ / Δ`` composed without sampling (the server knows who sent), by the same RDP
+    accountant as :func:`epsilon`.
 
     FedGN's proxy ``normalize(w + σ n)`` of a unit prototype ``w`` is this mechanism with
     ``Δ = 2`` (any unit vector against any other) followed by a normalisation, which is
     post-processing and spends nothing more (FedHide paper, eq. 5 and the remark after it)."""
     if releases <= 0:
         return 0.0
-    return epsilon(sigma / sensitivity, 1.0, releases, delta)
+    # epsilon's noise is relative to half the replace-one sensitivity (C, of 2C)
+    return epsilon(2 * sigma / sensitivity, 1, 1, releases, delta)
 
 
 @dataclass(frozen=True)
 class PrivacyPlan:
-    """A run's mechanism, fixed before training: what ``report.json`` calls ``privacy``."""
+    """A run's mechanism, fixed before training: what ``report.json`` calls ``privacy``.
+    ``noise_multiplier`` is ``z``, the multiplier the run is as private as (with adaptive
+    clipping the update carries ``z_Δ`` and the count ``σ_b``, :func:`update_noise_multiplier`);
+    each round samples ``cohort`` of ``users`` without replacement."""
 
     mechanism: str
     noise_multiplier: float
     clip_norm: float
     delta: float
     rounds: int
-    sampling_rate: float
+    cohort: int
+    users: int
     target_epsilon: float | None = None
     adaptive: AdaptiveClipping | None = None
+
+    @property
+    def sampling_rate(self) -> float:
+        """``q = m / N``."""
+        return min(1.0, self.cohort / self.users)
 
     @property
     def update_noise(self) -> float:
@@ -189,13 +272,21 @@ class PrivacyPlan:
         return update_noise_multiplier(self.noise_multiplier, self.adaptive.count_std)
 
     @property
+    def count_std(self) -> float | None:
+        """``σ_b``, the clip count's noise (``None`` with a fixed clip norm)."""
+        return None if self.adaptive is None else self.adaptive.count_std
+
+    @property
     def epsilon(self) -> float:
         """The ``ε`` of the whole run."""
-        return epsilon(self.noise_multiplier, self.sampling_rate, self.rounds, self.delta)
+        return self.spent(self.rounds)
 
     def spent(self, rounds: int) -> float:
-        """The ``ε`` spent after ``rounds`` rounds."""
-        return epsilon(self.noise_multiplier, self.sampling_rate, rounds, self.delta)
+        """The ``ε`` spent after ``rounds`` rounds: the update's noise and the count's composed
+        by the accountant (:func:`round_event`)."""
+        return epsilon(
+            self.update_noise, self.cohort, self.users, rounds, self.delta, self.count_std
+        )
 
     def report(self) -> dict[str, Any]:
         return {
@@ -203,13 +294,32 @@ class PrivacyPlan:
             "epsilon": self.epsilon,
             "delta": self.delta,
             "noise_multiplier": self.noise_multiplier,
+            "update_noise_multiplier": self.update_noise,
+            "clip_count_std": self.count_std,
+            "clip_count_bits": None if self.adaptive is None else COUNT_BITS,
             "clip_norm": self.clip_norm,
             "rounds": self.rounds,
+            "cohort": self.cohort,
+            "users": self.users,
             "sampling_rate": self.sampling_rate,
+            "sampling": SAMPLING,
+            "accountant": ACCOUNTANT,
+            "neighboring_relation": NEIGHBORING_RELATION,
             "adaptive_clipping": None
             if self.adaptive is None
             else self.adaptive.report(self.noise_multiplier),
         }
+
+    def describe(self) -> str:
+        """One line for a terminal: the mechanism, ``ε`` and ``δ``, and what they rest on."""
+        count = "" if self.adaptive is None else f", z_Δ = {self.update_noise:.4g}, σ_b = "
+        count += "" if self.adaptive is None else f"{self.count_std:.3g} on {COUNT_BITS} bits"
+        return (
+            f"user-level DP, {self.mechanism}: ε = {self.epsilon:.3g}, δ = {self.delta:.2g} "
+            f"({NEIGHBORING_RELATION}) over {self.rounds} rounds (z = {self.noise_multiplier:.4g}"
+            f"{count}, C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, q = "
+            f"{self.cohort}/{self.users}, {SAMPLING})"
+        )
 
 
 def plan_privacy(
@@ -228,7 +338,7 @@ def plan_privacy(
     clip_count_std: float | None = None,
 ) -> PrivacyPlan | None:
     """The run's mechanism from its settings (``None`` when off): given a target ``ε`` the noise
-    multiplier is computed for the run's ``rounds`` and sampling rate ``cohort / users``; given
+    multiplier is computed for the run's ``rounds`` and cohorts of ``cohort`` of ``users``; given
     the noise multiplier, the ``ε`` follows. ``adaptive``: adaptive clipping from ``clip_norm``
     (:class:`AdaptiveClipping`; ``clip_count_std`` defaults to ``cohort / 20``)."""
     if mechanism == "off":
@@ -240,11 +350,11 @@ def plan_privacy(
     delta = default_delta(users) if delta is None else delta
     if not 0 < delta < 1:
         raise ConfigError(f"--dp-delta must be in (0, 1), not {delta}")
-    rate = min(1.0, cohort / users)
+    cohort = min(cohort, users)
     if noise is None:
         if target_epsilon is None:
             raise ConfigError("--dp needs --dp-epsilon (or --dp-noise-multiplier)")
-        noise = noise_multiplier(target_epsilon, rate, rounds, delta)
+        noise = noise_multiplier(target_epsilon, cohort, users, rounds, delta)
     elif not noise > 0:
         raise ConfigError(f"--dp-noise-multiplier must be positive, not {noise}")
     clipping = None
@@ -253,7 +363,7 @@ def plan_privacy(
         clipping = AdaptiveClipping(clip_quantile, clip_learning_rate, float(count_std))
         update_noise_multiplier(float(noise), clipping.count_std)  # refused when impossible
     plan = PrivacyPlan(
-        mechanism, float(noise), clip_norm, delta, rounds, rate, target_epsilon, clipping
+        mechanism, float(noise), clip_norm, delta, rounds, cohort, users, target_epsilon, clipping
     )
     if target_epsilon is not None and plan.epsilon > target_epsilon * (1 + 1e-6):
         raise ConfigError(

@@ -272,8 +272,14 @@ class Progress:
         self.started = self.last = time.perf_counter()
         self.first = initial
 
-    def update(self, round_number: int, loss: float, epsilon: float | None = None) -> None:
-        spent = {} if epsilon is None else {"ε": f"{epsilon:.3g}"}
+    def update(
+        self,
+        round_number: int,
+        loss: float,
+        epsilon: float | None = None,
+        delta: float | None = None,
+    ) -> None:
+        spent = {} if epsilon is None else {"ε": f"{epsilon:.3g}", "δ": f"{delta:.2g}"}
         if not self.bar.disable:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{loss:.4f}", **spent)
@@ -282,7 +288,7 @@ class Progress:
         if now - self.last >= PROGRESS_SECONDS or round_number == self.total:
             self.last = now
             per_round = (now - self.started) / max(1, round_number - self.first)
-            budget = "" if epsilon is None else f", ε spent {epsilon:.3g}"
+            budget = "" if epsilon is None else f", ε spent {epsilon:.3g} (δ {delta:.2g})"
             print(
                 f"{self.label}: round {round_number}/{self.total}, loss {loss:.4f}{budget}, "
                 f"{per_round:.2f} s/round",
@@ -366,6 +372,8 @@ def _train_rounds(
     bar = (
         Progress(config.method.name, config.schedule.rounds, simulation.round) if progress else None
     )
+    if bar is not None and simulation.privacy is not None:
+        print(simulation.privacy.describe(), file=bar.stream, flush=True)
     started = time.perf_counter()
     updates = 0
     try:
@@ -385,7 +393,8 @@ def _train_rounds(
                 if simulation.round % config.checkpoint_every == 0:
                     _save_checkpoint(simulation, folder)
                 if bar is not None:
-                    bar.update(simulation.round, metrics["loss"], metrics.get("epsilon"))
+                    delta = None if simulation.privacy is None else simulation.privacy.delta
+                    bar.update(simulation.round, metrics["loss"], metrics.get("epsilon"), delta)
     finally:
         if bar is not None:
             bar.close()
