@@ -16,34 +16,34 @@ The mechanism is DP-FedAvg (McMahan et al., ICLR 2018) with the noise placed as 
      (:class:`DistributedNoise`), so that the sum of the ``m`` shares has the full noise and the
      server only ever sees the noisy sum;
 
-3. the new model is ``θ + (Σ_k δ̂_k + noise) / m`` with ``m`` the cohort size (every client
-   weighs the same: a sample-count weight would let one user's influence exceed ``C``).
+3. the new model is ``θ + (Σ_k δ̂_k + noise) / (qN)``: the sum divided by the *expected* cohort
+   ``qN``, fixed before training, not by the realised count (McMahan et al.'s fixed-denominator
+   estimator ``f̃_f``, Algorithm 1: the realised count would be one more thing to protect);
+   every client weighs the same (a sample-count weight would let one user's influence exceed
+   ``C``).
+
+**Sampling.** Each round's cohort is Poisson-sampled: each of the ``N`` users takes part
+independently with probability ``q`` (:func:`uvtrain.rounds.poisson_cohort`, from ``(seed,
+round)``; the simulator's clients and the Flower server's devices alike), so the cohort's size
+varies around ``qN`` and may be 0 — such a round releases the noise alone.
 
 **Adaptive clipping** (Andrew, Thakkar, McMahan and Ramaswamy, "Differentially Private
 Learning with Adaptive Clipping", NeurIPS 2021; :class:`AdaptiveClipping`): instead of a fixed
 ``C``, the clip norm follows the ``γ``-quantile of the clients' update norms. Each round every
-client also reports the bit ``b_k = 1[‖δ_k‖ ≤ C_r]`` (bits in ``{0, 1}``); the server sees
-``b̃ = (Σ_k b_k + N(0, σ_b²)) / m`` (in ``distributed`` each client adds its share of that noise
-too) and moves the norm geometrically, ``C_{r+1} = C_r · exp(−η_C (b̃ − γ))``. The count is a
-second Gaussian query of the same users (see the accounting below for the split).
+client also reports the bit ``b_k = 1[‖δ_k‖ ≤ C_r] − ½``, shifted to ``±½`` as in their Sec. 3.1
+(and TFF's ``QuantileAdaptiveClipSumQuery``, TF-Privacy's ``QuantileEstimatorQuery``); the
+server sees ``b̃ = (Σ_k b_k + N(0, σ_b²)) / (qN) + ½`` (in ``distributed`` each client adds its
+share of that noise too) and moves the norm geometrically, ``C_{r+1} = C_r · exp(−η_C (b̃ − γ))``.
+Adding or removing a user moves the sum of shifted bits by ½ and the sum of updates by ``C``:
+the pair is one Gaussian mechanism of multiplier ``z = (z_Δ⁻² + (2σ_b)⁻²)^(−½)``, and the
+update's share of a budget ``z`` is ``z_Δ = (z⁻² − (2σ_b)⁻²)^(−½)`` (their Theorem 1,
+:func:`update_noise_multiplier`).
 
-**Accounting** (:func:`epsilon`, :func:`noise_multiplier`) accounts what is run: a cohort of
-exactly ``m`` of the ``N`` users drawn uniformly *without replacement* each round
-(:func:`uvtrain.rounds.sample_cohort`, the simulator's clients and the Flower server's devices
-alike). Google's ``dp-accounting`` accounts that sampling only under **replace-one** adjacency
-(one user's data replaced by anything; ``N`` and ``m`` public): its RDP accountant with
-``SampledWithoutReplacementDpEvent``, Wang, Balle and Kasiviswanathan, "Subsampled Rényi
-Differential Privacy and Analytical Moments Accountant" (AISTATS 2019), Theorem 27, composed
-over the run's rounds. Replacing a user moves the sum of clipped updates by up to ``2C``, so the
-update is a Gaussian mechanism of multiplier ``z/2`` relative to that sensitivity — a
-replace-one ``ε`` is about the add/remove ``ε`` of half the noise. The clip count moves by at
-most 1 under replace-one whatever the bits' convention (``{0, 1}`` or Andrew et al.'s ``±½``:
-``m`` is public, so the shift is post-processing), a Gaussian mechanism of multiplier ``σ_b``.
-The pair is one Gaussian mechanism of multiplier ``((z_Δ/2)⁻² + σ_b⁻²)^(−1/2) = z/2`` with
-``z⁻² = z_Δ⁻² + (2σ_b)⁻²`` (McMahan et al., "A General Approach to Adding Differential Privacy
-to Iterative Training Procedures", 2018, Sec. 3; Andrew et al.'s Theorem 1 is this split for
-add/remove with bits shifted to ``±½``, whose ratio of sensitivities, ``½ : C``, is the same
-``1 : 2C``): the accountant composes the pair itself (:func:`round_event`). Everything random is
+**Accounting** (:func:`epsilon`, :func:`noise_multiplier`): Google's ``dp-accounting`` RDP
+accountant with ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (Mironov, Talwar and Zhang,
+"Rényi Differential Privacy of the Sampled Gaussian Mechanism", 2019) composed over the run's
+rounds, under add/remove-one adjacency (one user's data present or absent) — the guarantee
+DP-FedAvg's literature states (McMahan et al. 2018, Andrew et al. 2021). Everything random is
 drawn from ``(seed, round, client)``, so a resumed DP run is bit-exact.
 """
 
@@ -69,19 +69,11 @@ MECHANISMS = ("off", "central", "distributed")
 
 
 #: What the accountant assumes, stated in every report (see the module's docstring).
-SAMPLING = "fixed-size without replacement"
-NEIGHBORING_RELATION = "replace-one"
-ACCOUNTANT = (
-    "RDP, dp-accounting SampledWithoutReplacementDpEvent (Wang, Balle and Kasiviswanathan "
-    "2019, Thm. 27)"
-)
+SAMPLING = "poisson"
+NEIGHBORING_RELATION = "add-or-remove-one"
+ACCOUNTANT = "RDP, dp-accounting PoissonSampledDpEvent(q, GaussianDpEvent(z))"
 #: The clip-count bits' convention (:class:`ClipUpdates`).
-COUNT_BITS = "{0, 1}"
-
-#: The RDP orders: the optimum of every budget from ε ≈ 0.3 up lies among them, and the
-#: without-replacement bound costs O(α²) an order (dp-accounting's default orders reach 1024).
-ORDERS = (1.25, 1.5, 1.75, 2, 2.25, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28,
-          32, 40, 48, 56, 64)  # fmt: skip
+COUNT_BITS = "±½"
 
 
 def default_delta(users: int) -> float:
@@ -92,69 +84,50 @@ def default_delta(users: int) -> float:
     return min(max(1, users) ** -1.1, 1e-6)
 
 
-def round_event(noise: float, cohort: int, users: int, count_std: float | None = None) -> Any:
-    """One round as a ``dp_accounting`` event: the sum of ``cohort`` clipped updates with noise
-    ``N(0, (noise·C)²)`` — a Gaussian mechanism of multiplier ``noise / 2`` under replace-one
-    adjacency (sensitivity ``2C``) — with, given ``count_std``, the clip count's ``N(0, σ_b²)``
-    on bits of sensitivity 1 beside it, on a cohort of ``cohort`` of ``users`` drawn without
-    replacement (no sampling when the cohort is everyone)."""
+def round_event(noise: float, sampling_rate: float) -> Any:
+    """One round as a ``dp_accounting`` event: the sum of the cohort's clipped updates with
+    noise ``N(0, (noise·C)²)`` — a Gaussian mechanism of multiplier ``noise`` under add/remove
+    adjacency (sensitivity ``C``) — on a Poisson-sampled cohort of rate ``sampling_rate``."""
     import dp_accounting
 
-    update = dp_accounting.GaussianDpEvent(noise / 2)
-    event = update
-    if count_std is not None:
-        event = dp_accounting.ComposedDpEvent([update, dp_accounting.GaussianDpEvent(count_std)])
-    if cohort >= users:
-        return event
-    return dp_accounting.SampledWithoutReplacementDpEvent(users, cohort, event)
+    return dp_accounting.PoissonSampledDpEvent(sampling_rate, dp_accounting.GaussianDpEvent(noise))
 
 
 @lru_cache(maxsize=256)
-def _rdp_per_round(
-    noise: float, cohort: int, users: int, count_std: float | None
-) -> tuple[tuple[float, ...], np.ndarray]:
+def _rdp_per_round(noise: float, sampling_rate: float) -> tuple[tuple[float, ...], np.ndarray]:
     """The RDP orders and the Rényi divergence of one round (it composes by addition)."""
     import dp_accounting
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
     logging.getLogger("absl").setLevel(logging.ERROR)  # its convergence notes per order
-    accountant = rdp.RdpAccountant(ORDERS, dp_accounting.NeighboringRelation.REPLACE_ONE)
-    accountant.compose(round_event(noise, cohort, users, count_std), 1)
-    return ORDERS, np.asarray(accountant._rdp, dtype=np.float64)
+    accountant = rdp.RdpAccountant(None, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    accountant.compose(round_event(noise, sampling_rate), 1)
+    return tuple(accountant._orders), np.asarray(accountant._rdp, dtype=np.float64)
 
 
-def epsilon(
-    noise: float,
-    cohort: int,
-    users: int,
-    rounds: int,
-    delta: float,
-    count_std: float | None = None,
-) -> float:
-    """The replace-one ``ε`` of ``rounds`` rounds of the Gaussian sum with noise multiplier
-    ``noise`` (relative to the clip norm ``C``) on cohorts of ``cohort`` of ``users`` drawn
-    without replacement (:func:`round_event`; with ``count_std``, the clip count's noise
-    too), for ``δ`` (``inf`` without noise)."""
+def epsilon(noise: float, sampling_rate: float, rounds: int, delta: float) -> float:
+    """The add/remove ``ε`` of ``rounds`` rounds of the Gaussian sum with noise multiplier
+    ``noise`` (relative to the clip norm ``C``) on Poisson-sampled cohorts of rate
+    ``sampling_rate`` (:func:`round_event`), for ``δ`` (``inf`` without noise)."""
     if rounds <= 0:
         return 0.0
-    if noise <= 0 or (count_std is not None and count_std <= 0):
+    if noise <= 0:
         return math.inf
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
-    count = None if count_std is None else float(count_std)
-    orders, per_round = _rdp_per_round(float(noise), int(cohort), int(users), count)
+    orders, per_round = _rdp_per_round(float(noise), float(sampling_rate))
     value, _ = rdp.compute_epsilon(orders, per_round * rounds, delta)
     return float(value)
 
 
-def noise_multiplier(target: float, cohort: int, users: int, rounds: int, delta: float) -> float:
+def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: float) -> float:
     """The smallest noise multiplier ``z`` (to 0.1 %) whose run of ``rounds`` rounds spends at
     most ``target`` ε (bisection on :func:`epsilon`, which falls as ``z`` grows)."""
     if not target > 0:
         raise ConfigError(f"--dp-epsilon must be positive, not {target}")
 
     def spent(noise: float) -> float:
-        return epsilon(noise, cohort, users, rounds, delta)
+        return epsilon(noise, sampling_rate, rounds, delta)
 
     low, high = 0.0, 1.0
     while spent(high) > target:
@@ -179,9 +152,9 @@ SECURE_DEFAULT_EPSILON = 8.0
 class AdaptiveClipping:
     """Adaptive clipping (Andrew et al., NeurIPS 2021): the clip norm moves towards the
     ``target_quantile`` (``γ``) of the clients' update norms by geometric steps of
-    ``learning_rate`` (``η_C``), from a count of unclipped clients (bits in ``{0, 1}``) carrying
-    noise of standard deviation ``count_std`` (``σ_b``, on the sum). Their defaults: ``γ = 0.5``,
-    ``η_C = 0.2``, ``σ_b = m / 20``."""
+    ``learning_rate`` (``η_C``), from a count of unclipped clients (bits shifted to ``±½``)
+    carrying noise of standard deviation ``count_std`` (``σ_b``, on the sum). Their defaults:
+    ``γ = 0.5``, ``η_C = 0.2``, ``σ_b = m / 20`` (``m = qN`` the expected cohort)."""
 
     target_quantile: float = 0.5
     learning_rate: float = 0.2
@@ -204,14 +177,11 @@ class AdaptiveClipping:
 
 def update_noise_multiplier(noise: float, count_std: float) -> float:
     """``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)``: the update's noise multiplier that, with the clip
-    count's noise ``σ_b``, makes the pair as private as the update alone at multiplier ``z``.
-
-    Under replace-one adjacency the update's sum moves by up to ``2C`` and the count of
-    ``{0, 1}`` bits by up to 1, so the pair is one Gaussian mechanism with
-    ``(z/2)⁻² = (z_Δ/2)⁻² + σ_b⁻²`` (McMahan et al. 2018, "A General Approach to Adding
-    Differential Privacy to Iterative Training Procedures", Sec. 3) — Andrew et al.'s Theorem 1,
-    which they state for add/remove with bits shifted to ``±½`` (the same ``1 : 2C`` ratio of
-    sensitivities). A ``σ_b`` of at most ``z/2`` leaves nothing for the update: refused."""
+    count's noise ``σ_b``, makes the pair as private as one Gaussian mechanism of multiplier
+    ``z`` (Andrew, Thakkar, McMahan and Ramaswamy, "Differentially Private Learning with
+    Adaptive Clipping", NeurIPS 2021, Sec. 3.1 and Theorem 1). It holds for bits shifted to
+    ``±½`` (:class:`ClipUpdates`): under add/remove the count's sensitivity is ½ against the
+    update's ``C``. A ``σ_b`` of at most ``z/2`` leaves nothing for the update: refused."""
     rest = noise**-2 - (2.0 * count_std) ** -2
     if not rest > 0:
         raise ConfigError(
@@ -229,7 +199,7 @@ def effective_noise_multiplier(update_noise: float, count_std: float) -> float:
 
 def release_epsilon(sigma: float, sensitivity: float, releases: int, delta: float) -> float:
     """``ε`` of ``releases`` releases of a value of L2 sensitivity ``sensitivity`` (between any
-    two users' values: replace-one), each with ``N(0, σ² I)`` added: the Gaussian mechanism of
+    two users' values), each with ``N(0, σ² I)`` added: the Gaussian mechanism of
     multiplier ``σ / Δ`` composed without sampling (the server knows who sent), by the same RDP
     accountant as :func:`epsilon`.
 
@@ -238,8 +208,7 @@ def release_epsilon(sigma: float, sensitivity: float, releases: int, delta: floa
     post-processing and spends nothing more (FedHide paper, eq. 5 and the remark after it)."""
     if releases <= 0:
         return 0.0
-    # epsilon's noise is relative to half the replace-one sensitivity (C, of 2C)
-    return epsilon(2 * sigma / sensitivity, 1, 1, releases, delta)
+    return epsilon(sigma / sensitivity, 1.0, releases, delta)
 
 
 @dataclass(frozen=True)
@@ -247,7 +216,8 @@ class PrivacyPlan:
     """A run's mechanism, fixed before training: what ``report.json`` calls ``privacy``.
     ``noise_multiplier`` is ``z``, the multiplier the run is as private as (with adaptive
     clipping the update carries ``z_Δ`` and the count ``σ_b``, :func:`update_noise_multiplier`);
-    each round samples ``cohort`` of ``users`` without replacement."""
+    each round Poisson-samples each of ``users`` with probability ``q = cohort / users``, so
+    ``cohort`` is the expected cohort ``qN``, the aggregate's fixed denominator."""
 
     mechanism: str
     noise_multiplier: float
@@ -261,7 +231,7 @@ class PrivacyPlan:
 
     @property
     def sampling_rate(self) -> float:
-        """``q = m / N``."""
+        """``q = m / N``, each user's chance to be in a round's cohort."""
         return min(1.0, self.cohort / self.users)
 
     @property
@@ -282,11 +252,9 @@ class PrivacyPlan:
         return self.spent(self.rounds)
 
     def spent(self, rounds: int) -> float:
-        """The ``ε`` spent after ``rounds`` rounds: the update's noise and the count's composed
-        by the accountant (:func:`round_event`)."""
-        return epsilon(
-            self.update_noise, self.cohort, self.users, rounds, self.delta, self.count_std
-        )
+        """The ``ε`` spent after ``rounds`` rounds (:func:`epsilon` of ``z``: with adaptive
+        clipping the pair ``z_Δ``, ``σ_b`` is as private as ``z``)."""
+        return epsilon(self.noise_multiplier, self.sampling_rate, rounds, self.delta)
 
     def report(self) -> dict[str, Any]:
         return {
@@ -299,7 +267,7 @@ class PrivacyPlan:
             "clip_count_bits": None if self.adaptive is None else COUNT_BITS,
             "clip_norm": self.clip_norm,
             "rounds": self.rounds,
-            "cohort": self.cohort,
+            "expected_cohort": self.cohort,
             "users": self.users,
             "sampling_rate": self.sampling_rate,
             "sampling": SAMPLING,
@@ -317,8 +285,9 @@ class PrivacyPlan:
         return (
             f"user-level DP, {self.mechanism}: ε = {self.epsilon:.3g}, δ = {self.delta:.2g} "
             f"({NEIGHBORING_RELATION}) over {self.rounds} rounds (z = {self.noise_multiplier:.4g}"
-            f"{count}, C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, q = "
-            f"{self.cohort}/{self.users}, {SAMPLING})"
+            f"{count}, C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, "
+            f"{SAMPLING} sampling q = {self.sampling_rate:.3g}: expected cohort {self.cohort} of "
+            f"{self.users})"
         )
 
 
@@ -338,7 +307,8 @@ def plan_privacy(
     clip_count_std: float | None = None,
 ) -> PrivacyPlan | None:
     """The run's mechanism from its settings (``None`` when off): given a target ``ε`` the noise
-    multiplier is computed for the run's ``rounds`` and cohorts of ``cohort`` of ``users``; given
+    multiplier is computed for the run's ``rounds`` and Poisson-sampled cohorts of expected size
+    ``cohort`` of ``users`` (``q = cohort / users``); given
     the noise multiplier, the ``ε`` follows. ``adaptive``: adaptive clipping from ``clip_norm``
     (:class:`AdaptiveClipping`; ``clip_count_std`` defaults to ``cohort / 20``)."""
     if mechanism == "off":
@@ -354,7 +324,7 @@ def plan_privacy(
     if noise is None:
         if target_epsilon is None:
             raise ConfigError("--dp needs --dp-epsilon (or --dp-noise-multiplier)")
-        noise = noise_multiplier(target_epsilon, cohort, users, rounds, delta)
+        noise = noise_multiplier(target_epsilon, cohort / users, rounds, delta)
     elif not noise > 0:
         raise ConfigError(f"--dp-noise-multiplier must be positive, not {noise}")
     clipping = None
@@ -426,7 +396,8 @@ def secret_generator() -> torch.Generator:
 def update_norms(deltas: Tensors) -> Tensor:
     """``[m]`` each client's L2 norm over all its parameters' updates."""
     squares = [
-        value.reshape(value.shape[0], -1).double().pow(2).sum(1) for value in deltas.values()
+        value.flatten(1).double().pow(2).sum(1) if value.dim() > 1 else value.double().pow(2)
+        for value in deltas.values()
     ]
     return torch.stack(squares).sum(0).sqrt()
 
@@ -463,19 +434,20 @@ def scalar_noise(std: float, generator: torch.Generator) -> float:
 def noisy_mean_update(
     base: Tensors,
     total: Tensors,
-    count: int,
+    denominator: float,
     std: float = 0.0,
     generator: torch.Generator | None = None,
 ) -> Tensors:
-    """``θ + (Σ_k δ̂_k + N(0, std²)) / count`` from the sum of the clipped updates ``total``
-    (``std = 0``: the noise is in the sum already, ``distributed``)."""
+    """``θ + (Σ_k δ̂_k + N(0, std²)) / denominator`` from the sum of the clipped updates
+    ``total`` (``std = 0``: the noise is in the sum already, ``distributed``); the denominator is
+    the expected cohort ``qN``, fixed before training (McMahan et al.'s ``f̃_f``)."""
     out = {}
     for name, value in base.items():
         summed = total[name]
         if std > 0:
             assert generator is not None, "noise needs its generator"
             summed = add_noise({name: summed}, std, generator)[name]
-        out[name] = value + (summed / count).to(value.dtype)
+        out[name] = value + (summed / denominator).to(value.dtype)
     return out
 
 
@@ -485,8 +457,10 @@ class ClipUpdates:
     all its trainable parameters together).
 
     With ``adaptive`` (:class:`AdaptiveClipping`) the norm moves after each round from the noisy
-    count of unclipped clients: in ``distributed`` each client adds ``N(0, σ_b² / m)`` to its
-    bit (from ``(seed, round, client)``), otherwise the server adds ``N(0, σ_b²)`` to the count.
+    count of unclipped clients, each client's bit shifted to ``±½``: in ``distributed`` each of
+    the ``m′`` clients of the round adds ``N(0, σ_b² / m′)`` to its bit (from ``(seed, round,
+    client)``), otherwise — or when the cohort is empty — the server adds ``N(0, σ_b²)`` to the
+    sum; the fraction is the sum over the expected cohort ``denominator`` (``qN``) plus ½.
     ``round_norm`` is the norm the last round clipped to (its noise is scaled by it);
     :meth:`state_dict` holds the next one, so that a resumed run goes on bit-exactly."""
 
@@ -494,6 +468,7 @@ class ClipUpdates:
     adaptive: AdaptiveClipping | None = None
     seed: int = 0
     distributed: bool = False
+    denominator: float = 1.0
 
     def __post_init__(self) -> None:
         self.round_norm = self.clip_norm
@@ -503,10 +478,10 @@ class ClipUpdates:
         assert updates.deltas is not None
         self.round_norm = clip_norm = self.clip_norm
         updates.deltas, norms = clip_updates(updates.deltas, clip_norm)
-        updates.metrics = {
+        updates.metrics = {  # an empty cohort's are NaN (null in metrics.jsonl)
             **updates.metrics,
             "clipped": float((norms > clip_norm).double().mean()),
-            "update_norm": float(norms.median()),
+            "update_norm": float(norms.median()) if len(norms) else math.nan,
             "clip_norm": clip_norm,
         }
         if self.adaptive is not None:
@@ -515,18 +490,19 @@ class ClipUpdates:
         return updates
 
     def noisy_unclipped(self, bits: Tensor, clients: Tensor, round_number: int) -> float:
-        """``b̃``: the fraction of unclipped clients with the count's noise."""
+        """``b̃ = (Σ_k (b_k − ½) + N(0, σ_b²)) / (qN) + ½``: the fraction of unclipped clients
+        from the noisy sum of the bits shifted to ``±½`` (Andrew et al. 2021, Sec. 3.1)."""
         assert self.adaptive is not None
         count = len(bits)
-        total = float(bits.double().sum())
-        if self.distributed:
+        total = float((bits.double() - 0.5).sum())
+        if self.distributed and count > 0:
             share = self.adaptive.count_std / math.sqrt(count)
             for client in clients.tolist():
                 total += scalar_noise(share, _generator(self.seed, round_number, 3, int(client)))
         else:
             generator = _generator(self.seed, round_number, 4, 0)
             total += scalar_noise(self.adaptive.count_std, generator)
-        return total / count
+        return total / self.denominator + 0.5
 
     def state_dict(self) -> dict[str, float]:
         return {"clip_norm": self.clip_norm}
@@ -537,9 +513,10 @@ class ClipUpdates:
 
 @dataclass
 class DistributedNoise:
-    """Per-client postprocessing (``distributed``): client ``k`` adds ``N(0, σ² / m)`` to its
-    clipped update, ``σ = z·C``, from its own generator (on a device: its own secret seed; in the
-    simulator ``(seed, round, client)``), so that the sum over the cohort carries ``N(0, σ²)``."""
+    """Per-client postprocessing (``distributed``): each of the round's ``m′`` clients adds
+    ``N(0, σ² / m′)`` to its clipped update, ``σ = z_Δ·C``, from its own generator (on a device:
+    its own secret seed; in the simulator ``(seed, round, client)``), so that the sum over the
+    cohort carries ``N(0, σ²)``. An empty cohort has no one to add it: :class:`DPSum` does."""
 
     std: float  # σ = z·C, of the sum; with ``clip``: z, and σ = z · clip.round_norm
     seed: int
@@ -549,6 +526,8 @@ class DistributedNoise:
         updates = updates.as_deltas(base)
         assert updates.deltas is not None
         count = len(updates.clients)
+        if count == 0:
+            return updates
         std = self.std if self.clip is None else self.std * self.clip.round_norm
         share = std / math.sqrt(count)
         noisy = {name: value.clone() for name, value in updates.deltas.items()}
@@ -563,14 +542,18 @@ class DistributedNoise:
 
 @dataclass
 class DPSum(Aggregator):
-    """The DP aggregate: ``θ' = θ + (Σ_k δ̂_k + n) / m``, every client weighing the same; ``n``
-    is the server's ``N(0, σ²)`` (``central``) or nothing (``distributed``: the clients' shares
-    are in the sum already)."""
+    """The DP aggregate: ``θ' = θ + (Σ_k δ̂_k + n) / (qN)``, every client weighing the same,
+    ``qN`` (``denominator``) the expected cohort; ``n`` is the server's ``N(0, σ²)``
+    (``central``) or nothing (``distributed``: the clients' shares are in the sum already —
+    but for an empty cohort, whose release is ``n`` alone, drawn by the server here).
+    ``std`` is ``σ``, or with ``clip`` ``z_Δ``, and ``σ = z_Δ · clip.round_norm``."""
 
     algorithm: FedAvg
-    central_std: float = 0.0  # with ``clip``: z, and σ = z · clip.round_norm
+    std: float = 0.0
     seed: int = 0
     clip: ClipUpdates | None = None
+    denominator: float = 1.0
+    distributed: bool = False
 
     def __call__(
         self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
@@ -584,14 +567,16 @@ class DPSum(Aggregator):
             else updates.deltas[name].sum(0)
             for name, value in base.items()
         }
-        return noisy_mean_update(base, total, len(updates.clients))
+        return noisy_mean_update(base, total, self.denominator)
 
     def sum_noise(self, base: Tensors, plan: RoundPlan) -> Tensors:
         """``n``: the server's noise of round ``plan`` on the sum of the updates, ``N(0, σ²)`` for
         every value of ``base``'s parameters (float32, CPU, from ``(seed, round)``); empty when
-        the server adds none (``distributed``). SecAgg+ adds the same to the sum it unmasks
-        (:class:`uvtrain.audit.SecAggPlus`)."""
-        std = self.central_std if self.clip is None else self.central_std * self.clip.round_norm
+        the server adds none (``distributed`` with clients). SecAgg+ adds the same to the sum it
+        unmasks (:class:`uvtrain.audit.SecAggPlus`)."""
+        if self.distributed and len(plan.clients) > 0:
+            return {}
+        std = self.std if self.clip is None else self.std * self.clip.round_norm
         if not std > 0:
             return {}
         generator = _generator(self.seed, plan.number, 2, 0)
@@ -602,15 +587,18 @@ class DPSum(Aggregator):
 
 
 def install(simulation: Any, plan: PrivacyPlan | None, seed: int) -> None:
-    """Put the mechanism into a trainer's round: the clipping (and distributed noise) steps and
-    the DP aggregator; the noise's standard deviation is ``z_Δ`` times the round's clip norm."""
+    """Put the mechanism into a trainer's round: the clipping (and distributed noise) steps, the
+    DP aggregator (the noise's standard deviation is ``z_Δ`` times the round's clip norm) and
+    the plan (``simulation.privacy``: its rounds' cohorts are Poisson-sampled)."""
     if plan is None:
         return
     distributed = plan.mechanism == "distributed"
-    clip = ClipUpdates(plan.clip_norm, plan.adaptive, seed, distributed)
+    denominator = float(plan.cohort)  # qN
+    clip = ClipUpdates(plan.clip_norm, plan.adaptive, seed, distributed, denominator)
     simulation.postprocess = [clip]
+    simulation.privacy = plan  # its cohorts are Poisson-sampled at plan.sampling_rate
     if distributed:
         simulation.postprocess.append(DistributedNoise(plan.update_noise, seed, clip))
-        simulation.aggregator = DPSum(simulation.algorithm, 0.0, seed)
-    else:
-        simulation.aggregator = DPSum(simulation.algorithm, plan.update_noise, seed, clip)
+    simulation.aggregator = DPSum(
+        simulation.algorithm, plan.update_noise, seed, clip, denominator, distributed
+    )
