@@ -6,23 +6,29 @@
 simulator's own :func:`~uvtrain.privacy.clip_updates`; in ``distributed`` it then adds its share
 ``N(0, σ²/m_min)`` of the noise, ``σ = z_Δ·C_r``, drawn from a generator seeded by its own
 secret randomness (:func:`~uvtrain.privacy.secret_generator`: fresh each round; the seed is
-never sent, stored or logged). With adaptive clipping it also sends its bit
-``b_k = 1[‖δ_k‖ ≤ C_r]`` (plus, distributed, its share ``N(0, σ_b²/m_min)``) as one more
+never sent, stored or logged). With adaptive clipping it also sends its bit shifted to ``±½``,
+``b_k = 1[‖δ_k‖ ≤ C_r] − ½`` (plus, distributed, its share ``N(0, σ_b²/m_min)``) as one more
 one-element array, summed with the update. Every device weighs the same (it reports one sample).
 
-**The server** (:class:`DeviceDP`, the round's aggregator): it receives the sum of the survivors'
-updates (unmasked by SecAgg+, or summed from plain replies), adds ``N(0, σ²)`` in ``central``
-(from its own secret randomness, not from the run's public seed), divides by the number of
-survivors ``m′`` and moves the clip norm with :meth:`~uvtrain.privacy.AdaptiveClipping.
-next_clip_norm` from the noisy count.
+**The server** (:class:`DeviceDP`, the round's aggregator) Poisson-samples each round's devices
+with the simulator's :func:`~uvtrain.rounds.poisson_cohort` (each registered device with
+probability ``q``); it receives the sum of the survivors' updates (unmasked by SecAgg+, or summed
+from plain replies), adds ``N(0, σ²)`` in ``central`` (from its own secret randomness, not from
+the run's public seed), divides by the expected cohort ``qN`` (fixed, as the simulator) and moves
+the clip norm with :meth:`~uvtrain.privacy.AdaptiveClipping.next_clip_norm` from the noisy count
+(``Σ b_k`` plus noise, over ``qN``, plus ½).
 
 **Dropouts.** A share is calibrated to ``m_min`` (:func:`min_survivors`), the fewest devices
 whose updates a completed secure round can sum: the server gives SecAgg+ the reconstruction
 threshold ``max(t, min_cohort)`` (``t`` SecAgg+'s own threshold for the cohort), and SecAgg+
 cannot unmask a sum of fewer devices than its threshold. So every sum the server ever sees
 carries noise of standard deviation ``σ·√(m′/m_min) ≥ σ``; when no device drops out, the extra
-noise is the price of tolerating ``m − m_min`` dropouts. The accountant composes ``z`` (the
-guarantee holds, conservatively, whoever survives).
+noise is the price of tolerating ``m − m_min`` dropouts. A round that samples fewer than
+``m_min`` devices releases nothing (:func:`can_release`: the model stays, the round still counts
+in the accountant); one whose survivors fall below ``m_min`` stops the run without releasing
+anything, as before. The accountant is the simulator's (:meth:`~uvtrain.privacy.PrivacyPlan.
+spent`: Poisson sampling at ``q``, add/remove adjacency) with ``z``: the guarantee holds,
+conservatively, whoever survives.
 """
 
 from __future__ import annotations
@@ -75,11 +81,14 @@ def secagg_threshold(settings: DeploySettings, cohort: int) -> tuple[int, int]:
 
 
 def min_survivors(settings: DeploySettings, cohort: int) -> int:
-    """``m_min``: the fewest devices a DP round may finish with. Secure rounds: the threshold
-    the server gives SecAgg+, ``max(t, min_cohort)`` (a completed round sums at least that many
-    updates); plain rounds (``central`` only): every device of the cohort (a failure stops)."""
+    """``m_min``: the fewest devices a DP round may finish with, for an expected cohort of
+    ``cohort``. Secure rounds: the threshold the server gives SecAgg+, ``max(t, min_cohort)``
+    (``t``, SecAgg+'s threshold for the expected cohort: half of it by default, so that a
+    Poisson-sampled cohort rarely falls below it, :func:`skip_probability`); a completed round
+    sums at least that many updates. Plain rounds (``central`` only): one device (every sampled
+    device must reply: a failure stops)."""
     if not settings.secure:
-        return cohort
+        return 1
     if cohort < settings.min_cohort:
         raise ConfigError(
             f"{cohort} device(s) in a round: a secure round needs min_cohort = "
@@ -96,9 +105,31 @@ def min_survivors(settings: DeploySettings, cohort: int) -> int:
     return survivors
 
 
+def can_release(settings: DeploySettings, survivors: int, sampled: int) -> bool:
+    """Whether a round that Poisson-sampled ``sampled`` devices can release a sum of at least
+    ``survivors`` (``m_min``): enough devices, and (secure) SecAgg+ shares each one's secrets with
+    at least ``m_min`` of them. A round that cannot releases nothing (it depends on the realised
+    count only, not on anyone's data)."""
+    if sampled < survivors:
+        return False
+    return not settings.secure or secagg_threshold(settings, sampled)[0] >= survivors
+
+
+def skip_probability(devices: int, sampling_rate: float, survivors: int) -> float:
+    """``P(Binomial(N, q) < m_min)``: the chance that a round samples too few devices to release
+    anything (:func:`can_release`)."""
+    rate = min(1.0, max(0.0, sampling_rate))
+    terms = (
+        math.comb(devices, count) * rate**count * (1 - rate) ** (devices - count)
+        for count in range(min(survivors, devices + 1))
+    )
+    return float(sum(terms))
+
+
 def plan(settings: DeploySettings, devices: int) -> PrivacyPlan | None:
-    """The run's mechanism for ``devices`` registered devices (``None`` when off): sampling
-    rate ``cohort / devices``, ``δ = 0.1 / devices`` unless given, ``ε`` =
+    """The run's mechanism for ``devices`` registered devices (``None`` when off): Poisson
+    sampling at ``q = cohort / devices`` (``cohort``: :meth:`DeploySettings.cohort_size`, the
+    expected cohort), ``δ = min(devices^−1.1, 10⁻⁶)`` unless given, ``ε`` =
     :data:`~uvtrain.privacy.SECURE_DEFAULT_EPSILON` unless ``dp_epsilon`` or
     ``dp_noise_multiplier`` is given. A run whose rounds cannot stay within the budget is
     refused (:class:`ConfigError`)."""
@@ -155,7 +186,7 @@ def private_update(
         own = add_noise(own, noise * clip_norm / math.sqrt(survivors), generator)
     arrays = [own[name].numpy() for name in names]
     if instructions.get("dp_adaptive"):
-        bit = float(norms[0] <= clip_norm)
+        bit = float(norms[0] <= clip_norm) - 0.5  # ±½ (Andrew et al. 2021, Sec. 3.1)
         if distributed:
             assert generator is not None
             count_std = float(instructions["dp_count_std"])
@@ -219,7 +250,7 @@ class DeviceDP(Aggregator):
             widest += 8 * self.plan.update_noise * self.clip_norm / math.sqrt(self.survivors)
         if self.plan.adaptive is not None:
             count_share = self.plan.adaptive.count_std / math.sqrt(self.survivors)
-            widest = max(widest, 1 + 8 * count_share)
+            widest = max(widest, 0.5 + 8 * count_share)
         return max(8.0, widest)
 
     def release(
@@ -230,9 +261,10 @@ class DeviceDP(Aggregator):
         survivors: int,
         round_number: int,
     ) -> tuple[Tensors, dict[str, Any]]:
-        """``θ' = θ + (Σ δ̂_k + n) / m′`` from the survivors' sum (``n``: the server's
-        ``N(0, σ²)`` in ``central``, in the sum already in ``distributed``), and the next clip
-        norm from the noisy count of unclipped devices ``unclipped``."""
+        """``θ' = θ + (Σ δ̂_k + n) / (qN)`` from the survivors' sum (``n``: the server's
+        ``N(0, σ²)`` in ``central``, in the sum already in ``distributed``; ``qN`` the expected
+        cohort), and the next clip norm from the noisy sum of the devices' ``±½`` bits
+        ``unclipped``: the fraction ``(Σ b_k + noise) / (qN) + ½``."""
         if survivors < self.survivors:
             raise DeploymentError(
                 f"round {round_number}: {survivors} update(s) summed, fewer than the "
@@ -245,7 +277,8 @@ class DeviceDP(Aggregator):
         generator = secret_generator()
         clip_norm = self.clip_norm
         std = self.plan.update_noise * clip_norm if central else 0.0
-        new = noisy_mean_update(base, total, survivors, std, generator)
+        denominator = float(self.plan.cohort)
+        new = noisy_mean_update(base, total, denominator, std, generator)
         metrics: dict[str, Any] = {
             "survivors": survivors,
             "clip_norm": clip_norm,
@@ -257,8 +290,9 @@ class DeviceDP(Aggregator):
             count = unclipped
             if central:
                 count += scalar_noise(self.plan.adaptive.count_std, generator)
-            metrics["unclipped"] = count / survivors
-            self.clip_norm = self.plan.adaptive.next_clip_norm(clip_norm, count / survivors)
+            fraction = count / denominator + 0.5
+            metrics["unclipped"] = fraction
+            self.clip_norm = self.plan.adaptive.next_clip_norm(clip_norm, fraction)
         return new, metrics
 
     def state_dict(self) -> dict[str, float]:

@@ -81,11 +81,20 @@ from uvtrain.rounds import (
     ClientUpdates,
     RoundPlan,
     WeightedMean,
+    poisson_cohort,
     run_round,
     sample_cohort,
 )
 
-from .dp import LEDGER, DeviceDP, check_rounds, min_survivors, released
+from .dp import (
+    LEDGER,
+    DeviceDP,
+    can_release,
+    check_rounds,
+    min_survivors,
+    released,
+    skip_probability,
+)
 from .dp import plan as plan_privacy
 from .errors import DeploymentError
 from .settings import DeploySettings, build_model, pack, to_arrays, unpack
@@ -285,14 +294,19 @@ class FederatedServer:
     # -- the rounds ----------------------------------------------------------------------------
 
     def cohort(self, round_number: int, nodes: list[int]) -> list[int]:
-        """The round's devices, drawn from ``(seed, round)`` as the simulator draws clients."""
+        """The round's devices, drawn from ``(seed, round)`` as the simulator draws clients:
+        under DP each device with probability ``q`` (:func:`~uvtrain.rounds.poisson_cohort`)."""
         count = self.settings.cohort_size(len(nodes))
         if self.secure and len(nodes) < self.settings.min_cohort:
             raise DeploymentError(
                 f"{len(nodes)} device(s): a secure round needs min_cohort = "
                 f"{self.settings.min_cohort} (a sum over fewer reveals too much)"
             )
-        picked = sample_cohort(self.config.seed, round_number, len(nodes), count)
+        if self.dp is not None:
+            rate = self.dp.plan.sampling_rate
+            picked = poisson_cohort(self.config.seed, round_number, len(nodes), rate)
+        else:
+            picked = sample_cohort(self.config.seed, round_number, len(nodes), count)
         return sorted(nodes[i] for i in picked)
 
     def _fit_ins(self, node: int, round_number: int, lr: float) -> Any:
@@ -443,6 +457,8 @@ class FederatedServer:
         """One round (:func:`uvtrain.rounds.run_round`), then the check that the model changed
         and stayed finite: a round that "succeeds" without training stops the run."""
         cohort = self.cohort(round_number, nodes)
+        if self.dp is not None and not can_release(self.settings, self.dp.survivors, len(cohort)):
+            return self._skip(round_number, len(cohort))
         plan = RoundPlan(
             round_number,
             np.array([self.rows[node] for node in cohort]),
@@ -457,6 +473,29 @@ class FederatedServer:
             raise DeploymentError(f"round {round_number}: the model did not change: stopped")
         self.params, self.shared = result.params, result.shared
         return {**result.metrics, "secure": self.secure, "update_max_abs": largest}
+
+    def _skip(self, round_number: int, sampled: int) -> dict[str, Any]:
+        """A DP round whose Poisson-sampled cohort is too small to release a sum of ``m_min``:
+        nothing is sent or released, the model stays, and the round still counts in ε."""
+        assert self.dp is not None
+        self.echo(
+            f"round {round_number}: {sampled} device(s) sampled, fewer than the "
+            f"{self.dp.survivors} a release needs: nothing released (the round counts in ε)"
+        )
+        return {
+            "round": round_number,
+            "loss": float("nan"),
+            "lr": self.schedule.learning_rate(round_number),
+            "clients": 0,
+            "sampled": sampled,
+            "skipped": True,
+            "seconds": 0.0,
+            "survivors": 0,
+            "clip_norm": self.dp.clip_norm,
+            "epsilon": self.dp.plan.spent(round_number),
+            "secure": self.secure,
+            "update_max_abs": 0.0,
+        }
 
     # -- state -------------------------------------------------------------------------------
 
@@ -523,12 +562,11 @@ class FederatedServer:
         if secure is not None:  # SecAgg+ unmasks no sum of fewer than m_min devices
             secure.reconstruction_threshold = float(survivors)
         self.dp = self.aggregator = dp
-        shares = f", sums of >= {survivors} of {cohort} devices" if secure is not None else ""
+        skip = skip_probability(users, plan.sampling_rate, survivors)
+        shares = f", sums of >= {survivors} devices" if secure is not None else ""
         self.echo(
-            f"user-level DP, {plan.mechanism}: ε = {plan.epsilon:.3g}, δ = {plan.delta:.3g} "
-            f"over {plan.rounds} rounds (z = {plan.noise_multiplier:.3g}, C = "
-            f"{plan.clip_norm:g}{', adaptive' if plan.adaptive else ''}, q = "
-            f"{plan.sampling_rate:.3g}{shares})"
+            f"{plan.describe()}{shares}; a round releases nothing when fewer than {survivors} "
+            f"are sampled: P = {skip:.2g} a round"
         )
 
     def run(self) -> dict[str, Any]:

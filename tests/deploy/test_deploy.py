@@ -78,7 +78,7 @@ def test_the_flower_app_declares_every_setting_with_its_default() -> None:
 def test_dp_defaults_to_distributed_under_secagg_and_refuses_what_cannot_hold() -> None:
     """``dp = "auto"``: distributed at ε = 8 whenever SecAgg+ is on, off otherwise; distributed
     turns ``secagg = "auto"`` on and is refused with it off; the plan is made for the devices."""
-    from uvdeploy.dp import min_survivors, plan
+    from uvdeploy.dp import can_release, min_survivors, plan, skip_probability
 
     feduv = DeploySettings.from_run_config({"method": "feduv", "rounds": 2, "fraction": 0.75})
     assert feduv.secure and feduv.mechanism == "distributed"
@@ -91,17 +91,23 @@ def test_dp_defaults_to_distributed_under_secagg_and_refuses_what_cannot_hold() 
     planned = plan(feduv, 4)
     assert planned is not None and planned.mechanism == "distributed"
     assert planned.epsilon == pytest.approx(8.0, rel=1e-2) and planned.epsilon <= 8.0
-    assert planned.sampling_rate == 0.75 and planned.delta == pytest.approx(0.1 / 4)
+    assert planned.sampling_rate == 0.75 and planned.delta == 1e-6  # min(4^-1.1, 1e-6)
     assert (
         planned.rounds == 2
         and plan(DeploySettings.from_run_config({"method": "fedaws"}), 4) is None
     )
     # the noise shares are calibrated to the fewest survivors SecAgg+ can finish with:
-    # max(its threshold, min_cohort), which the server gives the workflow
+    # max(its threshold for the expected cohort, min_cohort), which the server gives the workflow
     assert min_survivors(feduv, 3) == 3 and min_survivors(feduv, 10) == 5
     strict = DeploySettings.from_run_config({"method": "feduv", "reconstruction_threshold": 1.0})
     assert min_survivors(strict, 10) == 10
-    assert min_survivors(central, 7) == 7  # plain rounds: a failed device stops the round
+    assert min_survivors(central, 7) == 1  # plain rounds: a failed device stops the round
+    # a Poisson-sampled round releases only when it sampled m_min; the chance it does not is
+    # P(Binomial(N, q) < m_min), by hand: 4 devices at q = 0.75, m_min = 3
+    assert can_release(feduv, 3, 3) and not can_release(feduv, 3, 2)
+    by_hand = 0.25**4 + 4 * 0.75 * 0.25**3 + 6 * 0.75**2 * 0.25**2
+    assert skip_probability(4, 0.75, 3) == pytest.approx(by_hand)
+    assert skip_probability(1000, 0.1, 50) < 1e-8 and skip_probability(4, 0.75, 0) == 0
     for values, message in (
         ({"dp": "distributed", "secagg": "off"}, "dp distributed needs secure aggregation"),
         ({"dp_epsilon": 0.0}, "dp_epsilon must be positive"),
@@ -239,7 +245,7 @@ def test_a_devices_dp_step_clips_and_adds_its_share_of_the_noise() -> None:
     assert abs(noise.mean()) < 4 * 0.35 / np.sqrt(noise.size)
     bits = [private_update(small, instructions)[2][0] for _ in range(300)]  # secret seeds
     assert np.std(bits) == pytest.approx(0.9 / np.sqrt(3), rel=0.15)
-    assert np.mean(bits) == pytest.approx(1.0, abs=4 * 0.52 / np.sqrt(300))  # each unclipped
+    assert np.mean(bits) == pytest.approx(0.5, abs=4 * 0.52 / np.sqrt(300))  # unclipped: +½
     again = private_update(small, instructions)
     assert not np.array_equal(again[1], private_update(small, instructions)[1])  # fresh noise
 
@@ -433,7 +439,7 @@ def test_a_central_dp_round_sums_the_clipped_updates_and_adds_the_servers_noise(
     server.params = {"a": torch.zeros(40, 500), "b": torch.zeros(10)}
     server._plan_privacy(None)
     dp = server.dp
-    assert dp is not None and server.aggregator is dp and dp.survivors == 3
+    assert dp is not None and server.aggregator is dp and dp.survivors == 1
     assert dp.plan.sampling_rate == 1.0 and dp.plan.epsilon == pytest.approx(8.0, rel=1e-2)
     generator = torch.Generator().manual_seed(1)
     deltas = [
@@ -466,7 +472,7 @@ def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_
     from uvdeploy.server import FlowerSecAggPlus
 
     values = {"method": "fedhide", "dp": "distributed", "min_cohort": 2, "out": str(tmp_path)}
-    values.update(clip_norm=0.5, adaptive_clipping=True, clip_count_std=2.0)
+    values.update(clip_norm=0.5, adaptive_clipping=True, clip_count_std=10.0)
     server = _server(values, {11: 4, 12: 6, 13: 2})
     assert server.settings.mechanism == "distributed" and server.secure
     secagg = server.aggregator
@@ -492,10 +498,11 @@ def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_
     assert config["dp"] == "distributed" and config["dp_survivors"] == 2
     assert config["dp_noise"] == pytest.approx(server.dp.plan.update_noise)
     assert max_weight == 1.0 and clipping_range >= 0.5 * (1 + 8 * config["dp_noise"] / np.sqrt(2))
-    assert metrics["survivors"] == 2 and metrics["unclipped"] == pytest.approx(0.25)
-    for name, value in before.items():  # distributed: no noise added by the server
-        torch.testing.assert_close(server.params[name], value + mean[name])
-    assert server.dp.clip_norm == pytest.approx(0.5 * np.exp(-0.2 * (0.25 - 0.5)))
+    # the sum of the survivors' ±½ bits (2 × 0.25) over the expected cohort qN = 3, plus ½
+    assert metrics["survivors"] == 2 and metrics["unclipped"] == pytest.approx(0.5 / 3 + 0.5)
+    for name, value in before.items():  # distributed: no noise added by the server; sum / qN
+        torch.testing.assert_close(server.params[name], value + mean[name] * 2 / 3)
+    assert server.dp.clip_norm == pytest.approx(0.5 * np.exp(-0.2 * (0.5 / 3 + 0.5 - 0.5)))
     server.dp.survivors = 3  # a sum of fewer than m_min devices is never released
     with pytest.raises(DeploymentError, match="round 2: 1 of 3 device"):
         server.round(2, [11, 12, 13])
@@ -549,11 +556,12 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     """The default deployment of FedUV: SecAgg+ and distributed DP at ε = 8 (here with
     adaptive clipping from C = 0.05). The released model carries exactly the noise the devices'
     shares add up to, through SecAgg+'s quantization: its change over the two rounds has the
-    std z_Δ·√(Σ_r C_r² / (m′·m_min)) (the clipped updates are negligible beside it)."""
+    std z_Δ·√(Σ_r C_r² m′_r / m_min) / (qN) (the clipped updates are negligible beside it)."""
     from uvsdk import Verifier
     from uvtrain.checkpoints import read_checkpoint
     from uvtrain.engine import split_parameters
     from uvtrain.privacy import epsilon
+    from uvtrain.rounds import poisson_cohort
 
     _, root, devices = federation
     out = root / "feduv"
@@ -572,28 +580,38 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     assert result["status"] == {"state": "finished", "rounds": 2}, result["lines"]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["round"] for m in metrics] == [1, 2] and all(m["secure"] for m in metrics)
+    settings = DeploySettings.from_run_config(json.loads((out / "config.json").read_text()))
     report = json.loads((out / "report.json").read_text())
     assert report["deployment"]["secure_aggregation"] is True
     assert report["warmup"]["devices_enrolled"] == 4
     privacy = report["privacy"]
     assert privacy["mechanism"] == "distributed" and privacy["rounds"] == 2
     assert privacy["epsilon"] == pytest.approx(8.0, rel=1e-2) and privacy["epsilon"] <= 8.0
-    assert privacy["delta"] == pytest.approx(0.1 / 4) and privacy["sampling_rate"] == 0.75
+    assert privacy["delta"] == 1e-6 and privacy["sampling_rate"] == 0.75
     assert privacy["clip_norm"] == 0.05 and privacy["min_survivors"] == 3
     log = "\n".join(result["lines"])
-    z, q = privacy["noise_multiplier"], privacy["sampling_rate"]
+    z, cohort, users = privacy["noise_multiplier"], privacy["expected_cohort"], privacy["users"]
+    assert privacy["sampling"] == "poisson" and cohort == 3 and users == 4
+    # the server Poisson-samples the devices as the simulator does: with seed 0 round 1 draws 2
+    # (fewer than m_min = 3: nothing released, the round counts in ε) and round 2 draws all 4
+    sampled = [len(poisson_cohort(settings.run.seed, r, 4, 0.75)) for r in (1, 2)]
+    assert sampled == [2, 4] and metrics[0]["skipped"] and metrics[0]["survivors"] == 0
+    assert "round 1: 2 device(s) sampled, fewer than the 3" in log
     for row in metrics:  # the ε spent so far, in the metrics and on each round's log line
-        spent = epsilon(z, q, row["round"], privacy["delta"])
-        assert row["epsilon"] == pytest.approx(spent) and row["survivors"] == 3
+        spent = epsilon(z, 0.75, row["round"], privacy["delta"])
+        assert row["epsilon"] == pytest.approx(spent)
         assert f"round {row['round']}/2: " in log
         assert f"ε spent {spent:.3g} of {privacy['epsilon']:.3g}" in log
-    assert metrics[0]["clip_norm"] == 0.05 and metrics[1]["clip_norm"] != 0.05  # adaptive
-    settings = DeploySettings.from_run_config(json.loads((out / "config.json").read_text()))
+    assert metrics[1]["survivors"] == 4 and metrics[1]["clip_norm"] == 0.05
+    checkpoint = read_checkpoint(out / "checkpoint.pt")
+    assert checkpoint["privacy"]["clip_norm"] != 0.05  # adaptive: moved by round 2's count
     start, _ = split_parameters(build_model(settings, 4))
-    final = read_checkpoint(out / "checkpoint.pt")["params"]
+    final = checkpoint["params"]
     change = torch.cat([(final[k] - start[k]).reshape(-1) for k in sorted(start)])
     z_update = privacy["adaptive_clipping"]["update_noise_multiplier"]
-    expected = z_update * np.sqrt(sum(m["clip_norm"] ** 2 / (m["survivors"] * 3) for m in metrics))
+    # each survivor's share z_Δ·C_r/√m_min, their sum over qN = 3
+    shares = sum(m["clip_norm"] ** 2 * m["survivors"] / (3 * 3**2) for m in metrics)
+    expected = z_update * np.sqrt(shares)
     assert float(change.std()) == pytest.approx(expected, rel=0.03)
     registry = json.loads((out / "devices.json").read_text())["assigned"]
     assert len(set(registry)) == 4

@@ -134,10 +134,14 @@ def test_secagg_plus_with_equal_weights_is_the_dp_sum_within_one_step(mechanism:
         updates = DistributedNoise(noise, seed=3, clip=clip)(updates, base, plan)
     else:
         central = noise
-    dp_sum = DPSum(FedUV(), central, seed=3, clip=clip)
+    dp_sum = DPSum(FedUV(), central, seed=3, clip=clip, denominator=8.0)  # qN, not the 6 drawn
     expected = dp_sum(updates, base, plan)
     secure = audit.SecAggPlus(
-        audit.SecAggModel(), np.random.default_rng(9), weights="equal", noise=dp_sum.sum_noise
+        audit.SecAggModel(),
+        np.random.default_rng(9),
+        weights="equal",
+        noise=dp_sum.sum_noise,
+        denominator=dp_sum.denominator,
     )
     result = secure(updates, base, plan)
     # one level per member at r = round(Q / 1.01) / Q, over Σ r: STEP · 1.01 (and float32)
@@ -146,7 +150,7 @@ def test_secagg_plus_with_equal_weights_is_the_dp_sum_within_one_step(mechanism:
         seen = secure.mean_update[name].float()
         assert float((seen - (expected[name] - base[name])).abs().max()) <= STEP * 1.01 + 1e-6
     # the noise is there: far from the noise-free mean of the clipped updates
-    plain = {k: base[k] + clipped[k].mean(0) for k in base}
+    plain = {k: base[k] + clipped[k].sum(0) / 8.0 for k in base}
     assert max(float((result[k] - plain[k]).abs().max()) for k in base) > 0.1
     with pytest.raises(ValueError):
         audit.SecAggPlus(audit.SecAggModel(), np.random.default_rng(), weights="sizes")

@@ -58,30 +58,82 @@ def test_the_aggregate_carries_noise_of_the_computed_scale(mechanism: str) -> No
     plan = RoundPlan(3, np.arange(count), 0.1)
     if mechanism == "distributed":
         updates = DistributedNoise(std, seed=5)(updates, base, plan)
-        aggregate = DPSum(FedUV(), 0.0, seed=5)(updates, base, plan)
+        aggregate = DPSum(FedUV(), 0.0, seed=5, denominator=count)(updates, base, plan)
     else:
-        aggregate = DPSum(FedUV(), std, seed=5)(updates, base, plan)
+        aggregate = DPSum(FedUV(), std, seed=5, denominator=count)(updates, base, plan)
     total = torch.cat([(aggregate[k] - base[k]).reshape(-1) for k in base]) * count
     # 127 values of N(0, σ²): the sample std within 20 % (a 4-sigma band of its spread), mean ~0
     assert float(total.std()) == pytest.approx(std, rel=0.2)
     assert abs(float(total.mean())) < 4 * std / math.sqrt(total.numel())
 
 
-def test_the_accountant_matches_the_librarys_published_example() -> None:
-    # dp-accounting's rdp test: z = 4.530877117 without sampling is exactly (1, 1e-6)-DP
+def _pld_epsilon(noise: float, rate: float, rounds: int, delta: float) -> float:
+    """``ε`` from dp-accounting's PLD accountant (an independent computation, tighter than RDP)
+    of the Poisson-subsampled Gaussian, the event built here by hand."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant as pld
+
+    accountant = pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    event = dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(noise))
+    accountant.compose(event, rounds)
+    return accountant.get_epsilon(delta)
+
+
+def test_the_accountant_matches_published_values_and_the_librarys_other_accountants() -> None:
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    # Abadi et al. 2016, "Deep Learning with Differential Privacy", Sec. 3.1: with q = 0.01,
+    # σ = 4, δ = 1e-5 and T = 10,000 steps "we have ε ≈ 1.26 using the moments accountant";
+    # the RDP analysis of the same sampled Gaussian (Mironov et al. 2019) is at most that
+    ours = epsilon(4.0, 0.01, 10_000, 1e-5)
+    assert 0.75 * 1.26 < ours <= 1.26
+    # Balle & Wang's analytic Gaussian: multiplier 4.530877117 is exactly (1, 1e-6)-DP without
+    # sampling (dp-accounting's rdp test_compute_epsilon_delta_gaussian); RDP within 2 %
     assert epsilon(4.530877117, 1.0, 1, 1e-6) == pytest.approx(1.0, rel=0.02)
     assert noise_multiplier(1.0, 1.0, 1, 1e-6) == pytest.approx(4.530877117, rel=0.02)
-    # and ε grows with the rounds and falls with the noise
+    # the PLD accountant is tight, RDP an upper bound: PLD <= ours, within RDP's slack
+    for z, q, rounds, delta in ((4.0, 0.01, 10_000, 1e-5), (1.0, 0.1, 100, 1e-6),
+                                (2.0, 0.5, 3, 1e-6), (0.8, 0.1, 800, 1e-6)):  # fmt: skip
+        tight = _pld_epsilon(z, q, rounds, delta)
+        assert tight <= epsilon(z, q, rounds, delta) <= 1.15 * tight
+    # RDP built by hand from dp-accounting's functions, composed by addition over the rounds
+    z, q, rounds, delta = 1.3, 0.05, 500, 1e-6
+    orders = rdp.DEFAULT_RDP_ORDERS
+    per_round = rdp._compute_rdp_poisson_subsampled_gaussian(q, z, orders)
+    by_hand, _ = rdp.compute_epsilon(orders, np.asarray(per_round) * rounds, delta)
+    assert epsilon(z, q, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
+    # and at order 2 the sampled Gaussian's RDP in closed form (Mironov, Talwar and Zhang 2019,
+    # Sec. 3.3, integer α): log(1 + q² (e^{1/z²} − 1))
+    from uvtrain.privacy import _rdp_per_round
+
+    table, divergence = _rdp_per_round(z, q)
+    assert divergence[table.index(2.0)] == pytest.approx(math.log1p(q**2 * math.expm1(z**-2)))
+    # and ε grows with the rounds and the rate, and falls with the noise
     assert epsilon(1.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.1, 200, 1e-5)
+    assert epsilon(1.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.2, 100, 1e-5)
     assert epsilon(2.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.1, 100, 1e-5)
+
+
+def test_delta_defaults_below_one_over_n_to_the_1_1() -> None:
+    from uvtrain.privacy import default_delta
+
+    for users in (4, 60, 1000, 10**5, 10**6, 10**8):
+        assert default_delta(users) <= users**-1.1 and default_delta(users) <= 1e-6
+    assert default_delta(1000) == 1e-6 and default_delta(10**6) == pytest.approx(10**-6.6)
 
 
 def test_a_target_epsilon_sets_a_noise_that_spends_at_most_it() -> None:
     plan = plan_privacy("central", clip_norm=1.0, rounds=50, cohort=10, users=100,
                         target_epsilon=4.0)  # fmt: skip
-    assert plan is not None and plan.delta == pytest.approx(1e-3)
+    assert plan is not None and plan.delta == 1e-6 and plan.sampling_rate == 0.1
     assert 3.9 < plan.epsilon <= 4.0
     assert plan.spent(10) < plan.spent(50) == pytest.approx(plan.epsilon)
+    report = plan.report()
+    assert report["sampling"] == "poisson" and report["expected_cohort"] == 10
+    assert report["neighboring_relation"] == "add-or-remove-one"
+    assert "PoissonSampledDpEvent" in report["accountant"]
+    assert report["noise_multiplier"] == report["update_noise_multiplier"] == plan.noise_multiplier
+    assert report["clip_count_std"] is None and report["epsilon"] == plan.epsilon
     for bad in (0.0, -1.0):
         with pytest.raises(ConfigError, match="positive"):
             plan_privacy("central", clip_norm=1.0, rounds=5, cohort=2, users=10,
@@ -90,7 +142,8 @@ def test_a_target_epsilon_sets_a_noise_that_spends_at_most_it() -> None:
 
 def test_adaptive_clipping_follows_the_quantile_of_the_update_norms() -> None:
     # norms spread over [0.5, 5]; the clip norm starts at 0.1 and must settle near the median
-    clip = ClipUpdates(0.1, AdaptiveClipping(0.5, 0.2, count_std=1.0), seed=3, distributed=True)
+    adaptive = AdaptiveClipping(0.5, 0.2, count_std=1.0)
+    clip = ClipUpdates(0.1, adaptive, seed=3, distributed=True, denominator=50.0)
     norms_seen = []
     for round_number in range(1, 121):
         updates, base = _updates(50, 1.0, seed=round_number)
@@ -108,21 +161,111 @@ def test_adaptive_clipping_follows_the_quantile_of_the_update_norms() -> None:
 
 
 def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
-    # Andrew et al., Theorem 1: 1/z² = 1/z_Δ² + 1/(2σ_b)²
+    from uvtrain.privacy import effective_noise_multiplier
+
+    # bits shifted to ±½: adding or removing a user moves the count by ½ and the update by C,
+    # so the pair (z_Δ·C on the update, σ_b on the count) is one Gaussian mechanism whose
+    # multiplier z has z⁻² = z_Δ⁻² + (½/σ_b)² (Andrew et al. 2021, Theorem 1)
     z, count_std = 1.0, 5.0
     z_update = update_noise_multiplier(z, count_std)
-    assert z_update**-2 + (2 * count_std) ** -2 == pytest.approx(z**-2)
+    by_hand = (z_update**-2 + (0.5 / count_std) ** 2) ** -0.5
+    assert by_hand == pytest.approx(z) and effective_noise_multiplier(z_update, count_std) == (
+        pytest.approx(z)
+    )
     assert z < z_update < 1.01 * z
     with pytest.raises(ConfigError, match="clip-count-std"):
         update_noise_multiplier(2.0, 0.9)  # σ_b ≤ z/2: nothing left for the update
     plan = plan_privacy("distributed", clip_norm=0.1, rounds=50, cohort=100, users=1000,
                         target_epsilon=4.0, adaptive=True)  # fmt: skip
     assert plan is not None and plan.adaptive.count_std == 5.0  # m / 20
-    report = plan.report()["adaptive_clipping"]
-    assert report["update_noise_multiplier"] == pytest.approx(plan.update_noise)
+    report = plan.report()
+    assert report["update_noise_multiplier"] == plan.update_noise > plan.noise_multiplier
+    assert report["clip_count_std"] == 5.0 and report["clip_count_bits"] == "±½"
+    # the plan spends what the sampled Gaussian of the z made by hand from z_Δ and σ_b spends
+    pair = (plan.update_noise**-2 + (0.5 / 5.0) ** 2) ** -0.5
+    assert plan.epsilon == pytest.approx(epsilon(pair, 0.1, 50, plan.delta), rel=1e-6)
+    assert plan.epsilon == pytest.approx(_pld_epsilon(pair, 0.1, 50, plan.delta), rel=0.15)
+    # a count noise too small for the budget is refused, not turned into a wrong z
     with pytest.raises(ConfigError, match="clip-count-std"):
         plan_privacy("distributed", clip_norm=0.1, rounds=50, cohort=6, users=60,
                      target_epsilon=4.0, adaptive=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_the_noisy_unclipped_fraction_sums_bits_shifted_to_a_half(distributed: bool) -> None:
+    from uvtrain.privacy import _generator, scalar_noise
+
+    clip = ClipUpdates(1.0, AdaptiveClipping(count_std=2.0), seed=7, distributed=distributed,
+                       denominator=8.0)  # fmt: skip
+    bits = torch.tensor([True, True, True, False, True])  # Σ (b − ½) = 4 − 2.5 = 1.5
+    clients = torch.tensor([3, 9, 11, 20, 21])
+    if distributed:  # each of the 5 adds its share N(0, σ_b² / 5)
+        noise = sum(
+            scalar_noise(2.0 / math.sqrt(5), _generator(7, 4, 3, c)) for c in clients.tolist()
+        )
+    else:
+        noise = scalar_noise(2.0, _generator(7, 4, 4, 0))
+    expected = (1.5 + noise) / 8.0 + 0.5
+    assert clip.noisy_unclipped(bits, clients, 4) == pytest.approx(expected, rel=1e-12)
+    # an empty cohort: the noise alone, drawn by the server
+    empty = scalar_noise(2.0, _generator(7, 5, 4, 0)) / 8.0 + 0.5
+    nobody = torch.zeros(0, dtype=torch.long)
+    assert clip.noisy_unclipped(torch.zeros(0, dtype=torch.bool), nobody, 5) == empty
+
+
+@pytest.mark.parametrize("mechanism", ["central", "distributed"])
+def test_the_aggregate_divides_by_the_expected_cohort(mechanism: str) -> None:
+    """θ' = θ + (Σ_k δ̂_k + n) / (qN): the realised count (5) is not the denominator (8); an
+    empty cohort releases θ + n / (qN)."""
+    from uvtrain.privacy import _generator, add_noise
+
+    distributed = mechanism == "distributed"
+    updates, base = _updates(5, 0.3, seed=2)
+    plan = RoundPlan(6, np.arange(5), 0.1)
+    clip = ClipUpdates(1.0, seed=4, distributed=distributed, denominator=8.0)
+    updates = clip(updates, base, plan)
+    clipped = {k: v.clone() for k, v in updates.deltas.items()}
+    if distributed:
+        updates = DistributedNoise(0.7, seed=4, clip=clip)(updates, base, plan)
+    dp_sum = DPSum(FedUV(), 0.7, seed=4, clip=clip, denominator=8.0, distributed=distributed)
+    result = dp_sum(updates, base, plan)
+    zeros = {name: torch.zeros_like(value) for name, value in base.items()}
+    if distributed:  # client k's share N(0, 0.7² / 5) from (seed, round, k), over all its values
+        shares = [add_noise(zeros, 0.7 / math.sqrt(5), _generator(4, 6, 1, k)) for k in range(5)]
+        noise = {name: sum(share[name] for share in shares) for name in base}
+    else:  # the server's N(0, 0.7²) from (seed, round)
+        noise = add_noise(zeros, 0.7, _generator(4, 6, 2, 0))
+    for name, value in base.items():
+        total = clipped[name].sum(0) + noise[name]
+        torch.testing.assert_close(result[name], value + total / 8.0)
+    # an empty cohort releases the server's noise alone, in both placements
+    nobody = ClientUpdates(torch.zeros(0, dtype=torch.long), torch.zeros(0), torch.zeros(0, 1),
+                           deltas={k: torch.zeros(0, *v.shape) for k, v in base.items()})  # fmt: skip
+    empty_plan = RoundPlan(7, np.zeros(0, dtype=int), 0.1)
+    nobody = clip(nobody, base, empty_plan)
+    if distributed:
+        nobody = DistributedNoise(0.7, seed=4, clip=clip)(nobody, base, empty_plan)
+    released = dp_sum(nobody, base, empty_plan)
+    noise = add_noise(zeros, 0.7, _generator(4, 7, 2, 0))
+    for name, value in base.items():
+        torch.testing.assert_close(released[name], value + noise[name] / 8.0)
+
+
+def test_the_flower_plan_spends_exactly_what_the_simulator_plans() -> None:
+    pytest.importorskip("uvdeploy")
+    from uvdeploy.dp import plan as flower_plan
+    from uvdeploy.settings import DeploySettings
+    from uvtrain.config import RunConfig
+    from uvtrain.run import privacy_plan
+
+    settings = {"method": "feduv", "rounds": 40, "fraction": 0.5, "dp": "distributed",
+                "dp_epsilon": 6.0, "adaptive_clipping": True, "clip_count_std": 8.0}  # fmt: skip
+    simulated = privacy_plan(RunConfig.from_flat({**settings, "dataset": "formant-voices"}), 12)
+    deployed = flower_plan(DeploySettings.from_run_config(settings), 12)
+    assert simulated is not None and deployed is not None
+    assert deployed.report() == simulated.report()
+    for rounds in (1, 17, 40):
+        assert deployed.spent(rounds) == simulated.spent(rounds)
 
 
 TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
@@ -151,6 +294,10 @@ def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
     assert privacy["mechanism"] == "distributed" and privacy["noise_multiplier"] == 1.0
     assert privacy["clip_norm"] == 0.5 and privacy["rounds"] == 3
     assert privacy["sampling_rate"] == 0.5 and 0 < privacy["epsilon"] < math.inf
+    assert privacy["delta"] == 1e-6 and privacy["expected_cohort"] == 4 and privacy["users"] == 8
+    assert privacy["sampling"] == "poisson"
+    assert privacy["neighboring_relation"] == "add-or-remove-one" and privacy["accountant"]
+    assert privacy["clip_count_std"] == (1.0 if adaptive else None)
     lines = [
         json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
     ]
@@ -183,6 +330,42 @@ def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
     assert resumed.postprocess[0].clip_norm == straight_run.postprocess[0].clip_norm
 
 
+@pytest.mark.parametrize("path", [None, "vmap"])
+def test_a_dp_round_copes_with_a_cohort_of_none_or_one(
+    monkeypatch: pytest.MonkeyPatch, tiny_feduv_run: Path, path: str | None
+) -> None:
+    """Poisson sampling may draw 0 or 1 clients: an empty round releases θ + n / (qN) and moves
+    the clip norm on the noise alone; a round of one trains it by the loop and vmap paths."""
+    from uvtrain.config import RunConfig
+    from uvtrain.run import load_data, make_simulation
+
+    monkeypatch.setenv("UVTRAIN_DATA", str(tiny_feduv_run.parent / "data"))
+    config = RunConfig.from_flat({
+        "method": "feduv", "dataset": "formant-voices", "clients": 8, "fraction": 0.5,
+        "batch_size": 4, "rounds": 3, "dp": "central", "dp_noise_multiplier": 1.0,
+        "clip_norm": 0.5, "adaptive_clipping": True, "clip_count_std": 1.0,
+    })  # fmt: skip
+    simulation = make_simulation(config, load_data(config))
+    assert simulation.privacy.sampling_rate == 0.5 and simulation.aggregator.denominator == 4.0
+    drawn = simulation.clients_of_round(1)  # Poisson: the realised count varies by round
+    assert len({len(simulation.clients_of_round(r)) for r in range(1, 30)}) > 1
+    assert np.array_equal(drawn, simulation.clients_of_round(1))
+    cohorts = iter([np.zeros(0, dtype=int), np.array([5])])
+    monkeypatch.setattr(simulation, "clients_of_round", lambda number: next(cohorts))
+    before, norm = dict(simulation.params), simulation.postprocess[0].clip_norm
+    shared = dict(simulation.shared)
+    result = simulation.next_round(path=path)
+    assert result.metrics["clients"] == 0 and simulation.round == 1
+    server = simulation.aggregator.sum_noise(before, RoundPlan(1, np.zeros(0, dtype=int), 0.0))
+    for name, value in before.items():
+        torch.testing.assert_close(simulation.params[name], value + server[name] / 4.0)
+    assert simulation.postprocess[0].clip_norm != norm  # moved by the count's noise alone
+    assert all(torch.equal(v, simulation.shared[k]) for k, v in shared.items())
+    one = simulation.next_round(path=path)
+    assert one.metrics["clients"] == 1 and simulation.round == 2
+    assert all(bool(torch.isfinite(v).all()) for v in simulation.params.values())
+
+
 def test_dp_input_errors_are_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_feduv_run: Path
 ) -> None:
@@ -190,7 +373,9 @@ def test_dp_input_errors_are_one_line_and_exit_2(
     for bad in (["--dp", "central", "--dp-epsilon", "0"],
                 ["--dp", "central", "--dp-epsilon", "-2"],
                 ["--dp", "central"],
-                ["--dp", "sometimes", "--dp-epsilon", "4"]):  # fmt: skip
+                ["--dp", "sometimes", "--dp-epsilon", "4"],
+                ["--dp", "central", "--dp-noise-multiplier", "3", "--adaptive-clipping",
+                 "--clip-count-std", "1.5"]):  # fmt: skip
         result = _run(tmp_path / "bad", *bad, "--rounds", "1")
         assert result.exit_code == 2, (bad, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output

@@ -135,3 +135,32 @@ def test_a_non_finite_loss_stops_the_round() -> None:
     simulation.params = {k: v * float("nan") for k, v in simulation.params.items()}
     with pytest.raises(Exception, match="loss became nan in round 1"):
         simulation.step()
+
+
+def test_the_poisson_cohort_samples_each_client_independently_at_its_rate() -> None:
+    """DP's sampler (:func:`poisson_cohort`): deterministic per (seed, round); each client in
+    with probability q, independently. The seed is fixed, so every bound below is a fixed
+    number checked once; each is 5 standard deviations of the statistic under the model (a
+    wrong rate, a fixed size or correlated clients fail it by far more)."""
+    from uvtrain.rounds import poisson_cohort
+
+    users, rate, rounds = 2000, 0.1, 200
+    assert np.array_equal(poisson_cohort(7, 3, users, rate), poisson_cohort(7, 3, users, rate))
+    assert not np.array_equal(poisson_cohort(7, 3, users, rate), poisson_cohort(7, 4, users, rate))
+    assert not np.array_equal(poisson_cohort(7, 3, users, rate), poisson_cohort(8, 3, users, rate))
+    members = np.zeros((rounds, users), dtype=bool)
+    for number in range(1, rounds + 1):
+        cohort = poisson_cohort(7, number, users, rate)
+        assert np.array_equal(cohort, np.unique(cohort))  # sorted, no repeats
+        members[number - 1, cohort] = True
+    sizes = members.sum(1)
+    # the rate: Σ sizes ~ Binomial(N·R, q), mean 40,000, std 190
+    assert abs(int(sizes.sum()) - users * rounds * rate) < 5 * 190
+    # the sizes vary as Binomial(N, q) (variance Nq(1 − q) = 180; a fixed size has none): the
+    # sample variance of 200 rounds has a relative std of √(2/199) ≈ 0.1
+    assert 0.5 * 180 < float(sizes.var(ddof=1)) < 1.5 * 180
+    # independence: pairs of clients (2i, 2i+1) are in together at rate q² — 200,000 pairs
+    # over the rounds, mean 2,000, std 44.5
+    together = int((members[:, 0::2] & members[:, 1::2]).sum())
+    assert abs(together - rounds * users / 2 * rate**2) < 5 * 44.5
+    assert poisson_cohort(1, 1, 10, 0.0).size == 0 and poisson_cohort(1, 1, 10, 1.0).size == 10

@@ -210,7 +210,7 @@ class Privacy:
     the noise (``off``, ``central``: the server adds it, ``distributed``: each client adds its
     share before aggregation); the noise follows from the budget ``dp_epsilon`` (for the run's
     rounds and sampling rate) or is given as ``dp_noise_multiplier``; ``dp_delta`` defaults to
-    ``0.1 / N`` for ``N`` users; ``clip_norm`` bounds each client's update (L2).
+    ``min(N^−1.1, 10⁻⁶)`` for ``N`` users; ``clip_norm`` bounds each client's update (L2).
 
     Every key but ``dp`` is a Flower run-config key too (the deployment has its own ``dp``, whose
     default ``auto`` follows its secure aggregation: ``uvdeploy.settings``); the simulator,
@@ -224,7 +224,9 @@ class Privacy:
         default=None,
         metadata={"help": "DP budget ε of the whole run (sets the noise)."},
     )
-    dp_delta: float | None = field(default=None, metadata={"help": "DP δ (default: 0.1 / users)."})
+    dp_delta: float | None = field(
+        default=None, metadata={"help": "DP δ (default: min(users^-1.1, 1e-6))."}
+    )
     dp_noise_multiplier: float | None = field(
         default=None,
         metadata={"help": "DP noise multiplier z (instead of --dp-epsilon)."},

@@ -24,6 +24,7 @@ stopped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -45,6 +46,7 @@ from .rounds import (
     UpdateStep,
     WeightedMean,
     gather,
+    poisson_cohort,
     run_round,
     sample_cohort,
     scatter,
@@ -323,7 +325,11 @@ class Simulation(GlobalModel):
 
     def clients_of_round(self, round_number: int) -> np.ndarray:
         """The ε·K clients of a round: drawn without replacement from ``(seed, round)``, or the
-        next ε·K in order (round-robin)."""
+        next ε·K in order (round-robin); under differential privacy (``privacy``, the plan) each
+        client with probability ``q`` (:func:`~uvtrain.rounds.poisson_cohort`)."""
+        if self.privacy is not None:
+            rate = self.privacy.sampling_rate
+            return poisson_cohort(self.config.seed, round_number, self.num_clients, rate)
         count = max(1, round(self.config.fraction * self.num_clients))
         if self.config.sampling == "round-robin":
             start = (round_number - 1) * count
@@ -547,6 +553,10 @@ class Simulation(GlobalModel):
         postprocessing, or with ``aggregator`` (the audit's SecAgg+); by the usual local-update
         path, or by ``path`` (``"loop"``: each client's update as it would send it alone)."""
         plan = self.plan(self.round + 1)
+        if len(plan.clients) == 0:  # a Poisson-sampled cohort (DP) may be empty
+            result = self._empty_round(plan)
+            self.params, self.round = result.params, plan.number
+            return result
         local = self if path is None else _OnePath(self, path)
         result = run_round(
             self.algorithm,
@@ -559,6 +569,25 @@ class Simulation(GlobalModel):
         )
         self.params, self.shared, self.round = result.params, result.shared, plan.number
         return result
+
+    def _empty_round(self, plan: RoundPlan) -> RoundResult:
+        """A round whose Poisson-sampled cohort is empty: no client trains or sends anything;
+        the DP aggregator releases ``θ + n / (qN)``, the noise alone, and adaptive clipping moves
+        on the noisy count alone (:mod:`uvtrain.privacy`). The server's shared state stays:
+        no client sent it a message."""
+        if self.privacy is None:
+            raise TrainingError(f"round {plan.number} has no clients")
+        clients = torch.zeros(0, dtype=torch.long, device=self.device)
+        empty = torch.zeros(0, device=self.device)
+        deltas = {k: torch.zeros(0, *v.shape, dtype=v.dtype, device=self.device)
+                  for k, v in self.params.items()}  # fmt: skip
+        updates = ClientUpdates(clients, empty, empty[:, None], deltas=deltas)
+        for step in self.postprocess:
+            updates = step(updates, self.params, plan)
+        params = self.aggregator(updates, self.params, plan)
+        metrics = {"round": plan.number, "loss": math.nan, "lr": plan.lr, "clients": 0,
+                   "seconds": 0.0, "client_updates_per_s": 0.0, **updates.metrics}  # fmt: skip
+        return RoundResult(params, self.shared, updates, metrics)
 
     def receive(self, clients: Tensor) -> None:
         """What each of ``clients`` takes from the server as its round begins (FedAwS: its class

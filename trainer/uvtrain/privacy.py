@@ -16,27 +16,35 @@ The mechanism is DP-FedAvg (McMahan et al., ICLR 2018) with the noise placed as 
      (:class:`DistributedNoise`), so that the sum of the ``m`` shares has the full noise and the
      server only ever sees the noisy sum;
 
-3. the new model is ``θ + (Σ_k δ̂_k + noise) / m`` with ``m`` the cohort size (every client
-   weighs the same: a sample-count weight would let one user's influence exceed ``C``).
+3. the new model is ``θ + (Σ_k δ̂_k + noise) / (qN)``: the sum divided by the *expected* cohort
+   ``qN``, fixed before training, not by the realised count (McMahan et al.'s fixed-denominator
+   estimator ``f̃_f``, Algorithm 1: the realised count would be one more thing to protect);
+   every client weighs the same (a sample-count weight would let one user's influence exceed
+   ``C``).
+
+**Sampling.** Each round's cohort is Poisson-sampled: each of the ``N`` users takes part
+independently with probability ``q`` (:func:`uvtrain.rounds.poisson_cohort`, from ``(seed,
+round)``; the simulator's clients and the Flower server's devices alike), so the cohort's size
+varies around ``qN`` and may be 0 — such a round releases the noise alone.
 
 **Adaptive clipping** (Andrew, Thakkar, McMahan and Ramaswamy, "Differentially Private
 Learning with Adaptive Clipping", NeurIPS 2021; :class:`AdaptiveClipping`): instead of a fixed
 ``C``, the clip norm follows the ``γ``-quantile of the clients' update norms. Each round every
-client also reports the bit ``b_k = 1[‖δ_k‖ ≤ C_r]``; the server sees ``b̃ = (Σ_k b_k + N(0,
-σ_b²)) / m`` (in ``distributed`` each client adds its share of that noise too) and moves the
-norm geometrically, ``C_{r+1} = C_r · exp(−η_C (b̃ − γ))``. The count is a second Gaussian query
-of the same users; for the pair to be as private as one Gaussian mechanism of multiplier ``z``,
-the update's noise multiplier is ``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)`` (their Theorem 1), and the
-accountant composes ``z``.
+client also reports the bit ``b_k = 1[‖δ_k‖ ≤ C_r] − ½``, shifted to ``±½`` as in their Sec. 3.1
+(and TFF's ``QuantileAdaptiveClipSumQuery``, TF-Privacy's ``QuantileEstimatorQuery``); the
+server sees ``b̃ = (Σ_k b_k + N(0, σ_b²)) / (qN) + ½`` (in ``distributed`` each client adds its
+share of that noise too) and moves the norm geometrically, ``C_{r+1} = C_r · exp(−η_C (b̃ − γ))``.
+Adding or removing a user moves the sum of shifted bits by ½ and the sum of updates by ``C``:
+the pair is one Gaussian mechanism of multiplier ``z = (z_Δ⁻² + (2σ_b)⁻²)^(−½)``, and the
+update's share of a budget ``z`` is ``z_Δ = (z⁻² − (2σ_b)⁻²)^(−½)`` (their Theorem 1,
+:func:`update_noise_multiplier`).
 
-**Accounting** (:func:`epsilon`, :func:`noise_multiplier`) uses Google's ``dp-accounting``
-library (the accountant of TensorFlow Privacy and of DP-FedAvg's production systems; kept up to
-date, pure Python): the Rényi-DP accountant of the Poisson-subsampled Gaussian mechanism with
-sampling rate ``q = m / N``, composed over the run's rounds, add-or-remove-one-user adjacency.
-The simulator draws a fixed-size cohort without replacement; accounting it as Poisson sampling
-at ``q = m / N`` is the usual approximation of federated DP systems (TensorFlow Federated,
-pfl-research). Everything random is drawn from ``(seed, round, client)``, so a resumed DP run
-is bit-exact.
+**Accounting** (:func:`epsilon`, :func:`noise_multiplier`): Google's ``dp-accounting`` RDP
+accountant with ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (Mironov, Talwar and Zhang,
+"Rényi Differential Privacy of the Sampled Gaussian Mechanism", 2019) composed over the run's
+rounds, under add/remove-one adjacency (one user's data present or absent) — the guarantee
+DP-FedAvg's literature states (McMahan et al. 2018, Andrew et al. 2021). Everything random is
+drawn from ``(seed, round, client)``, so a resumed DP run is bit-exact.
 """
 
 from __future__ import annotations
@@ -60,34 +68,54 @@ from .rounds import Aggregator, ClientUpdates, RoundPlan
 MECHANISMS = ("off", "central", "distributed")
 
 
+#: What the accountant assumes, stated in every report (see the module's docstring).
+SAMPLING = "poisson"
+NEIGHBORING_RELATION = "add-or-remove-one"
+ACCOUNTANT = "RDP, dp-accounting PoissonSampledDpEvent(q, GaussianDpEvent(z))"
+#: The clip-count bits' convention (:class:`ClipUpdates`).
+COUNT_BITS = "±½"
+
+
 def default_delta(users: int) -> float:
-    """``δ`` when none is given: an order of magnitude below ``1 / N`` for ``N`` users."""
-    return 0.1 / max(1, users)
+    """``δ`` when none is given: ``min(N^−1.1, 10⁻⁶)`` for ``N`` users — below ``1/N^1.1`` at
+    every population (a mechanism that publishes one random user's data whole is
+    ``(0, 1/N)``-DP, so ``δ`` must be well below ``1/N``), and pfl-research's benchmark ``10⁻⁶``
+    wherever that is smaller (up to ``N`` ≈ 285,000)."""
+    return min(max(1, users) ** -1.1, 1e-6)
+
+
+def round_event(noise: float, sampling_rate: float) -> Any:
+    """One round as a ``dp_accounting`` event: the sum of the cohort's clipped updates with
+    noise ``N(0, (noise·C)²)`` — a Gaussian mechanism of multiplier ``noise`` under add/remove
+    adjacency (sensitivity ``C``) — on a Poisson-sampled cohort of rate ``sampling_rate``."""
+    import dp_accounting
+
+    return dp_accounting.PoissonSampledDpEvent(sampling_rate, dp_accounting.GaussianDpEvent(noise))
 
 
 @lru_cache(maxsize=256)
-def _rdp_per_round(sampling_rate: float, noise: float) -> tuple[tuple[float, ...], np.ndarray]:
+def _rdp_per_round(noise: float, sampling_rate: float) -> tuple[tuple[float, ...], np.ndarray]:
     """The RDP orders and the Rényi divergence of one round (it composes by addition)."""
     import dp_accounting
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
     logging.getLogger("absl").setLevel(logging.ERROR)  # its convergence notes per order
-    accountant = rdp.RdpAccountant()
-    event = dp_accounting.PoissonSampledDpEvent(sampling_rate, dp_accounting.GaussianDpEvent(noise))
-    accountant.compose(event, 1)
+    accountant = rdp.RdpAccountant(None, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    accountant.compose(round_event(noise, sampling_rate), 1)
     return tuple(accountant._orders), np.asarray(accountant._rdp, dtype=np.float64)
 
 
 def epsilon(noise: float, sampling_rate: float, rounds: int, delta: float) -> float:
-    """The ``ε`` of ``rounds`` rounds of the Poisson-subsampled Gaussian mechanism with noise
-    multiplier ``noise`` at ``sampling_rate``, for ``δ`` (``inf`` without noise)."""
+    """The add/remove ``ε`` of ``rounds`` rounds of the Gaussian sum with noise multiplier
+    ``noise`` (relative to the clip norm ``C``) on Poisson-sampled cohorts of rate
+    ``sampling_rate`` (:func:`round_event`), for ``δ`` (``inf`` without noise)."""
     if rounds <= 0:
         return 0.0
     if noise <= 0:
         return math.inf
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
-    orders, per_round = _rdp_per_round(float(sampling_rate), float(noise))
+    orders, per_round = _rdp_per_round(float(noise), float(sampling_rate))
     value, _ = rdp.compute_epsilon(orders, per_round * rounds, delta)
     return float(value)
 
@@ -97,14 +125,18 @@ def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: fl
     most ``target`` ε (bisection on :func:`epsilon`, which falls as ``z`` grows)."""
     if not target > 0:
         raise ConfigError(f"--dp-epsilon must be positive, not {target}")
+
+    def spent(noise: float) -> float:
+        return epsilon(noise, sampling_rate, rounds, delta)
+
     low, high = 0.0, 1.0
-    while epsilon(high, sampling_rate, rounds, delta) > target:
+    while spent(high) > target:
         low, high = high, high * 2
         if high > 1e4:
             raise ConfigError(f"no noise reaches ε = {target} in {rounds} rounds")
     while high - low > 1e-3 * high:
         middle = (low + high) / 2
-        if epsilon(middle, sampling_rate, rounds, delta) > target:
+        if spent(middle) > target:
             low = middle
         else:
             high = middle
@@ -120,9 +152,9 @@ SECURE_DEFAULT_EPSILON = 8.0
 class AdaptiveClipping:
     """Adaptive clipping (Andrew et al., NeurIPS 2021): the clip norm moves towards the
     ``target_quantile`` (``γ``) of the clients' update norms by geometric steps of
-    ``learning_rate`` (``η_C``), from a count of unclipped clients carrying noise of standard
-    deviation ``count_std`` (``σ_b``, on the sum). Their defaults: ``γ = 0.5``, ``η_C = 0.2``,
-    ``σ_b = m / 20``."""
+    ``learning_rate`` (``η_C``), from a count of unclipped clients (bits shifted to ``±½``)
+    carrying noise of standard deviation ``count_std`` (``σ_b``, on the sum). Their defaults:
+    ``γ = 0.5``, ``η_C = 0.2``, ``σ_b = m / 20`` (``m = qN`` the expected cohort)."""
 
     target_quantile: float = 0.5
     learning_rate: float = 0.2
@@ -133,11 +165,12 @@ class AdaptiveClipping:
         clients."""
         return clip_norm * math.exp(-self.learning_rate * (unclipped - self.target_quantile))
 
-    def report(self, noise: float) -> dict[str, float]:
+    def report(self, noise: float) -> dict[str, Any]:
         return {
             "target_quantile": self.target_quantile,
             "learning_rate": self.learning_rate,
             "count_std": self.count_std,
+            "count_bits": COUNT_BITS,
             "update_noise_multiplier": update_noise_multiplier(noise, self.count_std),
         }
 
@@ -145,7 +178,10 @@ class AdaptiveClipping:
 def update_noise_multiplier(noise: float, count_std: float) -> float:
     """``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)``: the update's noise multiplier that, with the clip
     count's noise ``σ_b``, makes the pair as private as one Gaussian mechanism of multiplier
-    ``z`` (Andrew et al., Theorem 1)."""
+    ``z`` (Andrew, Thakkar, McMahan and Ramaswamy, "Differentially Private Learning with
+    Adaptive Clipping", NeurIPS 2021, Sec. 3.1 and Theorem 1). It holds for bits shifted to
+    ``±½`` (:class:`ClipUpdates`): under add/remove the count's sensitivity is ½ against the
+    update's ``C``. A ``σ_b`` of at most ``z/2`` leaves nothing for the update: refused."""
     rest = noise**-2 - (2.0 * count_std) ** -2
     if not rest > 0:
         raise ConfigError(
@@ -155,10 +191,17 @@ def update_noise_multiplier(noise: float, count_std: float) -> float:
     return rest**-0.5
 
 
+def effective_noise_multiplier(update_noise: float, count_std: float) -> float:
+    """``z = (z_Δ⁻² + (2σ_b)⁻²)^(−1/2)``: the single multiplier the pair (update at ``z_Δ``,
+    count at ``σ_b``) is as private as; the inverse of :func:`update_noise_multiplier`."""
+    return (update_noise**-2 + (2.0 * count_std) ** -2) ** -0.5
+
+
 def release_epsilon(sigma: float, sensitivity: float, releases: int, delta: float) -> float:
-    """``ε`` of ``releases`` releases of a value of L2 sensitivity ``sensitivity``, each with
-    ``N(0, σ² I)`` added: the Gaussian mechanism of multiplier ``σ / Δ`` composed without
-    sampling (the server knows who sent), by the same RDP accountant as :func:`epsilon`.
+    """``ε`` of ``releases`` releases of a value of L2 sensitivity ``sensitivity`` (between any
+    two users' values), each with ``N(0, σ² I)`` added: the Gaussian mechanism of
+    multiplier ``σ / Δ`` composed without sampling (the server knows who sent), by the same RDP
+    accountant as :func:`epsilon`.
 
     FedGN's proxy ``normalize(w + σ n)`` of a unit prototype ``w`` is this mechanism with
     ``Δ = 2`` (any unit vector against any other) followed by a normalisation, which is
@@ -170,16 +213,26 @@ def release_epsilon(sigma: float, sensitivity: float, releases: int, delta: floa
 
 @dataclass(frozen=True)
 class PrivacyPlan:
-    """A run's mechanism, fixed before training: what ``report.json`` calls ``privacy``."""
+    """A run's mechanism, fixed before training: what ``report.json`` calls ``privacy``.
+    ``noise_multiplier`` is ``z``, the multiplier the run is as private as (with adaptive
+    clipping the update carries ``z_Δ`` and the count ``σ_b``, :func:`update_noise_multiplier`);
+    each round Poisson-samples each of ``users`` with probability ``q = cohort / users``, so
+    ``cohort`` is the expected cohort ``qN``, the aggregate's fixed denominator."""
 
     mechanism: str
     noise_multiplier: float
     clip_norm: float
     delta: float
     rounds: int
-    sampling_rate: float
+    cohort: int
+    users: int
     target_epsilon: float | None = None
     adaptive: AdaptiveClipping | None = None
+
+    @property
+    def sampling_rate(self) -> float:
+        """``q = m / N``, each user's chance to be in a round's cohort."""
+        return min(1.0, self.cohort / self.users)
 
     @property
     def update_noise(self) -> float:
@@ -189,12 +242,18 @@ class PrivacyPlan:
         return update_noise_multiplier(self.noise_multiplier, self.adaptive.count_std)
 
     @property
+    def count_std(self) -> float | None:
+        """``σ_b``, the clip count's noise (``None`` with a fixed clip norm)."""
+        return None if self.adaptive is None else self.adaptive.count_std
+
+    @property
     def epsilon(self) -> float:
         """The ``ε`` of the whole run."""
-        return epsilon(self.noise_multiplier, self.sampling_rate, self.rounds, self.delta)
+        return self.spent(self.rounds)
 
     def spent(self, rounds: int) -> float:
-        """The ``ε`` spent after ``rounds`` rounds."""
+        """The ``ε`` spent after ``rounds`` rounds (:func:`epsilon` of ``z``: with adaptive
+        clipping the pair ``z_Δ``, ``σ_b`` is as private as ``z``)."""
         return epsilon(self.noise_multiplier, self.sampling_rate, rounds, self.delta)
 
     def report(self) -> dict[str, Any]:
@@ -203,13 +262,33 @@ class PrivacyPlan:
             "epsilon": self.epsilon,
             "delta": self.delta,
             "noise_multiplier": self.noise_multiplier,
+            "update_noise_multiplier": self.update_noise,
+            "clip_count_std": self.count_std,
+            "clip_count_bits": None if self.adaptive is None else COUNT_BITS,
             "clip_norm": self.clip_norm,
             "rounds": self.rounds,
+            "expected_cohort": self.cohort,
+            "users": self.users,
             "sampling_rate": self.sampling_rate,
+            "sampling": SAMPLING,
+            "accountant": ACCOUNTANT,
+            "neighboring_relation": NEIGHBORING_RELATION,
             "adaptive_clipping": None
             if self.adaptive is None
             else self.adaptive.report(self.noise_multiplier),
         }
+
+    def describe(self) -> str:
+        """One line for a terminal: the mechanism, ``ε`` and ``δ``, and what they rest on."""
+        count = "" if self.adaptive is None else f", z_Δ = {self.update_noise:.4g}, σ_b = "
+        count += "" if self.adaptive is None else f"{self.count_std:.3g} on {COUNT_BITS} bits"
+        return (
+            f"user-level DP, {self.mechanism}: ε = {self.epsilon:.3g}, δ = {self.delta:.2g} "
+            f"({NEIGHBORING_RELATION}) over {self.rounds} rounds (z = {self.noise_multiplier:.4g}"
+            f"{count}, C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, "
+            f"{SAMPLING} sampling q = {self.sampling_rate:.3g}: expected cohort {self.cohort} of "
+            f"{self.users})"
+        )
 
 
 def plan_privacy(
@@ -228,7 +307,8 @@ def plan_privacy(
     clip_count_std: float | None = None,
 ) -> PrivacyPlan | None:
     """The run's mechanism from its settings (``None`` when off): given a target ``ε`` the noise
-    multiplier is computed for the run's ``rounds`` and sampling rate ``cohort / users``; given
+    multiplier is computed for the run's ``rounds`` and Poisson-sampled cohorts of expected size
+    ``cohort`` of ``users`` (``q = cohort / users``); given
     the noise multiplier, the ``ε`` follows. ``adaptive``: adaptive clipping from ``clip_norm``
     (:class:`AdaptiveClipping`; ``clip_count_std`` defaults to ``cohort / 20``)."""
     if mechanism == "off":
@@ -240,11 +320,11 @@ def plan_privacy(
     delta = default_delta(users) if delta is None else delta
     if not 0 < delta < 1:
         raise ConfigError(f"--dp-delta must be in (0, 1), not {delta}")
-    rate = min(1.0, cohort / users)
+    cohort = min(cohort, users)
     if noise is None:
         if target_epsilon is None:
             raise ConfigError("--dp needs --dp-epsilon (or --dp-noise-multiplier)")
-        noise = noise_multiplier(target_epsilon, rate, rounds, delta)
+        noise = noise_multiplier(target_epsilon, cohort / users, rounds, delta)
     elif not noise > 0:
         raise ConfigError(f"--dp-noise-multiplier must be positive, not {noise}")
     clipping = None
@@ -253,7 +333,7 @@ def plan_privacy(
         clipping = AdaptiveClipping(clip_quantile, clip_learning_rate, float(count_std))
         update_noise_multiplier(float(noise), clipping.count_std)  # refused when impossible
     plan = PrivacyPlan(
-        mechanism, float(noise), clip_norm, delta, rounds, rate, target_epsilon, clipping
+        mechanism, float(noise), clip_norm, delta, rounds, cohort, users, target_epsilon, clipping
     )
     if target_epsilon is not None and plan.epsilon > target_epsilon * (1 + 1e-6):
         raise ConfigError(
@@ -316,7 +396,8 @@ def secret_generator() -> torch.Generator:
 def update_norms(deltas: Tensors) -> Tensor:
     """``[m]`` each client's L2 norm over all its parameters' updates."""
     squares = [
-        value.reshape(value.shape[0], -1).double().pow(2).sum(1) for value in deltas.values()
+        value.flatten(1).double().pow(2).sum(1) if value.dim() > 1 else value.double().pow(2)
+        for value in deltas.values()
     ]
     return torch.stack(squares).sum(0).sqrt()
 
@@ -353,19 +434,20 @@ def scalar_noise(std: float, generator: torch.Generator) -> float:
 def noisy_mean_update(
     base: Tensors,
     total: Tensors,
-    count: int,
+    denominator: float,
     std: float = 0.0,
     generator: torch.Generator | None = None,
 ) -> Tensors:
-    """``θ + (Σ_k δ̂_k + N(0, std²)) / count`` from the sum of the clipped updates ``total``
-    (``std = 0``: the noise is in the sum already, ``distributed``)."""
+    """``θ + (Σ_k δ̂_k + N(0, std²)) / denominator`` from the sum of the clipped updates
+    ``total`` (``std = 0``: the noise is in the sum already, ``distributed``); the denominator is
+    the expected cohort ``qN``, fixed before training (McMahan et al.'s ``f̃_f``)."""
     out = {}
     for name, value in base.items():
         summed = total[name]
         if std > 0:
             assert generator is not None, "noise needs its generator"
             summed = add_noise({name: summed}, std, generator)[name]
-        out[name] = value + (summed / count).to(value.dtype)
+        out[name] = value + (summed / denominator).to(value.dtype)
     return out
 
 
@@ -375,8 +457,10 @@ class ClipUpdates:
     all its trainable parameters together).
 
     With ``adaptive`` (:class:`AdaptiveClipping`) the norm moves after each round from the noisy
-    count of unclipped clients: in ``distributed`` each client adds ``N(0, σ_b² / m)`` to its
-    bit (from ``(seed, round, client)``), otherwise the server adds ``N(0, σ_b²)`` to the count.
+    count of unclipped clients, each client's bit shifted to ``±½``: in ``distributed`` each of
+    the ``m′`` clients of the round adds ``N(0, σ_b² / m′)`` to its bit (from ``(seed, round,
+    client)``), otherwise — or when the cohort is empty — the server adds ``N(0, σ_b²)`` to the
+    sum; the fraction is the sum over the expected cohort ``denominator`` (``qN``) plus ½.
     ``round_norm`` is the norm the last round clipped to (its noise is scaled by it);
     :meth:`state_dict` holds the next one, so that a resumed run goes on bit-exactly."""
 
@@ -384,6 +468,7 @@ class ClipUpdates:
     adaptive: AdaptiveClipping | None = None
     seed: int = 0
     distributed: bool = False
+    denominator: float = 1.0
 
     def __post_init__(self) -> None:
         self.round_norm = self.clip_norm
@@ -393,10 +478,10 @@ class ClipUpdates:
         assert updates.deltas is not None
         self.round_norm = clip_norm = self.clip_norm
         updates.deltas, norms = clip_updates(updates.deltas, clip_norm)
-        updates.metrics = {
+        updates.metrics = {  # an empty cohort's are NaN (null in metrics.jsonl)
             **updates.metrics,
             "clipped": float((norms > clip_norm).double().mean()),
-            "update_norm": float(norms.median()),
+            "update_norm": float(norms.median()) if len(norms) else math.nan,
             "clip_norm": clip_norm,
         }
         if self.adaptive is not None:
@@ -405,18 +490,19 @@ class ClipUpdates:
         return updates
 
     def noisy_unclipped(self, bits: Tensor, clients: Tensor, round_number: int) -> float:
-        """``b̃``: the fraction of unclipped clients with the count's noise."""
+        """``b̃ = (Σ_k (b_k − ½) + N(0, σ_b²)) / (qN) + ½``: the fraction of unclipped clients
+        from the noisy sum of the bits shifted to ``±½`` (Andrew et al. 2021, Sec. 3.1)."""
         assert self.adaptive is not None
         count = len(bits)
-        total = float(bits.double().sum())
-        if self.distributed:
+        total = float((bits.double() - 0.5).sum())
+        if self.distributed and count > 0:
             share = self.adaptive.count_std / math.sqrt(count)
             for client in clients.tolist():
                 total += scalar_noise(share, _generator(self.seed, round_number, 3, int(client)))
         else:
             generator = _generator(self.seed, round_number, 4, 0)
             total += scalar_noise(self.adaptive.count_std, generator)
-        return total / count
+        return total / self.denominator + 0.5
 
     def state_dict(self) -> dict[str, float]:
         return {"clip_norm": self.clip_norm}
@@ -427,9 +513,10 @@ class ClipUpdates:
 
 @dataclass
 class DistributedNoise:
-    """Per-client postprocessing (``distributed``): client ``k`` adds ``N(0, σ² / m)`` to its
-    clipped update, ``σ = z·C``, from its own generator (on a device: its own secret seed; in the
-    simulator ``(seed, round, client)``), so that the sum over the cohort carries ``N(0, σ²)``."""
+    """Per-client postprocessing (``distributed``): each of the round's ``m′`` clients adds
+    ``N(0, σ² / m′)`` to its clipped update, ``σ = z_Δ·C``, from its own generator (on a device:
+    its own secret seed; in the simulator ``(seed, round, client)``), so that the sum over the
+    cohort carries ``N(0, σ²)``. An empty cohort has no one to add it: :class:`DPSum` does."""
 
     std: float  # σ = z·C, of the sum; with ``clip``: z, and σ = z · clip.round_norm
     seed: int
@@ -439,6 +526,8 @@ class DistributedNoise:
         updates = updates.as_deltas(base)
         assert updates.deltas is not None
         count = len(updates.clients)
+        if count == 0:
+            return updates
         std = self.std if self.clip is None else self.std * self.clip.round_norm
         share = std / math.sqrt(count)
         noisy = {name: value.clone() for name, value in updates.deltas.items()}
@@ -453,14 +542,18 @@ class DistributedNoise:
 
 @dataclass
 class DPSum(Aggregator):
-    """The DP aggregate: ``θ' = θ + (Σ_k δ̂_k + n) / m``, every client weighing the same; ``n``
-    is the server's ``N(0, σ²)`` (``central``) or nothing (``distributed``: the clients' shares
-    are in the sum already)."""
+    """The DP aggregate: ``θ' = θ + (Σ_k δ̂_k + n) / (qN)``, every client weighing the same,
+    ``qN`` (``denominator``) the expected cohort; ``n`` is the server's ``N(0, σ²)``
+    (``central``) or nothing (``distributed``: the clients' shares are in the sum already —
+    but for an empty cohort, whose release is ``n`` alone, drawn by the server here).
+    ``std`` is ``σ``, or with ``clip`` ``z_Δ``, and ``σ = z_Δ · clip.round_norm``."""
 
     algorithm: FedAvg
-    central_std: float = 0.0  # with ``clip``: z, and σ = z · clip.round_norm
+    std: float = 0.0
     seed: int = 0
     clip: ClipUpdates | None = None
+    denominator: float = 1.0
+    distributed: bool = False
 
     def __call__(
         self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
@@ -474,14 +567,16 @@ class DPSum(Aggregator):
             else updates.deltas[name].sum(0)
             for name, value in base.items()
         }
-        return noisy_mean_update(base, total, len(updates.clients))
+        return noisy_mean_update(base, total, self.denominator)
 
     def sum_noise(self, base: Tensors, plan: RoundPlan) -> Tensors:
         """``n``: the server's noise of round ``plan`` on the sum of the updates, ``N(0, σ²)`` for
         every value of ``base``'s parameters (float32, CPU, from ``(seed, round)``); empty when
-        the server adds none (``distributed``). SecAgg+ adds the same to the sum it unmasks
-        (:class:`uvtrain.audit.SecAggPlus`)."""
-        std = self.central_std if self.clip is None else self.central_std * self.clip.round_norm
+        the server adds none (``distributed`` with clients). SecAgg+ adds the same to the sum it
+        unmasks (:class:`uvtrain.audit.SecAggPlus`)."""
+        if self.distributed and len(plan.clients) > 0:
+            return {}
+        std = self.std if self.clip is None else self.std * self.clip.round_norm
         if not std > 0:
             return {}
         generator = _generator(self.seed, plan.number, 2, 0)
@@ -492,15 +587,18 @@ class DPSum(Aggregator):
 
 
 def install(simulation: Any, plan: PrivacyPlan | None, seed: int) -> None:
-    """Put the mechanism into a trainer's round: the clipping (and distributed noise) steps and
-    the DP aggregator; the noise's standard deviation is ``z_Δ`` times the round's clip norm."""
+    """Put the mechanism into a trainer's round: the clipping (and distributed noise) steps, the
+    DP aggregator (the noise's standard deviation is ``z_Δ`` times the round's clip norm) and
+    the plan (``simulation.privacy``: its rounds' cohorts are Poisson-sampled)."""
     if plan is None:
         return
     distributed = plan.mechanism == "distributed"
-    clip = ClipUpdates(plan.clip_norm, plan.adaptive, seed, distributed)
+    denominator = float(plan.cohort)  # qN
+    clip = ClipUpdates(plan.clip_norm, plan.adaptive, seed, distributed, denominator)
     simulation.postprocess = [clip]
+    simulation.privacy = plan  # its cohorts are Poisson-sampled at plan.sampling_rate
     if distributed:
         simulation.postprocess.append(DistributedNoise(plan.update_noise, seed, clip))
-        simulation.aggregator = DPSum(simulation.algorithm, 0.0, seed)
-    else:
-        simulation.aggregator = DPSum(simulation.algorithm, plan.update_noise, seed, clip)
+    simulation.aggregator = DPSum(
+        simulation.algorithm, plan.update_noise, seed, clip, denominator, distributed
+    )

@@ -225,6 +225,16 @@ def sample_cohort(seed: int, round_number: int, population: int, count: int) -> 
     return np.sort(rng.choice(population, size=min(count, population), replace=False))
 
 
+def poisson_cohort(seed: int, round_number: int, population: int, rate: float) -> np.ndarray:
+    """Step 1 of a round under differential privacy: each of ``population`` clients in the
+    cohort independently with probability ``rate`` (Poisson sampling, what the accountant
+    assumes: :mod:`uvtrain.privacy`), from ``(seed, round)``, sorted — so the cohort's size
+    varies around ``rate · population`` and may be 0. The simulator's clients and the Flower
+    server's devices alike, so a resumed run draws the same cohorts."""
+    rng = np.random.default_rng([seed, round_number, 3])
+    return np.flatnonzero(rng.random(population) < rate)
+
+
 def gather(state: Tensors, clients: Tensor) -> Tensors:
     """The rows of per-client state (``[K, ...]``) of the round's clients."""
     return {name: value[clients] for name, value in state.items()}

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -32,6 +32,9 @@ from .io import (
     write_json,
 )
 from .progress import Progress
+
+if TYPE_CHECKING:
+    from .privacy import PrivacyPlan
 
 
 def load_data(config: RunConfig) -> FederatedDataset:
@@ -326,6 +329,8 @@ def _train_rounds(
     )
     if simulation.round > 0:  # a checkpoint was loaded
         bar.note(f"{config.method.name}: resumed from round {simulation.round}")
+    if simulation.privacy is not None:  # the whole plan, δ with ε, before the first round
+        bar.note(simulation.privacy.describe())
     started = time.perf_counter()
     updates = 0
     with bar, open(folder / METRICS, "a") as log:
@@ -343,7 +348,7 @@ def _train_rounds(
             log.flush()
             if simulation.round % config.checkpoint_every == 0:
                 _save_checkpoint(simulation, folder)
-            bar.update(1, _figures(metrics))
+            bar.update(1, _figures(metrics, simulation.privacy))
     _save_checkpoint(simulation, folder)
     seconds = time.perf_counter() - started
     throughput = {
@@ -353,11 +358,12 @@ def _train_rounds(
     evaluate(simulation, dataset, config, folder, throughput)
 
 
-def _figures(metrics: dict[str, Any]) -> dict[str, str]:
-    """What the progress shows of a round's metrics: its loss, the ε spent so far under DP."""
+def _figures(metrics: dict[str, Any], privacy: PrivacyPlan | None) -> dict[str, str]:
+    """What the progress shows of a round's metrics: its loss, the ε spent so far under DP
+    (with its δ)."""
     figures = {"loss": f"{metrics['loss']:.4f}"}
-    if metrics.get("epsilon") is not None:
-        figures["ε spent"] = f"{metrics['epsilon']:.3g}"
+    if privacy is not None and metrics.get("epsilon") is not None:
+        figures["ε spent"] = f"{metrics['epsilon']:.3g} (δ {privacy.delta:.2g})"
     return figures
 
 

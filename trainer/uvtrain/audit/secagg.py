@@ -183,7 +183,8 @@ class SecAggPlus(Aggregator):
     ``noise``: the server's own noise on the sum it unmasks (central DP: the round's
     :meth:`uvtrain.privacy.DPSum.sum_noise`), added before the division by the cohort size, so
     that the mean is ``(Σ_k δ̂_k + n) / m`` to within the quantisation; the clients' clipping and
-    noise are the round's postprocessing, before they quantise.
+    noise are the round's postprocessing, before they quantise. ``denominator``: the DP sum's
+    fixed one (the expected cohort ``qN``) in place of the members' count ``m``.
 
     It never fuses with local training: it needs every member's own update to quantise."""
 
@@ -191,6 +192,7 @@ class SecAggPlus(Aggregator):
     rng: np.random.Generator
     weights: str = "samples"
     noise: Callable[[Tensors, RoundPlan], Tensors] | None = None
+    denominator: float | None = None
     mean_update: Tensors = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -212,11 +214,14 @@ class SecAggPlus(Aggregator):
             mean = secure_update(deltas + before, before, sizes, self.model, self.rng)
         else:
             raise TrainingError("SecAgg+ needs each client's own update, not an aggregate")
+        divisor = count if self.denominator is None else self.denominator
+        if self.denominator is not None:  # the members' equal-weighted mean, over qN instead
+            mean = mean * (count / self.denominator)
         if self.noise is not None:
             if plan is None:
                 raise TrainingError("the server's DP noise needs the round")
             noise = self.noise(base, plan)
             if noise:
-                mean = mean + layout.flatten(noise).astype(np.float64) / count
+                mean = mean + layout.flatten(noise).astype(np.float64) / divisor
         self.mean_update = layout.unflatten(mean, float64(base))
         return layout.unflatten(before + mean, base)

@@ -54,7 +54,8 @@ def secure_aggregator(
     """SecAgg+ in place of the simulation's aggregator. Under differential privacy
     (``simulation.privacy``, installed by :func:`uvtrain.run.make_simulation`) every member
     weighs the same, and with ``central`` the server adds the DP sum's noise to the sum it
-    unmasks (:meth:`uvtrain.privacy.DPSum.sum_noise`); the clipping (and ``distributed``'s
+    unmasks (:meth:`uvtrain.privacy.DPSum.sum_noise`), the sum divided by the DP sum's fixed
+    denominator ``qN``; the clipping (and ``distributed``'s
     per-client noise) stay the simulation's postprocessing, which runs before SecAgg+."""
     from ..privacy import DPSum
 
@@ -63,7 +64,9 @@ def secure_aggregator(
     dp_sum = simulation.aggregator
     if not isinstance(dp_sum, DPSum):
         raise TrainingError("a DP simulation aggregates with its DP sum")
-    return SecAggPlus(model, rng, weights="equal", noise=dp_sum.sum_noise)
+    return SecAggPlus(
+        model, rng, weights="equal", noise=dp_sum.sum_noise, denominator=dp_sum.denominator
+    )
 
 
 def secure_round(simulation: Simulation, aggregator: SecAggPlus) -> RoundResult:
