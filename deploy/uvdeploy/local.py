@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -130,10 +131,11 @@ class LocalFederation:
         self.home = folder / "flower"
         self.logs = folder / "logs"
         self.processes: list[_Process] = []
-        bin_dir = str(Path(sys.executable).parent)  # Flower starts its helpers from the PATH
+        self.bin_dir = Path(sys.executable).parent  # Flower's commands, this interpreter's
         self.env = {
             **os.environ,
-            "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
+            # Flower starts its helpers from the PATH
+            "PATH": os.pathsep.join([str(self.bin_dir), os.environ.get("PATH", "")]),
             "FLWR_HOME": str(self.home),
             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
             "FLWR_DISABLE_UPDATE_CHECK": "1",
@@ -142,6 +144,7 @@ class LocalFederation:
             "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
         }
         self.port = 0
+        self.runs = 0  # numbers each run's log and run config
 
     def _start(self, name: str, command: list[str]) -> _Process:
         log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 (closed in stop())
@@ -160,7 +163,7 @@ class LocalFederation:
     def __enter__(self) -> LocalFederation:
         self.home.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
-        bin_dir = Path(sys.executable).parent
+        bin_dir = self.bin_dir
         self.port = _free_port()
         atomic_write(
             self.home / "config.toml",
@@ -212,15 +215,27 @@ class LocalFederation:
         self.stop()
 
     def run(
-        self, settings: dict[str, Any], echo: Callable[[str], None], timeout: float | None
+        self,
+        settings: dict[str, Any],
+        echo: Callable[[str], None],
+        *,
+        stall_seconds: float | None = None,
+        timeout: float | None = None,
     ) -> int:
-        """``flwr run`` the app with these run-config values; returns its exit code."""
-        overrides = self.folder / "run-config.toml"
+        """``flwr run`` the app with these run-config values; returns its exit code.
+
+        Each run writes and reads its own ``logs/flwr-run-N.log``. ``stall_seconds`` stops a run
+        whose log and the SuperNodes' logs have all stayed unchanged that long (no progress);
+        ``timeout`` stops one that has not finished within that many seconds. A stopped or failed
+        run is ended on the SuperLink (``flwr stop``) and its ``flwr run`` process group is
+        ended, so the federation is ready for the next run."""
+        self.runs += 1
+        overrides = self.folder / f"run-config-{self.runs}.toml"
         atomic_write(
             overrides, "".join(f"{key} = {_toml_value(value)}\n" for key, value in settings.items())
         )
         command = [
-            str(Path(sys.executable).parent / "flwr"),
+            str(self.bin_dir / "flwr"),
             "run",
             str(app_dir()),
             CONNECTION,
@@ -228,45 +243,132 @@ class LocalFederation:
             str(overrides),
             "--stream",
         ]
-        flwr = self._start("flwr-run", command)
+        flwr = self._start(f"flwr-run-{self.runs}", command)
         flwr.log.close()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        shown = 0
-        path = self.logs / "flwr-run.log"
+        try:
+            code = self._follow(flwr, echo, stall_seconds, timeout)
+        except BaseException:
+            self._end_run(flwr)
+            raise
+        if code != 0:  # e.g. its log stream broke: the run may still be going on the SuperLink
+            self._end_run(flwr)
+        else:
+            _end_group(flwr, grace=0)
+            self.processes.remove(flwr)
+        return code
+
+    def _follow(
+        self,
+        flwr: _Process,
+        echo: Callable[[str], None],
+        stall_seconds: float | None,
+        timeout: float | None,
+    ) -> int:
+        """Echo the run's ``[uvtrain]`` lines until ``flwr run`` exits; returns its exit code."""
+        log = _LogReader(Path(flwr.log.name))
+        started = last_progress = time.monotonic()
+        sizes = self._progress()
         while True:
             done = flwr.popen.poll() is not None
-            lines = path.read_text(errors="replace").splitlines()
-            for line in lines[shown:]:
+            for line in log.new_lines():
                 if "[uvtrain]" in line:
                     echo(line[line.index("[uvtrain]") + 10 :])
-            shown = len(lines)
             if done:
                 return int(flwr.popen.returncode)
-            if deadline is not None and time.monotonic() > deadline:
+            now, seen = time.monotonic(), self._progress()
+            if seen != sizes:
+                sizes, last_progress = seen, now
+            if stall_seconds is not None and now - last_progress > stall_seconds:
+                raise LaunchError(
+                    f"the run made no progress (its log and the SuperNodes' logs unchanged) "
+                    f"for {stall_seconds:.0f} s: stopped"
+                )
+            if timeout is not None and now - started > timeout:
                 raise LaunchError(f"the run did not finish within {timeout:.0f} s: stopped")
             time.sleep(0.5)
+
+    def _progress(self) -> dict[str, int]:
+        """The sizes of the runs' and the SuperNodes' logs: one grows whenever the server logs
+        a step or a device takes a message (the SuperLink's own log is left out)."""
+        return {
+            path.name: path.stat().st_size
+            for path in self.logs.glob("*.log")
+            if path.name.startswith(("flwr-run-", "supernode-"))
+        }
+
+    def _end_run(self, flwr: _Process) -> None:
+        """Stop the run on the SuperLink (its ServerApp and ClientApps end with it), then end the
+        ``flwr run`` process group; the federation's other processes keep running."""
+        run_id = _run_id(Path(flwr.log.name).read_text(errors="replace"))
+        link_alive = any(p.name == "superlink" and p.popen.poll() is None for p in self.processes)
+        if run_id is not None and link_alive:
+            stop = self._start(
+                f"flwr-stop-{self.runs}",
+                [str(self.bin_dir / "flwr"), "stop", str(run_id), CONNECTION],
+            )
+            _end_group(stop, grace=60)
+            self.processes.remove(stop)
+        _end_group(flwr, grace=0)
+        self.processes.remove(flwr)
 
     def stop(self) -> None:
         """Stop every process this federation started (and what they spawned), by process id."""
         pids = [p.popen.pid for p in self.processes]
         for process in reversed(self.processes):
-            if process.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.popen.pid, signal.SIGTERM)
+            _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for process in self.processes:
-            try:
-                process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.popen.pid, signal.SIGKILL)
-                process.popen.wait()
-            if not process.log.closed:
-                process.log.close()
+            _end_group(process, grace=max(0.1, deadline - time.monotonic()))
         for pid in _children_by_parent_flag(pids):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.processes = []
+
+
+class _LogReader:
+    """The complete lines a growing log file has gained since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def new_lines(self) -> list[str]:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = self.partial + handle.read()
+        self.offset += len(data) - len(self.partial)
+        *lines, self.partial = data.split(b"\n")
+        return [line.decode(errors="replace") for line in lines]
+
+
+def _run_id(log: str) -> int | None:
+    """The run id ``flwr run`` printed ("Successfully started run N"), if it got that far."""
+    found = re.search(r"Successfully started run (\d+)", log)
+    return int(found.group(1)) if found else None
+
+
+def _signal_group(process: _Process, number: signal.Signals) -> None:
+    if process.popen.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.popen.pid, number)
+
+
+def _end_group(process: _Process, *, grace: float) -> None:
+    """Wait up to ``grace`` seconds for a process to exit, then end its whole process group
+    (SIGTERM, then SIGKILL after 10 s); close its log."""
+    try:
+        process.popen.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        _signal_group(process, signal.SIGTERM)
+        try:
+            process.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.popen.pid, signal.SIGKILL)
+            process.popen.wait()
+    with contextlib.suppress(ProcessLookupError):  # what the leader left behind in its group
+        os.killpg(process.popen.pid, signal.SIGKILL)
+    if not process.log.closed:
+        process.log.close()
 
 
 def _children_by_parent_flag(pids: list[int]) -> list[int]:
@@ -291,11 +393,13 @@ def run_local(
     values: dict[str, Any],
     *,
     echo: Callable[[str], None] = print,
+    stall_seconds: float | None = None,
     timeout: float | None = None,
     user: str = "default",
 ) -> dict[str, Any]:
     """Train on the device folders under ``devices_dir`` with a loopback federation; returns the
-    server's report. ``values`` are run-config keys (``method``, ``rounds``, ...)."""
+    server's report. ``values`` are run-config keys (``method``, ``rounds``, ...);
+    ``stall_seconds`` and ``timeout`` are :meth:`LocalFederation.run`'s."""
     devices = sorted(p for p in Path(devices_dir).iterdir() if (p / "samples").is_dir())
     if not devices:
         raise LaunchError(f"no device folders (with a samples/ folder) in {devices_dir}")
@@ -320,7 +424,7 @@ def run_local(
     (out / STATUS).unlink(missing_ok=True)
     echo(f"starting a SuperLink and {len(devices)} SuperNodes on 127.0.0.1 (logs: {workspace})")
     with LocalFederation(devices, workspace, user=user) as federation:
-        code = federation.run(settings, echo, timeout)
+        code = federation.run(settings, echo, stall_seconds=stall_seconds, timeout=timeout)
     status_path = out / STATUS
     status = read_json(status_path) if status_path.exists() else {}
     if status.get("state") != "finished":

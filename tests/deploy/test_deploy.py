@@ -533,11 +533,17 @@ def federation(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory):
             yield running, root, devices
 
 
+# a run in which neither the server nor a device has logged anything for this long is stuck;
+# the server's own waits are longer still, so that a slow machine never fails a test
+STALL_SECONDS = 300.0
+SERVER_WAIT = {"wait_seconds": 3600.0, "round_seconds": 3600.0}
+
+
 def _run(federation, out: Path, **values) -> dict:
     running, _, devices = federation
     lines: list[str] = []
-    settings = {"min_devices": len(devices), "wait_seconds": 120.0, "out": str(out), **values}
-    code = running.run(settings, lines.append, timeout=400)
+    settings = {"min_devices": len(devices), **SERVER_WAIT, "out": str(out), **values}
+    code = running.run(settings, lines.append, stall_seconds=STALL_SECONDS)
     status = json.loads((out / "status.json").read_text())
     return {"code": code, "status": status, "lines": lines}
 
@@ -647,6 +653,79 @@ def test_a_round_that_secagg_cannot_finish_stops_the_run(federation) -> None:
     assert "did not change" in result["status"]["error"] or "failed" in result["status"]["error"]
     assert not (out / "report.json").exists()
     assert not (out / "metrics.jsonl").read_text().strip()  # no round was logged as done
+
+
+FAKE_FLWR = """#!/bin/sh
+# a stand-in for `flwr`: run 1 starts a child and then prints nothing; later runs finish
+here=$(dirname "$0")
+if [ "$1" = stop ]; then echo "$2" >> "$here/stopped"; exit 0; fi
+number=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
+echo "$number" > "$here/count"
+echo "Successfully started run 4$number"
+echo "INFO : [uvtrain] the output of run $number"
+if [ "$number" = 1 ]; then
+    sleep 100000 &
+    echo "$!" > "$here/child"
+    wait
+fi
+"""
+
+
+def _is_running(pid: int) -> bool:
+    """Whether a process exists and is not a zombie (read from /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_until_gone(pid: int) -> bool:
+    """Whether a process killed by its group has gone; the bound only matters when it was not
+    killed (a SIGKILLed process is gone within milliseconds)."""
+    import time
+
+    for _ in range(600):
+        if not _is_running(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its_own_log(
+    tmp_path: Path,
+) -> None:
+    """With a stand-in for ``flwr``: a run that prints nothing for ``stall_seconds`` is stopped
+    on the SuperLink (``flwr stop`` with its run id) and its whole process group is ended, the
+    child it started included; the next run on the same federation writes and echoes only its
+    own log."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "flwr").write_text(FAKE_FLWR)
+    (fake / "flwr").chmod(0o755)
+    federation = LocalFederation([], tmp_path / "workspace")
+    federation.logs.mkdir(parents=True)
+    federation.bin_dir = fake
+    federation._start("superlink", ["sleep", "100000"])  # the run stop needs a live SuperLink
+    try:
+        first: list[str] = []
+        with pytest.raises(LaunchError, match="no progress .* for 2 s: stopped"):
+            federation.run({"method": "fedaws"}, first.append, stall_seconds=2)
+        assert first == ["the output of run 1"]
+        assert (fake / "stopped").read_text().split() == ["41"]
+        assert _wait_until_gone(int((fake / "child").read_text()))
+        assert [p.name for p in federation.processes] == ["superlink"]
+        second: list[str] = []
+        assert federation.run({"method": "fedaws"}, second.append, stall_seconds=2) == 0
+        assert second == ["the output of run 2"]
+        assert (fake / "stopped").read_text().split() == ["41"]  # a finished run: not stopped
+        logs = federation.logs
+        assert "run 1" in (logs / "flwr-run-1.log").read_text()
+        assert "run 1" not in (logs / "flwr-run-2.log").read_text()
+        assert (tmp_path / "workspace" / "run-config-2.toml").read_text() == 'method = "fedaws"\n'
+    finally:
+        federation.stop()
 
 
 def test_run_local_needs_a_passphrase_and_device_folders(tmp_path: Path, monkeypatch) -> None:
