@@ -246,15 +246,14 @@ class LocalFederation:
         flwr = self._start(f"flwr-run-{self.runs}", command)
         flwr.log.close()
         try:
-            code = self._follow(flwr, echo, stall_seconds, timeout)
+            self._follow(flwr, echo, stall_seconds, timeout)
         except BaseException:
-            self._end_run(flwr)
+            self._stop_on_superlink(flwr)
+            self._end_group(flwr, grace=0)
             raise
+        code = self._end_group(flwr, grace=0)
         if code != 0:  # e.g. its log stream broke: the run may still be going on the SuperLink
-            self._end_run(flwr)
-        else:
-            _end_group(flwr, grace=0)
-            self.processes.remove(flwr)
+            self._stop_on_superlink(flwr)
         return code
 
     def _follow(
@@ -263,18 +262,18 @@ class LocalFederation:
         echo: Callable[[str], None],
         stall_seconds: float | None,
         timeout: float | None,
-    ) -> int:
-        """Echo the run's ``[uvtrain]`` lines until ``flwr run`` exits; returns its exit code."""
+    ) -> None:
+        """Echo the run's ``[uvtrain]`` lines until ``flwr run`` exits (left unreaped)."""
         log = _LogReader(Path(flwr.log.name))
         started = last_progress = time.monotonic()
         sizes = self._progress()
         while True:
-            done = flwr.popen.poll() is not None
+            done = _has_exited(flwr.popen)
             for line in log.new_lines():
                 if "[uvtrain]" in line:
                     echo(line[line.index("[uvtrain]") + 10 :])
             if done:
-                return int(flwr.popen.returncode)
+                return
             now, seen = time.monotonic(), self._progress()
             if seen != sizes:
                 sizes, last_progress = seen, now
@@ -296,20 +295,23 @@ class LocalFederation:
             if path.name.startswith(("flwr-run-", "supernode-"))
         }
 
-    def _end_run(self, flwr: _Process) -> None:
-        """Stop the run on the SuperLink (its ServerApp and ClientApps end with it), then end the
-        ``flwr run`` process group; the federation's other processes keep running."""
+    def _stop_on_superlink(self, flwr: _Process) -> None:
+        """``flwr stop`` the run this ``flwr run`` started, if it got a run id (its ServerApp and
+        ClientApps end with it); refused harmlessly where the run has finished."""
         run_id = _run_id(Path(flwr.log.name).read_text(errors="replace"))
-        link_alive = any(p.name == "superlink" and p.popen.poll() is None for p in self.processes)
-        if run_id is not None and link_alive:
-            stop = self._start(
-                f"flwr-stop-{self.runs}",
-                [str(self.bin_dir / "flwr"), "stop", str(run_id), CONNECTION],
-            )
-            _end_group(stop, grace=60)
-            self.processes.remove(stop)
-        _end_group(flwr, grace=0)
-        self.processes.remove(flwr)
+        link = [p for p in self.processes if p.name == "superlink"]
+        if run_id is None or not link or _has_exited(link[0].popen):
+            return
+        stop = self._start(
+            f"flwr-stop-{self.runs}", [str(self.bin_dir / "flwr"), "stop", str(run_id), CONNECTION]
+        )
+        self._end_group(stop, grace=60)
+
+    def _end_group(self, process: _Process, *, grace: float) -> int:
+        """End one process's group (:func:`_end_group`) and forget it; returns its exit code."""
+        code = _end_group(process, grace=grace)
+        self.processes.remove(process)
+        return code
 
     def stop(self) -> None:
         """Stop every process this federation started (and what they spawned), by process id."""
@@ -346,29 +348,44 @@ def _run_id(log: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def _has_exited(popen: subprocess.Popen) -> bool:
+    """Whether the process has exited, without reaping it: while it is unreaped its process id,
+    and so its process group's, cannot be taken by another process."""
+    if popen.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _exits_within(popen: subprocess.Popen, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _has_exited(popen):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _signal_group(process: _Process, number: signal.Signals) -> None:
-    if process.popen.poll() is None:
+    if process.popen.returncode is None:  # unreaped: the group id is still this process's
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.popen.pid, number)
 
 
-def _end_group(process: _Process, *, grace: float) -> None:
-    """Wait up to ``grace`` seconds for a process to exit, then end its whole process group
-    (SIGTERM, then SIGKILL after 10 s); close its log."""
-    try:
-        process.popen.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
+def _end_group(process: _Process, *, grace: float) -> int:
+    """Wait up to ``grace`` seconds for a process to exit, SIGTERM its process group and wait
+    10 s more, then SIGKILL the group (whatever is left in it, the process exited or not) and
+    reap the process; close its log. Returns its exit code."""
+    if not _exits_within(process.popen, grace):
         _signal_group(process, signal.SIGTERM)
-        try:
-            process.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.popen.pid, signal.SIGKILL)
-            process.popen.wait()
-    with contextlib.suppress(ProcessLookupError):  # what the leader left behind in its group
-        os.killpg(process.popen.pid, signal.SIGKILL)
+        _exits_within(process.popen, 10)
+    _signal_group(process, signal.SIGKILL)
+    code = process.popen.wait()
     if not process.log.closed:
         process.log.close()
+    return int(code)
 
 
 def _children_by_parent_flag(pids: list[int]) -> list[int]:

@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
+from tests.processes import is_gone  # noqa: E402
 from uvdeploy.device import Device, DeviceError  # noqa: E402
 from uvdeploy.errors import DeployError  # noqa: E402
 from uvdeploy.local import LaunchError, LocalFederation, app_dir  # noqa: E402
@@ -671,27 +672,6 @@ fi
 """
 
 
-def _is_running(pid: int) -> bool:
-    """Whether a process exists and is not a zombie (read from /proc)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
-def _wait_until_gone(pid: int) -> bool:
-    """Whether a process killed by its group has gone; the bound only matters when it was not
-    killed (a SIGKILLed process is gone within milliseconds)."""
-    import time
-
-    for _ in range(600):
-        if not _is_running(pid):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its_own_log(
     tmp_path: Path,
@@ -714,7 +694,7 @@ def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its
             federation.run({"method": "fedaws"}, first.append, stall_seconds=2)
         assert first == ["the output of run 1"]
         assert (fake / "stopped").read_text().split() == ["41"]
-        assert _wait_until_gone(int((fake / "child").read_text()))
+        assert is_gone(int((fake / "child").read_text()))
         assert [p.name for p in federation.processes] == ["superlink"]
         second: list[str] = []
         assert federation.run({"method": "fedaws"}, second.append, stall_seconds=2) == 0
