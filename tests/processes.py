@@ -1,9 +1,11 @@
 """The tests' subprocesses, limited by their progress, never by a wall clock.
 
 :func:`run_until_stalled` starts a command in a session of its own, reads its output as it comes
-and fails the test only when the command has printed nothing for ``stall_seconds``: a slow but
-progressing command (a busy machine) is never stopped, a stuck one is. Before failing it kills the
-command's whole process group (whatever the command started with it) and shows the output."""
+and fails the test only when the command has made no progress for ``stall_seconds``: no new
+output and (by default) no CPU time used by its process group, so that a slow but progressing
+command (a busy machine, a long silent computation) is never stopped and a stuck one (waiting on
+something that never comes) is. Before failing it kills the command's whole process group
+(whatever the command started with it) and shows the output."""
 
 from __future__ import annotations
 
@@ -20,12 +22,15 @@ import pytest
 
 #: the end of the output shown when a command stalls
 SHOWN_CHARACTERS = 4000
+#: how often the process group's CPU time is looked at while it prints nothing
+CHECK_SECONDS = 1.0
 
 
 def run_until_stalled(
     command: Sequence[str | Path],
     *,
     stall_seconds: float,
+    cpu_is_progress: bool = True,
     cwd: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     check: bool = False,
@@ -37,8 +42,11 @@ def run_until_stalled(
     command
         The program and its arguments.
     stall_seconds
-        Fail the test when neither stdout nor stderr has had new output for this long (the
-        process group is killed first); a command that keeps printing runs as long as it needs.
+        Fail the test when the command has made no progress for this long (its process group
+        is killed first); a command that keeps progressing runs as long as it needs.
+    cpu_is_progress
+        Progress is new output on stdout or stderr, and, when true, CPU time used by the
+        process group (read from /proc; output only where there is none).
     cwd, env
         As for :class:`subprocess.Popen`.
     check
@@ -55,17 +63,16 @@ def run_until_stalled(
         start_new_session=True,
     )
     output: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+    watch = _Watch(process.pid, stall_seconds, cpu_is_progress)
     try:
-        finished = _read_until_closed(process, output, stall_seconds) and _exits_within(
-            process, stall_seconds
-        )
+        finished = _read_until_closed(process, output, watch) and _exits(process, watch)
     finally:
         code = _kill_group(process)
     stdout, stderr = (b"".join(output[name]).decode(errors="replace") for name in output)
     result = subprocess.CompletedProcess(arguments, code, stdout, stderr)
     if not finished:
         pytest.fail(
-            f"{arguments}: no new output for {stall_seconds:.0f} s: its process group was "
+            f"{arguments}: no progress for {stall_seconds:.0f} s: its process group was "
             f"killed\n{_tail(result)}",
             pytrace=False,
         )
@@ -74,36 +81,77 @@ def run_until_stalled(
     return result
 
 
+class _Watch:
+    """When the command last made progress, and whether it has stalled."""
+
+    def __init__(self, group: int, stall_seconds: float, cpu_is_progress: bool) -> None:
+        self.group, self.stall_seconds, self.cpu_is_progress = group, stall_seconds, cpu_is_progress
+        self.last = time.monotonic()
+        self.ticks = -1
+
+    def progressed(self) -> None:
+        self.last = time.monotonic()
+
+    def stalled(self) -> bool:
+        """Whether it has made no progress for ``stall_seconds`` (CPU time looked at now)."""
+        if self.cpu_is_progress:
+            ticks = group_cpu_ticks(self.group)
+            if ticks != self.ticks:
+                self.ticks = ticks
+                self.progressed()
+        return time.monotonic() - self.last > self.stall_seconds
+
+    def wait(self) -> float:
+        """Seconds to wait for output before looking again."""
+        return (
+            min(CHECK_SECONDS, self.stall_seconds) if self.cpu_is_progress else self.stall_seconds
+        )
+
+
 def _read_until_closed(
-    process: subprocess.Popen, output: dict[str, list[bytes]], stall_seconds: float
+    process: subprocess.Popen, output: dict[str, list[bytes]], watch: _Watch
 ) -> bool:
-    """Collect stdout and stderr into ``output`` until both are closed; False when neither had
-    new output for ``stall_seconds`` first."""
+    """Collect stdout and stderr into ``output`` until both are closed; False when the command
+    stalled first."""
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ, "stdout")
         selector.register(process.stderr, selectors.EVENT_READ, "stderr")
         while selector.get_map():
-            ready = selector.select(timeout=stall_seconds)
-            if not ready:
-                return False
+            ready = selector.select(timeout=watch.wait())
             for key, _ in ready:
                 chunk = os.read(key.fd, 65536)
                 if chunk:
                     output[key.data].append(chunk)
+                    watch.progressed()
                 else:
                     selector.unregister(key.fileobj)
+            if not ready and watch.stalled():
+                return False
     return True
 
 
-def _exits_within(process: subprocess.Popen, seconds: float) -> bool:
-    """Whether it exits within ``seconds`` (after closing its output), left unreaped: while it
+def _exits(process: subprocess.Popen, watch: _Watch) -> bool:
+    """Whether it exits (after closing its output) before it stalls, left unreaped: while it
     is, its process id, and so its group's, cannot be taken by another process."""
-    deadline = time.monotonic() + seconds
     while os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-        if time.monotonic() >= deadline:
+        if watch.stalled():
             return False
         time.sleep(0.05)
     return True
+
+
+def group_cpu_ticks(group: int) -> int:
+    """The CPU time (clock ticks, with that of reaped children) of the processes in a process
+    group, read from /proc; 0 where there is none."""
+    total = 0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group:  # after the name: state, parent, group, ...
+            total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total
 
 
 def _kill_group(process: subprocess.Popen) -> int:

@@ -1,5 +1,6 @@
 """The tests' subprocess helper (tests/processes.py): a command is stopped for making no
-progress, never for taking long, and stopping it kills its whole process group."""
+progress (no output, no CPU time), never for taking long, and stopping it kills its whole
+process group."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_a_command_that_stops_printing_is_killed_with_its_process_group() -> Non
     """A shell that starts a child, prints its process id and then waits in silence: the test
     fails with the output so far, and the child (same group, holding the pipes) is gone."""
     script = "sleep 100000 & echo child $!; wait"
-    with pytest.raises(pytest.fail.Exception, match="no new output for 5 s") as failed:
+    with pytest.raises(pytest.fail.Exception, match="no progress for 5 s") as failed:
         run_until_stalled(["sh", "-c", script], stall_seconds=5)
     message = str(failed.value)
     assert "process group was killed" in message
@@ -50,6 +51,21 @@ def test_a_slow_command_that_keeps_printing_runs_to_its_end() -> None:
 
 def test_a_command_that_closes_its_output_and_goes_on_silently_is_killed() -> None:
     script = "echo pid $$; exec >/dev/null 2>&1; sleep 100000"
-    with pytest.raises(pytest.fail.Exception, match="no new output for 2 s") as failed:
+    with pytest.raises(pytest.fail.Exception, match="no progress for 2 s") as failed:
         run_until_stalled(["sh", "-c", script], stall_seconds=2)
     assert is_gone(int(_printed(str(failed.value)).removeprefix("pid ")))
+
+
+#: computes for 6 s of CPU time without printing anything (a slow machine: longer)
+SILENT_WORK = "import time\nwhile time.process_time() < 6:\n    sum(range(10000))\n"
+
+
+def test_a_command_that_computes_in_silence_is_progressing() -> None:
+    """CPU time used by the group is progress: a silent 6-s computation outlasts a 2-s limit;
+    counted on its output alone, it is stopped."""
+    result = run_until_stalled([sys.executable, "-c", SILENT_WORK], stall_seconds=2)
+    assert result.returncode == 0 and result.stdout == ""
+    with pytest.raises(pytest.fail.Exception, match="no progress for 2 s"):
+        run_until_stalled(
+            [sys.executable, "-c", SILENT_WORK], stall_seconds=2, cpu_is_progress=False
+        )
