@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -226,9 +225,9 @@ class LocalFederation:
 
         Each run writes and reads its own ``logs/flwr-run-N.log``. ``stall_seconds`` stops a run
         whose log and the SuperNodes' logs have all stayed unchanged that long (no progress);
-        ``timeout`` stops one that has not finished within that many seconds. A stopped or failed
-        run is ended on the SuperLink (``flwr stop``) and its ``flwr run`` process group is
-        ended, so the federation is ready for the next run."""
+        ``timeout`` stops one that has not finished within that many seconds. After a stopped or
+        failed run its ``flwr run`` process group is ended and every unfinished run on the
+        SuperLink is stopped (``flwr stop``), so the federation is ready for the next run."""
         self.runs += 1
         overrides = self.folder / f"run-config-{self.runs}.toml"
         atomic_write(
@@ -248,12 +247,12 @@ class LocalFederation:
         try:
             self._follow(flwr, echo, stall_seconds, timeout)
         except BaseException:
-            self._stop_on_superlink(flwr)
             self._end_group(flwr, grace=0)
+            self._stop_unfinished_runs()
             raise
         code = self._end_group(flwr, grace=0)
         if code != 0:  # e.g. its log stream broke: the run may still be going on the SuperLink
-            self._stop_on_superlink(flwr)
+            self._stop_unfinished_runs()
         return code
 
     def _follow(
@@ -295,17 +294,28 @@ class LocalFederation:
             if path.name.startswith(("flwr-run-", "supernode-"))
         }
 
-    def _stop_on_superlink(self, flwr: _Process) -> None:
-        """``flwr stop`` the run this ``flwr run`` started, if it got a run id (its ServerApp and
-        ClientApps end with it); refused harmlessly where the run has finished."""
-        run_id = _run_id(Path(flwr.log.name).read_text(errors="replace"))
+    def _stop_unfinished_runs(self) -> None:
+        """``flwr stop`` every run on the SuperLink that has not finished (all of them are this
+        federation's): their ServerApps and ClientApps end with them. Listed after ``flwr run``
+        has ended, so that a run it was still starting is found too."""
         link = [p for p in self.processes if p.name == "superlink"]
-        if run_id is None or not link or _has_exited(link[0].popen):
+        if not link or _has_exited(link[0].popen):
             return
-        stop = self._start(
-            f"flwr-stop-{self.runs}", [str(self.bin_dir / "flwr"), "stop", str(run_id), CONNECTION]
-        )
-        self._end_group(stop, grace=60)
+        listing = self._flwr(f"flwr-ls-{self.runs}", ["ls", CONNECTION, "--format", "json"])
+        try:
+            runs = json.loads(listing)["runs"]
+        except (ValueError, KeyError):  # its log (logs/flwr-ls-N.log) says why
+            return
+        for run in runs:
+            if not str(run["status"]).startswith("finished"):
+                run_id = str(run["run-id"])
+                self._flwr(f"flwr-stop-{run_id}", ["stop", run_id, CONNECTION])
+
+    def _flwr(self, name: str, arguments: list[str]) -> str:
+        """Run a short ``flwr`` command (ended after a minute); returns its output."""
+        command = self._start(name, [str(self.bin_dir / "flwr"), *arguments])
+        self._end_group(command, grace=60)
+        return (self.logs / f"{name}.log").read_text(errors="replace")
 
     def _end_group(self, process: _Process, *, grace: float) -> int:
         """End one process's group (:func:`_end_group`) and forget it; returns its exit code."""
@@ -340,12 +350,6 @@ class _LogReader:
         self.offset += len(data) - len(self.partial)
         *lines, self.partial = data.split(b"\n")
         return [line.decode(errors="replace") for line in lines]
-
-
-def _run_id(log: str) -> int | None:
-    """The run id ``flwr run`` printed ("Successfully started run N"), if it got that far."""
-    found = re.search(r"Successfully started run (\d+)", log)
-    return int(found.group(1)) if found else None
 
 
 def _has_exited(popen: subprocess.Popen) -> bool:

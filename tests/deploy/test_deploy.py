@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
-from tests.processes import is_gone  # noqa: E402
+from tests.processes import is_gone, run_until_stalled  # noqa: E402
 from uvdeploy.device import Device, DeviceError  # noqa: E402
 from uvdeploy.errors import DeployError  # noqa: E402
 from uvdeploy.local import LaunchError, LocalFederation, app_dir  # noqa: E402
@@ -550,6 +550,30 @@ def _run(federation, out: Path, **values) -> dict:
 
 
 @pytest.mark.slow
+def test_a_run_without_progress_is_stopped_and_leaves_the_federation_clean(federation) -> None:
+    """Issue 30's case on a real federation: a run waiting for a fifth device that never comes
+    makes no progress; it is stopped, its ``flwr run`` ended and the run stopped on the
+    SuperLink (``flwr ls``: every run finished), so the runs below share a clean federation and
+    read only their own logs."""
+    running, root, devices = federation
+    settings = {"method": "fedaws", "min_devices": len(devices) + 1, **SERVER_WAIT}
+    settings.update(out=str(root / "stalled"), export=False)
+    with pytest.raises(LaunchError, match="no progress"):
+        running.run(settings, [].append, stall_seconds=60)
+    assert not [p.name for p in running.processes if p.name.startswith("flwr-run")]
+    listing = run_until_stalled(
+        [running.bin_dir / "flwr", "ls", "uvtrain-local", "--format", "json"],
+        stall_seconds=STALL_SECONDS,
+        cwd=running.folder,
+        env=running.env,
+        check=True,
+    )
+    runs = json.loads(listing.stdout)["runs"]
+    assert [run["status"] for run in runs] == ["finished:stopped"], runs
+    assert not (root / "stalled" / "report.json").exists()
+
+
+@pytest.mark.slow
 def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enrolled(
     federation,
 ) -> None:
@@ -657,9 +681,16 @@ def test_a_round_that_secagg_cannot_finish_stops_the_run(federation) -> None:
 
 
 FAKE_FLWR = """#!/bin/sh
-# a stand-in for `flwr`: run 1 starts a child and then prints nothing; later runs finish
+# a stand-in for `flwr`: run 1 starts a child and then prints nothing; later runs finish;
+# `flwr ls` lists run 41 as running the first time, every run as finished after that
 here=$(dirname "$0")
 if [ "$1" = stop ]; then echo "$2" >> "$here/stopped"; exit 0; fi
+if [ "$1" = ls ]; then
+    status=running; [ -e "$here/listed" ] && status=finished:stopped; touch "$here/listed"
+    echo '{"success": true, "runs": [{"run-id": "40", "status": "finished:completed"},'
+    echo ' {"run-id": "41", "status": "'"$status"'"}]}'
+    exit 0
+fi
 number=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
 echo "$number" > "$here/count"
 echo "Successfully started run 4$number"
@@ -676,10 +707,10 @@ fi
 def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its_own_log(
     tmp_path: Path,
 ) -> None:
-    """With a stand-in for ``flwr``: a run that prints nothing for ``stall_seconds`` is stopped
-    on the SuperLink (``flwr stop`` with its run id) and its whole process group is ended, the
-    child it started included; the next run on the same federation writes and echoes only its
-    own log."""
+    """With a stand-in for ``flwr``: a run that prints nothing for ``stall_seconds`` has its
+    whole process group ended, the child it started included, and the SuperLink's unfinished
+    run stopped (``flwr stop 41``, not the finished 40); the next run on the same federation
+    writes and echoes only its own log."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "flwr").write_text(FAKE_FLWR)
@@ -687,7 +718,7 @@ def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its
     federation = LocalFederation([], tmp_path / "workspace")
     federation.logs.mkdir(parents=True)
     federation.bin_dir = fake
-    federation._start("superlink", ["sleep", "100000"])  # the run stop needs a live SuperLink
+    federation._start("superlink", ["sleep", "100000"])  # runs are stopped on a live SuperLink
     try:
         first: list[str] = []
         with pytest.raises(LaunchError, match="no progress .* for 2 s: stopped"):
@@ -699,7 +730,7 @@ def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its
         second: list[str] = []
         assert federation.run({"method": "fedaws"}, second.append, stall_seconds=2) == 0
         assert second == ["the output of run 2"]
-        assert (fake / "stopped").read_text().split() == ["41"]  # a finished run: not stopped
+        assert (fake / "stopped").read_text().split() == ["41"]  # finished: nothing to stop
         logs = federation.logs
         assert "run 1" in (logs / "flwr-run-1.log").read_text()
         assert "run 1" not in (logs / "flwr-run-2.log").read_text()
