@@ -15,7 +15,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,8 @@ def run_until_stalled(
     env: Mapping[str, str] | None = None,
     check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` to its end (stdin empty) and return its exit code, stdout and stderr.
+    """Run ``command`` to its end (stdin empty) and return its exit code, stdout and stderr:
+    :func:`finish` (:func:`start` (``command``)).
 
     Parameters
     ----------
@@ -52,9 +53,22 @@ def run_until_stalled(
     check
         Also fail the test, with the output, when the command exits with a non-zero code.
     """
-    arguments = [str(part) for part in command]
-    process = subprocess.Popen(
-        arguments,
+    process = start(command, cwd=cwd, env=env)
+    return finish(
+        process, stall_seconds=stall_seconds, cpu_is_progress=cpu_is_progress, check=check
+    )
+
+
+def start(
+    command: Sequence[str | Path],
+    *,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen:
+    """Start ``command`` in a session of its own (stdin empty, stdout and stderr piped), for
+    :func:`finish`; several can run at once."""
+    return subprocess.Popen(
+        [str(part) for part in command],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -62,8 +76,20 @@ def run_until_stalled(
         env=None if env is None else dict(env),
         start_new_session=True,
     )
+
+
+def finish(
+    process: subprocess.Popen,
+    *,
+    stall_seconds: float,
+    cpu_is_progress: bool = True,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Read a :func:`start`-ed command's output to its end and return its result; the
+    arguments are :func:`run_until_stalled`'s."""
+    arguments = list(process.args)
     output: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
-    watch = _Watch(process.pid, stall_seconds, cpu_is_progress)
+    watch = ProgressWatch(process.pid, stall_seconds, cpu_is_progress)
     try:
         finished = _read_until_closed(process, output, watch) and _exits(process, watch)
     finally:
@@ -81,12 +107,13 @@ def run_until_stalled(
     return result
 
 
-class _Watch:
-    """When the command last made progress, and whether it has stalled."""
+class ProgressWatch:
+    """When a process group last made progress (:meth:`progressed`, or CPU time it used), and
+    whether it has stalled."""
 
     def __init__(self, group: int, stall_seconds: float, cpu_is_progress: bool) -> None:
         self.group, self.stall_seconds, self.cpu_is_progress = group, stall_seconds, cpu_is_progress
-        self.last = time.monotonic()
+        self.last = self.looked = time.monotonic()
         self.ticks = -1
 
     def progressed(self) -> None:
@@ -94,7 +121,8 @@ class _Watch:
 
     def stalled(self) -> bool:
         """Whether it has made no progress for ``stall_seconds`` (CPU time looked at now)."""
-        if self.cpu_is_progress:
+        if self.cpu_is_progress and time.monotonic() - self.looked >= CHECK_SECONDS:
+            self.looked = time.monotonic()
             ticks = group_cpu_ticks(self.group)
             if ticks != self.ticks:
                 self.ticks = ticks
@@ -109,7 +137,7 @@ class _Watch:
 
 
 def _read_until_closed(
-    process: subprocess.Popen, output: dict[str, list[bytes]], watch: _Watch
+    process: subprocess.Popen, output: dict[str, list[bytes]], watch: ProgressWatch
 ) -> bool:
     """Collect stdout and stderr into ``output`` until both are closed; False when the command
     stalled first."""
@@ -130,14 +158,21 @@ def _read_until_closed(
     return True
 
 
-def _exits(process: subprocess.Popen, watch: _Watch) -> bool:
+def _exits(process: subprocess.Popen, watch: ProgressWatch) -> bool:
     """Whether it exits (after closing its output) before it stalls, left unreaped: while it
     is, its process id, and so its group's, cannot be taken by another process."""
-    while os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+    while not _has_exited(process):
         if watch.stalled():
             return False
         time.sleep(0.05)
     return True
+
+
+def _has_exited(process: subprocess.Popen) -> bool:
+    """Whether it has exited, without reaping it."""
+    if process.returncode is not None:
+        return True
+    return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def group_cpu_ticks(group: int) -> int:
@@ -154,6 +189,23 @@ def group_cpu_ticks(group: int) -> int:
     return total
 
 
+def wait_until(
+    condition: Callable[[], bool], process: subprocess.Popen, *, stall_seconds: float
+) -> None:
+    """Wait until ``condition()`` holds while ``process`` (started in a session of its own)
+    runs; fail the test, its process group killed, when it exits first or uses no CPU time for
+    ``stall_seconds``."""
+    watch = ProgressWatch(process.pid, stall_seconds, cpu_is_progress=True)
+    while not condition():
+        if _has_exited(process):
+            code = _kill_group(process)
+            pytest.fail(f"{process.args}: exited ({code}) first", pytrace=False)
+        if watch.stalled():
+            _kill_group(process)
+            pytest.fail(f"{process.args}: no progress for {stall_seconds:.0f} s", pytrace=False)
+        time.sleep(0.05)
+
+
 def _kill_group(process: subprocess.Popen) -> int:
     """Kill the command's process group (it and anything it left behind), reap it and close its
     pipes; returns its exit code."""
@@ -161,7 +213,8 @@ def _kill_group(process: subprocess.Popen) -> int:
         os.killpg(process.pid, signal.SIGKILL)
     code = process.wait()
     for stream in (process.stdout, process.stderr):
-        stream.close()
+        if stream is not None:
+            stream.close()
     return code
 
 
