@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -22,7 +21,7 @@ from typer.testing import CliRunner
 from uvsdk.cli import app
 
 from ..conftest import PASSPHRASE, SAMPLE_RATE, enrolled_clip, enrollment_dir
-from ..processes import ProgressWatch
+from ..processes import ProgressWatch, run_until_stalled
 
 runner = CliRunner()
 
@@ -311,12 +310,8 @@ def test_hour_long_clip_memory_stays_bounded(enrolled, tmp_path: Path) -> None:
         "    print(e.code, re.search(r'VmHWM:\\s+(\\d+)', status).group(1))\n"
     )
     env = {**os.environ, "UVSDK_PASSPHRASE": PASSPHRASE}
-    out = subprocess.run(
-        [sys.executable, "-c", code, clip, bundle, store],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
+    out = run_until_stalled(
+        [sys.executable, "-c", code, clip, bundle, store], stall_seconds=300, env=env, check=True
     )
     exit_code, peak_kib = out.stdout.split()
     assert exit_code == "2"
@@ -508,9 +503,7 @@ def test_no_passphrase_and_no_tty(spectral_bundle: Path, voice_dir: Path, tmp_pa
         "--store",
         str(store),
     ]
-    result = subprocess.run(
-        command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env
-    )
+    result = run_until_stalled(command, stall_seconds=300, env=env)  # stdin: empty, no tty
     assert result.returncode == 2
     assert (
         result.stderr.strip()

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import unicodedata
 import zipfile
@@ -43,7 +42,7 @@ from uvsdk.errors import (
 from uvsdk.template import TemplateStore, parse_file
 
 from ..conftest import PASSPHRASE, enrolled_clip, enrollment_dir
-from ..processes import finish, start
+from ..processes import finish, run_until_stalled, start
 
 runner = CliRunner()
 IMPOSTOR = ("speaker7", "clip1.wav")
@@ -533,9 +532,7 @@ def test_10_an_unreadable_file_does_not_stop_the_batch(alice, monkeypatch, tmp_p
 )
 def test_11_usage_errors_are_one_line(args: list[str], match: str) -> None:
     one_line_error(uvsdk(*args), match)
-    completed = subprocess.run(
-        [sys.executable, "-m", "uvsdk.cli", *args], capture_output=True, text=True
-    )
+    completed = run_until_stalled([sys.executable, "-m", "uvsdk.cli", *args], stall_seconds=300)
     assert completed.returncode == 2 and len(completed.stderr.strip().splitlines()) == 1
     assert uvsdk("--help").exit_code == 0 and uvsdk("verify", "--help").exit_code == 0
 
@@ -579,9 +576,9 @@ def test_13_an_invalid_utf8_passphrase_is_refused_without_echo(
     env[b"UVSDK_PASSPHRASE"] = b"hunter\xff2-secret"
     command = [sys.executable, "-m", "uvsdk.cli", "enroll", "--samples", str(voice_dir / "speaker0"),
                "--bundle", str(spectral_bundle), "--store", str(tmp_path / "s")]  # fmt: skip
-    completed = subprocess.run(command, capture_output=True, env=env)
+    completed = run_until_stalled(command, stall_seconds=300, env=env)
     assert completed.returncode == 2
-    error = completed.stderr.decode()
+    error = completed.stderr
     assert error.strip() == (
         "uvsdk: error: the passphrase is not valid UTF-8 text; type it again or fix UVSDK_PASSPHRASE"
     )
@@ -669,9 +666,7 @@ def test_17_the_command_drops_the_passphrase_from_its_environment(enrolled_store
         "print(code, 'UVSDK_PASSPHRASE' in os.environ)\n"
     )
     env = {**os.environ, "UVSDK_PASSPHRASE": PASSPHRASE}
-    completed = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env
-    )
+    completed = run_until_stalled([sys.executable, "-c", script], stall_seconds=300, env=env)
     assert completed.stdout.strip().splitlines()[-1] == "0 False", completed
 
 
