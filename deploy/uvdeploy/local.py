@@ -49,17 +49,35 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _wait_for_port(port: int, process: subprocess.Popen, seconds: float, name: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise LaunchError(f"{name} exited at start (code {process.returncode}); see its log")
+def _wait_for_port(port: int, process: _Process, stall_seconds: float, name: str) -> None:
+    """Wait until the process listens on ``port``; fail when it exits first or makes no
+    progress (no CPU time used, no new log output) for ``stall_seconds``: a busy machine only
+    makes the wait longer."""
+    last_progress, seen = time.monotonic(), _progress_of(process)
+    while time.monotonic() - last_progress < stall_seconds:
+        if process.popen.poll() is not None:
+            code = process.popen.returncode
+            raise LaunchError(f"{name} exited at start (code {code}); see its log")
         with socket.socket() as probe:
             probe.settimeout(0.5)
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.2)
-    raise LaunchError(f"{name} did not open port {port} within {seconds:.0f} s")
+        if _progress_of(process) != seen:
+            last_progress, seen = time.monotonic(), _progress_of(process)
+    raise LaunchError(
+        f"{name} did not open port {port} and made no progress for {stall_seconds:.0f} s"
+    )
+
+
+def _progress_of(process: _Process) -> tuple[int, str]:
+    """Its log's size and its CPU time (from /proc where there is one)."""
+    size = Path(process.log.name).stat().st_size
+    try:
+        fields = Path(f"/proc/{process.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return size, ""
+    return size, " ".join(fields[11:13])  # utime stime
 
 
 def _toml_value(value: Any) -> str:
@@ -180,7 +198,7 @@ class LocalFederation:
                     "--disable-runtime-dependency-installation",
                 ],
             )
-            _wait_for_port(self.port, link.popen, 60, "the SuperLink")
+            _wait_for_port(self.port, link, 60, "the SuperLink")
             for number, device in enumerate(self.devices):
                 store = device / "store"
                 node_config = " ".join(

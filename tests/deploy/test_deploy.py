@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
-from tests.processes import is_gone, run_until_stalled  # noqa: E402
+from tests.processes import is_gone, is_running, run_until_stalled  # noqa: E402
 from uvdeploy.device import Device, DeviceError  # noqa: E402
 from uvdeploy.errors import DeployError  # noqa: E402
 from uvdeploy.local import LaunchError, LocalFederation, app_dir  # noqa: E402
@@ -737,6 +737,38 @@ def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its
         assert (tmp_path / "workspace" / "run-config-2.toml").read_text() == 'method = "fedaws"\n'
     finally:
         federation.stop()
+
+
+LISTEN_AFTER_WORK = """
+import socket, sys, time
+while time.process_time() < 4:  # 4 s of CPU time in silence (a slow machine: longer)
+    sum(range(10000))
+server = socket.socket()
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+time.sleep(100000)
+"""
+
+
+def test_waiting_for_a_port_fails_on_no_progress_never_on_time(tmp_path: Path) -> None:
+    """The SuperLink's start is waited for on progress: a process that sleeps is given up on
+    after 2 s without CPU time or output; one that computes silently for longer than that and
+    then listens is waited for."""
+    from uvdeploy.local import _free_port, _wait_for_port
+
+    federation = LocalFederation([], tmp_path)
+    federation.logs.mkdir(parents=True)
+    try:
+        silent = federation._start("silent", ["sleep", "100000"])
+        with pytest.raises(LaunchError, match="made no progress for 2 s"):
+            _wait_for_port(_free_port(), silent, 2, "the SuperLink")
+        port = _free_port()
+        busy = federation._start("busy", [sys.executable, "-c", LISTEN_AFTER_WORK, str(port)])
+        _wait_for_port(port, busy, 2, "the SuperLink")
+        assert busy.popen.poll() is None
+    finally:
+        federation.stop()
+    assert all(not is_running(process.pid) for process in (silent.popen, busy.popen))
 
 
 def test_run_local_needs_a_passphrase_and_device_folders(tmp_path: Path, monkeypatch) -> None:
