@@ -348,7 +348,8 @@ class LocalFederation:
             _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for process in self.processes:
-            _end_group(process, grace=max(0.1, deadline - time.monotonic()))
+            _exits_within(process.popen, max(0.1, deadline - time.monotonic()))
+            _kill_group(process)
         for pid in _children_by_parent_flag(pids):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -403,6 +404,12 @@ def _end_group(process: _Process, *, grace: float) -> int:
     if not _exits_within(process.popen, grace):
         _signal_group(process, signal.SIGTERM)
         _exits_within(process.popen, 10)
+    return _kill_group(process)
+
+
+def _kill_group(process: _Process) -> int:
+    """SIGKILL the process's group (whatever is left in it, the process exited or not), reap
+    the process and close its log; returns its exit code."""
     _signal_group(process, signal.SIGKILL)
     code = process.popen.wait()
     if not process.log.closed:
