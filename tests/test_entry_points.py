@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import run_until_stalled
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Run a console script's target (``module:function`` as pyproject.toml declares it) with some
@@ -47,11 +49,8 @@ def scripts() -> dict[str, str]:
 
 
 def run_script(name: str, *args: str, blocked: str = TRAIN_EXTRA) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", PROGRAM, blocked, scripts()[name], *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return run_until_stalled(
+        [sys.executable, "-c", PROGRAM, blocked, scripts()[name], *args], stall_seconds=300
     )
 
 

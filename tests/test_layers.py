@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import run_until_stalled
 
 ROOT = Path(__file__).resolve().parents[1]
 #: package -> (its source folder, the packages above it that it must never import)
@@ -65,9 +66,7 @@ def test_the_trainer_and_the_exporter_load_no_deployment() -> None:
         "export = sorted({m.split('.')[0] for m in sys.modules})\n"
         "print(json.dumps([trainer, export]))\n"
     )
-    output = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=300
-    )
+    output = run_until_stalled([sys.executable, "-c", program], stall_seconds=300, check=True)
     trainer, export = json.loads(output.stdout.splitlines()[-1])
     assert "uvtrain" in trainer and not {"uvexport", "uvdeploy"} & set(trainer)
     assert "uvexport" in export and "uvdeploy" not in export

@@ -83,7 +83,17 @@ def deploy_local(
         list[str] | None,
         typer.Option("--set", help="Any run-config key, as KEY=VALUE (repeatable)."),
     ] = None,
-    timeout: Annotated[float | None, typer.Option(help="Give up after so many seconds.")] = None,
+    stall_seconds: Annotated[
+        float | None,
+        typer.Option(
+            help="Stop the run when neither its log nor a device's log has changed for so many "
+            "seconds [default: never]."
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(help="Stop the run when it has not finished after so many seconds."),
+    ] = None,
 ) -> None:
     """A whole federation on this machine: a SuperLink and one SuperNode per device on
     loopback, `flwr run`, then every process stopped. Needs UVSDK_PASSPHRASE. With DP (the
@@ -115,7 +125,15 @@ def deploy_local(
         if not equals or not key.strip():
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
         values[key.strip()] = read_toml_value(value)
-    report = run_local(devices, out, values, echo=typer.echo, timeout=timeout, user=user)
+    report = run_local(
+        devices,
+        out,
+        values,
+        echo=typer.echo,
+        stall_seconds=stall_seconds,
+        timeout=timeout,
+        user=user,
+    )
     throughput = report["throughput"]
     privacy = report.get("privacy")
     spent = (

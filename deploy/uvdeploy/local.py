@@ -49,17 +49,35 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _wait_for_port(port: int, process: subprocess.Popen, seconds: float, name: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise LaunchError(f"{name} exited at start (code {process.returncode}); see its log")
+def _wait_for_port(port: int, process: _Process, stall_seconds: float, name: str) -> None:
+    """Wait until the process listens on ``port``; fail when it exits first or makes no
+    progress (no CPU time used, no new log output) for ``stall_seconds``: a busy machine only
+    makes the wait longer."""
+    last_progress, seen = time.monotonic(), _progress_of(process)
+    while time.monotonic() - last_progress < stall_seconds:
+        if process.popen.poll() is not None:
+            code = process.popen.returncode
+            raise LaunchError(f"{name} exited at start (code {code}); see its log")
         with socket.socket() as probe:
             probe.settimeout(0.5)
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.2)
-    raise LaunchError(f"{name} did not open port {port} within {seconds:.0f} s")
+        if _progress_of(process) != seen:
+            last_progress, seen = time.monotonic(), _progress_of(process)
+    raise LaunchError(
+        f"{name} did not open port {port} and made no progress for {stall_seconds:.0f} s"
+    )
+
+
+def _progress_of(process: _Process) -> tuple[int, str]:
+    """Its log's size and its CPU time (from /proc where there is one)."""
+    size = Path(process.log.name).stat().st_size
+    try:
+        fields = Path(f"/proc/{process.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return size, ""
+    return size, " ".join(fields[11:13])  # utime stime
 
 
 def _toml_value(value: Any) -> str:
@@ -130,10 +148,11 @@ class LocalFederation:
         self.home = folder / "flower"
         self.logs = folder / "logs"
         self.processes: list[_Process] = []
-        bin_dir = str(Path(sys.executable).parent)  # Flower starts its helpers from the PATH
+        self.bin_dir = Path(sys.executable).parent  # Flower's commands, this interpreter's
         self.env = {
             **os.environ,
-            "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
+            # Flower starts its helpers from the PATH
+            "PATH": os.pathsep.join([str(self.bin_dir), os.environ.get("PATH", "")]),
             "FLWR_HOME": str(self.home),
             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
             "FLWR_DISABLE_UPDATE_CHECK": "1",
@@ -142,6 +161,7 @@ class LocalFederation:
             "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
         }
         self.port = 0
+        self.runs = 0  # numbers each run's log and run config
 
     def _start(self, name: str, command: list[str]) -> _Process:
         log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 (closed in stop())
@@ -160,7 +180,7 @@ class LocalFederation:
     def __enter__(self) -> LocalFederation:
         self.home.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
-        bin_dir = Path(sys.executable).parent
+        bin_dir = self.bin_dir
         self.port = _free_port()
         atomic_write(
             self.home / "config.toml",
@@ -178,7 +198,7 @@ class LocalFederation:
                     "--disable-runtime-dependency-installation",
                 ],
             )
-            _wait_for_port(self.port, link.popen, 60, "the SuperLink")
+            _wait_for_port(self.port, link, 60, "the SuperLink")
             for number, device in enumerate(self.devices):
                 store = device / "store"
                 node_config = " ".join(
@@ -212,15 +232,27 @@ class LocalFederation:
         self.stop()
 
     def run(
-        self, settings: dict[str, Any], echo: Callable[[str], None], timeout: float | None
+        self,
+        settings: dict[str, Any],
+        echo: Callable[[str], None],
+        *,
+        stall_seconds: float | None = None,
+        timeout: float | None = None,
     ) -> int:
-        """``flwr run`` the app with these run-config values; returns its exit code."""
-        overrides = self.folder / "run-config.toml"
+        """``flwr run`` the app with these run-config values; returns its exit code.
+
+        Each run writes and reads its own ``logs/flwr-run-N.log``. ``stall_seconds`` stops a run
+        whose log and the SuperNodes' logs have all stayed unchanged that long (no progress);
+        ``timeout`` stops one that has not finished within that many seconds. After a stopped or
+        failed run its ``flwr run`` process group is ended and every unfinished run on the
+        SuperLink is stopped (``flwr stop``), so the federation is ready for the next run."""
+        self.runs += 1
+        overrides = self.folder / f"run-config-{self.runs}.toml"
         atomic_write(
             overrides, "".join(f"{key} = {_toml_value(value)}\n" for key, value in settings.items())
         )
         command = [
-            str(Path(sys.executable).parent / "flwr"),
+            str(self.bin_dir / "flwr"),
             "run",
             str(app_dir()),
             CONNECTION,
@@ -228,45 +260,161 @@ class LocalFederation:
             str(overrides),
             "--stream",
         ]
-        flwr = self._start("flwr-run", command)
+        flwr = self._start(f"flwr-run-{self.runs}", command)
         flwr.log.close()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        shown = 0
-        path = self.logs / "flwr-run.log"
+        try:
+            self._follow(flwr, echo, stall_seconds, timeout)
+        except BaseException:
+            self._end_group(flwr, grace=0)
+            self._stop_unfinished_runs()
+            raise
+        code = self._end_group(flwr, grace=0)
+        if code != 0:  # e.g. its log stream broke: the run may still be going on the SuperLink
+            self._stop_unfinished_runs()
+        return code
+
+    def _follow(
+        self,
+        flwr: _Process,
+        echo: Callable[[str], None],
+        stall_seconds: float | None,
+        timeout: float | None,
+    ) -> None:
+        """Echo the run's ``[uvtrain]`` lines until ``flwr run`` exits (left unreaped)."""
+        log = _LogReader(Path(flwr.log.name))
+        started = last_progress = time.monotonic()
+        sizes = self._progress()
         while True:
-            done = flwr.popen.poll() is not None
-            lines = path.read_text(errors="replace").splitlines()
-            for line in lines[shown:]:
+            done = _has_exited(flwr.popen)
+            for line in log.new_lines():
                 if "[uvtrain]" in line:
                     echo(line[line.index("[uvtrain]") + 10 :])
-            shown = len(lines)
             if done:
-                return int(flwr.popen.returncode)
-            if deadline is not None and time.monotonic() > deadline:
+                return
+            now, seen = time.monotonic(), self._progress()
+            if seen != sizes:
+                sizes, last_progress = seen, now
+            if stall_seconds is not None and now - last_progress > stall_seconds:
+                raise LaunchError(
+                    f"the run made no progress (its log and the SuperNodes' logs unchanged) "
+                    f"for {stall_seconds:.0f} s: stopped"
+                )
+            if timeout is not None and now - started > timeout:
                 raise LaunchError(f"the run did not finish within {timeout:.0f} s: stopped")
             time.sleep(0.5)
+
+    def _progress(self) -> dict[str, int]:
+        """The sizes of the runs' and the SuperNodes' logs: one grows whenever the server logs
+        a step or a device takes a message (the SuperLink's own log is left out)."""
+        return {
+            path.name: path.stat().st_size
+            for path in self.logs.glob("*.log")
+            if path.name.startswith(("flwr-run-", "supernode-"))
+        }
+
+    def _stop_unfinished_runs(self) -> None:
+        """``flwr stop`` every run on the SuperLink that has not finished (all of them are this
+        federation's): their ServerApps and ClientApps end with them. Listed after ``flwr run``
+        has ended, so that a run it was still starting is found too."""
+        link = [p for p in self.processes if p.name == "superlink"]
+        if not link or _has_exited(link[0].popen):
+            return
+        listing = self._flwr(f"flwr-ls-{self.runs}", ["ls", CONNECTION, "--format", "json"])
+        try:
+            runs = json.loads(listing)["runs"]
+        except (ValueError, KeyError):  # its log (logs/flwr-ls-N.log) says why
+            return
+        for run in runs:
+            if not str(run["status"]).startswith("finished"):
+                run_id = str(run["run-id"])
+                self._flwr(f"flwr-stop-{run_id}", ["stop", run_id, CONNECTION])
+
+    def _flwr(self, name: str, arguments: list[str]) -> str:
+        """Run a short ``flwr`` command (ended after a minute); returns its output."""
+        command = self._start(name, [str(self.bin_dir / "flwr"), *arguments])
+        self._end_group(command, grace=60)
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def _end_group(self, process: _Process, *, grace: float) -> int:
+        """End one process's group (:func:`_end_group`) and forget it; returns its exit code."""
+        code = _end_group(process, grace=grace)
+        self.processes.remove(process)
+        return code
 
     def stop(self) -> None:
         """Stop every process this federation started (and what they spawned), by process id."""
         pids = [p.popen.pid for p in self.processes]
         for process in reversed(self.processes):
-            if process.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.popen.pid, signal.SIGTERM)
+            _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for process in self.processes:
-            try:
-                process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.popen.pid, signal.SIGKILL)
-                process.popen.wait()
-            if not process.log.closed:
-                process.log.close()
+            _exits_within(process.popen, max(0.1, deadline - time.monotonic()))
+            _kill_group(process)
         for pid in _children_by_parent_flag(pids):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.processes = []
+
+
+class _LogReader:
+    """The complete lines a growing log file has gained since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def new_lines(self) -> list[str]:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = self.partial + handle.read()
+        self.offset += len(data) - len(self.partial)
+        *lines, self.partial = data.split(b"\n")
+        return [line.decode(errors="replace") for line in lines]
+
+
+def _has_exited(popen: subprocess.Popen) -> bool:
+    """Whether the process has exited, without reaping it: while it is unreaped its process id,
+    and so its process group's, cannot be taken by another process."""
+    if popen.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _exits_within(popen: subprocess.Popen, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _has_exited(popen):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _signal_group(process: _Process, number: signal.Signals) -> None:
+    if process.popen.returncode is None:  # unreaped: the group id is still this process's
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.popen.pid, number)
+
+
+def _end_group(process: _Process, *, grace: float) -> int:
+    """Wait up to ``grace`` seconds for a process to exit, SIGTERM its process group and wait
+    10 s more, then SIGKILL the group (whatever is left in it, the process exited or not) and
+    reap the process; close its log. Returns its exit code."""
+    if not _exits_within(process.popen, grace):
+        _signal_group(process, signal.SIGTERM)
+        _exits_within(process.popen, 10)
+    return _kill_group(process)
+
+
+def _kill_group(process: _Process) -> int:
+    """SIGKILL the process's group (whatever is left in it, the process exited or not), reap
+    the process and close its log; returns its exit code."""
+    _signal_group(process, signal.SIGKILL)
+    code = process.popen.wait()
+    if not process.log.closed:
+        process.log.close()
+    return int(code)
 
 
 def _children_by_parent_flag(pids: list[int]) -> list[int]:
@@ -291,11 +439,13 @@ def run_local(
     values: dict[str, Any],
     *,
     echo: Callable[[str], None] = print,
+    stall_seconds: float | None = None,
     timeout: float | None = None,
     user: str = "default",
 ) -> dict[str, Any]:
     """Train on the device folders under ``devices_dir`` with a loopback federation; returns the
-    server's report. ``values`` are run-config keys (``method``, ``rounds``, ...)."""
+    server's report. ``values`` are run-config keys (``method``, ``rounds``, ...);
+    ``stall_seconds`` and ``timeout`` are :meth:`LocalFederation.run`'s."""
     devices = sorted(p for p in Path(devices_dir).iterdir() if (p / "samples").is_dir())
     if not devices:
         raise LaunchError(f"no device folders (with a samples/ folder) in {devices_dir}")
@@ -320,7 +470,7 @@ def run_local(
     (out / STATUS).unlink(missing_ok=True)
     echo(f"starting a SuperLink and {len(devices)} SuperNodes on 127.0.0.1 (logs: {workspace})")
     with LocalFederation(devices, workspace, user=user) as federation:
-        code = federation.run(settings, echo, timeout)
+        code = federation.run(settings, echo, stall_seconds=stall_seconds, timeout=timeout)
     status_path = out / STATUS
     status = read_json(status_path) if status_path.exists() else {}
     if status.get("state") != "finished":

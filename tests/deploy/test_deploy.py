@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
+from tests.processes import is_gone, is_running, run_until_stalled  # noqa: E402
 from uvdeploy.device import Device, DeviceError  # noqa: E402
 from uvdeploy.errors import DeployError  # noqa: E402
 from uvdeploy.local import LaunchError, LocalFederation, app_dir  # noqa: E402
@@ -540,13 +541,43 @@ def federation(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory):
             yield running, root, devices
 
 
+# a run in which neither the server nor a device has logged anything for this long is stuck;
+# the server's own waits are longer still, so that a slow machine never fails a test
+STALL_SECONDS = 300.0
+SERVER_WAIT = {"wait_seconds": 3600.0, "round_seconds": 3600.0}
+
+
 def _run(federation, out: Path, **values) -> dict:
     running, _, devices = federation
     lines: list[str] = []
-    settings = {"min_devices": len(devices), "wait_seconds": 120.0, "out": str(out), **values}
-    code = running.run(settings, lines.append, timeout=400)
+    settings = {"min_devices": len(devices), **SERVER_WAIT, "out": str(out), **values}
+    code = running.run(settings, lines.append, stall_seconds=STALL_SECONDS)
     status = json.loads((out / "status.json").read_text())
     return {"code": code, "status": status, "lines": lines}
+
+
+@pytest.mark.slow
+def test_a_run_without_progress_is_stopped_and_leaves_the_federation_clean(federation) -> None:
+    """Issue 30's case on a real federation: a run waiting for a fifth device that never comes
+    makes no progress; it is stopped, its ``flwr run`` ended and the run stopped on the
+    SuperLink (``flwr ls``: every run finished), so the runs below share a clean federation and
+    read only their own logs."""
+    running, root, devices = federation
+    settings = {"method": "fedaws", "min_devices": len(devices) + 1, **SERVER_WAIT}
+    settings.update(out=str(root / "stalled"), export=False)
+    with pytest.raises(LaunchError, match="no progress"):
+        running.run(settings, [].append, stall_seconds=60)
+    assert not [p.name for p in running.processes if p.name.startswith("flwr-run")]
+    listing = run_until_stalled(
+        [running.bin_dir / "flwr", "ls", "uvtrain-local", "--format", "json"],
+        stall_seconds=STALL_SECONDS,
+        cwd=running.folder,
+        env=running.env,
+        check=True,
+    )
+    runs = json.loads(listing.stdout)["runs"]
+    assert [run["status"] for run in runs] == ["finished:stopped"], runs
+    assert not (root / "stalled" / "report.json").exists()
 
 
 @pytest.mark.slow
@@ -665,6 +696,97 @@ def test_a_round_that_secagg_cannot_finish_stops_the_run(federation) -> None:
     assert "did not change" in result["status"]["error"] or "failed" in result["status"]["error"]
     assert not (out / "report.json").exists()
     assert not (out / "metrics.jsonl").read_text().strip()  # no round was logged as done
+
+
+FAKE_FLWR = """#!/bin/sh
+# a stand-in for `flwr`: run 1 starts a child and then prints nothing; later runs finish;
+# `flwr ls` lists run 41 as running the first time, every run as finished after that
+here=$(dirname "$0")
+if [ "$1" = stop ]; then echo "$2" >> "$here/stopped"; exit 0; fi
+if [ "$1" = ls ]; then
+    status=running; [ -e "$here/listed" ] && status=finished:stopped; touch "$here/listed"
+    echo '{"success": true, "runs": [{"run-id": "40", "status": "finished:completed"},'
+    echo ' {"run-id": "41", "status": "'"$status"'"}]}'
+    exit 0
+fi
+number=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
+echo "$number" > "$here/count"
+echo "Successfully started run 4$number"
+echo "INFO : [uvtrain] the output of run $number"
+if [ "$number" = 1 ]; then
+    sleep 100000 &
+    echo "$!" > "$here/child"
+    wait
+fi
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its_own_log(
+    tmp_path: Path,
+) -> None:
+    """With a stand-in for ``flwr``: a run that prints nothing for ``stall_seconds`` has its
+    whole process group ended, the child it started included, and the SuperLink's unfinished
+    run stopped (``flwr stop 41``, not the finished 40); the next run on the same federation
+    writes and echoes only its own log."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "flwr").write_text(FAKE_FLWR)
+    (fake / "flwr").chmod(0o755)
+    federation = LocalFederation([], tmp_path / "workspace")
+    federation.logs.mkdir(parents=True)
+    federation.bin_dir = fake
+    federation._start("superlink", ["sleep", "100000"])  # runs are stopped on a live SuperLink
+    try:
+        first: list[str] = []
+        with pytest.raises(LaunchError, match="no progress .* for 2 s: stopped"):
+            federation.run({"method": "fedaws"}, first.append, stall_seconds=2)
+        assert first == ["the output of run 1"]
+        assert (fake / "stopped").read_text().split() == ["41"]
+        assert is_gone(int((fake / "child").read_text()))
+        assert [p.name for p in federation.processes] == ["superlink"]
+        second: list[str] = []
+        assert federation.run({"method": "fedaws"}, second.append, stall_seconds=2) == 0
+        assert second == ["the output of run 2"]
+        assert (fake / "stopped").read_text().split() == ["41"]  # finished: nothing to stop
+        logs = federation.logs
+        assert "run 1" in (logs / "flwr-run-1.log").read_text()
+        assert "run 1" not in (logs / "flwr-run-2.log").read_text()
+        assert (tmp_path / "workspace" / "run-config-2.toml").read_text() == 'method = "fedaws"\n'
+    finally:
+        federation.stop()
+
+
+LISTEN_AFTER_WORK = """
+import socket, sys, time
+while time.process_time() < 4:  # 4 s of CPU time in silence (a slow machine: longer)
+    sum(range(10000))
+server = socket.socket()
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+time.sleep(100000)
+"""
+
+
+def test_waiting_for_a_port_fails_on_no_progress_never_on_time(tmp_path: Path) -> None:
+    """The SuperLink's start is waited for on progress: a process that sleeps is given up on
+    after 2 s without CPU time or output; one that computes silently for longer than that and
+    then listens is waited for."""
+    from uvdeploy.local import _free_port, _wait_for_port
+
+    federation = LocalFederation([], tmp_path)
+    federation.logs.mkdir(parents=True)
+    try:
+        silent = federation._start("silent", ["sleep", "100000"])
+        with pytest.raises(LaunchError, match="made no progress for 2 s"):
+            _wait_for_port(_free_port(), silent, 2, "the SuperLink")
+        port = _free_port()
+        busy = federation._start("busy", [sys.executable, "-c", LISTEN_AFTER_WORK, str(port)])
+        _wait_for_port(port, busy, 2, "the SuperLink")
+        assert busy.popen.poll() is None
+    finally:
+        federation.stop()
+    assert all(not is_running(process.pid) for process in (silent.popen, busy.popen))
 
 
 def test_run_local_needs_a_passphrase_and_device_folders(tmp_path: Path, monkeypatch) -> None:

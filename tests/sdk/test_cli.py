@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -22,6 +21,7 @@ from typer.testing import CliRunner
 from uvsdk.cli import app
 
 from ..conftest import PASSPHRASE, SAMPLE_RATE, enrolled_clip, enrollment_dir
+from ..processes import ProgressWatch, run_until_stalled
 
 runner = CliRunner()
 
@@ -310,12 +310,8 @@ def test_hour_long_clip_memory_stays_bounded(enrolled, tmp_path: Path) -> None:
         "    print(e.code, re.search(r'VmHWM:\\s+(\\d+)', status).group(1))\n"
     )
     env = {**os.environ, "UVSDK_PASSPHRASE": PASSPHRASE}
-    out = subprocess.run(
-        [sys.executable, "-c", code, clip, bundle, store],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
+    out = run_until_stalled(
+        [sys.executable, "-c", code, clip, bundle, store], stall_seconds=300, env=env, check=True
     )
     exit_code, peak_kib = out.stdout.split()
     assert exit_code == "2"
@@ -507,9 +503,7 @@ def test_no_passphrase_and_no_tty(spectral_bundle: Path, voice_dir: Path, tmp_pa
         "--store",
         str(store),
     ]
-    result = subprocess.run(
-        command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env
-    )
+    result = run_until_stalled(command, stall_seconds=300, env=env)  # stdin: empty, no tty
     assert result.returncode == 2
     assert (
         result.stderr.strip()
@@ -548,7 +542,9 @@ def test_other_rates_depths_and_channels_are_converted(
 
 
 def _run_in_terminal(command: list[str], answers: list[str], env: dict) -> tuple[int, str]:
-    """Run a command with a pseudo-terminal as its controlling terminal, answering prompts."""
+    """Run a command with a pseudo-terminal as its controlling terminal, answering prompts.
+    A command that makes no progress (no output, no CPU time) for 300 s is killed, with its
+    session's process group, and fails the test."""
     import pty
     import select
     import time
@@ -556,8 +552,9 @@ def _run_in_terminal(command: list[str], answers: list[str], env: dict) -> tuple
     pid, master = pty.fork()
     if pid == 0:  # the child: the pty is its terminal, so getpass reads /dev/tty
         os.execve(command[0], command, env)
-    output, pending, deadline, answered = b"", list(answers), time.time() + 60, 0
-    while time.time() < deadline:
+    watch = ProgressWatch(pid, stall_seconds=300, cpu_is_progress=True)
+    output, pending, answered = b"", list(answers), 0
+    while not watch.stalled():
         ready, _, _ = select.select([master], [], [], 0.5)
         if not ready:
             continue
@@ -568,13 +565,19 @@ def _run_in_terminal(command: list[str], answers: list[str], env: dict) -> tuple
         if not chunk:
             break
         output += chunk
+        watch.progressed()
         if pending and output[answered:].rstrip().endswith(b":"):  # a new prompt
             os.write(master, pending.pop(0).encode() + b"\n")
             answered = len(output)
     finished, status = os.waitpid(pid, os.WNOHANG)
-    if not finished:  # past the deadline: never hang the test suite
-        os.kill(pid, 9)
-        _, status = os.waitpid(pid, 0)
+    while not finished and not watch.stalled():  # it closed the terminal: let it exit
+        time.sleep(0.05)
+        finished, status = os.waitpid(pid, os.WNOHANG)
+    if not finished:  # no progress: never hang the test suite
+        os.killpg(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(master)
+        pytest.fail(f"{command}: no progress for 300 s\n{output.decode(errors='replace')}")
     os.close(master)
     return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from ..conftest import PASSPHRASE, enrolled_clip, enrollment_dir
+from ..processes import run_until_stalled
 
 FORBIDDEN = ("torch", "galois", "numba", "onnx", "uvtrain", "uvexport", "torchaudio", "torchvision")
 
@@ -42,9 +41,7 @@ def test_enroll_and_verify_load_nothing_heavy(
             clip,
             PASSPHRASE,
         ]
-        output = subprocess.run(
-            [str(a) for a in args], capture_output=True, text=True, check=True, env=dict(os.environ)
-        )
+        output = run_until_stalled(args, stall_seconds=300, check=True)
         result = json.loads(output.stdout)
         assert result["used"] == 6
         assert not set(FORBIDDEN) & set(result["modules"]), result["modules"]

@@ -4,11 +4,12 @@ their figures and tables; a second call reuses the runs."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import run_until_stalled
 
 pytest.importorskip("torch")
 
@@ -18,12 +19,10 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 def _script(name: str, tmp_path: Path, *args: str) -> str:
     env = {**os.environ, "UVTRAIN_DATA": str(tmp_path / "data")}
     common = ["--scale", "tiny", "--dataset", "formant-voices", "--cache", str(tmp_path / "runs")]
-    result = subprocess.run(
+    result = run_until_stalled(
         [sys.executable, str(BENCHMARKS / name), *common, "--out", str(tmp_path / "out"), *args],
-        capture_output=True,
-        text=True,
+        stall_seconds=300,
         env=env,
-        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout

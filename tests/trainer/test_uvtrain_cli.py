@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("torch")
 from typer.testing import CliRunner  # noqa: E402
 
+from tests.processes import wait_until  # noqa: E402
 from uvtrain.cli import app  # noqa: E402
 
 runner = CliRunner()
@@ -235,7 +236,6 @@ def test_a_killed_run_resumes_to_the_same_parameters(data_root: Path, tmp_path: 
     import signal
     import subprocess
     import sys
-    import time
 
     import torch
 
@@ -248,12 +248,13 @@ def test_a_killed_run_resumes_to_the_same_parameters(data_root: Path, tmp_path: 
     config = tmp_path / "every2.toml"
     config.write_text("checkpoint_every = 2\n")
     process = subprocess.Popen(
-        [*command, "--config", str(config)], env=env, stderr=subprocess.DEVNULL
+        [*command, "--config", str(config)],
+        env=env,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
-    deadline = time.time() + 120
-    while not (killed / "checkpoint.pt").exists() and time.time() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
+    wait_until((killed / "checkpoint.pt").exists, process, stall_seconds=300)
+    os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert (killed / "checkpoint.pt").exists()
     done = [
