@@ -128,11 +128,8 @@ HEAVY = ("torch", "galois", "matplotlib", "onnx", "onnxruntime")
 
 def run_light(name: str, *args: str) -> subprocess.CompletedProcess:
     program = LIGHT_PROGRAM.format(HEAVY=set(HEAVY))
-    return subprocess.run(
-        [sys.executable, "-c", program, "", scripts()[name], *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return run_until_stalled(
+        [sys.executable, "-c", program, "", scripts()[name], *args], stall_seconds=300
     )
 
 

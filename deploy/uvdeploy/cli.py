@@ -53,7 +53,9 @@ def deploy_local(
     dp_epsilon: Annotated[
         float | None, typer.Option(help="DP budget ε of the whole run [default: 8].")
     ] = None,
-    dp_delta: Annotated[float | None, typer.Option(help="DP δ [default: min(devices^-1.1, 1e-6)].")] = None,
+    dp_delta: Annotated[
+        float | None, typer.Option(help="DP δ [default: min(devices^-1.1, 1e-6)].")
+    ] = None,
     dp_noise_multiplier: Annotated[
         float | None, typer.Option(help="DP noise multiplier z (instead of --dp-epsilon).")
     ] = None,
