@@ -67,7 +67,12 @@ class Schedule:
     rounds the learning rate is multiplied by ``lr_gamma`` (:func:`milestones`). Rounds, not
     epochs, in every trainer: the cross-silo trainer's learning rate is constant within a round
     (eq. 6 of the FedFace paper divides by it), so a step can only fall between rounds, and the
-    paper's epoch e ends after ``e · 12,800 / K`` rounds (:mod:`uvtrain.presets`). Empty: off."""
+    paper's epoch e ends after ``e · 12,800 / K`` rounds (:mod:`uvtrain.presets`). Empty: off.
+
+    ``server_*``: the server optimiser (:mod:`uvtrain.server_optimizers`, Reddi et al. 2021,
+    Algorithm 2) and its η, β, β₁, β₂, τ. The defaults here are plain FedAvg; a method may declare
+    its own (:attr:`~uvtrain.algorithms.base.FedAvg.server_defaults`: FedUV's server momentum),
+    which :meth:`RunConfig.from_flat` puts in for the keys not given."""
 
     rounds: int = field(default=50, metadata={"help": "Federated rounds."})
     fraction: float = field(default=0.1, metadata={"help": "Fraction of clients per round (ε)."})
@@ -109,6 +114,20 @@ class Schedule:
             "--local-steps (FedUV paper: 1).",
         },
     )
+    server_optimizer: str = field(
+        default="sgd",
+        metadata={
+            "help": "Server optimiser of the aggregated update: sgd (η 1: FedAvg), momentum "
+            "(FedAvgM), adam or yogi (Reddi et al. 2021). Default: the method's (feduv: momentum)."
+        },
+    )
+    server_lr: float = field(default=1.0, metadata={"help": "Server learning rate η."})
+    server_momentum: float = field(
+        default=0.9, metadata={"help": "Server momentum β (--server-optimizer momentum)."}
+    )
+    server_beta1: float = field(default=0.9, metadata={"help": "adam/yogi: β₁."})
+    server_beta2: float = field(default=0.99, metadata={"help": "adam/yogi: β₂."})
+    server_tau: float = field(default=1e-3, metadata={"help": "adam/yogi: adaptivity τ."})
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -134,6 +153,47 @@ class Schedule:
         milestones(self.lr_milestones)  # a ConfigError names a bad one
         if not 0 < self.lr_gamma <= 1:
             raise ConfigError(f"lr_gamma must be in (0, 1], not {self.lr_gamma}")
+        check_server_settings(*(getattr(self, name) for name in SERVER_KEYS))
+
+
+#: The server optimiser's keys of the :class:`Schedule`, in the order of
+#: :func:`check_server_settings`.
+SERVER_KEYS = (
+    "server_optimizer",
+    "server_lr",
+    "server_momentum",
+    "server_beta1",
+    "server_beta2",
+    "server_tau",
+)
+
+
+#: The server optimisers (``--server-optimizer``).
+SERVER_OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "yogi")
+
+
+def check_server_settings(
+    kind: str, lr: float, momentum: float, beta1: float, beta2: float, tau: float
+) -> None:
+    """:class:`ConfigError` (one line) for a setting out of its range."""
+    if kind not in SERVER_OPTIMIZERS:
+        raise ConfigError(
+            f"server_optimizer must be one of {', '.join(SERVER_OPTIMIZERS)}, not {kind!r}"
+        )
+    if not lr > 0:
+        raise ConfigError(f"server_lr must be positive, not {lr}")
+    for name, value in (("momentum", momentum), ("beta1", beta1), ("beta2", beta2)):
+        if not 0 <= value < 1:
+            raise ConfigError(f"server_{name} must be in [0, 1), not {value}")
+    if not tau > 0:
+        raise ConfigError(f"server_tau must be positive, not {tau}")
+
+
+def server_defaults(method: type) -> dict[str, Any]:
+    """The server optimiser's settings a method trains with when none is given: the
+    :class:`Schedule`'s, with the method's own (``server_defaults``) over them."""
+    plain = {item.name: item.default for item in fields(Schedule) if item.name in SERVER_KEYS}
+    return {**plain, **getattr(method, "server_defaults", {})}
 
 
 def milestones(text: str) -> tuple[int, ...]:
@@ -322,6 +382,14 @@ class RunConfig:
             raise ConfigError("checkpoint_every must be >= 1 and target_tpr in (0, 1]")
         if self.eval_every < 0:
             raise ConfigError("eval_every must be >= 0 (0: only at the end)")
+        plain = server_defaults(object)
+        if self.method.setting != "cross-device" and any(
+            getattr(self.schedule, key) != plain[key] for key in ("server_optimizer", "server_lr")
+        ):
+            raise ConfigError(
+                f"--server-optimizer and --server-lr are for cross-device methods; "
+                f"{self.method.name} is {self.method.setting} (it has its own server step)"
+            )
 
     # -- flat keys ---------------------------------------------------------------------------
 
@@ -359,6 +427,9 @@ class RunConfig:
                 unknown.append(key)
         if unknown:
             raise ConfigError(f"unknown config key(s): {', '.join(sorted(unknown))}")
+        for key, value in server_defaults(method).items():  # the method's own, when not given
+            if parts["schedule"].get(key) is None:
+                parts["schedule"][key] = value
         if foreign and other_methods != "ignore":
             for key in foreign:  # a bad value is named as such (--lambda inf), then the key
                 check_field(method_fields()[key], values[key])
@@ -393,12 +464,16 @@ class RunConfig:
 
     def with_method(self, name: str) -> RunConfig:
         """This config for method ``name``: with this config's parameters when it is already that
-        method, with that method's defaults otherwise."""
+        method, with that method's defaults otherwise (its server optimiser's too, where this
+        config has its method's)."""
         from .algorithms import METHODS
 
         if self.method.name == name:
             return self
-        return dataclasses.replace(self, method=METHODS[name]())
+        old, new = server_defaults(type(self.method)), server_defaults(METHODS[name])
+        server = {k: new[k] for k in SERVER_KEYS if getattr(self.schedule, k) == old[k]}
+        schedule = dataclasses.replace(self.schedule, **server)
+        return dataclasses.replace(self, schedule=schedule, method=METHODS[name]())
 
     def algorithm(self) -> Any:
         """The algorithm object: ``method`` itself (kept for scripts of the flat config)."""

@@ -13,12 +13,15 @@ the Flower deployment all run :func:`run_round`; none of them copies it.
     per-client postprocessing    for step in postprocess:          today: none; next: clipping,
           │                          updates = step(updates, θ)    noise (differential privacy)
           ▼
-    aggregation                  aggregator(updates, θ)  -> θ'     WeightedMean (FedAvg),
+    aggregation                  aggregator(updates, θ)  -> θ_agg  WeightedMean (FedAvg),
           │                                                        UniformMean, SecAgg+ (audit),
-          ▼                                                        Flower's SecAgg+ (devices),
-    server update                algorithm.server_update(...)       Federated Validation (FedFace)
-                                   -> the server's shared state    always called: a method with
-                                                                   only a server step is run too
+          │                                                        Flower's SecAgg+ (devices),
+          ▼                                                        Federated Validation (FedFace)
+    server optimiser             server_optimizer(θ, θ_agg) -> θ'  sgd (η = 1: θ' = θ_agg,
+          │                                                        FedAvg), momentum, adam, yogi
+          ▼                                                        (uvtrain.server_optimizers)
+    server update                algorithm.server_update(...)       always called: a method with
+                                   -> the server's shared state    only a server step is run too
 
 A local-training path may aggregate as it trains when that is exact — the simulator's one-pass
 step for E = 1 under the weighted mean, Flower's SecAgg+ workflow which unmasks only the sum —
@@ -40,6 +43,7 @@ from torch import Tensor
 
 from .algorithms.base import FedAvg, Tensors
 from .errors import TrainingError
+from .server_optimizers import ServerOptimizer
 
 
 @dataclass(frozen=True)
@@ -181,10 +185,12 @@ def run_round(
     local: LocalTraining,
     aggregator: Aggregator,
     postprocess: Sequence[UpdateStep] = (),
+    server_optimizer: ServerOptimizer | None = None,
 ) -> RoundResult:
     """Run one round (see the module's docstring) from the global ``params`` and the server's
     ``shared`` state; returns the new ones and the round's metrics. Nothing here is written into
-    a trainer: the caller keeps the result."""
+    a trainer but the ``server_optimizer``'s own state (its momentum; ``None``: plain FedAvg):
+    the caller keeps the result."""
     started = time.perf_counter()
     fused = aggregator if not postprocess and aggregator.fusable() else None
     updates = local.train(plan, fused)
@@ -194,6 +200,8 @@ def run_round(
     for step in postprocess:
         updates = step(updates, params, plan)
     new_params = aggregator(updates, params, plan)
+    if server_optimizer is not None:
+        new_params = server_optimizer(params, new_params)
     new_shared = algorithm.server_update(
         shared, updates.messages, updates.clients, plan.lr, before=params, after=new_params
     )

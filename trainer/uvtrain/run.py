@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .checkpoints import load_state
-from .config import ConfigError, RunConfig
+from .config import SERVER_KEYS, ConfigError, RunConfig
 from .data.base import FederatedDataset
 from .engine import EngineConfig, Simulation, TrainingError, pick_device
 from .evaluation.scoring import quick_metrics
@@ -86,9 +86,11 @@ def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -
 
 
 def engine_config(config: RunConfig, crop: int) -> EngineConfig:
-    """The engine's schedule for a run config (``crop``: audio training window in samples)."""
+    """The engine's schedule for a run config (``crop``: audio training window in samples); the
+    server optimiser's keys make the trainer's :class:`~uvtrain.server_optimizers.ServerOptimizer`."""
+    schedule = dataclasses.asdict(config.schedule)
     return EngineConfig(
-        **dataclasses.asdict(config.schedule),
+        **{key: value for key, value in schedule.items() if key not in SERVER_KEYS},
         seed=config.seed,
         chunk_size=config.chunk_size,
         crop=crop,
@@ -137,8 +139,12 @@ class TrainerKind:
 def _cross_device(
     config: RunConfig, dataset: FederatedDataset, backbone: Any, engine: EngineConfig, device: Any
 ) -> Simulation:
+    from .server_optimizers import ServerOptimizer
+
     clients = [client.train for client in dataset.clients]
-    return Simulation(config.method, backbone, clients, engine, device)
+    simulation = Simulation(config.method, backbone, clients, engine, device)
+    simulation.server_optimizer = ServerOptimizer.from_schedule(config.schedule)
+    return simulation
 
 
 def _cross_silo(
@@ -234,6 +240,8 @@ def read_config(folder: Path) -> RunConfig:
     data = read_json(folder / CONFIG)
     if not isinstance(data, dict):
         raise TrainingError(f"{folder / CONFIG}: not a run configuration")
+    data.setdefault("server_optimizer", "sgd")  # plain FedAvg before server optimisers
+    data.setdefault("server_lr", 1.0)
     if data.get("method") == "feduv":
         data.setdefault("negative_loss", "mean-relu")  # the only form before the paper's eq. 4
     if data.get("method") == "softmax":

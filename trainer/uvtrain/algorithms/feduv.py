@@ -27,7 +27,7 @@ itself (``negative_weight = 0``, every preset and deployment) does not change.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -139,6 +139,10 @@ class FedUV(FedAvg):
     update_reveals_secret: ClassVar[bool] = True
     device_secrets: ClassVar[tuple[str, ...]] = ("codeword",)
     audits: ClassVar[frozenset[str]] = frozenset({"codeword-bits", "inversion"})
+    #: Server momentum: each user pulls the shared model towards its own codeword by 1/m of a
+    #: round's step, which plain FedAvg leaves near chance on short runs (docs/trainer.md,
+    #: "Server optimisers").
+    server_defaults: ClassVar[dict[str, Any]] = {"server_optimizer": "momentum"}
     code_length: int = field(default=127, metadata={"help": "FedUV BCH length: 127, 255, 511."})
     negative_weight: float = field(
         default=0.0, metadata={"help": "FedUV ablation: negative loss weight λ (eq. 3)."}
