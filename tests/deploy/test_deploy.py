@@ -68,11 +68,12 @@ def test_the_flower_app_declares_every_setting_with_its_default() -> None:
     declared = tomllib.loads((app_dir() / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
     defaults = DeploySettings.from_run_config({"method": "feduv"}).to_dict()
     expected = {k: "" if v is None else v for k, v in defaults.items()}
-    expected["server_optimizer"] = ""  # not set: the method's own (FedUV's momentum)
+    for key in ("server_optimizer", "server_lr", "lr_decay"):
+        expected[key] = ""  # not set: the method's own (FedUV's server lr and lr decay)
     assert declared["config"] == expected
-    assert defaults["server_optimizer"] == "momentum"
+    assert defaults["server_lr"] == 5.0 and defaults["lr_decay"] == 0.0
     fedhide = DeploySettings.from_run_config({**declared["config"], "method": "fedhide"})
-    assert fedhide.run.schedule.server_optimizer == "sgd"
+    assert fedhide.run.schedule.server_lr == 1.0 and fedhide.run.schedule.lr_decay == 0.01
     assert declared["components"] == {
         "serverapp": "uvdeploy.server:app",
         "clientapp": "uvdeploy.client:app",

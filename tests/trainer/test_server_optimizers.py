@@ -115,19 +115,22 @@ def test_a_resumed_run_with_a_server_optimizer_equals_the_uninterrupted_one(kind
         plain.load_state_dict(torch.load(tmp_path / "checkpoint.pt", weights_only=True))
 
 
-def test_feduv_defaults_to_server_momentum_and_the_others_to_fedavg() -> None:
-    feduv = RunConfig.from_flat({"method": "feduv", "dataset": "x"})
-    assert feduv.schedule.server_optimizer == "momentum" and feduv.schedule.server_lr == 1.0
-    assert FedUV.server_defaults["server_optimizer"] == "momentum" and not FedHide.server_defaults
-    assert RunConfig.from_flat({"method": "fedhide", "dataset": "x"}).schedule.server_optimizer == (
-        "sgd"
+def test_feduv_defaults_to_a_server_lr_and_the_others_to_fedavg() -> None:
+    feduv = RunConfig.from_flat({"method": "feduv", "dataset": "x"}).schedule
+    assert (
+        feduv.server_optimizer == "sgd"
+        and feduv.server_lr == FedUV.schedule_defaults["server_lr"] > 1
     )
-    given = RunConfig.from_flat({"method": "feduv", "dataset": "x", "server_optimizer": "sgd"})
-    assert given.schedule.server_optimizer == "sgd"
+    assert feduv.lr_decay == FedUV.schedule_defaults["lr_decay"] and not FedHide.schedule_defaults
+    fedhide = RunConfig.from_flat({"method": "fedhide", "dataset": "x"})
+    assert fedhide.schedule.server_lr == 1.0 and fedhide.schedule.lr_decay == 0.01
+    given = RunConfig.from_flat({"method": "feduv", "dataset": "x", "server_lr": 1.0})
+    assert given.schedule.server_lr == 1.0
     # another method's defaults follow the method; a setting given stays
-    assert feduv.with_method("fedhide").schedule.server_optimizer == "sgd"
-    adam = RunConfig.from_flat({"method": "feduv", "dataset": "x", "server_optimizer": "adam"})
-    assert adam.with_method("fedhide").schedule.server_optimizer == "adam"
+    config = RunConfig.from_flat({"method": "feduv", "dataset": "x", "lr_decay": 0.5})
+    assert config.with_method("fedhide").schedule.server_lr == 1.0
+    assert config.with_method("fedhide").schedule.lr_decay == 0.5
+    assert fedhide.with_method("feduv").schedule == feduv
 
 
 @pytest.mark.parametrize(

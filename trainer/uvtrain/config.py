@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -71,8 +71,8 @@ class Schedule:
 
     ``server_*``: the server optimiser (:mod:`uvtrain.server_optimizers`, Reddi et al. 2021,
     Algorithm 2) and its η, β, β₁, β₂, τ. The defaults here are plain FedAvg; a method may declare
-    its own (:attr:`~uvtrain.algorithms.base.FedAvg.server_defaults`: FedUV's server momentum),
-    which :meth:`RunConfig.from_flat` puts in for the keys not given."""
+    its own schedule defaults (:attr:`~uvtrain.algorithms.base.FedAvg.schedule_defaults`: FedUV's
+    server lr), which :meth:`RunConfig.from_flat` puts in for the keys not given."""
 
     rounds: int = field(default=50, metadata={"help": "Federated rounds."})
     fraction: float = field(default=0.1, metadata={"help": "Fraction of clients per round (ε)."})
@@ -88,7 +88,9 @@ class Schedule:
     )
     batch_size: int = field(default=16, metadata={"help": "Local batch size (B)."})
     lr: float = field(default=0.1, metadata={"help": "Learning rate."})
-    lr_decay: float = field(default=0.01, metadata={"help": "lr / (1 + decay·(round−1))."})
+    lr_decay: float = field(
+        default=0.01, metadata={"help": "lr / (1 + decay·(round−1)) (feduv: 0)."}
+    )
     lr_milestones: str = field(
         default="",
         metadata={
@@ -118,10 +120,10 @@ class Schedule:
         default="sgd",
         metadata={
             "help": "Server optimiser of the aggregated update: sgd (η 1: FedAvg), momentum "
-            "(FedAvgM), adam or yogi (Reddi et al. 2021). Default: the method's (feduv: momentum)."
+            "(FedAvgM), adam or yogi (Reddi et al. 2021)."
         },
     )
-    server_lr: float = field(default=1.0, metadata={"help": "Server learning rate η."})
+    server_lr: float = field(default=1.0, metadata={"help": "Server learning rate η (feduv: 5)."})
     server_momentum: float = field(
         default=0.9, metadata={"help": "Server momentum β (--server-optimizer momentum)."}
     )
@@ -189,11 +191,14 @@ def check_server_settings(
         raise ConfigError(f"server_tau must be positive, not {tau}")
 
 
-def server_defaults(method: type) -> dict[str, Any]:
-    """The server optimiser's settings a method trains with when none is given: the
-    :class:`Schedule`'s, with the method's own (``server_defaults``) over them."""
-    plain = {item.name: item.default for item in fields(Schedule) if item.name in SERVER_KEYS}
-    return {**plain, **getattr(method, "server_defaults", {})}
+def schedule_defaults(method: type, keys: Iterable[str] = ()) -> dict[str, Any]:
+    """The :class:`Schedule` keys a method trains with when the run gives none: the server
+    optimiser's and ``keys`` at the Schedule's defaults, with the method's own over them
+    (:attr:`~uvtrain.algorithms.base.FedAvg.schedule_defaults`: FedUV's)."""
+    own = getattr(method, "schedule_defaults", {})
+    wanted = {*SERVER_KEYS, *own, *keys}
+    plain = {item.name: item.default for item in fields(Schedule) if item.name in wanted}
+    return {**plain, **own}
 
 
 def milestones(text: str) -> tuple[int, ...]:
@@ -382,7 +387,7 @@ class RunConfig:
             raise ConfigError("checkpoint_every must be >= 1 and target_tpr in (0, 1]")
         if self.eval_every < 0:
             raise ConfigError("eval_every must be >= 0 (0: only at the end)")
-        plain = server_defaults(object)
+        plain = schedule_defaults(object)
         if self.method.setting != "cross-device" and any(
             getattr(self.schedule, key) != plain[key] for key in ("server_optimizer", "server_lr")
         ):
@@ -427,7 +432,7 @@ class RunConfig:
                 unknown.append(key)
         if unknown:
             raise ConfigError(f"unknown config key(s): {', '.join(sorted(unknown))}")
-        for key, value in server_defaults(method).items():  # the method's own, when not given
+        for key, value in schedule_defaults(method).items():  # the method's own, when not given
             if parts["schedule"].get(key) is None:
                 parts["schedule"][key] = value
         if foreign and other_methods != "ignore":
@@ -464,15 +469,17 @@ class RunConfig:
 
     def with_method(self, name: str) -> RunConfig:
         """This config for method ``name``: with this config's parameters when it is already that
-        method, with that method's defaults otherwise (its server optimiser's too, where this
-        config has its method's)."""
+        method, with that method's defaults otherwise (its schedule defaults too, where this
+        config has its method's: FedUV's server lr)."""
         from .algorithms import METHODS
 
         if self.method.name == name:
             return self
-        old, new = server_defaults(type(self.method)), server_defaults(METHODS[name])
-        server = {k: new[k] for k in SERVER_KEYS if getattr(self.schedule, k) == old[k]}
-        schedule = dataclasses.replace(self.schedule, **server)
+        keys = {*type(self.method).schedule_defaults, *METHODS[name].schedule_defaults}
+        old = schedule_defaults(type(self.method), keys)
+        new = schedule_defaults(METHODS[name], keys)
+        changes = {k: new[k] for k in old if getattr(self.schedule, k) == old[k]}
+        schedule = dataclasses.replace(self.schedule, **changes)
         return dataclasses.replace(self, schedule=schedule, method=METHODS[name]())
 
     def algorithm(self) -> Any:

@@ -87,9 +87,10 @@ class FedAvg:
     #: FedUV paper scores its baselines softmax and FedAwS: the report adds that protocol
     #: (``class_row``) beside the SDK's enrollment one.
     verifies_by_class_row: ClassVar[bool] = False
-    #: The server optimiser the method trains with when the run gives none (flat keys of
-    #: :data:`uvtrain.config.SERVER_KEYS`; empty: plain FedAvg, sgd with η = 1).
-    server_defaults: ClassVar[dict[str, Any]] = {}
+    #: Schedule keys the method trains with when the run gives none (its server optimiser:
+    #: :data:`uvtrain.config.SERVER_KEYS`; empty: plain FedAvg, sgd with η = 1, and the
+    #: :class:`~uvtrain.config.Schedule`'s defaults).
+    schedule_defaults: ClassVar[dict[str, Any]] = {}
 
     def __post_init__(self) -> None:
         """Each method checks its own parameters (types here, ranges in its override), so a bad
