@@ -71,7 +71,7 @@ def test_the_flower_app_declares_every_setting_with_its_default() -> None:
     for key in ("server_optimizer", "server_lr", "lr_decay"):
         expected[key] = ""  # not set: the method's own (FedUV's server lr and lr decay)
     assert declared["config"] == expected
-    assert defaults["server_lr"] == 5.0 and defaults["lr_decay"] == 0.0
+    assert defaults["server_lr"] == 5.0 and defaults["lr_decay"] == 0.005
     fedhide = DeploySettings.from_run_config({**declared["config"], "method": "fedhide"})
     assert fedhide.run.schedule.server_lr == 1.0 and fedhide.run.schedule.lr_decay == 0.01
     assert declared["components"] == {

@@ -89,7 +89,7 @@ class Schedule:
     batch_size: int = field(default=16, metadata={"help": "Local batch size (B)."})
     lr: float = field(default=0.1, metadata={"help": "Learning rate."})
     lr_decay: float = field(
-        default=0.01, metadata={"help": "lr / (1 + decay·(round−1)) (feduv: 0)."}
+        default=0.01, metadata={"help": "lr / (1 + decay·(round−1)) (feduv: 0.005)."}
     )
     lr_milestones: str = field(
         default="",
