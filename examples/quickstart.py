@@ -29,7 +29,9 @@ from typing import Any
 
 #: speakers (a fifth of them never take part in training), rounds, fraction of clients a round
 SIZES = {"default": (60, 600, 0.25), "small": (32, 200, 0.5)}
+#: FedUV with plain FedAvg at the server (η 1, not its default server lr): the figures measured
 TRAINING = ["--method", "feduv", "--batch-size", "16", "--lr", "0.5", "--lr-decay", "0.005"]
+TRAINING += ["--server-optimizer", "sgd", "--server-lr", "1"]
 MODULES = {"uvtrain": "uvtrain.cli", "uvexport": "uvexport.cli", "uvsdk": "uvsdk.cli"}
 IMPOSTORS = 8  # test clips of this many other known users, and of as many never-seen speakers
 MARKER = ".uvsdk-quickstart"

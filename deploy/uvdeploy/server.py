@@ -85,6 +85,7 @@ from uvtrain.rounds import (
     run_round,
     sample_cohort,
 )
+from uvtrain.server_optimizers import ServerOptimizer
 
 from .dp import (
     LEDGER,
@@ -200,6 +201,8 @@ class FederatedServer:
             else WeightedMean(self.algorithm)
         )
         self.dp: DeviceDP | None = None  # planned after registration (run)
+        #: how the aggregate is applied to the global model, as in the simulator
+        self.server_optimizer = ServerOptimizer.from_schedule(self.config.schedule)
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -464,7 +467,15 @@ class FederatedServer:
             np.array([self.rows[node] for node in cohort]),
             self.config.schedule.learning_rate(round_number),
         )
-        result = run_round(self.algorithm, plan, self.params, self.shared, self, self.aggregator)
+        result = run_round(
+            self.algorithm,
+            plan,
+            self.params,
+            self.shared,
+            self,
+            self.aggregator,
+            server_optimizer=self.server_optimizer,
+        )
         change = [(result.params[k] - v).abs() for k, v in self.params.items()]
         if not all(bool(torch.isfinite(c).all()) for c in change):
             raise DeploymentError(f"round {round_number}: the aggregated update is not finite")
@@ -485,7 +496,7 @@ class FederatedServer:
         return {
             "round": round_number,
             "loss": float("nan"),
-            "lr": self.schedule.learning_rate(round_number),
+            "lr": self.config.schedule.learning_rate(round_number),
             "clients": 0,
             "sampled": sampled,
             "skipped": True,
@@ -505,6 +516,7 @@ class FederatedServer:
             "params": {k: v.cpu() for k, v in self.params.items()},
             "shared": {k: v.cpu() for k, v in self.shared.items()},
             "roster": list(self.roster),
+            "server_optimizer": self.server_optimizer.state_dict(),
         }
         if self.dp is not None:
             state["privacy"] = self.dp.state_dict()
@@ -589,6 +601,7 @@ class FederatedServer:
         if state is not None:
             self.params = dict(state["params"])
             self.shared = dict(state["shared"])
+            self.server_optimizer.load_state_dict(state.get("server_optimizer"))
             trim_metrics(self.folder / METRICS, start_round)
             self.echo(f"resumed at round {start_round}")
         self._plan_privacy(state)

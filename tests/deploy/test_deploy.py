@@ -69,7 +69,12 @@ def test_the_flower_app_declares_every_setting_with_its_default() -> None:
     declared = tomllib.loads((app_dir() / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
     defaults = DeploySettings.from_run_config({"method": "feduv"}).to_dict()
     expected = {k: "" if v is None else v for k, v in defaults.items()}
+    for key in ("server_optimizer", "server_lr", "lr_decay"):
+        expected[key] = ""  # not set: the method's own (FedUV's server lr and lr decay)
     assert declared["config"] == expected
+    assert defaults["server_lr"] == 5.0 and defaults["lr_decay"] == 0.005
+    fedhide = DeploySettings.from_run_config({**declared["config"], "method": "fedhide"})
+    assert fedhide.run.schedule.server_lr == 1.0 and fedhide.run.schedule.lr_decay == 0.01
     assert declared["components"] == {
         "serverapp": "uvdeploy.server:app",
         "clientapp": "uvdeploy.client:app",
@@ -371,6 +376,42 @@ def test_a_plain_flower_round_is_run_round_with_the_devices_as_local_training() 
     assert metrics["loss"] == pytest.approx((2 * 13 + 4 * 11 + 6 * 12) / 12)
     assert metrics["clients"] == 3 and metrics["secure"] is False
     assert metrics["update_max_abs"] > 0
+
+
+def test_a_flower_round_applies_the_server_optimizer_and_checkpoints_its_state(
+    tmp_path: Path,
+) -> None:
+    """The Flower server's round goes through the run's server optimiser (the simulator's
+    :class:`ServerOptimizer`): with momentum β the second round moves by η (β Δ₁ + Δ₂), and the
+    momentum is in the checkpoint."""
+    from uvtrain.server_optimizers import ServerOptimizer
+
+    values = {"method": "fedhide", "server_optimizer": "momentum", "server_lr": 0.5}
+    server = _server(
+        {**values, "server_momentum": 0.8, "out": str(tmp_path)}, {11: 1, 12: 1, 13: 1}
+    )
+    assert isinstance(server.server_optimizer, ServerOptimizer)
+    assert server.server_optimizer.kind == "momentum" and server.server_optimizer.lr == 0.5
+    proxies = [{"proxy": torch.randn(8)} for _ in range(3)]
+    steps = []
+    for number in (1, 2):
+        deltas = [
+            {k: 0.1 * torch.randn_like(v) for k, v in server.params.items()} for _ in range(3)
+        ]
+        steps.append({k: sum(d[k] for d in deltas) / 3 for k in server.params})
+        server._send = lambda instructions, n, deltas=deltas: _replies(server, deltas, proxies)
+        before = dict(server.params)
+        server.round(number, [11, 12, 13])
+    for name, value in before.items():
+        expected = value + 0.5 * (0.8 * steps[0][name] + steps[1][name])
+        torch.testing.assert_close(server.params[name], expected)
+    server._save(2)
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["server_optimizer"]
+    assert saved["kind"] == "momentum"
+    for name in before:
+        torch.testing.assert_close(
+            saved["state"][f"m.{name}"], 0.8 * steps[0][name] + steps[1][name]
+        )
 
 
 def test_a_flower_round_stops_when_the_model_does_not_change_or_is_not_finite() -> None:

@@ -28,6 +28,7 @@ from uvtrain.algorithms import (  # noqa: E402
     Softmax,
 )
 from uvtrain.config import (  # noqa: E402
+    SERVER_KEYS,
     ConfigError,
     Data,
     Model,
@@ -131,7 +132,7 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
     old = RunConfig.from_flat(flat).to_dict()
     for key in [item.name for item in dataclasses.fields(Privacy)]:
         del old[key]  # the privacy part came later
-    for key in ("aggregation", "local_epochs", "lr_milestones", "lr_gamma"):
+    for key in ("aggregation", "local_epochs", "lr_milestones", "lr_gamma", *SERVER_KEYS):
         del old[key]  # so did these schedule options
     newer = {"embedding_dim", "window", "solo_party"}  # FedHide's, FedFace's keys added later
     for kind in METHODS.values():

@@ -503,6 +503,39 @@ def test_run_help_shows_the_defaults_and_settings_that_learn() -> None:
     assert "fedhide --rounds 600" in text
 
 
+def test_the_server_optimizer_is_in_the_run_folder_and_a_resume_keeps_it(
+    data_root: Path, tmp_path: Path
+) -> None:
+    """FedUV's default server lr is written to config.json and report.json; a resume with another
+    optimiser, or of a folder from before server optimisers (plain FedAvg, lr decay 0.01), is
+    refused in one line, as are bad values."""
+    out = tmp_path / "run"
+    result = uvtrain("run", "--method", "feduv", *TINY, "--rounds", "1", "--out", out)
+    assert result.exit_code == 0, result.output
+    for echoed in (
+        json.loads((out / "config.json").read_text()),
+        json.loads((out / "report.json").read_text())["config"],
+    ):
+        assert echoed["server_optimizer"] == "sgd" and echoed["server_lr"] == 5.0
+    other = uvtrain("run", "--method", "feduv", *TINY, "--rounds", "2", "--server-optimizer",
+                    "adam", "--out", out)  # fmt: skip
+    assert "other settings (server_optimizer)" in one_error_line(other)
+    resumed = uvtrain("run", "--method", "feduv", *TINY, "--rounds", "2", "--out", out)
+    assert resumed.exit_code == 0, resumed.output
+    saved = json.loads((out / "config.json").read_text())
+    for key in ("server_optimizer", "server_lr", "server_momentum"):
+        del saved[key]
+    saved["lr_decay"] = 0.01  # FedUV's default before server optimisers
+    (out / "config.json").write_text(json.dumps(saved))
+    older = uvtrain("run", "--method", "feduv", *TINY, "--rounds", "3", "--out", out)
+    assert "other settings (lr_decay, server_lr)" in one_error_line(older)
+    bad = uvtrain("run", "--method", "feduv", *TINY, "--server-tau", "0", "--out", tmp_path / "b")
+    assert "server_tau must be positive" in one_error_line(bad)
+    fedface = uvtrain("run", "--method", "fedface", *TINY, "--server-optimizer", "adam",
+                      "--out", tmp_path / "f")  # fmt: skip
+    assert "fedface is cross-silo" in one_error_line(fedface)
+
+
 def test_a_run_near_chance_points_to_settings_that_learn(tiny_run: Path) -> None:
     from uvtrain.cli import near_chance_hint
 

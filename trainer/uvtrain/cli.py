@@ -68,7 +68,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Settings that learn on synth-voices (docs/trainer.md, "Learning"; README, "Training a model").
 LEARNING_SETTINGS = {
-    "feduv": "--rounds 800 --fraction 0.1 --batch-size 16 --lr 0.5 --lr-decay 0.005",
+    "feduv": "--rounds 800 --fraction 0.1 --batch-size 16 --lr 0.5 --lr-decay 0.005 --server-lr 1",
     "fedhide": "--rounds 600 --fraction 0.1 --batch-size 16 --lr 0.1 --lr-decay 0",
 }
 #: A test_known EER above this is reported as near chance (0.5), with the settings above.

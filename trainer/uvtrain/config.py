@@ -63,6 +63,11 @@ class Schedule:
       over the client's own samples in shuffled mini-batches of B, the last one smaller when B
       does not divide ``n_k`` (FedAvg's ``UserUpdate``, Algorithm 1 of the FedUV paper, which
       trains with 1 local epoch, §6). Clients then take ``E · ⌈n_k / B⌉`` steps each.
+
+    ``server_*``: the server optimiser (:mod:`uvtrain.server_optimizers`, Reddi et al. 2021,
+    Algorithm 2) and its η, β, β₁, β₂, τ. The defaults here are plain FedAvg; a method may declare
+    its own schedule defaults (:attr:`~uvtrain.methods.MethodParameters.schedule_defaults`: FedUV's
+    server lr), which :meth:`RunConfig.from_flat` puts in for the keys not given.
     """
 
     rounds: int = field(default=50, metadata={"help": "Federated rounds."})
@@ -79,7 +84,9 @@ class Schedule:
     )
     batch_size: int = field(default=16, metadata={"help": "Local batch size (B)."})
     lr: float = field(default=0.1, metadata={"help": "Learning rate."})
-    lr_decay: float = field(default=0.01, metadata={"help": "lr / (1 + decay·(round−1))."})
+    lr_decay: float = field(
+        default=0.01, metadata={"help": "lr / (1 + decay·(round−1)) (feduv: 0.005)."}
+    )
     lr_milestones: str = field(
         default="",
         metadata={
@@ -105,6 +112,20 @@ class Schedule:
             "--local-steps (FedUV paper: 1).",
         },
     )
+    server_optimizer: str = field(
+        default="sgd",
+        metadata={
+            "help": "Server optimiser of the aggregated update: sgd (η 1: FedAvg), momentum "
+            "(FedAvgM), adam or yogi (Reddi et al. 2021)."
+        },
+    )
+    server_lr: float = field(default=1.0, metadata={"help": "Server learning rate η (feduv: 5)."})
+    server_momentum: float = field(
+        default=0.9, metadata={"help": "Server momentum β (--server-optimizer momentum)."}
+    )
+    server_beta1: float = field(default=0.9, metadata={"help": "adam/yogi: β₁."})
+    server_beta2: float = field(default=0.99, metadata={"help": "adam/yogi: β₂."})
+    server_tau: float = field(default=1e-3, metadata={"help": "adam/yogi: adaptivity τ."})
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -130,6 +151,50 @@ class Schedule:
         milestones(self.lr_milestones)  # a ConfigError names a bad one
         if not 0 < self.lr_gamma <= 1:
             raise ConfigError(f"lr_gamma must be in (0, 1], not {self.lr_gamma}")
+        check_server_settings(*(getattr(self, name) for name in SERVER_KEYS))
+
+
+#: The server optimiser's keys of the :class:`Schedule`, in the order of
+#: :func:`check_server_settings`.
+SERVER_KEYS = (
+    "server_optimizer",
+    "server_lr",
+    "server_momentum",
+    "server_beta1",
+    "server_beta2",
+    "server_tau",
+)
+
+
+#: The server optimisers (``--server-optimizer``).
+SERVER_OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "yogi")
+
+
+def check_server_settings(
+    kind: str, lr: float, momentum: float, beta1: float, beta2: float, tau: float
+) -> None:
+    """:class:`ConfigError` (one line) for a setting out of its range."""
+    if kind not in SERVER_OPTIMIZERS:
+        raise ConfigError(
+            f"server_optimizer must be one of {', '.join(SERVER_OPTIMIZERS)}, not {kind!r}"
+        )
+    if not lr > 0:
+        raise ConfigError(f"server_lr must be positive, not {lr}")
+    for name, value in (("momentum", momentum), ("beta1", beta1), ("beta2", beta2)):
+        if not 0 <= value < 1:
+            raise ConfigError(f"server_{name} must be in [0, 1), not {value}")
+    if not tau > 0:
+        raise ConfigError(f"server_tau must be positive, not {tau}")
+
+
+def schedule_defaults(method: type, keys: Iterable[str] = ()) -> dict[str, Any]:
+    """The :class:`Schedule` keys a method trains with when the run gives none: the server
+    optimiser's and ``keys`` at the Schedule's defaults, with the method's own over them
+    (:attr:`~uvtrain.methods.MethodParameters.schedule_defaults`: FedUV's)."""
+    own = getattr(method, "schedule_defaults", {})
+    wanted = {*SERVER_KEYS, *own, *keys}
+    plain = {item.name: item.default for item in fields(Schedule) if item.name in wanted}
+    return {**plain, **own}
 
     def learning_rate(self, round_number: int, steps_per_round: int = 1) -> float:
         """The learning rate of round ``round_number`` (1-based), the one formula of every
@@ -330,6 +395,14 @@ class RunConfig:
             raise ConfigError("checkpoint_every must be >= 1 and target_tpr in (0, 1]")
         if self.eval_every < 0:
             raise ConfigError("eval_every must be >= 0 (0: only at the end)")
+        plain = schedule_defaults(object)
+        if self.method.setting != "cross-device" and any(
+            getattr(self.schedule, key) != plain[key] for key in ("server_optimizer", "server_lr")
+        ):
+            raise ConfigError(
+                f"--server-optimizer and --server-lr are for cross-device methods; "
+                f"{self.method.name} is {self.method.setting} (it has its own server step)"
+            )
 
     # -- flat keys ---------------------------------------------------------------------------
 
@@ -381,6 +454,9 @@ class RunConfig:
                 unknown.append(key)
         if unknown:
             raise ConfigError(f"unknown config key(s): {', '.join(sorted(unknown))}")
+        for key, value in schedule_defaults(method).items():  # the method's own, when not given
+            if parts["schedule"].get(key) is None:
+                parts["schedule"][key] = value
         if foreign and other_methods != "ignore":
             for key in foreign:  # a bad value is named as such (--lambda inf), then the key
                 check_field(method_fields()[key], values[key])
@@ -415,12 +491,18 @@ class RunConfig:
 
     def with_method(self, name: str) -> RunConfig:
         """This config for method ``name``: with this config's parameters when it is already that
-        method, with that method's defaults otherwise."""
+        method, with that method's defaults otherwise (its schedule defaults too, where this
+        config has its method's: FedUV's server lr)."""
         from .algorithms import METHODS
 
         if self.method.name == name:
             return self
-        return dataclasses.replace(self, method=METHODS[name]())
+        keys = {*type(self.method).schedule_defaults, *METHODS[name].schedule_defaults}
+        old = schedule_defaults(type(self.method), keys)
+        new = schedule_defaults(METHODS[name], keys)
+        changes = {k: new[k] for k in old if getattr(self.schedule, k) == old[k]}
+        schedule = dataclasses.replace(self.schedule, **changes)
+        return dataclasses.replace(self, schedule=schedule, method=METHODS[name]())
 
 
 #: The settings a run may be resumed with changed: how it is carried out (the device, the

@@ -54,6 +54,10 @@ class MethodParameters:
     #: FedUV paper scores its baselines softmax and FedAwS: the report adds that protocol
     #: (``class_row``) beside the SDK's enrollment one.
     verifies_by_class_row: ClassVar[bool] = False
+    #: Schedule keys the method trains with when the run gives none (its server optimiser:
+    #: :data:`uvtrain.config.SERVER_KEYS`; empty: plain FedAvg, sgd with η = 1, and the
+    #: :class:`~uvtrain.config.Schedule`'s defaults).
+    schedule_defaults: ClassVar[dict[str, Any]] = {}
 
     def __post_init__(self) -> None:
         """Each method checks its own parameters (types here, ranges in its override), so a bad
@@ -89,6 +93,11 @@ class FedUVParameters(MethodParameters):
     update_reveals_secret: ClassVar[bool] = True
     device_secrets: ClassVar[tuple[str, ...]] = ("codeword",)
     audits: ClassVar[frozenset[str]] = frozenset({"codeword-bits", "inversion"})
+    #: Each user pulls the shared model towards its own codeword by 1/m of a round's step: the
+    #: server takes 5 times the cohort's mean update (plain sgd, η 5) with a slower lr decay,
+    #: which learns on a short run where plain FedAvg stays near chance; server momentum does
+    #: not (docs/trainer.md, "Server optimisers", measured).
+    schedule_defaults: ClassVar[dict[str, Any]] = {"server_lr": 5.0, "lr_decay": 0.005}
     code_length: int = field(default=127, metadata={"help": "FedUV BCH length: 127, 255, 511."})
     negative_weight: float = field(
         default=0.0, metadata={"help": "FedUV ablation: negative loss weight λ (eq. 3)."}

@@ -66,6 +66,8 @@ _FEDUV_SCHEDULE: dict[str, Any] = {
     "negative_weight": 0.0,  # eq. 4: the positive loss alone
     "sampling": "random",  # Algorithm 1: "random set of κ users"
     "local_epochs": 1,  # Sec. 6.2: "1 local epoch" (Algorithm 1's UserUpdate)
+    "server_optimizer": "sgd",  # plain FedAvg (η 1), not FedUV's default server lr
+    "server_lr": 1.0,
 }
 _FEDUV_NOTES = (
     "c: 127 here; the paper also trains 255 and 511 (Table 1): --code-length 255|511",

@@ -15,10 +15,13 @@ the Flower deployment all run :func:`run_round`; none of them copies it.
           │                          updates, θ, plan)             ClipUpdates, then in
           ▼                                                        distributed DP DistributedNoise
     aggregation                  aggregator(updates, θ, plan)      WeightedMean (FedAvg),
-          │                        -> θ'                           UniformMean, DPSum (DP: the
+          │                        -> θ_agg                        UniformMean, DPSum (DP: the
           │                                                        sum, central noise),
           │                                                        SecAgg+ (audit), Flower's
           ▼                                                        SecAgg+ and DeviceDP (devices)
+    server optimiser             server_optimizer(θ, θ_agg) -> θ'  sgd (η = 1: θ' = θ_agg,
+          │                                                        FedAvg), momentum, adam, yogi
+          ▼                                                        (uvtrain.server_optimizers)
     server update                algorithm.server_update(...)      Federated Validation (FedFace)
                                    -> the server's shared state    always called: a method with
                                                                    only a server step is run too
@@ -46,6 +49,7 @@ from torch import Tensor
 
 from .algorithms.base import FedAvg, Tensors
 from .errors import TrainingError
+from .server_optimizers import ServerOptimizer
 
 
 @dataclass(frozen=True)
@@ -187,10 +191,12 @@ def run_round(
     local: LocalTraining,
     aggregator: Aggregator,
     postprocess: Sequence[UpdateStep] = (),
+    server_optimizer: ServerOptimizer | None = None,
 ) -> RoundResult:
     """Run one round (see the module's docstring) from the global ``params`` and the server's
     ``shared`` state; returns the new ones and the round's metrics. Nothing here is written into
-    a trainer: the caller keeps the result."""
+    a trainer but the ``server_optimizer``'s own state (its momentum; ``None``: plain FedAvg):
+    the caller keeps the result."""
     started = time.perf_counter()
     fused = aggregator if not postprocess and aggregator.fusable() else None
     updates = local.train(plan, fused)
@@ -200,6 +206,8 @@ def run_round(
     for step in postprocess:
         updates = step(updates, params, plan)
     new_params = aggregator(updates, params, plan)
+    if server_optimizer is not None:
+        new_params = server_optimizer(params, new_params)
     new_shared = algorithm.server_update(
         shared, updates.messages, updates.clients, plan.lr, before=params, after=new_params
     )

@@ -238,6 +238,8 @@ def read_config(folder: Path) -> RunConfig:
     data = read_json(folder / CONFIG)
     if not isinstance(data, dict):
         raise TrainingError(f"{folder / CONFIG}: not a run configuration")
+    data.setdefault("server_optimizer", "sgd")  # plain FedAvg before server optimisers
+    data.setdefault("server_lr", 1.0)
     if data.get("method") == "feduv":
         data.setdefault("negative_loss", "mean-relu")  # the only form before the paper's eq. 4
     if data.get("method") == "softmax":
