@@ -154,6 +154,8 @@ def heavy_loaded(result: subprocess.CompletedProcess) -> str:
         (["data", "list"], 0, "formant-voices"),
         (["--help"], 0, "FedFace"),
         (["run", "--help"], 0, "--lambda"),
+        (["audit", "--help"], 0, "--dp-epsilon"),
+        (["audit", "--no-such-option"], 2, "No such option"),
     ],
 )
 def test_uvtrain_answers_without_importing_torch(args: list[str], status: int, shown: str) -> None:

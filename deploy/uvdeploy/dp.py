@@ -42,10 +42,10 @@ import numpy as np
 import torch
 
 from uvtrain.algorithms.base import Tensors
+from uvtrain.config import SECURE_DEFAULT_EPSILON
 from uvtrain.errors import ConfigError
 from uvtrain.io import read_json, write_json
 from uvtrain.privacy import (
-    SECURE_DEFAULT_EPSILON,
     PrivacyPlan,
     add_noise,
     clip_updates,
@@ -130,7 +130,7 @@ def plan(settings: DeploySettings, devices: int) -> PrivacyPlan | None:
     """The run's mechanism for ``devices`` registered devices (``None`` when off): Poisson
     sampling at ``q = cohort / devices`` (``cohort``: :meth:`DeploySettings.cohort_size`, the
     expected cohort), ``δ = min(devices^−1.1, 10⁻⁶)`` unless given, ``ε`` =
-    :data:`~uvtrain.privacy.SECURE_DEFAULT_EPSILON` unless ``dp_epsilon`` or
+    :data:`~uvtrain.config.SECURE_DEFAULT_EPSILON` unless ``dp_epsilon`` or
     ``dp_noise_multiplier`` is given. A run whose rounds cannot stay within the budget is
     refused (:class:`ConfigError`)."""
     mechanism = settings.mechanism

@@ -49,7 +49,7 @@ class DeploySettings:
     clip, the server adds the noise) or ``"distributed"`` (devices clip and add their share of
     the noise; needs SecAgg+, which ``secagg = "auto"`` then turns on). Its budget and clipping
     are the run's privacy keys (``dp_epsilon``, default
-    :data:`~uvtrain.privacy.SECURE_DEFAULT_EPSILON`, ``dp_delta``, ``dp_noise_multiplier``,
+    :data:`~uvtrain.config.SECURE_DEFAULT_EPSILON`, ``dp_delta``, ``dp_noise_multiplier``,
     ``clip_norm``, ``adaptive_clipping``, ...).
     """
 

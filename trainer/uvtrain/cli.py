@@ -166,14 +166,9 @@ def _audit_privacy_options() -> list[click.Parameter]:
     comma-separated list (:func:`uvtrain.audit.privacy_settings`)."""
     import dataclasses
 
-    from .config import part_options
+    from .config import SECURE_DEFAULT_EPSILON, part_options
 
-    try:
-        from .privacy import SECURE_DEFAULT_EPSILON
-    except ModuleNotFoundError:  # no torch: help still prints
-        budget = "the secure default"
-    else:
-        budget = f"{SECURE_DEFAULT_EPSILON:g}"
+    budget = f"{SECURE_DEFAULT_EPSILON:g}"
     made = []
     for option in part_options("privacy"):
         if option.name == "dp":

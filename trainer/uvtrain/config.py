@@ -269,6 +269,11 @@ class Model:
         check_types(self)
 
 
+#: ``ε`` of the default mechanism wherever secure aggregation is on (``uvtrain deploy``,
+#: ``uvtrain audit``): distributed noise at this budget for the whole run.
+SECURE_DEFAULT_EPSILON = 8.0
+
+
 @dataclass(frozen=True)
 class Privacy:
     """User-level differential privacy (:mod:`uvtrain.privacy`, docs/privacy.md): ``dp`` places

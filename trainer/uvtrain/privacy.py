@@ -143,11 +143,6 @@ def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: fl
     return high
 
 
-#: ``ε`` of the default mechanism wherever secure aggregation is on (``uvtrain deploy``,
-#: ``uvtrain audit``): distributed noise at this budget for the whole run.
-SECURE_DEFAULT_EPSILON = 8.0
-
-
 @dataclass(frozen=True)
 class AdaptiveClipping:
     """Adaptive clipping (Andrew et al., NeurIPS 2021): the clip norm moves towards the
@@ -355,7 +350,7 @@ def plan_from_settings(
     """:func:`plan_privacy` from a run's privacy settings (:class:`uvtrain.config.Privacy`) with
     the placement ``mechanism`` (the simulator's ``settings.dp``, a deployment's resolved one);
     ``default_epsilon`` is the budget when neither ``ε`` nor ``z`` is given (a deployment's
-    :data:`SECURE_DEFAULT_EPSILON`)."""
+    :data:`~uvtrain.config.SECURE_DEFAULT_EPSILON`)."""
     target = settings.dp_epsilon
     if target is None and settings.dp_noise_multiplier is None:
         target = default_epsilon

@@ -50,7 +50,7 @@ through the same arithmetic: :func:`secure_round` is :func:`uvtrain.rounds.run_r
 :class:`SecAggPlus` aggregator.
 
 **Differential privacy** (:mod:`uvtrain.privacy`; ``--dp``, default ``distributed`` at
-:data:`~uvtrain.privacy.SECURE_DEFAULT_EPSILON`, as wherever secure aggregation is on): a fresh
+:data:`~uvtrain.config.SECURE_DEFAULT_EPSILON`, as wherever secure aggregation is on): a fresh
 FedUV setup trains one secure run per code length and privacy setting (``--dp-epsilon`` may list
 several, ``inf`` for none). Each client's update is clipped (and, distributed, noised) by the
 simulation's postprocessing before SecAgg+ quantises it, every member weighs the same, and with

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..algorithms import METHODS
-from ..config import Privacy, RunConfig
+from ..config import SECURE_DEFAULT_EPSILON, Privacy, RunConfig
 from ..errors import ConfigError
-from ..privacy import SECURE_DEFAULT_EPSILON
 
 #: Public samples (held-out identities) the attacker averages ``g(x)`` over.
 PUBLIC_SAMPLES = 64
