@@ -153,6 +153,15 @@ class Schedule:
             raise ConfigError(f"lr_gamma must be in (0, 1], not {self.lr_gamma}")
         check_server_settings(*(getattr(self, name) for name in SERVER_KEYS))
 
+    def learning_rate(self, round_number: int, steps_per_round: int = 1) -> float:
+        """The learning rate of round ``round_number`` (1-based), the one formula of every
+        trainer: ``lr / (1 + lr_decay · t)`` with ``t`` the decay steps before the round,
+        ``steps_per_round`` for each earlier round (1: the decay is per round, the simulator's
+        and the deployment's; K: per local step, the cross-silo trainer's), times ``lr_gamma``
+        for every milestone of ``lr_milestones`` passed before the round (:func:`step_factor`)."""
+        factor = step_factor(self.lr_milestones, self.lr_gamma, round_number)
+        return factor * self.lr / (1.0 + self.lr_decay * ((round_number - 1) * steps_per_round))
+
 
 #: The server optimiser's keys of the :class:`Schedule`, in the order of
 #: :func:`check_server_settings`.
@@ -195,15 +204,6 @@ def schedule_defaults(method: type, keys: Iterable[str] = ()) -> dict[str, Any]:
     wanted = {*SERVER_KEYS, *own, *keys}
     plain = {item.name: item.default for item in fields(Schedule) if item.name in wanted}
     return {**plain, **own}
-
-    def learning_rate(self, round_number: int, steps_per_round: int = 1) -> float:
-        """The learning rate of round ``round_number`` (1-based), the one formula of every
-        trainer: ``lr / (1 + lr_decay · t)`` with ``t`` the decay steps before the round,
-        ``steps_per_round`` for each earlier round (1: the decay is per round, the simulator's
-        and the deployment's; K: per local step, the cross-silo trainer's), times ``lr_gamma``
-        for every milestone of ``lr_milestones`` passed before the round (:func:`step_factor`)."""
-        factor = step_factor(self.lr_milestones, self.lr_gamma, round_number)
-        return factor * self.lr / (1.0 + self.lr_decay * ((round_number - 1) * steps_per_round))
 
 
 def milestones(text: str) -> tuple[int, ...]:
