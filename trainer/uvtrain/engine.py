@@ -77,7 +77,7 @@ class EngineConfig:
     - ``aggregation``: ``"weighted"`` is FedAvg's ``Σ_k (n_k / n) θ_k`` (McMahan et al., eq. 1;
       the FedUV paper's Algorithm 1); ``"mean"`` the plain ``1/M Σ_k θ_k`` of FedHide's
       Algorithm 1. Under differential privacy the DP sum replaces either (every client weighs
-      the same there: :class:`uvtrain.privacy.DPSum`).
+      the same there: :class:`uvtrain.privacy.PrivateSum`).
     - ``local_epochs``: ``None`` runs ``local_steps`` SGD steps on batches of B drawn from the
       client's samples (with replacement only when it holds fewer than B); ``E`` runs E epochs
       over the client's own samples in shuffled mini-batches of B, the last one smaller when B
@@ -334,6 +334,11 @@ class Simulation(GlobalModel):
         The schedule.
     device:
         Where to train.
+    privacy:
+        The run's differential privacy (:class:`uvtrain.privacy.PrivacyPlan`), ``None``: off.
+        Its mechanism (:class:`uvtrain.privacy.UserLevelDP`, noise from ``(seed, round,
+        client)``) runs as the per-client postprocessing (its user half) and the aggregator
+        (its server half over the plain sum); cohorts are then Poisson-sampled.
     """
 
     def __init__(
@@ -343,6 +348,7 @@ class Simulation(GlobalModel):
         client_data: Sequence[np.ndarray],
         config: EngineConfig,
         device: torch.device | str = "cpu",
+        privacy: Any = None,
     ) -> None:
         self.algorithm, self.config = algorithm, config
         self.device = torch.device(device)
@@ -368,6 +374,14 @@ class Simulation(GlobalModel):
             UniformMean(algorithm) if config.aggregation == "mean" else WeightedMean(algorithm)
         )
         self.postprocess: list[UpdateStep] = []
+        self.privacy = privacy
+        self.mechanism = None
+        if privacy is not None:
+            from .privacy import PrivateSum, PrivateUsers, UserLevelDP, seeded_noise
+
+            self.mechanism = UserLevelDP.from_plan(privacy, seeded_noise(config.seed))
+            self.postprocess = [PrivateUsers(self.mechanism)]
+            self.aggregator = PrivateSum(self.mechanism)
         self._local_vmapped = vmap(
             grad_and_value(self._client_loss, argnums=(0, 1)), in_dims=(0, 0, 0, 0, None)
         )
@@ -615,7 +629,7 @@ class Simulation(GlobalModel):
         path, or by ``path`` (``"loop"``: each client's update as it would send it alone)."""
         plan = self.plan(self.round + 1)
         if len(plan.clients) == 0:  # a Poisson-sampled cohort (DP) may be empty
-            result = self._empty_round(plan)
+            result = self._empty_round(plan, aggregator or self.aggregator)
             self.params, self.round = result.params, plan.number
             return result
         local = self if path is None else _OnePath(self, path)
@@ -631,7 +645,7 @@ class Simulation(GlobalModel):
         self.params, self.shared, self.round = result.params, result.shared, plan.number
         return result
 
-    def _empty_round(self, plan: RoundPlan) -> RoundResult:
+    def _empty_round(self, plan: RoundPlan, aggregator: Aggregator) -> RoundResult:
         """A round whose Poisson-sampled cohort is empty: no client trains or sends anything;
         the DP aggregator releases ``θ + n / (qN)``, the noise alone, and adaptive clipping moves
         on the noisy count alone (:mod:`uvtrain.privacy`). The server's shared state stays:
@@ -645,9 +659,10 @@ class Simulation(GlobalModel):
         updates = ClientUpdates(clients, empty, empty[:, None], deltas=deltas)
         for step in self.postprocess:
             updates = step(updates, self.params, plan)
-        params = self.aggregator(updates, self.params, plan)
+        params, released = aggregator(updates, self.params, plan)
         metrics = {"round": plan.number, "loss": math.nan, "lr": plan.lr, "clients": 0,
-                   "seconds": 0.0, "client_updates_per_s": 0.0, **updates.metrics}  # fmt: skip
+                   "seconds": 0.0, "client_updates_per_s": 0.0, **updates.metrics,
+                   **released}  # fmt: skip
         return RoundResult(params, self.shared, updates, metrics)
 
     def receive(self, clients: Tensor) -> None:
