@@ -677,8 +677,8 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     assert privacy["delta"] == 1e-6 and privacy["sampling_rate"] == 0.75
     assert privacy["clip_norm"] == 0.05 and privacy["min_survivors"] == 3
     log = "\n".join(result["lines"])
-    z, cohort, devices = privacy["noise_multiplier"], privacy["expected_cohort"], privacy["users"]
-    assert privacy["sampling"] == "poisson" and cohort == 3 and devices == 4
+    z, cohort, users = privacy["noise_multiplier"], privacy["expected_cohort"], privacy["users"]
+    assert privacy["sampling"] == "poisson" and cohort == 3 and users == 4
     # the server Poisson-samples the devices as the simulator does: with seed 0 round 1 draws 2
     # (fewer than m_min = 3: nothing released, the round counts in ε) and round 2 draws all 4
     sampled = [len(poisson_cohort(settings.run.seed, r, 4, 0.75)) for r in (1, 2)]
