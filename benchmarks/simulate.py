@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,7 +45,11 @@ def client_data(args: argparse.Namespace) -> list[np.ndarray]:
 
 
 def make(
-    method: str, data: list[np.ndarray], args: argparse.Namespace, vectorised: bool
+    method: str,
+    data: list[np.ndarray],
+    args: argparse.Namespace,
+    vectorised: bool,
+    privacy: Any = None,
 ) -> Simulation:
     torch.manual_seed(0)
     backbone = build_backbone(args.backbone or default_backbone("audio", SPEC), SPEC)
@@ -56,7 +61,8 @@ def make(
         chunk_size=args.clients,
         vectorised=vectorised,
     )
-    return Simulation(METHODS[method](), backbone, data, config, pick_device(args.device))
+    device = pick_device(args.device)
+    return Simulation(METHODS[method](), backbone, data, config, device, privacy)
 
 
 def time_rounds(simulation: Simulation, rounds: int) -> float:
@@ -153,14 +159,13 @@ def main() -> None:
         f"\nvectorised / loop: {loop / vectorised:.2f}x;  centralised / vectorised: {central / (fed_samples / vectorised):.2f}x"
     )
     if args.dp:
-        from uvtrain.privacy import install, plan_privacy
+        from uvtrain.privacy import plan_privacy
 
         plan = plan_privacy("central", clip_norm=1.0, rounds=args.rounds + 1, cohort=args.clients,
                             users=10 * args.clients, noise=1.0)  # fmt: skip
         path = "batched one-pass" if fast.uses_batched_step else "vmap"
         for label, forced in (("engine's choice", None), ("vmap", "vmap"), ("loop", "loop")):
-            private = make(args.method, data, args, vectorised=True)
-            install(private, plan, seed=0)
+            private = make(args.method, data, args, vectorised=True, privacy=plan)
             if forced is not None:
                 private.step = lambda private=private, forced=forced: (
                     private.next_round(path=forced).metrics

@@ -1,21 +1,23 @@
-"""User-level differential privacy on real devices: the simulator's mechanism
-(:mod:`uvtrain.privacy`) with the clipping and the noise on the devices.
+"""User-level differential privacy on real devices: the simulator's one mechanism
+(:class:`uvtrain.privacy.UserLevelDP`) with its user half on the devices and its server half
+on the server.
 
-**The device** (:func:`private_update`), after its local training: its update
-``δ_k = θ_k − θ`` over all trainable parameters is clipped to the round's norm ``C_r`` with the
-simulator's own :func:`~uvtrain.privacy.clip_updates`; in ``distributed`` it then adds its share
+**The device** (:func:`private_update`), after its local training, runs the mechanism's user
+half: its update ``δ_k = θ_k − θ`` over all trainable parameters is clipped to the round's norm
+``C_r``; in ``distributed`` it then adds its share
 ``N(0, σ²/m_min)`` of the noise, ``σ = z_Δ·C_r``, drawn from a generator seeded by its own
 secret randomness (:func:`~uvtrain.privacy.secret_generator`: fresh each round; the seed is
 never sent, stored or logged). With adaptive clipping it also sends its bit shifted to ``±½``,
 ``b_k = 1[‖δ_k‖ ≤ C_r] − ½`` (plus, distributed, its share ``N(0, σ_b²/m_min)``) as one more
 one-element array, summed with the update. Every device weighs the same (it reports one sample).
 
-**The server** (:class:`DeviceDP`, the round's aggregator) Poisson-samples each round's devices
+**The server** (:class:`FlowerPrivacy`; the round's aggregator is the mechanism's server half,
+:class:`~uvtrain.privacy.PrivateSum`) Poisson-samples each round's devices
 with the simulator's :func:`~uvtrain.rounds.poisson_cohort` (each registered device with
 probability ``q``); it receives the sum of the survivors' updates (unmasked by SecAgg+, or summed
 from plain replies), adds ``N(0, σ²)`` in ``central`` (from its own secret randomness, not from
 the run's public seed), divides by the expected cohort ``qN`` (fixed, as the simulator) and moves
-the clip norm with :meth:`~uvtrain.privacy.AdaptiveClipping.next_clip_norm` from the noisy count
+the clip norm (:meth:`~uvtrain.privacy.UserLevelDP.server_half`) from the noisy count
 (``Σ b_k`` plus noise, over ``qN``, plus ½).
 
 **Dropouts.** A share is calibrated to ``m_min`` (:func:`min_survivors`), the fewest devices
@@ -46,15 +48,12 @@ from uvtrain.config import SECURE_DEFAULT_EPSILON
 from uvtrain.errors import ConfigError
 from uvtrain.io import read_json, write_json
 from uvtrain.privacy import (
+    AdaptiveClipping,
     PrivacyPlan,
-    add_noise,
-    clip_updates,
-    noisy_mean_update,
+    UserLevelDP,
     plan_from_settings,
-    scalar_noise,
-    secret_generator,
+    secret_noise,
 )
-from uvtrain.rounds import Aggregator, ClientUpdates, RoundPlan
 
 from .errors import DeploymentError, DeviceError
 from .settings import DeploySettings
@@ -162,36 +161,42 @@ def check_rounds(settings: DeploySettings, previous: dict[str, Any], folder: Pat
 # -- the device ---------------------------------------------------------------------------------
 
 
-def private_update(
-    delta: Tensors, instructions: dict[str, Any], generator: torch.Generator | None = None
-) -> list[np.ndarray]:
-    """The device's DP step on its update ``δ_k`` (by parameter name): clipped to the round's
-    ``dp_clip_norm``; in ``distributed`` plus its noise share ``N(0, (z_Δ·C_r)²/m_min)``; with
-    adaptive clipping one more array, its (noisy) bit. The arrays in name order, the bit last.
-    ``generator``: the noise's source, a fresh secret one unless a test passes its own."""
+def device_mechanism(
+    instructions: dict[str, Any], generator: torch.Generator | None = None
+) -> UserLevelDP:
+    """The run's mechanism as a device holds it for one round, from the round's instructions
+    (:meth:`FlowerPrivacy.instructions`): this round's clip norm, ``z_Δ``, ``m_min``, the count
+    noise; its noise from fresh secret seeds (``generator``: a test's own, for every draw)."""
     mechanism = str(instructions["dp"])
     clip_norm = float(instructions["dp_clip_norm"])
     if mechanism not in ("central", "distributed") or not clip_norm > 0:
         raise DeviceError(f"bad DP instructions: dp {mechanism!r}, clip norm {clip_norm}")
-    names = sorted(delta)
-    clipped, norms = clip_updates({name: delta[name][None] for name in names}, clip_norm)
-    own = {name: clipped[name][0] for name in names}
-    distributed = mechanism == "distributed"
     survivors = int(instructions.get("dp_survivors", 0))
-    if distributed:
-        noise = float(instructions["dp_noise"])
-        if survivors < 2 or not noise > 0:
-            raise DeviceError(f"bad DP instructions: noise {noise}, {survivors} survivors")
-        generator = generator or secret_generator()
-        own = add_noise(own, noise * clip_norm / math.sqrt(survivors), generator)
-    arrays = [own[name].numpy() for name in names]
+    noise = float(instructions.get("dp_noise", 0.0))
+    if mechanism == "distributed" and (survivors < 2 or not noise > 0):
+        raise DeviceError(f"bad DP instructions: noise {noise}, {survivors} survivors")
+    adaptive = None
     if instructions.get("dp_adaptive"):
-        bit = float(norms[0] <= clip_norm) - 0.5  # ±½ (Andrew et al. 2021, Sec. 3.1)
-        if distributed:
-            assert generator is not None
-            count_std = float(instructions["dp_count_std"])
-            bit += scalar_noise(count_std / math.sqrt(survivors), generator)
-        arrays.append(np.array([bit], dtype=np.float32))
+        adaptive = AdaptiveClipping(count_std=float(instructions["dp_count_std"]))
+    source = secret_noise if generator is None else (lambda *key: generator)
+    return UserLevelDP(mechanism, clip_norm, noise, math.nan, adaptive, source, max(survivors, 1))
+
+
+def private_update(
+    delta: Tensors, instructions: dict[str, Any], generator: torch.Generator | None = None
+) -> list[np.ndarray]:
+    """The device's DP step on its update ``δ_k`` (by parameter name): the mechanism's user half
+    (:meth:`~uvtrain.privacy.UserLevelDP.user_half`: clipped to the round's ``C_r``; in
+    ``distributed`` plus its share ``N(0, (z_Δ·C_r)²/m_min)``; with adaptive clipping its bit),
+    as the arrays it sends: in name order, the bit last (one float32). The user half's metrics
+    (its update's norm) stay on the device."""
+    mechanism = device_mechanism(instructions, generator)
+    names = sorted(delta)
+    stacked = {name: delta[name][None] for name in names}
+    sent, bits, _ = mechanism.user_half(stacked, [0], int(instructions.get("round", 0)))
+    arrays = [sent[name][0].numpy() for name in names]
+    if bits is not None:
+        arrays.append(np.array([float(bits[0])], dtype=np.float32))
     return arrays
 
 
@@ -199,43 +204,36 @@ def private_update(
 
 
 @dataclass
-class DeviceDP(Aggregator):
-    """The round's aggregator of a DP deployment: the devices clipped (and, distributed, noised)
-    their updates; :meth:`release` turns the survivors' sum into ``θ'`` (see the module's
-    docstring). It aggregates as the devices train (``secure``: inside Flower's SecAgg+ workflow;
-    plain: from the replies), so it is fusable and hands on the new parameters.
+class FlowerPrivacy:
+    """The server's side of a DP deployment around the one mechanism (``mechanism``, its noise
+    from the server's secret randomness, its shares calibrated to ``survivors`` = ``m_min``):
+    the round's instructions to the devices, SecAgg+'s range, and the ledger — every noisy
+    aggregate counted before it is released, so that a round is never released twice
+    unaccounted (a resumed run that would do so is refused). The release itself is the
+    aggregator's, :class:`~uvtrain.privacy.PrivateSum` over the mechanism."""
 
-    ``clip_norm`` is the next round's norm (adaptive clipping moves it; the server's checkpoint
-    keeps it); ``ledger`` counts every noisy aggregate released, so that a round is never
-    released twice unaccounted (a resumed run that would do so is refused)."""
-
-    plan: PrivacyPlan
+    mechanism: UserLevelDP
     survivors: int  # m_min
-    secure: Any = None  # the FlowerSecAggPlus aggregator of secure rounds
     ledger: Path | None = None
+    releases: int = 0
 
-    def __post_init__(self) -> None:
-        self.clip_norm = self.plan.clip_norm
-        self.releases = 0
+    @property
+    def plan(self) -> PrivacyPlan:
+        assert self.mechanism.plan is not None
+        return self.mechanism.plan
 
-    def fusable(self) -> bool:
-        return True
-
-    def __call__(
-        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
-    ) -> Tensors:
-        if updates.aggregate is None:
-            raise DeploymentError("a DP round aggregates as the devices train: nothing released")
-        return updates.aggregate
+    @property
+    def clip_norm(self) -> float:
+        return self.mechanism.clip_norm
 
     def instructions(self) -> dict[str, Any]:
         """What a device needs for its DP step this round (sent with its FitIns)."""
-        adaptive = self.plan.adaptive
-        distributed = self.plan.mechanism == "distributed"
+        mechanism = self.mechanism
+        adaptive = mechanism.adaptive
         return {
-            "dp": self.plan.mechanism,
-            "dp_clip_norm": float(self.clip_norm),
-            "dp_noise": float(self.plan.update_noise) if distributed else 0.0,
+            "dp": mechanism.mechanism,
+            "dp_clip_norm": float(mechanism.clip_norm),
+            "dp_noise": float(mechanism.update_noise) if mechanism.distributed else 0.0,
             "dp_survivors": int(self.survivors),
             "dp_adaptive": adaptive is not None,
             "dp_count_std": float(adaptive.count_std) if adaptive is not None else 0.0,
@@ -245,61 +243,32 @@ class DeviceDP(Aggregator):
         """SecAgg+'s per-entry range for this round: Flower's 8.0, or wide enough that an entry
         of a clipped update (at most ``C_r``) plus 8 standard deviations of its noise share (and
         the bit with its share) is never cut by the quantization (which would cut the noise)."""
-        widest = self.clip_norm
-        if self.plan.mechanism == "distributed":
-            widest += 8 * self.plan.update_noise * self.clip_norm / math.sqrt(self.survivors)
-        if self.plan.adaptive is not None:
-            count_share = self.plan.adaptive.count_std / math.sqrt(self.survivors)
+        mechanism = self.mechanism
+        widest = mechanism.clip_norm
+        if mechanism.distributed:
+            widest += 8 * mechanism.update_noise * mechanism.clip_norm / math.sqrt(self.survivors)
+        if mechanism.adaptive is not None:
+            count_share = mechanism.adaptive.count_std / math.sqrt(self.survivors)
             widest = max(widest, 0.5 + 8 * count_share)
         return max(8.0, widest)
 
-    def release(
-        self,
-        base: Tensors,
-        total: Tensors,
-        unclipped: float | None,
-        survivors: int,
-        round_number: int,
-    ) -> tuple[Tensors, dict[str, Any]]:
-        """``θ' = θ + (Σ δ̂_k + n) / (qN)`` from the survivors' sum (``n``: the server's
-        ``N(0, σ²)`` in ``central``, in the sum already in ``distributed``; ``qN`` the expected
-        cohort), and the next clip norm from the noisy sum of the devices' ``±½`` bits
-        ``unclipped``: the fraction ``(Σ b_k + noise) / (qN) + ½``."""
+    def record(self, survivors: int, round_number: int) -> None:
+        """Count the release of a sum of ``survivors`` devices in the ledger, before it exists;
+        a sum of fewer than ``m_min`` is refused (its noise would be too small)."""
         if survivors < self.survivors:
             raise DeploymentError(
                 f"round {round_number}: {survivors} update(s) summed, fewer than the "
                 f"{self.survivors} the noise is calibrated to: stopped"
             )
         self.releases += 1
-        if self.ledger is not None:  # before anything can fail: this aggregate exists now
+        if self.ledger is not None:
             write_json(self.ledger, {"releases": self.releases, "round": round_number})
-        central = self.plan.mechanism == "central"
-        generator = secret_generator()
-        clip_norm = self.clip_norm
-        std = self.plan.update_noise * clip_norm if central else 0.0
-        denominator = float(self.plan.cohort)
-        new = noisy_mean_update(base, total, denominator, std, generator)
-        metrics: dict[str, Any] = {
-            "survivors": survivors,
-            "clip_norm": clip_norm,
-            "epsilon": self.plan.spent(round_number),
-        }
-        if self.plan.adaptive is not None:
-            if unclipped is None:
-                raise DeploymentError(f"round {round_number}: no count of unclipped devices")
-            count = unclipped
-            if central:
-                count += scalar_noise(self.plan.adaptive.count_std, generator)
-            fraction = count / denominator + 0.5
-            metrics["unclipped"] = fraction
-            self.clip_norm = self.plan.adaptive.next_clip_norm(clip_norm, fraction)
-        return new, metrics
 
     def state_dict(self) -> dict[str, float]:
-        return {"clip_norm": float(self.clip_norm), "releases": self.releases}
+        return {**self.mechanism.state_dict(), "releases": self.releases}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.clip_norm = float(state["clip_norm"])
+        self.mechanism.load_state_dict(state)
         self.releases = int(state["releases"])
 
 

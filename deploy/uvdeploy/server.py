@@ -24,8 +24,10 @@ What the server does, in order:
 
 With user-level differential privacy (``dp``, :mod:`uvdeploy.dp`) the mechanism is planned after
 registration, before round 1 (a run that cannot keep within its budget does not start); the
-devices clip (and, distributed, noise) their updates, the aggregator is
-:class:`~uvdeploy.dp.DeviceDP` (around SecAgg+ in secure rounds), a secure round finishes with
+devices run the mechanism's user half (clip and, distributed, noise), the aggregator is its
+server half, :class:`~uvtrain.privacy.PrivateSum`, over the sum SecAgg+ unmasks (secure rounds)
+or the re-clipped replies (plain), with :class:`~uvdeploy.dp.FlowerPrivacy` (instructions,
+ledger) beside it; a secure round finishes with
 the survivors when at least ``m_min`` remain, and each round's log line states the ε spent.
 """
 
@@ -75,7 +77,7 @@ from uvtrain.io import (
     trim_metrics,
     write_json,
 )
-from uvtrain.privacy import clip_updates
+from uvtrain.privacy import PrivateSum, UserLevelDP, secret_noise
 from uvtrain.rounds import (
     Aggregator,
     ClientUpdates,
@@ -89,7 +91,7 @@ from uvtrain.server_optimizers import ServerOptimizer
 
 from .dp import (
     LEDGER,
-    DeviceDP,
+    FlowerPrivacy,
     can_release,
     check_rounds,
     min_survivors,
@@ -131,14 +133,14 @@ class FlowerSecAggPlus(Aggregator):
         return True
 
     def __call__(
-        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
-    ) -> Tensors:
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
+    ) -> tuple[Tensors, dict[str, Any]]:
         if updates.aggregate is None:
             raise DeploymentError(
                 "SecAgg+ aggregates while the devices train: a secure round has no per-client "
                 "updates to aggregate or postprocess"
             )
-        return updates.aggregate
+        return updates.aggregate, {}
 
     def collect(
         self,
@@ -189,7 +191,7 @@ class FederatedServer:
         self.secure = settings.secure
         if self.secure and overrides(self.algorithm, "aggregate"):
             raise ConfigError(f"{self.config.method.name}'s aggregation cannot run under SecAgg+")
-        self.aggregator: Aggregator = (
+        self.secagg = (
             FlowerSecAggPlus(
                 grid,
                 context,
@@ -198,9 +200,10 @@ class FederatedServer:
                 timeout=settings.round_seconds,
             )
             if self.secure
-            else WeightedMean(self.algorithm)
+            else None
         )
-        self.dp: DeviceDP | None = None  # planned after registration (run)
+        self.aggregator: Aggregator = self.secagg or WeightedMean(self.algorithm)
+        self.dp: FlowerPrivacy | None = None  # planned after registration (run)
         #: how the aggregate is applied to the global model, as in the simulator
         self.server_optimizer = ServerOptimizer.from_schedule(self.config.schedule)
 
@@ -356,14 +359,15 @@ class FederatedServer:
         """The round's local training (:class:`uvtrain.rounds.LocalTraining`), done by the
         plan's devices: send each its instructions, collect the replies, and hand run_round the
         per-device updates θ_k − θ (plain rounds) or the new parameters SecAgg+ aggregated
-        (secure rounds: ``fused`` must be the :class:`FlowerSecAggPlus` aggregator)."""
+        (secure rounds: ``fused`` must be the round's aggregator: SecAgg+, or under DP the
+        mechanism's server half, which takes the sum SecAgg+ unmasked)."""
         nodes = [self.node_of_row[int(row)] for row in plan.clients]
         instructions = [(node, self._fit_ins(node, plan.number, plan.lr)) for node in nodes]
-        dp = fused if isinstance(fused, DeviceDP) else None
-        secagg = dp.secure if dp is not None else fused
+        dp = self.dp
+        secagg = self.secagg
         mean: list[np.ndarray] | None = None
         if self.secure:
-            if not isinstance(secagg, FlowerSecAggPlus):
+            if fused is None or secagg is None:
                 raise DeploymentError(
                     f"round {plan.number}: a secure round aggregates inside SecAgg+ as the "
                     "devices train; it cannot run with another aggregator or postprocessing"
@@ -406,8 +410,7 @@ class FederatedServer:
         )
         names = sorted(self.params)
         if dp is not None:
-            updates.aggregate, dp_metrics = self._release(dp, replies, mean, plan.number)
-            updates.metrics.update(dp_metrics)
+            self._private_sum(dp, updates, replies, mean, plan.number)
         elif mean is not None:
             updates.aggregate = {
                 name: value + torch.from_numpy(np.array(mean[i])).to(value.dtype)
@@ -423,26 +426,34 @@ class FederatedServer:
             updates.messages = {k: torch.stack([u[k] for u in unpacked]) for k in unpacked[0]}
         return updates
 
-    def _release(
-        self, dp: DeviceDP, replies: Replies, mean: list[np.ndarray] | None, round_number: int
-    ) -> tuple[Tensors, dict[str, Any]]:
-        """A DP round's new parameters from the survivors' sum: SecAgg+'s mean over the ``m′``
-        survivors times ``m′`` (secure), or the sum of the devices' clipped updates, clipped
-        again here with the same code (plain, central: the server holds the bound itself); the
-        devices' bits (adaptive clipping) are the last array."""
+    def _private_sum(
+        self,
+        dp: FlowerPrivacy,
+        updates: ClientUpdates,
+        replies: Replies,
+        mean: list[np.ndarray] | None,
+        round_number: int,
+    ) -> None:
+        """What a DP round hands the mechanism's server half (:class:`PrivateSum`): the
+        survivors' sum SecAgg+ unmasked (its mean over the ``m′`` survivors times ``m′``: secure)
+        or the devices' updates clipped again with the mechanism's own clipping (plain, central:
+        the server holds the bound itself), and the devices' bits (adaptive clipping: the last
+        array); the release is counted in the ledger first."""
         names = sorted(self.params)
         survivors = len(replies.node_ids)
-        adaptive = dp.plan.adaptive is not None
+        adaptive = dp.mechanism.adaptive is not None
         expected = len(names) + int(adaptive)
+        dp.record(survivors, round_number)
+        updates.metrics["survivors"] = survivors
         if mean is not None:
             if len(mean) != expected:
                 raise DeploymentError(f"round {round_number}: {len(mean)} arrays, not {expected}")
             sums = [np.asarray(array, dtype=np.float64) * survivors for array in mean]
-            total = {
+            updates.total = {
                 name: torch.from_numpy(sums[i]).to(self.params[name].dtype)
                 for i, name in enumerate(names)
             }
-            unclipped = float(sums[-1].reshape(-1)[0]) if adaptive else None
+            bits = [float(sums[-1].reshape(-1)[0])] if adaptive else None
         else:
             if any(len(update) != expected for update in replies.updates):
                 raise DeploymentError(f"round {round_number}: a device sent a malformed update")
@@ -450,11 +461,10 @@ class FederatedServer:
                 name: torch.stack([torch.from_numpy(np.array(u[i])) for u in replies.updates])
                 for i, name in enumerate(names)
             }
-            clipped, _ = clip_updates(stacked, dp.clip_norm)
-            total = {name: value.sum(0) for name, value in clipped.items()}
+            updates.deltas = dp.mechanism.clip(stacked)
             bits = [float(np.asarray(u[-1]).reshape(-1)[0]) for u in replies.updates]
-            unclipped = float(sum(bits)) if adaptive else None
-        return dp.release(self.params, total, unclipped, survivors, round_number)
+        if adaptive:
+            updates.clip_bits = torch.tensor(bits, dtype=torch.float64)
 
     def round(self, round_number: int, nodes: list[int]) -> dict[str, Any]:
         """One round (:func:`uvtrain.rounds.run_round`), then the check that the model changed
@@ -559,8 +569,9 @@ class FederatedServer:
         assert plan is not None
         cohort = self.settings.cohort_size(users)
         survivors = min_survivors(self.settings, cohort)
-        secure = self.aggregator if isinstance(self.aggregator, FlowerSecAggPlus) else None
-        dp = DeviceDP(plan, survivors, secure, self.folder / LEDGER)
+        secure = self.secagg
+        mechanism = UserLevelDP.from_plan(plan, secret_noise, survivors)
+        dp = FlowerPrivacy(mechanism, survivors, self.folder / LEDGER)
         if state is not None:
             if "privacy" not in state:
                 raise ConfigError(f"{self.folder / CHECKPOINT} holds no DP state")
@@ -573,7 +584,8 @@ class FederatedServer:
             )
         if secure is not None:  # SecAgg+ unmasks no sum of fewer than m_min devices
             secure.reconstruction_threshold = float(survivors)
-        self.dp = self.aggregator = dp
+        self.dp = dp
+        self.aggregator = PrivateSum(mechanism)  # the server half over the devices' sum
         skip = skip_probability(users, plan.sampling_rate, survivors)
         shares = f", sums of >= {survivors} devices" if secure is not None else ""
         self.echo(

@@ -480,8 +480,11 @@ def test_a_central_dp_round_sums_the_clipped_updates_and_adds_the_servers_noise(
     )
     server.params = {"a": torch.zeros(40, 500), "b": torch.zeros(10)}
     server._plan_privacy(None)
+    from uvtrain.privacy import PrivateSum
+
     dp = server.dp
-    assert dp is not None and server.aggregator is dp and dp.survivors == 1
+    assert dp is not None and dp.survivors == 1
+    assert isinstance(server.aggregator, PrivateSum) and server.aggregator.mechanism is dp.mechanism
     assert dp.plan.sampling_rate == 1.0 and dp.plan.epsilon == pytest.approx(8.0, rel=1e-2)
     generator = torch.Generator().manual_seed(1)
     deltas = [
@@ -548,6 +551,90 @@ def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_
     server.dp.survivors = 3  # a sum of fewer than m_min devices is never released
     with pytest.raises(DeploymentError, match="round 2: 1 of 3 device"):
         server.round(2, [11, 12, 13])
+
+
+@pytest.mark.parametrize("mechanism", ["central", "distributed"])
+def test_one_mechanism_releases_the_same_in_the_simulator_the_audit_and_flower(
+    mechanism: str,
+) -> None:
+    """THE SAME mechanism object (uvtrain.privacy.UserLevelDP, adaptive clipping on) through
+    the simulator's steps, the audit's SecAgg+ transport and the Flower device and server
+    functions, on the same updates: the same release (SecAgg+: to within its quantisation), the
+    same metrics (clip norm, noisy unclipped fraction, ε) and the same next clip norm. Central:
+    a device's half is deterministic and must equal the simulator's rows; distributed: its
+    shares are its own secret, so Flower's server half gets the simulator's users' output."""
+    from types import SimpleNamespace
+
+    from uvdeploy.dp import FlowerPrivacy, private_update
+    from uvdeploy.server import FederatedServer, Replies
+    from uvtrain.audit import SecAggModel, SecAggPlus
+    from uvtrain.privacy import PrivateSum, PrivateUsers, UserLevelDP, plan_privacy, seeded_noise
+    from uvtrain.rounds import ClientUpdates, RoundPlan
+
+    plan = plan_privacy(mechanism, clip_norm=0.5, rounds=4, cohort=4, users=8, noise=1.5,
+                        adaptive=True, clip_count_std=1.0)  # fmt: skip
+    assert plan is not None
+    dp = UserLevelDP.from_plan(plan, seeded_noise(11), survivors=3)
+    start = dp.state_dict()
+    generator = torch.Generator().manual_seed(2)
+    base = {"b": torch.randn(6, generator=generator), "w": torch.randn(5, 4, generator=generator)}
+    scales = torch.tensor([0.1, 2.0, 0.2, 3.0, 0.05])
+    deltas = {
+        k: torch.randn(5, *v.shape, generator=generator) * scales.reshape(-1, *[1] * v.dim())
+        for k, v in base.items()
+    }
+    round_plan = RoundPlan(2, np.array([0, 2, 3, 5, 7]), 0.1)
+    clients = torch.tensor(round_plan.clients)
+    updates = ClientUpdates(clients, torch.ones(5), torch.zeros(5, 1), deltas=deltas)
+
+    # the simulator: the user half as postprocessing, the server half over the plain sum
+    sent = PrivateUsers(dp)(updates, base, round_plan)
+    simulated, simulated_metrics = PrivateSum(dp)(sent, base, round_plan)
+    after = dp.state_dict()
+    assert after != start and {"clip_norm", "unclipped", "epsilon"} <= set(simulated_metrics)
+    assert simulated_metrics["epsilon"] == plan.spent(2)
+
+    # the audit: the same users' output through SecAgg+ as the transport
+    dp.load_state_dict(start)
+    secure = PrivateSum(dp, SecAggPlus(SecAggModel(), np.random.default_rng(4)))
+    audited, audited_metrics = secure(sent, base, round_plan)
+    assert audited_metrics == simulated_metrics and dp.state_dict() == after
+    step = 16 / 2**22 * 1.01 * 5 / plan.cohort  # a level per member, over qN
+    for name in base:
+        assert float((audited[name] - simulated[name]).abs().max()) <= step + 1e-6
+
+    # Flower: each device's user half (central: the simulator's rows exactly) ...
+    dp.load_state_dict(start)
+    flower = FlowerPrivacy(dp, survivors=3)
+    instructions = {**flower.instructions(), "round": round_plan.number}
+    rows = [
+        [sent.deltas["b"][row].numpy(), sent.deltas["w"][row].numpy(),
+         np.array([sent.clip_bits[row]], dtype=np.float32)]
+        for row in range(5)
+    ]  # fmt: skip
+    if mechanism == "central":
+        devices = [private_update({k: v[row] for k, v in deltas.items()}, instructions)
+                   for row in range(5)]  # fmt: skip
+        for device, row in zip(devices, rows, strict=True):
+            assert all(np.array_equal(a, b) for a, b in zip(device, row, strict=True))
+    # ... and the server's half on the plain replies (central only: clipped again) or on
+    # SecAgg+'s mean
+    server = SimpleNamespace(params=base)
+    for secure_round in (False, True) if mechanism == "central" else (True,):
+        dp.load_state_dict(start)
+        replies = Replies(node_ids=list(range(5)), counts=[1] * 5, updates=rows)
+        mean = [np.mean([r[i] for r in rows], axis=0) for i in range(3)] if secure_round else None
+        received = ClientUpdates(clients, torch.ones(5), torch.zeros(5, 1))
+        FederatedServer._private_sum(server, flower, received, replies, mean, round_plan.number)
+        released, metrics = PrivateSum(dp)(received, base, round_plan)
+        assert received.metrics["survivors"] == 5
+        assert metrics["clip_norm"] == simulated_metrics["clip_norm"]
+        assert metrics["epsilon"] == simulated_metrics["epsilon"]
+        assert metrics["unclipped"] == pytest.approx(simulated_metrics["unclipped"], abs=1e-6)
+        assert dp.clip_norm == pytest.approx(after["clip_norm"], rel=1e-6)
+        for name in base:
+            torch.testing.assert_close(released[name], simulated[name], rtol=1e-5, atol=1e-6)
+    assert flower.releases == (2 if mechanism == "central" else 1)  # each one in the ledger
 
 
 def test_a_dp_run_that_would_spend_more_than_planned_refuses_to_start(tmp_path: Path) -> None:

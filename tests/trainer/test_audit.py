@@ -112,11 +112,10 @@ def test_secure_aggregate_refuses_a_weight_that_rounds_to_zero() -> None:
 
 @pytest.mark.parametrize("mechanism", ["central", "distributed"])
 def test_secagg_plus_with_equal_weights_is_the_dp_sum_within_one_step(mechanism: str) -> None:
-    """Clipped (and, distributed, noised) updates through SecAgg+ with equal weights and the
-    server's central noise: θ + (Σ_k δ̂_k + n) / m, as the DP sum computes it, to within the
-    quantisation; the sample counts (very unequal here) do not weigh."""
-    from uvtrain.algorithms import FedUV
-    from uvtrain.privacy import ClipUpdates, DistributedNoise, DPSum
+    """Clipped (and, distributed, noised) updates through SecAgg+ as the transport under the
+    mechanism's server half: θ + (Σ_k δ̂_k + n) / (qN), as the plain DP sum computes it, to
+    within the quantisation; the sample counts (very unequal here) do not weigh."""
+    from uvtrain.privacy import PrivateSum, PrivateUsers, UserLevelDP, seeded_noise
     from uvtrain.rounds import ClientUpdates, RoundPlan
 
     generator = torch.Generator().manual_seed(8)
@@ -125,35 +124,19 @@ def test_secagg_plus_with_equal_weights_is_the_dp_sum_within_one_step(mechanism:
     deltas = {k: torch.randn(count, *v.shape, generator=generator) for k, v in base.items()}
     sizes = torch.tensor([1.0, 3.0, 10.0, 40.0, 2.0, 7.0])
     plan = RoundPlan(4, np.arange(count), 0.1)
-    clip = ClipUpdates(clip_norm)
+    dp = UserLevelDP(mechanism, clip_norm, noise, 8.0, noise=seeded_noise(3))  # qN, not the 6
     updates = ClientUpdates(torch.arange(count), sizes, torch.zeros(count, 1), deltas=deltas)
-    updates = clip(updates, base, plan)
-    clipped = dict(updates.deltas)
-    central = 0.0
-    if mechanism == "distributed":
-        updates = DistributedNoise(noise, seed=3, clip=clip)(updates, base, plan)
-    else:
-        central = noise
-    dp_sum = DPSum(FedUV(), central, seed=3, clip=clip, denominator=8.0)  # qN, not the 6 drawn
-    expected = dp_sum(updates, base, plan)
-    secure = audit.SecAggPlus(
-        audit.SecAggModel(),
-        np.random.default_rng(9),
-        weights="equal",
-        noise=dp_sum.sum_noise,
-        denominator=dp_sum.denominator,
-    )
-    result = secure(updates, base, plan)
-    # one level per member at r = round(Q / 1.01) / Q, over Σ r: STEP · 1.01 (and float32)
+    updates = PrivateUsers(dp)(updates, base, plan)
+    expected, _ = PrivateSum(dp)(updates, base, plan)
+    secure = PrivateSum(dp, audit.SecAggPlus(audit.SecAggModel(), np.random.default_rng(9)))
+    result, _ = secure(updates, base, plan)
+    # one level per member at r = round(Q / 1.01) / Q, over Σ r: STEP · 1.01, times m / qN
     for name in base:
         assert float((result[name] - expected[name]).abs().max()) <= STEP * 1.01 + 1e-6
-        seen = secure.mean_update[name].float()
-        assert float((seen - (expected[name] - base[name])).abs().max()) <= STEP * 1.01 + 1e-6
     # the noise is there: far from the noise-free mean of the clipped updates
+    clipped = dp.clip(deltas)
     plain = {k: base[k] + clipped[k].sum(0) / 8.0 for k in base}
     assert max(float((result[k] - plain[k]).abs().max()) for k in base) > 0.1
-    with pytest.raises(ValueError):
-        audit.SecAggPlus(audit.SecAggModel(), np.random.default_rng(), weights="sizes")
 
 
 # -- PSNR and SSIM ------------------------------------------------------------------------------
@@ -242,17 +225,24 @@ def test_a_secure_round_under_dp_clips_each_update_before_secagg(feduv: tuple) -
         config, privacy=Privacy("central", dp_noise_multiplier=1e-6, clip_norm=clip_norm)
     )
     simulation = make_simulation(private, dataset)
+    from uvtrain.privacy import PrivateSum
+
     aggregator = audit.secure_aggregator(simulation, audit.SecAggModel(), np.random.default_rng(0))
-    assert aggregator.weights == "equal" and aggregator.noise is not None
+    assert isinstance(aggregator, PrivateSum) and aggregator.mechanism is simulation.mechanism
+    assert isinstance(aggregator.transport, audit.SecAggPlus)
+    before = dict(simulation.params)
     result = audit.secure_round(simulation, aggregator)
     assert result.metrics["clipped"] > 0  # FedUV's updates are larger than 0.05
-    norm = math.sqrt(sum(float(v.pow(2).sum()) for v in aggregator.mean_update.values()))
-    parameters = sum(v.numel() for v in aggregator.mean_update.values())
-    assert norm <= clip_norm + math.sqrt(parameters) * STEP * 1.01
-    plain = make_simulation(config, dataset)  # without DP: the weighted mean, as before
-    assert audit.secure_aggregator(plain, audit.SecAggModel(), np.random.default_rng()).weights == (
-        "samples"
-    )
+    assert result.metrics["epsilon"] == simulation.privacy.spent(1)
+    released = {k: result.params[k].double() - before[k].double() for k in before}
+    norm = math.sqrt(sum(float(v.pow(2).sum()) for v in released.values()))
+    parameters = sum(v.numel() for v in released.values())
+    # Σ over m′ clipped updates over qN, plus quantisation and float32 rounding
+    cohort = len(result.updates.clients) / simulation.mechanism.denominator
+    assert norm <= clip_norm * cohort + math.sqrt(parameters) * (STEP * 1.01 + 1e-6)
+    plain = make_simulation(config, dataset)  # without DP: SecAgg+'s weighted mean, as before
+    aggregator = audit.secure_aggregator(plain, audit.SecAggModel(), np.random.default_rng())
+    assert isinstance(aggregator, audit.SecAggPlus)
 
 
 def test_codeword_estimates_read_the_signs_of_a_rank_one_update() -> None:

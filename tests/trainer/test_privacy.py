@@ -12,20 +12,32 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("dp_accounting")
 
-from uvtrain.algorithms import FedUV  # noqa: E402
 from uvtrain.errors import ConfigError  # noqa: E402
 from uvtrain.privacy import (  # noqa: E402
     AdaptiveClipping,
-    ClipUpdates,
-    DistributedNoise,
-    DPSum,
+    PrivateSum,
+    PrivateUsers,
+    UserLevelDP,
     epsilon,
     noise_multiplier,
     plan_privacy,
+    seeded_noise,
     update_noise_multiplier,
     update_norms,
 )
 from uvtrain.rounds import ClientUpdates, RoundPlan  # noqa: E402
+
+
+def _mechanism(
+    mechanism: str,
+    clip_norm: float,
+    noise: float,
+    denominator: float,
+    adaptive: AdaptiveClipping | None = None,
+    seed: int = 0,
+) -> UserLevelDP:
+    """The simulator's mechanism (noise from (seed, round, stream, client)) without a plan."""
+    return UserLevelDP(mechanism, clip_norm, noise, denominator, adaptive, seeded_noise(seed))
 
 
 def _updates(count: int, scale: float, seed: int = 0) -> tuple[ClientUpdates, dict]:
@@ -42,7 +54,8 @@ def test_each_clients_update_is_clipped_to_the_norm_and_small_ones_are_kept() ->
     updates.deltas = {k: v * torch.linspace(0.01, 3, 12).reshape(-1, *[1] * (v.dim() - 1))
                       for k, v in updates.deltas.items()}  # fmt: skip
     before = update_norms(updates.deltas)
-    clipped = ClipUpdates(2.5)(updates, base, RoundPlan(1, np.arange(12), 0.1))
+    mechanism = _mechanism("central", 2.5, 0.0, 12.0)
+    clipped = PrivateUsers(mechanism)(updates, base, RoundPlan(1, np.arange(12), 0.1))
     after = update_norms(clipped.deltas)
     assert float(after.max()) <= 2.5 * (1 + 1e-6)
     small = before <= 2.5
@@ -56,11 +69,9 @@ def test_the_aggregate_carries_noise_of_the_computed_scale(mechanism: str) -> No
     count, std = 20, 0.8  # σ = z·C of the sum
     updates, base = _updates(count, 0.0)
     plan = RoundPlan(3, np.arange(count), 0.1)
-    if mechanism == "distributed":
-        updates = DistributedNoise(std, seed=5)(updates, base, plan)
-        aggregate = DPSum(FedUV(), 0.0, seed=5, denominator=count)(updates, base, plan)
-    else:
-        aggregate = DPSum(FedUV(), std, seed=5, denominator=count)(updates, base, plan)
+    dp = _mechanism(mechanism, 1.0, std, float(count), seed=5)  # C = 1: σ = z
+    updates = PrivateUsers(dp)(updates, base, plan)
+    aggregate, _ = PrivateSum(dp)(updates, base, plan)
     total = torch.cat([(aggregate[k] - base[k]).reshape(-1) for k in base]) * count
     # 127 values of N(0, σ²): the sample std within 20 % (a 4-sigma band of its spread), mean ~0
     assert float(total.std()) == pytest.approx(std, rel=0.2)
@@ -143,7 +154,8 @@ def test_a_target_epsilon_sets_a_noise_that_spends_at_most_it() -> None:
 def test_adaptive_clipping_follows_the_quantile_of_the_update_norms() -> None:
     # norms spread over [0.5, 5]; the clip norm starts at 0.1 and must settle near the median
     adaptive = AdaptiveClipping(0.5, 0.2, count_std=1.0)
-    clip = ClipUpdates(0.1, adaptive, seed=3, distributed=True, denominator=50.0)
+    mechanism = _mechanism("distributed", 0.1, 1.0, 50.0, adaptive, seed=3)
+    users, server = PrivateUsers(mechanism), PrivateSum(mechanism)
     norms_seen = []
     for round_number in range(1, 121):
         updates, base = _updates(50, 1.0, seed=round_number)
@@ -151,13 +163,17 @@ def test_adaptive_clipping_follows_the_quantile_of_the_update_norms() -> None:
         updates.deltas = {k: v * factor.reshape(-1, *[1] * (v.dim() - 1)).to(v.dtype)
                           for k, v in updates.deltas.items()}  # fmt: skip
         norms_seen.append(float(update_norms(updates.deltas).median()))
-        clipped = clip(updates, base, RoundPlan(round_number, None, 0.1))
-        assert float(update_norms(clipped.deltas).max()) <= clipped.metrics["clip_norm"] * 1.0001
-    assert clip.clip_norm == pytest.approx(np.median(norms_seen), rel=0.25)
+        plan = RoundPlan(round_number, np.arange(50), 0.1)
+        clipped = users(updates, base, plan)
+        clip_norm = clipped.metrics["clip_norm"]
+        assert clipped.clip_bits is not None and len(clipped.clip_bits) == 50
+        _, metrics = server(clipped, base, plan)
+        assert metrics["clip_norm"] == clip_norm != mechanism.clip_norm  # moved after the round
+    assert mechanism.clip_norm == pytest.approx(np.median(norms_seen), rel=0.25)
     # its state resumes the next round's norm
-    again = ClipUpdates(0.1, AdaptiveClipping(0.5, 0.2, 1.0), seed=3, distributed=True)
-    again.load_state_dict(clip.state_dict())
-    assert again.clip_norm == clip.clip_norm
+    again = _mechanism("distributed", 0.1, 1.0, 50.0, AdaptiveClipping(0.5, 0.2, 1.0), seed=3)
+    again.load_state_dict(mechanism.state_dict())
+    assert again.clip_norm == mechanism.clip_norm
 
 
 def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
@@ -195,40 +211,41 @@ def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
 def test_the_noisy_unclipped_fraction_sums_bits_shifted_to_a_half(distributed: bool) -> None:
     from uvtrain.privacy import _generator, scalar_noise
 
-    clip = ClipUpdates(1.0, AdaptiveClipping(count_std=2.0), seed=7, distributed=distributed,
-                       denominator=8.0)  # fmt: skip
-    bits = torch.tensor([True, True, True, False, True])  # Σ (b − ½) = 4 − 2.5 = 1.5
-    clients = torch.tensor([3, 9, 11, 20, 21])
+    mechanism = "distributed" if distributed else "central"
+    dp = _mechanism(mechanism, 1.0, 0.5, 8.0, AdaptiveClipping(count_std=2.0), seed=7)
+    base = {"w": torch.zeros(3)}
+    norms = torch.tensor([0.5, 0.9, 0.1, 3.0, 0.2])  # Σ (b − ½) = 4 − 2.5 = 1.5
+    deltas = {"w": torch.stack([torch.tensor([n, 0.0, 0.0]) for n in norms.tolist()])}
+    clients = [3, 9, 11, 20, 21]
+    _, bits, _ = dp.user_half(deltas, clients, 4)
     if distributed:  # each of the 5 adds its share N(0, σ_b² / 5)
-        noise = sum(
-            scalar_noise(2.0 / math.sqrt(5), _generator(7, 4, 3, c)) for c in clients.tolist()
-        )
+        noise = sum(scalar_noise(2.0 / math.sqrt(5), _generator(7, 4, 3, c)) for c in clients)
     else:
         noise = scalar_noise(2.0, _generator(7, 4, 4, 0))
     expected = (1.5 + noise) / 8.0 + 0.5
-    assert clip.noisy_unclipped(bits, clients, 4) == pytest.approx(expected, rel=1e-12)
+    total = {"w": torch.zeros(3)}
+    _, metrics = dp.server_half(base, total, float(bits.sum()), 5, 4)
+    assert metrics["unclipped"] == pytest.approx(expected, rel=1e-12)
+    assert dp.clip_norm == pytest.approx(math.exp(-0.2 * (expected - 0.5)))
     # an empty cohort: the noise alone, drawn by the server
     empty = scalar_noise(2.0, _generator(7, 5, 4, 0)) / 8.0 + 0.5
-    nobody = torch.zeros(0, dtype=torch.long)
-    assert clip.noisy_unclipped(torch.zeros(0, dtype=torch.bool), nobody, 5) == empty
+    _, metrics = dp.server_half(base, total, 0.0, 0, 5)
+    assert metrics["unclipped"] == empty
 
 
 @pytest.mark.parametrize("mechanism", ["central", "distributed"])
 def test_the_aggregate_divides_by_the_expected_cohort(mechanism: str) -> None:
     """θ' = θ + (Σ_k δ̂_k + n) / (qN): the realised count (5) is not the denominator (8); an
     empty cohort releases θ + n / (qN)."""
-    from uvtrain.privacy import _generator, add_noise
+    from uvtrain.privacy import _generator, add_noise, clip_updates
 
     distributed = mechanism == "distributed"
     updates, base = _updates(5, 0.3, seed=2)
     plan = RoundPlan(6, np.arange(5), 0.1)
-    clip = ClipUpdates(1.0, seed=4, distributed=distributed, denominator=8.0)
-    updates = clip(updates, base, plan)
-    clipped = {k: v.clone() for k, v in updates.deltas.items()}
-    if distributed:
-        updates = DistributedNoise(0.7, seed=4, clip=clip)(updates, base, plan)
-    dp_sum = DPSum(FedUV(), 0.7, seed=4, clip=clip, denominator=8.0, distributed=distributed)
-    result = dp_sum(updates, base, plan)
+    dp = _mechanism(mechanism, 1.0, 0.7, 8.0, seed=4)
+    clipped, _ = clip_updates(updates.deltas, 1.0)
+    updates = PrivateUsers(dp)(updates, base, plan)
+    result, _ = PrivateSum(dp)(updates, base, plan)
     zeros = {name: torch.zeros_like(value) for name, value in base.items()}
     if distributed:  # client k's share N(0, 0.7² / 5) from (seed, round, k), over all its values
         shares = [add_noise(zeros, 0.7 / math.sqrt(5), _generator(4, 6, 1, k)) for k in range(5)]
@@ -242,10 +259,8 @@ def test_the_aggregate_divides_by_the_expected_cohort(mechanism: str) -> None:
     nobody = ClientUpdates(torch.zeros(0, dtype=torch.long), torch.zeros(0), torch.zeros(0, 1),
                            deltas={k: torch.zeros(0, *v.shape) for k, v in base.items()})  # fmt: skip
     empty_plan = RoundPlan(7, np.zeros(0, dtype=int), 0.1)
-    nobody = clip(nobody, base, empty_plan)
-    if distributed:
-        nobody = DistributedNoise(0.7, seed=4, clip=clip)(nobody, base, empty_plan)
-    released = dp_sum(nobody, base, empty_plan)
+    nobody = PrivateUsers(dp)(nobody, base, empty_plan)
+    released, _ = PrivateSum(dp)(nobody, base, empty_plan)
     noise = add_noise(zeros, 0.7, _generator(4, 7, 2, 0))
     for name, value in base.items():
         torch.testing.assert_close(released[name], value + noise[name] / 8.0)
@@ -327,7 +342,7 @@ def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
     resumed.step()
     for name, value in straight_run.params.items():
         assert torch.equal(value, resumed.params[name])
-    assert resumed.postprocess[0].clip_norm == straight_run.postprocess[0].clip_norm
+    assert resumed.mechanism.clip_norm == straight_run.mechanism.clip_norm
 
 
 @pytest.mark.parametrize("path", [None, "vmap"])
@@ -346,20 +361,25 @@ def test_a_dp_round_copes_with_a_cohort_of_none_or_one(
         "clip_norm": 0.5, "adaptive_clipping": True, "clip_count_std": 1.0,
     })  # fmt: skip
     simulation = make_simulation(config, load_data(config))
-    assert simulation.privacy.sampling_rate == 0.5 and simulation.aggregator.denominator == 4.0
+    assert simulation.privacy.sampling_rate == 0.5 and simulation.mechanism.denominator == 4.0
     drawn = simulation.clients_of_round(1)  # Poisson: the realised count varies by round
     assert len({len(simulation.clients_of_round(r)) for r in range(1, 30)}) > 1
     assert np.array_equal(drawn, simulation.clients_of_round(1))
     cohorts = iter([np.zeros(0, dtype=int), np.array([5])])
     monkeypatch.setattr(simulation, "clients_of_round", lambda number: next(cohorts))
-    before, norm = dict(simulation.params), simulation.postprocess[0].clip_norm
+    before, norm = dict(simulation.params), simulation.mechanism.clip_norm
     shared = dict(simulation.shared)
     result = simulation.next_round(path=path)
     assert result.metrics["clients"] == 0 and simulation.round == 1
-    server = simulation.aggregator.sum_noise(before, RoundPlan(1, np.zeros(0, dtype=int), 0.0))
+    from uvtrain.privacy import _generator
+
+    server = _generator(config.seed, 1, 2, 0)  # the server's noise of round 1, z·C = 0.5·z_Δ
+    std = simulation.mechanism.update_noise * norm
     for name, value in before.items():
-        torch.testing.assert_close(simulation.params[name], value + server[name] / 4.0)
-    assert simulation.postprocess[0].clip_norm != norm  # moved by the count's noise alone
+        noise = std * torch.randn(value.shape, generator=server)
+        torch.testing.assert_close(simulation.params[name], value + noise / 4.0)
+    assert simulation.mechanism.clip_norm != norm  # moved by the count's noise alone
+    assert result.metrics["epsilon"] == simulation.privacy.spent(1)
     assert all(torch.equal(v, simulation.shared[k]) for k, v in shared.items())
     one = simulation.next_round(path=path)
     assert one.metrics["clients"] == 1 and simulation.round == 2

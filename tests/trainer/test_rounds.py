@@ -101,15 +101,32 @@ def test_weighted_mean_of_deltas_equals_the_mean_of_parameters() -> None:
     weights = torch.tensor([1.0, 3.0])
     clients = torch.tensor([0, 1])
     losses = torch.zeros(2, 1)
-    by_params = WeightedMean(algorithm)(
-        ClientUpdates(clients, weights, losses, params=params), base
+    plan = RoundPlan(1, np.arange(2), 0.1)
+    by_params, metrics = WeightedMean(algorithm)(
+        ClientUpdates(clients, weights, losses, params=params), base, plan
     )
     deltas = ClientUpdates(clients, weights, losses, params=params).as_deltas(base)
-    by_deltas = WeightedMean(algorithm)(deltas, base)
+    by_deltas, _ = WeightedMean(algorithm)(deltas, base, plan)
     torch.testing.assert_close(by_params["w"], torch.tensor([1.25, 4.25]))
     torch.testing.assert_close(by_deltas["w"], by_params["w"])
-    uniform = UniformMean(algorithm)(ClientUpdates(clients, weights, losses, params=params), base)
+    assert metrics == {}  # a plain mean has nothing to report
+    updates = ClientUpdates(clients, weights, losses, params=params)
+    uniform, _ = UniformMean(algorithm)(updates, base, plan)
     torch.testing.assert_close(uniform["w"], torch.tensor([1.5, 3.5]))
+
+
+def test_the_aggregators_metrics_join_the_rounds() -> None:
+    """An aggregator returns (parameters, metrics): its metrics are the round's, nothing is
+    read from its attributes."""
+    simulation = _simulation(FedUV())
+
+    class Reporting(WeightedMean):
+        def __call__(self, updates, base, plan):
+            params, _ = super().__call__(updates, base, plan)
+            return params, {"aggregated_round": plan.number}
+
+    simulation.aggregator = Reporting(simulation.algorithm)
+    assert simulation.step()["aggregated_round"] == 1
 
 
 def test_the_round_runs_the_messages_and_the_server_step_of_fedhide() -> None:

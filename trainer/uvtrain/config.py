@@ -57,7 +57,7 @@ class Schedule:
     - ``aggregation``: ``"weighted"`` is FedAvg's ``Σ_k (n_k / n) θ_k`` (McMahan et al., eq. 1;
       the FedUV paper's Algorithm 1); ``"mean"`` the plain ``1/M Σ_k θ_k`` of FedHide's
       Algorithm 1. Under differential privacy the DP sum replaces either (every client weighs
-      the same there: :class:`uvtrain.privacy.DPSum`).
+      the same there: :class:`uvtrain.privacy.PrivateSum`).
     - ``local_epochs``: ``None`` runs ``local_steps`` SGD steps on batches of B drawn from the
       client's samples (with replacement only when it holds fewer than B); ``E`` runs E epochs
       over the client's own samples in shuffled mini-batches of B, the last one smaller when B

@@ -440,7 +440,6 @@ class CrossSilo(GlobalModel):
     def step(self) -> dict[str, Any]:
         """Run the next round (:func:`uvtrain.rounds.run_round`); return its metrics."""
         plan = self.plan(self.round + 1)
-        self.aggregator.fv_metrics = None
         result = run_round(
             self.algorithm,
             plan,
@@ -461,8 +460,6 @@ class CrossSilo(GlobalModel):
             "loss_smoothed": float(self.smoothed_losses.mean()),
             "weights": self.weights.tolist(),
         }
-        if self.aggregator.fv_metrics is not None:
-            metrics["fv"] = self.aggregator.fv_metrics
         return metrics
 
     # -- checkpoints ----------------------------------------------------------------------------
@@ -581,19 +578,20 @@ class CrossSilo(GlobalModel):
 @dataclass
 class FederatedValidation(Aggregator):
     """FedFace's aggregator: the parties' weighted mean under ``w`` (eq. 4), after one FV step
-    (Alg. 2, eqs. 7–13) has moved ``w`` toward the best-scoring candidate weighting when FV is on."""
+    (Alg. 2, eqs. 7–13) has moved ``w`` toward the best-scoring candidate weighting when FV is on;
+    the FV step's metrics are the round's ``fv``."""
 
     silo: CrossSilo
-    fv_metrics: dict[str, Any] | None = None
 
     def __call__(
-        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
-    ) -> Tensors:
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
+    ) -> tuple[Tensors, dict[str, Any]]:
         if updates.params is None:
             raise TrainingError("federated validation needs each party's parameters")
+        metrics = {}
         if self.silo.uses_fv:
-            self.fv_metrics = self.silo.validate(updates.params, self.silo.round + 1)
-        return self.silo.aggregate(updates.params, self.silo.weights)
+            metrics["fv"] = self.silo.validate(updates.params, plan.number)
+        return self.silo.aggregate(updates.params, self.silo.weights), metrics
 
 
 def make_cross_silo(

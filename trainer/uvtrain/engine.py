@@ -274,6 +274,11 @@ class Simulation(GlobalModel):
         The schedule.
     device:
         Where to train.
+    privacy:
+        The run's differential privacy (:class:`uvtrain.privacy.PrivacyPlan`), ``None``: off.
+        Its mechanism (:class:`uvtrain.privacy.UserLevelDP`, noise from ``(seed, round,
+        client)``) runs as the per-client postprocessing (its user half) and the aggregator
+        (its server half over the plain sum); cohorts are then Poisson-sampled.
     """
 
     def __init__(
@@ -283,6 +288,7 @@ class Simulation(GlobalModel):
         client_data: Sequence[np.ndarray],
         config: EngineConfig,
         device: torch.device | str = "cpu",
+        privacy: Any = None,
     ) -> None:
         self.algorithm, self.config = algorithm, config
         self.device = torch.device(device)
@@ -311,6 +317,14 @@ class Simulation(GlobalModel):
         #: how the server applies the aggregate to the global model (plain FedAvg unless the
         #: schedule asks for another: :mod:`uvtrain.server_optimizers`)
         self.server_optimizer = ServerOptimizer.from_schedule(config)
+        self.privacy = privacy
+        self.mechanism = None
+        if privacy is not None:
+            from .privacy import PrivateSum, PrivateUsers, UserLevelDP, seeded_noise
+
+            self.mechanism = UserLevelDP.from_plan(privacy, seeded_noise(config.seed))
+            self.postprocess = [PrivateUsers(self.mechanism)]
+            self.aggregator = PrivateSum(self.mechanism)
         self._local_vmapped = vmap(
             grad_and_value(self._client_loss, argnums=(0, 1)), in_dims=(0, 0, 0, 0, None)
         )
@@ -558,7 +572,7 @@ class Simulation(GlobalModel):
         path, or by ``path`` (``"loop"``: each client's update as it would send it alone)."""
         plan = self.plan(self.round + 1)
         if len(plan.clients) == 0:  # a Poisson-sampled cohort (DP) may be empty
-            result = self._empty_round(plan)
+            result = self._empty_round(plan, aggregator or self.aggregator)
             self.params, self.round = result.params, plan.number
             return result
         local = self if path is None else _OnePath(self, path)
@@ -575,7 +589,7 @@ class Simulation(GlobalModel):
         self.params, self.shared, self.round = result.params, result.shared, plan.number
         return result
 
-    def _empty_round(self, plan: RoundPlan) -> RoundResult:
+    def _empty_round(self, plan: RoundPlan, aggregator: Aggregator) -> RoundResult:
         """A round whose Poisson-sampled cohort is empty: no client trains or sends anything;
         the DP aggregator releases ``θ + n / (qN)``, the noise alone, and adaptive clipping moves
         on the noisy count alone (:mod:`uvtrain.privacy`). The server's shared state stays:
@@ -589,9 +603,10 @@ class Simulation(GlobalModel):
         updates = ClientUpdates(clients, empty, empty[:, None], deltas=deltas)
         for step in self.postprocess:
             updates = step(updates, self.params, plan)
-        params = self.aggregator(updates, self.params, plan)
+        params, released = aggregator(updates, self.params, plan)
         metrics = {"round": plan.number, "loss": math.nan, "lr": plan.lr, "clients": 0,
-                   "seconds": 0.0, "client_updates_per_s": 0.0, **updates.metrics}  # fmt: skip
+                   "seconds": 0.0, "client_updates_per_s": 0.0, **updates.metrics,
+                   **released}  # fmt: skip
         return RoundResult(params, self.shared, updates, metrics)
 
     def receive(self, clients: Tensor) -> None:

@@ -1,19 +1,20 @@
-"""User-level differential privacy for the one round (:mod:`uvtrain.rounds`): clipping, Gaussian
-noise (central or distributed) and the accountant.
+"""User-level differential privacy for the one round (:mod:`uvtrain.rounds`): one mechanism
+(:class:`UserLevelDP`: clipping, Gaussian noise central or distributed, adaptive clipping) and
+the accountant. The simulator (:class:`PrivateUsers`, :class:`PrivateSum`), the audit (the same
+over its SecAgg+ transport) and the Flower devices and server (``uvdeploy``) all run it.
 
 The mechanism is DP-FedAvg (McMahan et al., ICLR 2018) with the noise placed as in Kairouz et al.
 (ICML 2021) when the server must not see it:
 
 1. each participating client's update ``δ_k = θ_k − θ`` is clipped to L2 norm ``C`` over all of
-   its trainable parameters, ``δ̂_k = δ_k · min(1, C / ‖δ_k‖)`` (:class:`ClipUpdates`, a
-   per-client postprocessing step);
+   its trainable parameters, ``δ̂_k = δ_k · min(1, C / ‖δ_k‖)`` (:meth:`UserLevelDP.user_half`);
 2. the round's *sum* ``Σ_k δ̂_k`` carries Gaussian noise of standard deviation ``z·C``
    (``z`` the noise multiplier):
 
-   - ``central``: the server adds ``N(0, z²C²)`` after summing (:class:`DPSum`); it protects
+   - ``central``: the server adds ``N(0, z²C²)`` after summing (:meth:`UserLevelDP.server_half`); it protects
      the released model and trusts the server;
    - ``distributed``: each client adds its share ``N(0, z²C²/m)`` before secure aggregation
-     (:class:`DistributedNoise`), so that the sum of the ``m`` shares has the full noise and the
+     (in the user half), so that the sum of the ``m`` shares has the full noise and the
      server only ever sees the noisy sum;
 
 3. the new model is ``θ + (Σ_k δ̂_k + noise) / (qN)``: the sum divided by the *expected* cohort
@@ -52,15 +53,16 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache, partial
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .algorithms.base import FedAvg, Tensors
+from .algorithms.base import Tensors
 from .errors import ConfigError, TrainingError
 from .rounds import Aggregator, ClientUpdates, RoundPlan
 
@@ -72,7 +74,7 @@ MECHANISMS = ("off", "central", "distributed")
 SAMPLING = "poisson"
 NEIGHBORING_RELATION = "add-or-remove-one"
 ACCOUNTANT = "RDP, dp-accounting PoissonSampledDpEvent(q, GaussianDpEvent(z))"
-#: The clip-count bits' convention (:class:`ClipUpdates`).
+#: The clip-count bits' convention (:meth:`UserLevelDP.user_half`).
 COUNT_BITS = "±½"
 
 
@@ -175,7 +177,7 @@ def update_noise_multiplier(noise: float, count_std: float) -> float:
     count's noise ``σ_b``, makes the pair as private as one Gaussian mechanism of multiplier
     ``z`` (Andrew, Thakkar, McMahan and Ramaswamy, "Differentially Private Learning with
     Adaptive Clipping", NeurIPS 2021, Sec. 3.1 and Theorem 1). It holds for bits shifted to
-    ``±½`` (:class:`ClipUpdates`): under add/remove the count's sensitivity is ½ against the
+    ``±½`` (:meth:`UserLevelDP.user_half`): under add/remove the count's sensitivity is ½ against the
     update's ``C``. A ``σ_b`` of at most ``z/2`` leaves nothing for the update: refused."""
     rest = noise**-2 - (2.0 * count_std) ** -2
     if not rest > 0:
@@ -400,7 +402,7 @@ def update_norms(deltas: Tensors) -> Tensor:
 def clip_updates(deltas: Tensors, clip_norm: float) -> tuple[Tensors, Tensor]:
     """Each client's update (``[m, ...]``) clipped to L2 norm ``clip_norm`` over all its
     parameters, ``δ̂_k = δ_k · min(1, C / ‖δ_k‖)``, and the norms ``‖δ_k‖`` before clipping: the
-    simulator's clipping step (:class:`ClipUpdates`) and a device's (``uvdeploy``)."""
+    the mechanism's (:meth:`UserLevelDP.user_half`) and a server's re-clipping (``uvdeploy``)."""
     norms = update_norms(deltas)
     scale = torch.clamp(clip_norm / norms.clamp_min(1e-12), max=1.0)
     clipped = {
@@ -426,174 +428,224 @@ def scalar_noise(std: float, generator: torch.Generator) -> float:
     return std * float(torch.randn((), generator=generator, dtype=torch.float64))
 
 
-def noisy_mean_update(
-    base: Tensors,
-    total: Tensors,
-    denominator: float,
-    std: float = 0.0,
-    generator: torch.Generator | None = None,
-) -> Tensors:
-    """``θ + (Σ_k δ̂_k + N(0, std²)) / denominator`` from the sum of the clipped updates
-    ``total`` (``std = 0``: the noise is in the sum already, ``distributed``); the denominator is
-    the expected cohort ``qN``, fixed before training (McMahan et al.'s ``f̃_f``)."""
-    out = {}
-    for name, value in base.items():
-        summed = total[name]
-        if std > 0:
-            assert generator is not None, "noise needs its generator"
-            summed = add_noise({name: summed}, std, generator)[name]
-        out[name] = value + (summed / denominator).to(value.dtype)
-    return out
+#: The noise's streams: what ``(seed, round, stream, client)`` draws in the simulator.
+CLIENT_UPDATE_NOISE, SERVER_UPDATE_NOISE, CLIENT_COUNT_NOISE, SERVER_COUNT_NOISE = 1, 2, 3, 4
+
+NoiseSource = Callable[[int, int, int], torch.Generator]
+"""Where a draw of the mechanism comes from: ``(round, stream, client)`` → a generator."""
+
+
+def seeded_noise(seed: int) -> NoiseSource:
+    """The simulator's noise: a generator from ``(seed, round, stream, client)``, so that a
+    resumed run is bit-exact (and the audit can reproduce a round)."""
+    return partial(_generator, seed)
+
+
+def secret_noise(round_number: int, stream: int, client: int) -> torch.Generator:
+    """A real device's or server's noise: a fresh secret generator at every draw
+    (:func:`secret_generator`), whatever the round, stream and client."""
+    return secret_generator()
 
 
 @dataclass
-class ClipUpdates:
-    """Per-client postprocessing: each update ``θ_k − θ`` clipped to L2 norm ``clip_norm`` (over
-    all its trainable parameters together).
+class UserLevelDP:
+    """The one user-level DP mechanism (see the module's docstring), in two halves as
+    pfl-research's postprocessors: :meth:`user_half` runs on each user's update (the simulator's
+    cohort stacked, a Flower device alone, the audit's clients), :meth:`server_half` on the sum
+    the transport delivers (a plain sum, the audit's SecAgg+, Flower's SecAgg+ or plain replies).
+    Each returns its metrics. Adaptive clipping is this object's state: ``clip_norm`` is the
+    current round's ``C_r``; :meth:`server_half` moves it (:meth:`state_dict` keeps it).
 
-    With ``adaptive`` (:class:`AdaptiveClipping`) the norm moves after each round from the noisy
-    count of unclipped clients, each client's bit shifted to ``±½``: in ``distributed`` each of
-    the ``m′`` clients of the round adds ``N(0, σ_b² / m′)`` to its bit (from ``(seed, round,
-    client)``), otherwise — or when the cohort is empty — the server adds ``N(0, σ_b²)`` to the
-    sum; the fraction is the sum over the expected cohort ``denominator`` (``qN``) plus ½.
-    ``round_norm`` is the norm the last round clipped to (its noise is scaled by it);
-    :meth:`state_dict` holds the next one, so that a resumed run goes on bit-exactly."""
+    ``update_noise`` is ``z_Δ`` (``σ = z_Δ·C_r`` on the sum); ``denominator`` the expected cohort
+    ``qN``; ``noise`` where each draw comes from (:func:`seeded_noise`, :func:`secret_noise`);
+    ``survivors`` the count each distributed share is calibrated to (Flower's ``m_min``;
+    ``None``: the round's cohort ``m′``); ``plan`` the run's accounting (``ε`` per round)."""
 
+    mechanism: str
     clip_norm: float
+    update_noise: float
+    denominator: float
     adaptive: AdaptiveClipping | None = None
-    seed: int = 0
-    distributed: bool = False
-    denominator: float = 1.0
+    noise: NoiseSource = secret_noise
+    survivors: int | None = None
+    plan: PrivacyPlan | None = None
 
-    def __post_init__(self) -> None:
-        self.round_norm = self.clip_norm
+    @classmethod
+    def from_plan(
+        cls, plan: PrivacyPlan, noise: NoiseSource = secret_noise, survivors: int | None = None
+    ) -> UserLevelDP:
+        """The mechanism of a run's plan, its clip norm the plan's initial one."""
+        return cls(
+            plan.mechanism,
+            plan.clip_norm,
+            plan.update_noise,
+            float(plan.cohort),
+            plan.adaptive,
+            noise,
+            survivors,
+            plan,
+        )
 
-    def __call__(self, updates: ClientUpdates, base: Tensors, plan: RoundPlan) -> ClientUpdates:
-        updates = updates.as_deltas(base)
-        assert updates.deltas is not None
-        self.round_norm = clip_norm = self.clip_norm
-        updates.deltas, norms = clip_updates(updates.deltas, clip_norm)
-        updates.metrics = {  # an empty cohort's are NaN (null in metrics.jsonl)
-            **updates.metrics,
-            "clipped": float((norms > clip_norm).double().mean()),
+    @property
+    def distributed(self) -> bool:
+        return self.mechanism == "distributed"
+
+    def clip(self, deltas: Tensors) -> Tensors:
+        """Each update (``[m, ...]``) clipped to this round's ``C_r`` (:func:`clip_updates`)."""
+        return clip_updates(deltas, self.clip_norm)[0]
+
+    def user_half(
+        self, deltas: Tensors, clients: Sequence[int] | Tensor, round_number: int
+    ) -> tuple[Tensors, Tensor | None, dict[str, Any]]:
+        """What each user sends: its update (``[m, ...]``, one row per user of ``clients``)
+        clipped to ``C_r``; in ``distributed`` plus its share ``N(0, σ²/m′)`` (``m′``: the
+        ``survivors`` or the cohort); with adaptive clipping its bit ``1[‖δ_k‖ ≤ C_r] − ½``
+        (``[m]`` float64; distributed: plus its share ``N(0, σ_b²/m′)``), else ``None``; and
+        the clipping's metrics (a device keeps them)."""
+        clients = [int(client) for client in clients]
+        clipped, norms = clip_updates(deltas, self.clip_norm)
+        metrics = {  # an empty cohort's are NaN (null in metrics.jsonl)
+            "clipped": float((norms > self.clip_norm).double().mean()),
             "update_norm": float(norms.median()) if len(norms) else math.nan,
-            "clip_norm": clip_norm,
+            "clip_norm": self.clip_norm,
         }
+        count = len(clients)
+        sharing = self.distributed and count > 0
+        if sharing:
+            share = self.update_noise * self.clip_norm / math.sqrt(self.survivors or count)
+            clipped = self._add_shares(clipped, share, clients, round_number)
+        bits = None
         if self.adaptive is not None:
-            unclipped = self.noisy_unclipped(norms <= clip_norm, updates.clients, plan.number)
-            self.clip_norm = self.adaptive.next_clip_norm(clip_norm, unclipped)
-        return updates
+            bits = (norms <= self.clip_norm).double() - 0.5  # ±½ (Andrew et al. 2021, Sec. 3.1)
+            if sharing:
+                share = self.adaptive.count_std / math.sqrt(self.survivors or count)
+                draws = [
+                    scalar_noise(share, self.noise(round_number, CLIENT_COUNT_NOISE, client))
+                    for client in clients
+                ]
+                bits = bits + torch.tensor(draws, dtype=torch.float64)
+        return clipped, bits, metrics
 
-    def noisy_unclipped(self, bits: Tensor, clients: Tensor, round_number: int) -> float:
-        """``b̃ = (Σ_k (b_k − ½) + N(0, σ_b²)) / (qN) + ½``: the fraction of unclipped clients
-        from the noisy sum of the bits shifted to ``±½`` (Andrew et al. 2021, Sec. 3.1)."""
-        assert self.adaptive is not None
-        count = len(bits)
-        total = float((bits.double() - 0.5).sum())
-        if self.distributed and count > 0:
-            share = self.adaptive.count_std / math.sqrt(count)
-            for client in clients.tolist():
-                total += scalar_noise(share, _generator(self.seed, round_number, 3, int(client)))
-        else:
-            generator = _generator(self.seed, round_number, 4, 0)
-            total += scalar_noise(self.adaptive.count_std, generator)
-        return total / self.denominator + 0.5
-
-    def state_dict(self) -> dict[str, float]:
-        return {"clip_norm": self.clip_norm}
-
-    def load_state_dict(self, state: dict[str, float]) -> None:
-        self.clip_norm = self.round_norm = float(state["clip_norm"])
-
-
-@dataclass
-class DistributedNoise:
-    """Per-client postprocessing (``distributed``): each of the round's ``m′`` clients adds
-    ``N(0, σ² / m′)`` to its clipped update, ``σ = z_Δ·C``, from its own generator (on a device:
-    its own secret seed; in the simulator ``(seed, round, client)``), so that the sum over the
-    cohort carries ``N(0, σ²)``. An empty cohort has no one to add it: :class:`DPSum` does."""
-
-    std: float  # σ = z·C, of the sum; with ``clip``: z, and σ = z · clip.round_norm
-    seed: int
-    clip: ClipUpdates | None = None
-
-    def __call__(self, updates: ClientUpdates, base: Tensors, plan: RoundPlan) -> ClientUpdates:
-        updates = updates.as_deltas(base)
-        assert updates.deltas is not None
-        count = len(updates.clients)
-        if count == 0:
-            return updates
-        std = self.std if self.clip is None else self.std * self.clip.round_norm
-        share = std / math.sqrt(count)
-        noisy = {name: value.clone() for name, value in updates.deltas.items()}
-        for row, client in enumerate(updates.clients.tolist()):
-            generator = _generator(self.seed, plan.number, 1, int(client))
+    def _add_shares(
+        self, clipped: Tensors, share: float, clients: list[int], round_number: int
+    ) -> Tensors:
+        noisy = {name: value.clone() for name, value in clipped.items()}
+        for row, client in enumerate(clients):
+            generator = self.noise(round_number, CLIENT_UPDATE_NOISE, client)
             own = add_noise({name: value[row] for name, value in noisy.items()}, share, generator)
             for name, value in own.items():
                 noisy[name][row] = value
-        updates.deltas = noisy
-        return updates
+        return noisy
+
+    def server_half(
+        self,
+        base: Tensors,
+        total: Tensors,
+        bits: float | None,
+        count: int,
+        round_number: int,
+    ) -> tuple[Tensors, dict[str, Any]]:
+        """The release from the transport's sum of ``count`` users' updates ``total`` (and of
+        their bits ``bits``): ``θ' = θ + (Σ_k δ̂_k + n) / (qN)``, ``n`` the server's
+        ``N(0, σ²)`` (``central``, or an empty cohort's noise alone; in ``distributed`` the
+        users' shares are in the sum already); with adaptive clipping the next ``C_r`` from
+        ``b̃ = (Σ_k b_k + N(0, σ_b²)) / (qN) + ½`` (the server's count noise only where the
+        users added none). Metrics: the round's clip norm, ``b̃`` and the ``ε`` spent."""
+        clip_norm = self.clip_norm
+        server_adds = not (self.distributed and count > 0)
+        std = self.update_noise * clip_norm if server_adds else 0.0
+        released = {}
+        generator = self.noise(round_number, SERVER_UPDATE_NOISE, 0) if std > 0 else None
+        for name, value in base.items():
+            summed = total[name]
+            if generator is not None:
+                noise = torch.randn(value.shape, generator=generator, dtype=torch.float32)
+                summed = summed + (std * noise).to(summed.device, summed.dtype)
+            released[name] = value + (summed / self.denominator).to(value.dtype)
+        metrics: dict[str, Any] = {"clip_norm": clip_norm}
+        if self.adaptive is not None:
+            if bits is None:
+                raise TrainingError(f"round {round_number}: no count of unclipped users")
+            if server_adds:
+                generator = self.noise(round_number, SERVER_COUNT_NOISE, 0)
+                bits += scalar_noise(self.adaptive.count_std, generator)
+            fraction = bits / self.denominator + 0.5
+            metrics["unclipped"] = fraction
+            self.clip_norm = self.adaptive.next_clip_norm(clip_norm, fraction)
+        if self.plan is not None:
+            metrics["epsilon"] = self.plan.spent(round_number)
+        return released, metrics
+
+    def state_dict(self) -> dict[str, float]:
+        return {"clip_norm": float(self.clip_norm)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.clip_norm = float(state["clip_norm"])
 
 
 @dataclass
-class DPSum(Aggregator):
-    """The DP aggregate: ``θ' = θ + (Σ_k δ̂_k + n) / (qN)``, every client weighing the same,
-    ``qN`` (``denominator``) the expected cohort; ``n`` is the server's ``N(0, σ²)``
-    (``central``) or nothing (``distributed``: the clients' shares are in the sum already —
-    but for an empty cohort, whose release is ``n`` alone, drawn by the server here).
-    ``std`` is ``σ``, or with ``clip`` ``z_Δ``, and ``σ = z_Δ · clip.round_norm``."""
+class PrivateUsers:
+    """The mechanism's user half as the simulator's per-client postprocessing step
+    (:data:`uvtrain.rounds.UpdateStep`): the cohort's updates clipped (and noised), their bits
+    in ``clip_bits``, the clipping's metrics in the round's."""
 
-    algorithm: FedAvg
-    std: float = 0.0
-    seed: int = 0
-    clip: ClipUpdates | None = None
-    denominator: float = 1.0
-    distributed: bool = False
+    mechanism: UserLevelDP
+
+    def __call__(self, updates: ClientUpdates, base: Tensors, plan: RoundPlan) -> ClientUpdates:
+        updates = updates.as_deltas(base)
+        assert updates.deltas is not None
+        clients = updates.clients.tolist()
+        deltas, bits, metrics = self.mechanism.user_half(updates.deltas, clients, plan.number)
+        return replace(
+            updates, deltas=deltas, clip_bits=bits, metrics={**updates.metrics, **metrics}
+        )
+
+    def state_dict(self) -> dict[str, float]:
+        return self.mechanism.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mechanism.load_state_dict(state)
+
+
+class Summation(Protocol):
+    """A transport under the mechanism: the sum of the users' (clipped, noised) updates
+    ``Σ_k δ̂_k`` as the server obtains it (the audit's SecAgg+), with its metrics."""
+
+    def sum(
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
+    ) -> tuple[Tensors, dict[str, Any]]: ...
+
+
+@dataclass
+class PrivateSum(Aggregator):
+    """The mechanism's server half over a transport (composition, as Flower's DP strategy
+    wrappers): the sum comes from ``updates.total`` (a transport that summed as the users
+    trained: Flower's SecAgg+), from ``transport`` (the audit's SecAgg+) or, plain, from the
+    users' updates; the bits are summed alike; :meth:`UserLevelDP.server_half` releases."""
+
+    mechanism: UserLevelDP
+    transport: Summation | None = None
 
     def __call__(
-        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
-    ) -> Tensors:
-        if updates.deltas is None or plan is None:
-            raise TrainingError("the DP sum needs the round and each client's clipped update")
-        noise = self.sum_noise(base, plan)
-        total = {
-            name: updates.deltas[name].sum(0) + noise[name].to(value.device, value.dtype)
-            if name in noise
-            else updates.deltas[name].sum(0)
-            for name, value in base.items()
-        }
-        return noisy_mean_update(base, total, self.denominator)
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
+    ) -> tuple[Tensors, dict[str, Any]]:
+        metrics: dict[str, Any] = {}
+        if updates.total is not None:
+            total = updates.total
+        elif self.transport is not None:
+            total, metrics = self.transport.sum(updates, base, plan)
+        elif updates.deltas is not None:
+            total = {name: updates.deltas[name].sum(0) for name in base}
+        else:
+            raise TrainingError("the DP sum needs the round's clipped updates or their sum")
+        bits = None if updates.clip_bits is None else float(updates.clip_bits.double().sum())
+        count = len(updates.clients)
+        new, released = self.mechanism.server_half(base, total, bits, count, plan.number)
+        return new, {**metrics, **released}
 
-    def sum_noise(self, base: Tensors, plan: RoundPlan) -> Tensors:
-        """``n``: the server's noise of round ``plan`` on the sum of the updates, ``N(0, σ²)`` for
-        every value of ``base``'s parameters (float32, CPU, from ``(seed, round)``); empty when
-        the server adds none (``distributed`` with clients). SecAgg+ adds the same to the sum it
-        unmasks (:class:`uvtrain.audit.SecAggPlus`)."""
-        if self.distributed and len(plan.clients) > 0:
-            return {}
-        std = self.std if self.clip is None else self.std * self.clip.round_norm
-        if not std > 0:
-            return {}
-        generator = _generator(self.seed, plan.number, 2, 0)
-        zeros = {
-            name: torch.zeros(value.shape, dtype=torch.float32) for name, value in base.items()
-        }
-        return add_noise(zeros, std, generator)
+    def fusable(self) -> bool:
+        """A transport that sums as the users train (Flower's SecAgg+) hands over the sum."""
+        return True
 
-
-def install(simulation: Any, plan: PrivacyPlan | None, seed: int) -> None:
-    """Put the mechanism into a trainer's round: the clipping (and distributed noise) steps, the
-    DP aggregator (the noise's standard deviation is ``z_Δ`` times the round's clip norm) and
-    the plan (``simulation.privacy``: its rounds' cohorts are Poisson-sampled)."""
-    if plan is None:
-        return
-    distributed = plan.mechanism == "distributed"
-    denominator = float(plan.cohort)  # qN
-    clip = ClipUpdates(plan.clip_norm, plan.adaptive, seed, distributed, denominator)
-    simulation.postprocess = [clip]
-    simulation.privacy = plan  # its cohorts are Poisson-sampled at plan.sampling_rate
-    if distributed:
-        simulation.postprocess.append(DistributedNoise(plan.update_noise, seed, clip))
-    simulation.aggregator = DPSum(
-        simulation.algorithm, plan.update_noise, seed, clip, denominator, distributed
-    )
+    def fused_weights(self, sizes: Tensor) -> Tensor:
+        return torch.ones_like(sizes)  # every user weighs the same

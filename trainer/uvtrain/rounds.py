@@ -10,19 +10,18 @@ the Flower deployment all run :func:`run_round`; none of them copies it.
     what it sends back             | Flower devices                  optimiser-state hooks),
           │                                                          client_message
           ▼
-    per-client postprocessing    for step in postprocess:          none without DP; with DP
-          │                        updates = step(                 (uvtrain.privacy.install):
-          │                          updates, θ, plan)             ClipUpdates, then in
-          ▼                                                        distributed DP DistributedNoise
+    per-client postprocessing    for step in postprocess:          DP: the mechanism's user
+          │                          updates = step(updates, θ)    half (uvtrain.privacy)
+          ▼
     aggregation                  aggregator(updates, θ, plan)      WeightedMean (FedAvg),
-          │                        -> θ_agg                        UniformMean, DPSum (DP: the
-          │                                                        sum, central noise),
-          │                                                        SecAgg+ (audit), Flower's
-          ▼                                                        SecAgg+ and DeviceDP (devices)
+          │                        -> θ_agg, metrics               UniformMean, SecAgg+ (audit),
+          │                                                        Flower's SecAgg+ (devices),
+          │                                                        Federated Validation (FedFace),
+          ▼                                                        DP: PrivateSum over a sum
     server optimiser             server_optimizer(θ, θ_agg) -> θ'  sgd (η = 1: θ' = θ_agg,
           │                                                        FedAvg), momentum, adam, yogi
           ▼                                                        (uvtrain.server_optimizers)
-    server update                algorithm.server_update(...)      Federated Validation (FedFace)
+    server update                algorithm.server_update(...)
                                    -> the server's shared state    always called: a method with
                                                                    only a server step is run too
 
@@ -54,7 +53,8 @@ from .server_optimizers import ServerOptimizer
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """A round before it runs: its number (1-based), its clients and its learning rate."""
+    """A round before it runs: its number (1-based), its clients and its learning rate — the
+    read-only round context every postprocessing step and aggregator receives."""
 
     number: int
     clients: np.ndarray
@@ -66,9 +66,12 @@ class ClientUpdates:
     """What a round's clients hand to the server, stacked over the cohort (``[m, ...]``).
 
     Exactly one of ``params`` (each client's parameters after local training), ``deltas`` (its
-    update ``θ_k − θ``) and ``aggregate`` (the new global parameters, when the local path
-    aggregated as it trained) is set. ``private`` stays on the clients; ``messages`` go to the
-    method's server step; ``weights`` are the FedAvg weights ``n_k``; ``losses`` ``[m, E]``.
+    update ``θ_k − θ``), ``aggregate`` (the new global parameters, when the local path
+    aggregated as it trained) and ``total`` (the sum of the updates, when a transport summed
+    them as the clients trained: Flower's SecAgg+ under DP) is set. ``private`` stays on the
+    clients; ``messages`` go to the method's server step; ``weights`` are the FedAvg weights
+    ``n_k``; ``losses`` ``[m, E]``; ``clip_bits`` the DP clip-count bits (``[m]``, or their sum
+    ``[1]`` beside ``total``: :mod:`uvtrain.privacy`).
     """
 
     clients: Tensor
@@ -77,6 +80,8 @@ class ClientUpdates:
     params: Tensors | None = None
     deltas: Tensors | None = None
     aggregate: Tensors | None = None
+    total: Tensors | None = None
+    clip_bits: Tensor | None = None
     private: Tensors = field(default_factory=dict)
     messages: Tensors = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -107,11 +112,12 @@ the updates (:meth:`ClientUpdates.as_deltas` gives ``θ_k − θ``), the global 
 
 class Aggregator:
     """How the server combines the cohort's updates into the new global parameters (``plan``:
-    the round, for an aggregator that draws noise from it)."""
+    the read-only round context); returns them with the aggregation's metrics, which join the
+    round's (nothing leaves through attributes)."""
 
     def __call__(
-        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
-    ) -> Tensors:
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
+    ) -> tuple[Tensors, dict[str, Any]]:
         raise NotImplementedError
 
     def fusable(self) -> bool:
@@ -135,17 +141,17 @@ class WeightedMean(Aggregator):
     weights: Tensor | None = None
 
     def __call__(
-        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
-    ) -> Tensors:
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
+    ) -> tuple[Tensors, dict[str, Any]]:
         if updates.aggregate is not None:
-            return updates.aggregate
+            return updates.aggregate, {}
         weights = updates.weights if self.weights is None else self.weights
         if updates.params is not None:
-            return self.algorithm.aggregate(updates.params, weights)
+            return self.algorithm.aggregate(updates.params, weights), {}
         if updates.deltas is None:
             raise TrainingError("no client updates to aggregate")
         mean = self.algorithm.aggregate(updates.deltas, weights)
-        return {name: value + mean[name].to(value.dtype) for name, value in base.items()}
+        return {name: value + mean[name].to(value.dtype) for name, value in base.items()}, {}
 
     def fusable(self) -> bool:
         return self.weights is None and type(self.algorithm).aggregate is FedAvg.aggregate
@@ -160,8 +166,8 @@ class UniformMean(WeightedMean):
     ``θ' = 1/M Σ_{c∈S} θ_c`` (FedHide, Algorithm 1; ``--aggregation mean``)."""
 
     def __call__(
-        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
-    ) -> Tensors:
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
+    ) -> tuple[Tensors, dict[str, Any]]:
         count = len(updates.clients)
         ones = torch.ones(count, dtype=torch.float32, device=updates.clients.device)
         return WeightedMean(self.algorithm, ones)(updates, base, plan)
@@ -205,7 +211,7 @@ def run_round(
         raise TrainingError(f"the training loss became {loss} in round {plan.number}: stopped")
     for step in postprocess:
         updates = step(updates, params, plan)
-    new_params = aggregator(updates, params, plan)
+    new_params, aggregation_metrics = aggregator(updates, params, plan)
     if server_optimizer is not None:
         new_params = server_optimizer(params, new_params)
     new_shared = algorithm.server_update(
@@ -221,6 +227,7 @@ def run_round(
         "seconds": seconds,
         "client_updates_per_s": count / seconds,
         **updates.metrics,
+        **aggregation_metrics,
     }
     return RoundResult(new_params, new_shared, updates, metrics)
 

@@ -142,7 +142,8 @@ def _cross_device(
     config: RunConfig, dataset: FederatedDataset, backbone: Any, engine: EngineConfig, device: Any
 ) -> Simulation:
     clients = [client.train for client in dataset.clients]
-    return Simulation(config.method, backbone, clients, engine, device)
+    privacy = privacy_plan(config, len(clients))  # its mechanism is built with the simulation
+    return Simulation(config.method, backbone, clients, engine, device, privacy)
 
 
 def _cross_silo(
@@ -189,22 +190,9 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     engine = engine_config(config, _crop_samples(config, dataset))
     kind = TRAINERS[config.method.setting]
-    trainer = kind.make(config, dataset, backbone, engine, pick_device(config.device))
-    _install_privacy(config, trainer)
-    return trainer
-
-
-def _install_privacy(config: RunConfig, trainer: Trainer) -> None:
-    """User-level DP (:mod:`uvtrain.privacy`): the run's mechanism planned before training and
-    put into the trainer's round (``trainer.privacy``: the plan, ``None`` when off)."""
-    from .privacy import install
-
-    trainer.privacy = None
-    if config.privacy.dp == "off":
-        return
-    # a cross-silo trainer has parties, not clients: privacy_plan refuses it before counting
-    trainer.privacy = privacy_plan(config, getattr(trainer, "num_clients", 0))
-    install(trainer, trainer.privacy, config.seed)
+    if config.method.setting != "cross-device":  # cross-silo: refused when --dp is on
+        privacy_plan(config, 0)
+    return kind.make(config, dataset, backbone, engine, pick_device(config.device))
 
 
 def privacy_plan(config: RunConfig, users: int) -> Any:
@@ -339,8 +327,6 @@ def _train_rounds(
         while simulation.round < config.schedule.rounds:
             metrics = simulation.step()
             updates += metrics["clients"]
-            if simulation.privacy is not None:  # the ε spent so far
-                metrics["epsilon"] = simulation.privacy.spent(simulation.round)
             if config.eval_every and simulation.round % config.eval_every == 0:
                 metrics["eer"] = {
                     name: ev_split["eer"]

@@ -54,7 +54,7 @@ through the same arithmetic: :func:`secure_round` is :func:`uvtrain.rounds.run_r
 FedUV setup trains one secure run per code length and privacy setting (``--dp-epsilon`` may list
 several, ``inf`` for none). Each client's update is clipped (and, distributed, noised) by the
 simulation's postprocessing before SecAgg+ quantises it, every member weighs the same, and with
-central DP the server adds its noise to the sum it unmasks (:func:`secure_aggregator`); the
+central DP the mechanism adds its noise to the sum SecAgg+ unmasks (:func:`secure_aggregator`); the
 least squares run on those noisy aggregates (``audit.json``'s ``disaggregation`` list, one entry
 per code length, setting and checkpoint of observed rounds).
 
@@ -106,7 +106,6 @@ from .report import (
 )
 from .runner import run_audit
 from .secagg import (
-    WEIGHTS,
     Layout,
     SecAggError,
     SecAggPlus,
@@ -145,7 +144,6 @@ __all__ = [
     "PUBLIC_SAMPLES",
     "SETUP_OPTIONS",
     "SMALL_PRESET",
-    "WEIGHTS",
     "AuditSettings",
     "InversionSettings",
     "Layout",

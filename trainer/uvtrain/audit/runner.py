@@ -17,6 +17,7 @@ from ..config import RunConfig
 from ..data.base import FederatedDataset
 from ..engine import Simulation
 from ..errors import ConfigError
+from ..rounds import Aggregator
 from .bits import (
     CODEWORD_WEIGHT,
     bch_decoder,
@@ -29,7 +30,6 @@ from .bits import (
 from .inversion import inversion_audit
 from .leakage import leakage_audit, leakage_entry
 from .report import dp_label, write_results
-from .secagg import SecAggPlus
 from .settings import PUBLIC_SAMPLES, AuditSettings
 from .training import secure_aggregator, secure_round, train_rounds
 
@@ -38,29 +38,31 @@ def _rng(seed: int, part: int) -> np.random.Generator:
     return np.random.default_rng([seed, 0xA0D17, part])
 
 
-def _secure_rounds(simulation: Simulation, aggregator: SecAggPlus) -> Callable[[], float]:
+def _secure_rounds(simulation: Simulation, aggregator: Aggregator) -> Callable[[], float]:
     """A ``step`` for :func:`train_rounds`: a :func:`secure_round`; returns its loss."""
     return lambda: float(secure_round(simulation, aggregator).metrics["loss"])
 
 
 def _observed_secure_rounds(
     simulation: Simulation,
-    aggregator: SecAggPlus,
+    aggregator: Aggregator,
     public: Tensor | None,
     record: dict[str, list[np.ndarray]],
 ) -> Callable[[], float]:
     """A ``step`` for :func:`train_rounds`: a :func:`secure_round` whose membership and
     observation ``ΔW ḡ`` the server records (``ΔW`` the unmasked mean update of the codeword
-    matrix, ``ḡ`` over the ``public`` samples under the global model before the round)."""
+    matrix the server released, ``ḡ`` over the ``public`` samples under the global model before the round)."""
 
     def step() -> float:
         hidden = mean_hidden(simulation, public) if public is not None else None
+        before = simulation.params.get(CODEWORD_WEIGHT)
         result = secure_round(simulation, aggregator)
-        if hidden is not None and CODEWORD_WEIGHT in aggregator.mean_update:
+        if hidden is not None and before is not None:
             row = np.zeros(simulation.num_clients)
             row[result.updates.clients.cpu().numpy()] = 1.0
             record["membership"].append(row)
-            observation = aggregator.mean_update[CODEWORD_WEIGHT].cpu() @ hidden.double()
+            released = result.params[CODEWORD_WEIGHT].double() - before.double()
+            observation = released.cpu() @ hidden.double()
             record["observations"].append(observation.numpy())
         return float(result.metrics["loss"])
 

@@ -6,16 +6,18 @@ Client k multiplies what it sends — its update ``θ_k − θ``, as ``uvtrain d
 parameters — by its weight ``r_k = round(n_k / max_weight · Q) / Q``, clips it to
 ``±clipping_range``, maps it to ``[0, Q]`` and rounds it stochastically to integers
 (``Q = 2**22``); the server unmasks only the sum, dequantises it and divides by ``Σ r_k``
-(:func:`secure_aggregate`, :func:`secure_update`). Under differential privacy the members send
-their clipped (and, distributed, noised) updates with equal weights, and with central DP the
-server adds its noise to the sum it unmasks (:class:`SecAggPlus`).
+(:func:`secure_aggregate`, :func:`secure_update`). Under differential privacy SecAgg+ is the
+transport under the one mechanism (:class:`uvtrain.privacy.UserLevelDP`): the members send
+their clipped (and, distributed, noised) updates with equal weights, and the mechanism's server
+half finishes the sum the server unmasks (:meth:`SecAggPlus.sum`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -166,62 +168,52 @@ def float64(params: Tensors) -> Tensors:
     return {k: v.detach().to("cpu", torch.float64) for k, v in params.items()}
 
 
-#: How :class:`SecAggPlus` weighs the members: by their sample counts ``n_k`` (FedAvg, as
-#: ``uvtrain deploy`` without DP) or all the same (differential privacy: a sample-count weight
-#: would let one user's influence on the sum exceed the clip norm).
-WEIGHTS = ("samples", "equal")
-
-
 @dataclass
 class SecAggPlus(Aggregator):
     """The server's side of a round under SecAgg+: the new global parameters are ``θ`` plus the
-    quantised weighted mean update the server unmasks (:func:`secure_update`, float64, the
-    members' stochastic rounding drawn from ``rng``). Each call keeps that mean update in
-    :attr:`mean_update` (float64, by parameter name): what the server saw of the round.
+    quantised sample-weighted mean update the server unmasks (:func:`secure_update`, the
+    members' stochastic rounding drawn from ``rng``).
 
-    ``weights``: ``"samples"`` (``r_k`` from ``n_k``) or ``"equal"`` (every ``n_k`` taken as 1).
-    ``noise``: the server's own noise on the sum it unmasks (central DP: the round's
-    :meth:`uvtrain.privacy.DPSum.sum_noise`), added before the division by the cohort size, so
-    that the mean is ``(Σ_k δ̂_k + n) / m`` to within the quantisation; the clients' clipping and
-    noise are the round's postprocessing, before they quantise. ``denominator``: the DP sum's
-    fixed one (the expected cohort ``qN``) in place of the members' count ``m``.
+    Under differential privacy it is the transport under the mechanism, not a mechanism:
+    :meth:`sum` gives the quantised sum of the members' clipped (and, distributed, noised)
+    updates with equal weights (a sample-count weight would let one user's influence exceed the
+    clip norm), and :class:`uvtrain.privacy.PrivateSum` finishes it with the mechanism's server
+    half (the central noise, the division by ``qN``, the clip norm's update).
 
     It never fuses with local training: it needs every member's own update to quantise."""
 
     model: SecAggModel
     rng: np.random.Generator
-    weights: str = "samples"
-    noise: Callable[[Tensors, RoundPlan], Tensors] | None = None
-    denominator: float | None = None
-    mean_update: Tensors = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.weights not in WEIGHTS:
-            raise ValueError(f"SecAgg+ weights must be one of {', '.join(WEIGHTS)}")
 
     def __call__(
-        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan | None = None
-    ) -> Tensors:
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
+    ) -> tuple[Tensors, dict[str, Any]]:
         layout = Layout.of(base)
         before = layout.flatten(base).astype(np.float64)
-        count = len(updates.clients)
-        sizes = np.ones(count) if self.weights == "equal" else updates.weights.cpu().numpy()
+        sizes = updates.weights.cpu().numpy()
         if updates.params is not None:
             stacked = layout.flatten(updates.params, stacked=True)
             mean = secure_update(stacked, before, sizes, self.model, self.rng)
-        elif updates.deltas is not None:  # postprocessed updates θ_k − θ (clipped, noised)
+        elif updates.deltas is not None:
             deltas = layout.flatten(updates.deltas, stacked=True).astype(np.float64)
             mean = secure_update(deltas + before, before, sizes, self.model, self.rng)
         else:
             raise TrainingError("SecAgg+ needs each client's own update, not an aggregate")
-        divisor = count if self.denominator is None else self.denominator
-        if self.denominator is not None:  # the members' equal-weighted mean, over qN instead
-            mean = mean * (count / self.denominator)
-        if self.noise is not None:
-            if plan is None:
-                raise TrainingError("the server's DP noise needs the round")
-            noise = self.noise(base, plan)
-            if noise:
-                mean = mean + layout.flatten(noise).astype(np.float64) / divisor
-        self.mean_update = layout.unflatten(mean, float64(base))
-        return layout.unflatten(before + mean, base)
+        return layout.unflatten(before + mean, base), {}
+
+    def sum(
+        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
+    ) -> tuple[Tensors, dict[str, Any]]:
+        """``Σ_k δ̂_k`` (float64, by parameter name) as the server unmasks it: the members'
+        equal-weighted quantised mean times their count."""
+        if updates.deltas is None:
+            raise TrainingError("the secure sum needs each client's postprocessed update")
+        layout = Layout.of(base)
+        count = len(updates.clients)
+        if count == 0:
+            return {name: torch.zeros_like(value, dtype=torch.float64) for name, value in
+                    base.items()}, {}  # fmt: skip
+        before = layout.flatten(base).astype(np.float64)
+        deltas = layout.flatten(updates.deltas, stacked=True).astype(np.float64)
+        mean = secure_update(deltas + before, before, np.ones(count), self.model, self.rng)
+        return layout.unflatten(mean * count, float64(base)), {}

@@ -3,8 +3,8 @@
 - :func:`client_parameters`: each client's parameters after its local training from the global
   ``θ`` (:meth:`Simulation.client_update`, the per-client reference path a device runs) — the
   plain updates the attacks read. The simulation is left as it was.
-- :func:`secure_aggregator`: the :class:`~.secagg.SecAggPlus` aggregator for a simulation, with
-  its differential privacy (equal weights, the server's central noise).
+- :func:`secure_aggregator`: the :class:`~.secagg.SecAggPlus` aggregator for a simulation, or
+  under differential privacy the simulation's mechanism over SecAgg+ as its transport.
 - :func:`secure_round`: one round of a simulation through :func:`uvtrain.rounds.run_round` with
   the :class:`~.secagg.SecAggPlus` aggregator; the clients train by the simulation's own local
   training (receive, update, messages), by its per-client loop path, and their updates go
@@ -21,8 +21,7 @@ import numpy as np
 from torch import Tensor
 
 from ..engine import Simulation
-from ..errors import TrainingError
-from ..rounds import RoundResult
+from ..rounds import Aggregator, RoundResult
 from .secagg import Layout, SecAggPlus
 from .settings import SecAggModel
 
@@ -50,31 +49,26 @@ def client_parameters(
 
 def secure_aggregator(
     simulation: Simulation, model: SecAggModel, rng: np.random.Generator
-) -> SecAggPlus:
+) -> Aggregator:
     """SecAgg+ in place of the simulation's aggregator. Under differential privacy
-    (``simulation.privacy``, installed by :func:`uvtrain.run.make_simulation`) every member
-    weighs the same, and with ``central`` the server adds the DP sum's noise to the sum it
-    unmasks (:meth:`uvtrain.privacy.DPSum.sum_noise`), the sum divided by the DP sum's fixed
-    denominator ``qN``; the clipping (and ``distributed``'s
-    per-client noise) stay the simulation's postprocessing, which runs before SecAgg+."""
-    from ..privacy import DPSum
+    (``simulation.mechanism``, built with the simulation) SecAgg+ is the transport under the
+    simulation's own mechanism: :class:`uvtrain.privacy.PrivateSum` finishes the secure sum of
+    the members' clipped (and, distributed, noised) updates, every member weighing the same,
+    with the mechanism's server half (central noise, ``qN``, adaptive clipping); the user half
+    stays the simulation's postprocessing, which runs before SecAgg+."""
+    from ..privacy import PrivateSum
 
-    if getattr(simulation, "privacy", None) is None:
+    if simulation.mechanism is None:
         return SecAggPlus(model, rng)
-    dp_sum = simulation.aggregator
-    if not isinstance(dp_sum, DPSum):
-        raise TrainingError("a DP simulation aggregates with its DP sum")
-    return SecAggPlus(
-        model, rng, weights="equal", noise=dp_sum.sum_noise, denominator=dp_sum.denominator
-    )
+    return PrivateSum(simulation.mechanism, SecAggPlus(model, rng))
 
 
-def secure_round(simulation: Simulation, aggregator: SecAggPlus) -> RoundResult:
+def secure_round(simulation: Simulation, aggregator: Aggregator) -> RoundResult:
     """The simulation's next round (:meth:`Simulation.next_round`, i.e.
     :func:`uvtrain.rounds.run_round`) with the SecAgg+ ``aggregator``, each client trained by the
     per-client loop path — its update the one it would send alone, as the audit's numbers have
-    always been measured; the simulation keeps the result, and ``aggregator.mean_update`` holds
-    what the server unmasked."""
+    always been measured; the simulation keeps the result (what the server released is
+    ``result.params``)."""
     return simulation.next_round(aggregator, path="loop")
 
 
