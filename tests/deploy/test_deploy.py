@@ -770,9 +770,12 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     final = checkpoint["params"]
     change = torch.cat([(final[k] - start[k]).reshape(-1) for k in sorted(start)])
     z_update = privacy["adaptive_clipping"]["update_noise_multiplier"]
-    # each survivor's share z_Δ·C_r/√m_min, their sum over qN = 3
+    # each survivor's share z_Δ·C_r/√m_min, their sum over qN = 3, the released mean taken by
+    # the server optimiser's step η (plain sgd; FedUV's default η is 5)
+    schedule = settings.run.schedule
+    assert schedule.server_optimizer == "sgd"
     shares = sum(m["clip_norm"] ** 2 * m["survivors"] / (3 * 3**2) for m in metrics)
-    expected = z_update * np.sqrt(shares)
+    expected = schedule.server_lr * z_update * np.sqrt(shares)
     assert float(change.std()) == pytest.approx(expected, rel=0.03)
     registry = json.loads((out / "devices.json").read_text())["assigned"]
     assert len(set(registry)) == 4
