@@ -23,19 +23,19 @@ def test_a_command_that_stops_printing_is_killed_with_its_process_group() -> Non
     """A shell that starts a child, prints its process id and then waits in silence: the test
     fails with the output so far, and the child (same group, holding the pipes) is gone."""
     script = "sleep 100000 & echo child $!; wait"
-    with pytest.raises(pytest.fail.Exception, match="no progress for 5 s") as failed:
-        run_until_stalled(["sh", "-c", script], stall_seconds=5)
+    with pytest.raises(pytest.fail.Exception, match="no progress for 2 s") as failed:
+        run_until_stalled(["sh", "-c", script], stall_seconds=2)
     message = str(failed.value)
     assert "process group was killed" in message
     assert is_gone(int(_printed(message).removeprefix("child ")))
 
 
 def test_a_slow_command_that_keeps_printing_runs_to_its_end() -> None:
-    """Twenty lines a quarter of a second apart: longer in all than the 2-s stall limit, never
+    """Twelve lines a quarter of a second apart: longer in all than the 2-s stall limit, never
     silent that long; its exit code, stdout and stderr come back apart."""
     program = (
         "import sys, time\n"
-        "for number in range(20):\n"
+        "for number in range(12):\n"
         "    print(number, flush=True)\n"
         "    time.sleep(0.25)\n"
         "print('done', file=sys.stderr)\n"
@@ -43,7 +43,7 @@ def test_a_slow_command_that_keeps_printing_runs_to_its_end() -> None:
     )
     result = run_until_stalled([sys.executable, "-c", program], stall_seconds=2)
     assert result.returncode == 3
-    assert result.stdout.split() == [str(number) for number in range(20)]
+    assert result.stdout.split() == [str(number) for number in range(12)]
     assert result.stderr == "done\n"
     with pytest.raises(pytest.fail.Exception, match="exit code 3"):
         run_until_stalled([sys.executable, "-c", program], stall_seconds=2, check=True)
@@ -56,12 +56,12 @@ def test_a_command_that_closes_its_output_and_goes_on_silently_is_killed() -> No
     assert is_gone(int(_printed(str(failed.value)).removeprefix("pid ")))
 
 
-#: computes for 6 s of CPU time without printing anything (a slow machine: longer)
-SILENT_WORK = "import time\nwhile time.process_time() < 6:\n    sum(range(10000))\n"
+#: computes for 3.5 s of CPU time without printing anything (a slow machine: longer)
+SILENT_WORK = "import time\nwhile time.process_time() < 3.5:\n    sum(range(10000))\n"
 
 
 def test_a_command_that_computes_in_silence_is_progressing() -> None:
-    """CPU time used by the group is progress: a silent 6-s computation outlasts a 2-s limit;
+    """CPU time used by the group is progress: a silent 3.5-s computation outlasts a 2-s limit;
     counted on its output alone, it is stopped."""
     result = run_until_stalled([sys.executable, "-c", SILENT_WORK], stall_seconds=2)
     assert result.returncode == 0 and result.stdout == ""
