@@ -4,8 +4,16 @@ one tiny trained FedUV run that every test needing "a run" copies (trained once 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two workers on two cores (pyproject's addopts): one math thread each, for torch here and
+    # for every process a test starts (inherited), instead of two workers' thread pools, the
+    # Flower processes' and the JavaScript tests' fighting over two cores. Set before torch loads;
+    # a value the developer set is kept.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 import pytest
