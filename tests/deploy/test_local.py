@@ -1,0 +1,355 @@
+"""The Flower deployment run for real: a federation on loopback (a SuperLink and SuperNodes as
+processes, SecAgg+ for FedUV) through :mod:`uvdeploy.local`, how it stops a run that makes no
+progress, and ``uvtrain deploy``'s one-line errors. The settings, the device's update and the
+server's round, in process: ``test_deploy.py``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from tests.conftest import PASSPHRASE  # noqa: E402
+from tests.processes import is_gone, is_running, run_until_stalled  # noqa: E402
+from uvdeploy.local import LaunchError, LocalFederation  # noqa: E402
+from uvdeploy.settings import (  # noqa: E402
+    DeploySettings,
+    build_model,
+)
+from uvtrain.config import ConfigError  # noqa: E402
+from uvtrain.engine import split_parameters  # noqa: E402
+
+if sys.version_info >= (3, 11):
+    pass
+else:  # pragma: no cover
+    pass
+
+
+def _device_folder(voice_dir: Path, speaker: int, root: Path) -> Path:
+    """``device/samples`` (clips 0-5 of a speaker) and ``device/test`` (clips 6-7)."""
+    folder = root / f"device-{speaker}"
+    for split, clips in (("samples", range(6)), ("test", range(6, 8))):
+        (folder / split).mkdir(parents=True)
+        for index in clips:
+            source = voice_dir / f"speaker{speaker}" / f"clip{index}.wav"
+            (folder / split / source.name).write_bytes(source.read_bytes())
+    return folder
+
+
+# -- a real federation ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def federation(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """Four devices (speakers 0-3) on a loopback SuperLink, shared by the runs below."""
+    root = tmp_path_factory.mktemp("federation")
+    devices = [_device_folder(voice_dir, speaker, root / "devices") for speaker in range(4)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
+        patch.setenv("UVTRAIN_DATA", str(root / "no-datasets"))  # devices read only their folders
+        with LocalFederation(devices, root / "workspace") as running:
+            yield running, root, devices
+
+
+# a run in which neither the server nor a device has logged anything for this long is stuck;
+# the server's own waits are longer still, so that a slow machine never fails a test
+STALL_SECONDS = 300.0
+SERVER_WAIT = {"wait_seconds": 3600.0, "round_seconds": 3600.0}
+
+
+def _run(federation, out: Path, **values) -> dict:
+    running, _, devices = federation
+    lines: list[str] = []
+    settings = {"min_devices": len(devices), **SERVER_WAIT, "out": str(out), **values}
+    code = running.run(settings, lines.append, stall_seconds=STALL_SECONDS)
+    status = json.loads((out / "status.json").read_text())
+    return {"code": code, "status": status, "lines": lines}
+
+
+@pytest.mark.slow
+def test_a_run_without_progress_is_stopped_and_leaves_the_federation_clean(federation) -> None:
+    """Issue 30's case on a real federation: a run waiting for a fifth device that never comes
+    makes no progress; it is stopped, its ``flwr run`` ended and the run stopped on the
+    SuperLink (``flwr ls``: every run finished), so the runs below share a clean federation and
+    read only their own logs."""
+    running, root, devices = federation
+    settings = {"method": "fedaws", "min_devices": len(devices) + 1, **SERVER_WAIT}
+    settings.update(out=str(root / "stalled"), export=False)
+    with pytest.raises(LaunchError, match="no progress"):
+        running.run(
+            settings, [].append, stall_seconds=20
+        )  # it is meant to stall: no need to wait long
+    assert not [p.name for p in running.processes if p.name.startswith("flwr-run")]
+    listing = run_until_stalled(
+        [running.bin_dir / "flwr", "ls", "uvtrain-local", "--format", "json"],
+        stall_seconds=STALL_SECONDS,
+        cwd=running.folder,
+        env=running.env,
+        check=True,
+    )
+    runs = json.loads(listing.stdout)["runs"]
+    assert [run["status"] for run in runs] == ["finished:stopped"], runs
+    assert not (root / "stalled" / "report.json").exists()
+
+
+@pytest.mark.slow
+def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enrolled(
+    federation,
+) -> None:
+    """The default deployment of FedUV: SecAgg+ and distributed DP at ε = 8 (here with
+    adaptive clipping from C = 0.05). The released model carries exactly the noise the devices'
+    shares add up to, through SecAgg+'s quantization: its change over the two rounds has the
+    std z_Δ·√(Σ_r C_r² m′_r / m_min) / (qN) (the clipped updates are negligible beside it)."""
+    from uvsdk import Verifier
+    from uvtrain.checkpoints import read_checkpoint
+    from uvtrain.privacy import epsilon
+    from uvtrain.rounds import poisson_cohort
+
+    _, root, devices = federation
+    out = root / "feduv"
+    # a cohort of 3 of the 4 devices each round; every device registers, trains and enrolls
+    result = _run(
+        federation,
+        out,
+        method="feduv",
+        rounds=2,
+        fraction=0.75,
+        lr=0.2,
+        clip_norm=0.05,
+        adaptive_clipping=True,
+        clip_count_std=1.0,
+    )
+    assert result["status"] == {"state": "finished", "rounds": 2}, result["lines"]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["round"] for m in metrics] == [1, 2] and all(m["secure"] for m in metrics)
+    settings = DeploySettings.from_run_config(json.loads((out / "config.json").read_text()))
+    report = json.loads((out / "report.json").read_text())
+    assert report["deployment"]["secure_aggregation"] is True
+    assert report["warmup"]["devices_enrolled"] == 4
+    privacy = report["privacy"]
+    assert privacy["mechanism"] == "distributed" and privacy["rounds"] == 2
+    assert privacy["epsilon"] == pytest.approx(8.0, rel=1e-2) and privacy["epsilon"] <= 8.0
+    assert privacy["delta"] == 1e-6 and privacy["sampling_rate"] == 0.75
+    assert privacy["clip_norm"] == 0.05 and privacy["min_survivors"] == 3
+    log = "\n".join(result["lines"])
+    z, cohort, users = privacy["noise_multiplier"], privacy["expected_cohort"], privacy["users"]
+    assert privacy["sampling"] == "poisson" and cohort == 3 and users == 4
+    # the server Poisson-samples the devices as the simulator does: with seed 0 round 1 draws 2
+    # (fewer than m_min = 3: nothing released, the round counts in ε) and round 2 draws all 4
+    sampled = [len(poisson_cohort(settings.run.seed, r, 4, 0.75)) for r in (1, 2)]
+    assert sampled == [2, 4] and metrics[0]["skipped"] and metrics[0]["survivors"] == 0
+    assert "round 1: 2 device(s) sampled, fewer than the 3" in log
+    for row in metrics:  # the ε spent so far, in the metrics and on each round's log line
+        spent = epsilon(z, 0.75, row["round"], privacy["delta"])
+        assert row["epsilon"] == pytest.approx(spent)
+        assert f"round {row['round']}/2: " in log
+        assert f"ε spent {spent:.3g} of {privacy['epsilon']:.3g}" in log
+    assert metrics[1]["survivors"] == 4 and metrics[1]["clip_norm"] == 0.05
+    checkpoint = read_checkpoint(out / "checkpoint.pt")
+    assert checkpoint["privacy"]["clip_norm"] != 0.05  # adaptive: moved by round 2's count
+    start, _ = split_parameters(build_model(settings, 4))
+    final = checkpoint["params"]
+    change = torch.cat([(final[k] - start[k]).reshape(-1) for k in sorted(start)])
+    z_update = privacy["adaptive_clipping"]["update_noise_multiplier"]
+    # each survivor's share z_Δ·C_r/√m_min, their sum over qN = 3, the released mean taken by
+    # the server optimiser's step η (plain sgd; FedUV's default η is 5)
+    schedule = settings.run.schedule
+    assert schedule.server_optimizer == "sgd"
+    shares = sum(m["clip_norm"] ** 2 * m["survivors"] / (3 * 3**2) for m in metrics)
+    expected = schedule.server_lr * z_update * np.sqrt(shares)
+    assert float(change.std()) == pytest.approx(expected, rel=0.03)
+    registry = json.loads((out / "devices.json").read_text())["assigned"]
+    assert len(set(registry)) == 4
+    for device in devices:
+        bundle = device / "store" / "model.uvb"
+        verifier = Verifier(bundle, store=device / "store", passphrase=PASSPHRASE)
+        template = verifier.store.load("default")
+        assert template.mode == "codeword" and template.is_enrolled
+        assert template.user_id in registry
+        assert str(int(template.threshold * 1e4)) not in log  # no threshold in the server's log
+        score = verifier.score(device / "test" / "clip6.wav")
+        assert np.isfinite(score)
+
+
+@pytest.mark.slow
+def test_fedaws_runs_plain_resumes_and_devices_keep_their_user_ids(federation) -> None:
+    _, root, _ = federation
+    out = root / "fedaws"
+    before = json.loads((root / "feduv" / "devices.json").read_text())["assigned"]
+    out.mkdir()
+    (out / "devices.json").write_text(json.dumps({"assigned": before}))
+    result = _run(federation, out, method="fedaws", rounds=1, fraction=1.0, export=False)
+    assert result["status"]["state"] == "finished", result["lines"]
+    assert "4 device(s) registered (0 newly assigned)" in "\n".join(result["lines"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["deployment"]["secure_aggregation"] is False
+    assert json.loads((out / "devices.json").read_text())["assigned"] == before
+    # the same folder with more rounds resumes from the checkpoint
+    again = _run(federation, out, method="fedaws", rounds=2, fraction=1.0, export=False)
+    assert again["status"]["state"] == "finished", again["lines"]
+    assert "resumed at round 1" in "\n".join(again["lines"])
+    rounds = [
+        json.loads(line)["round"] for line in (out / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert rounds == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_round_that_secagg_cannot_finish_stops_the_run(federation) -> None:
+    """When SecAgg+ cannot finish a round (here: no device answers its first stage within
+    ``round_seconds``; in a probe on an older setup, every device raising in its key sharing),
+    Flower's workflow logs "halted" and returns as if all were well: the model silently never
+    changes. The server must stop with an error instead of reporting a finished run."""
+    _, root, _ = federation
+    out = root / "broken"
+    result = _run(
+        federation, out, method="feduv", rounds=2, fraction=1.0, round_seconds=0.2, export=False
+    )
+    assert result["status"]["state"] == "failed"
+    assert "round 1" in result["status"]["error"]
+    assert "did not change" in result["status"]["error"] or "failed" in result["status"]["error"]
+    assert not (out / "report.json").exists()
+    assert not (out / "metrics.jsonl").read_text().strip()  # no round was logged as done
+
+
+FAKE_FLWR = """#!/bin/sh
+# a stand-in for `flwr`: run 1 starts a child and then prints nothing; later runs finish;
+# `flwr ls` lists run 41 as running the first time, every run as finished after that
+here=$(dirname "$0")
+if [ "$1" = stop ]; then echo "$2" >> "$here/stopped"; exit 0; fi
+if [ "$1" = ls ]; then
+    status=running; [ -e "$here/listed" ] && status=finished:stopped; touch "$here/listed"
+    echo '{"success": true, "runs": [{"run-id": "40", "status": "finished:completed"},'
+    echo ' {"run-id": "41", "status": "'"$status"'"}]}'
+    exit 0
+fi
+number=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
+echo "$number" > "$here/count"
+echo "Successfully started run 4$number"
+echo "INFO : [uvtrain] the output of run $number"
+if [ "$number" = 1 ]; then
+    sleep 100000 &
+    echo "$!" > "$here/child"
+    wait
+fi
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its_own_log(
+    tmp_path: Path,
+) -> None:
+    """With a stand-in for ``flwr``: a run that prints nothing for ``stall_seconds`` has its
+    whole process group ended, the child it started included, and the SuperLink's unfinished
+    run stopped (``flwr stop 41``, not the finished 40); the next run on the same federation
+    writes and echoes only its own log."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "flwr").write_text(FAKE_FLWR)
+    (fake / "flwr").chmod(0o755)
+    federation = LocalFederation([], tmp_path / "workspace")
+    federation.logs.mkdir(parents=True)
+    federation.bin_dir = fake
+    federation._start("superlink", ["sleep", "100000"])  # runs are stopped on a live SuperLink
+    try:
+        first: list[str] = []
+        with pytest.raises(LaunchError, match="no progress .* for 2 s: stopped"):
+            federation.run({"method": "fedaws"}, first.append, stall_seconds=2)
+        assert first == ["the output of run 1"]
+        assert (fake / "stopped").read_text().split() == ["41"]
+        assert is_gone(int((fake / "child").read_text()))
+        assert [p.name for p in federation.processes] == ["superlink"]
+        second: list[str] = []
+        assert federation.run({"method": "fedaws"}, second.append, stall_seconds=2) == 0
+        assert second == ["the output of run 2"]
+        assert (fake / "stopped").read_text().split() == ["41"]  # finished: nothing to stop
+        logs = federation.logs
+        assert "run 1" in (logs / "flwr-run-1.log").read_text()
+        assert "run 1" not in (logs / "flwr-run-2.log").read_text()
+        assert (tmp_path / "workspace" / "run-config-2.toml").read_text() == 'method = "fedaws"\n'
+    finally:
+        federation.stop()
+
+
+LISTEN_AFTER_WORK = """
+import socket, sys, time
+while time.process_time() < 4:  # 4 s of CPU time in silence (a slow machine: longer)
+    sum(range(10000))
+server = socket.socket()
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+time.sleep(100000)
+"""
+
+
+def test_waiting_for_a_port_fails_on_no_progress_never_on_time(tmp_path: Path) -> None:
+    """The SuperLink's start is waited for on progress: a process that sleeps is given up on
+    after 2 s without CPU time or output; one that computes silently for longer than that and
+    then listens is waited for."""
+    from uvdeploy.local import _free_port, _wait_for_port
+
+    federation = LocalFederation([], tmp_path)
+    federation.logs.mkdir(parents=True)
+    try:
+        silent = federation._start("silent", ["sleep", "100000"])
+        with pytest.raises(LaunchError, match="made no progress for 2 s"):
+            _wait_for_port(_free_port(), silent, 2, "the SuperLink")
+        port = _free_port()
+        busy = federation._start("busy", [sys.executable, "-c", LISTEN_AFTER_WORK, str(port)])
+        _wait_for_port(port, busy, 2, "the SuperLink")
+        assert busy.popen.poll() is None
+    finally:
+        federation.stop()
+    assert all(not is_running(process.pid) for process in (silent.popen, busy.popen))
+
+
+def test_run_local_needs_a_passphrase_and_device_folders(tmp_path: Path, monkeypatch) -> None:
+    from uvdeploy.local import run_local
+
+    (tmp_path / "devices" / "a" / "samples").mkdir(parents=True)
+    with pytest.raises(LaunchError, match="UVSDK_PASSPHRASE"):
+        run_local(tmp_path / "devices", tmp_path / "run", {"method": "feduv"})
+    monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
+    with pytest.raises(LaunchError, match="no device folders"):
+        run_local(tmp_path, tmp_path / "run", {"method": "feduv"})
+    with pytest.raises(ConfigError, match="unknown run config key"):
+        run_local(tmp_path / "devices", tmp_path / "run", {"method": "feduv", "nope": 1})
+
+
+def test_the_deploy_command_fails_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from uvtrain.cli import app
+
+    runner = CliRunner()
+    (tmp_path / "devices" / "a" / "samples").mkdir(parents=True)
+    common = ["deploy", "local", "--devices", str(tmp_path / "devices"), "--out", str(tmp_path)]
+    result = runner.invoke(app, [*common, "--method", "feduv"])
+    assert result.exit_code == 2 and "UVSDK_PASSPHRASE" in result.output
+    monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
+    result = runner.invoke(app, [*common, "--method", "softmax"])
+    assert result.exit_code == 2 and "does not run on Flower" in result.output
+    result = runner.invoke(app, [*common, "--method", "feduv", "--set", "lr"])
+    assert result.exit_code == 2 and "KEY=VALUE" in result.output
+    result = runner.invoke(app, [*common, "--method", "feduv", "--set", "secagg=maybe"])
+    assert result.exit_code == 2 and "secagg must be" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    for name in "bcd":  # four devices: a secure round's cohort of three
+        (tmp_path / "devices" / name / "samples").mkdir(parents=True)
+    for flags, message in (
+        (["--dp-epsilon", "0"], "dp_epsilon must be positive, not 0"),
+        (["--dp", "distributed", "--secagg", "off"], "dp distributed needs secure aggregation"),
+        (["--adaptive-clipping"], "spends the whole budget"),  # planned before any process
+    ):
+        result = runner.invoke(app, [*common, "--method", "feduv", *flags])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "federation").exists()
+    result = runner.invoke(app, ["deploy", "app"])
+    assert result.exit_code == 0 and (Path(result.output.strip()) / "pyproject.toml").is_file()
