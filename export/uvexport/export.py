@@ -184,9 +184,12 @@ def export_model(
         code=bundle_code(model, code_length),
         extra=extra,
     )
+    cohort = None
     if calibrate is not None:
-        manifest = _calibrated(model_bytes, manifest, calibrate, calibration_data, ort_bytes)
-    path = write_bundle(out, model_bytes, manifest, sign_key=sign_key, ort=ort_bytes)
+        manifest, cohort = _calibrated(
+            model_bytes, manifest, calibrate, calibration_data, ort_bytes
+        )
+    path = write_bundle(out, model_bytes, manifest, sign_key=sign_key, ort=ort_bytes, cohort=cohort)
     return ExportResult(
         path, worst, time.perf_counter() - started, path.stat().st_size, quantization
     )
@@ -194,10 +197,10 @@ def export_model(
 
 def _calibrated(
     model_bytes: bytes, manifest: Any, root: str | Path, data: str | None, ort: bytes | None
-) -> Any:
-    """``manifest`` with the calibration of the exact model file, measured through the SDK on
-    the people under ``root`` (before anything is written to the bundle's path)."""
-    import dataclasses
+) -> tuple[Any, bytes | None]:
+    """``manifest`` with the calibration (and cohort) of the exact model file, measured through
+    the SDK on the people under ``root`` (before anything is written to the bundle's path), and
+    the cohort's bytes."""
     import tempfile
 
     from uvsdk.bundle import Bundle
@@ -208,9 +211,9 @@ def _calibrated(
         folder = write_bundle(
             Path(scratch) / "bundle", model_bytes, manifest, directory=True, ort=ort
         )
-        calibration = calibrate(Bundle(folder), root, data=data, progress=print_progress)
+        calibrated = calibrate(Bundle(folder), root, data=data, progress=print_progress)
     print(file=sys.stderr)  # ends the progress line
-    return dataclasses.replace(manifest, calibration=calibration)
+    return calibrated.manifest(manifest), calibrated.cohort
 
 
 def _quantize_run(
