@@ -112,10 +112,10 @@ def embed_people(
 ) -> tuple[dict[str, np.ndarray], dict[str, list[Path]], int]:
     """Each person's vectors through the SDK, the files they came from (unusable files skipped
     and counted), and the count of skipped files."""
-    embedded, used, skipped = embed_conditions(
+    embedded = embed_conditions(
         bundle, people, ("clean",), max_samples=max_samples, progress=progress, label=label
     )
-    return embedded["clean"], used, skipped
+    return embedded.vectors["clean"], embedded.used, embedded.skipped
 
 
 def audio_conditions(names: Sequence[str]) -> tuple[str, ...]:
@@ -130,6 +130,18 @@ def audio_conditions(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+@dataclass(frozen=True)
+class Embedded:
+    """:func:`embed_conditions`' result: ``vectors[condition][person]`` (``[N, dim]``), the
+    seconds of audio behind each vector (``seconds[condition][person]``, ``[N]``; images: 0), the
+    files used per person and the count of unusable files."""
+
+    vectors: dict[str, dict[str, np.ndarray]]
+    seconds: dict[str, dict[str, np.ndarray]]
+    used: dict[str, list[Path]]
+    skipped: int
+
+
 def embed_conditions(
     bundle: Bundle,
     people: dict[str, list[Path]],
@@ -139,18 +151,19 @@ def embed_conditions(
     progress: Callable[[str], None] | None = None,
     label: str = "calibration",
     seed: int = 0,
-) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, list[Path]], int]:
+) -> Embedded:
     """``{condition: {person: vectors}}`` through the SDK: each usable file decoded as the SDK
     decodes it, turned into each simulated recording condition (:mod:`uvexport.conditions`; the
     long ones join a person's consecutive clips to :data:`LONG_SECONDS`), brought back to the
     bundle's rate and embedded by :meth:`uvsdk.Verifier.embed`. Images have one condition,
-    ``clean``. Also the files used per person and the count of unusable files."""
+    ``clean``."""
     from uvsdk.verifier import Verifier
 
     spec = bundle.manifest.input
     audio = isinstance(spec, AudioInput)
     conditions = audio_conditions(conditions) if audio else ("clean",)
     embedded: dict[str, dict[str, np.ndarray]] = {name: {} for name in conditions}
+    seconds: dict[str, dict[str, np.ndarray]] = {name: {} for name in conditions}
     used: dict[str, list[Path]] = {}
     skipped, started = 0, time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:  # embed() never touches the store
@@ -164,10 +177,13 @@ def embed_conditions(
                 except MediaError:
                     skipped += 1
             for condition in conditions:
-                rows = _condition_vectors(verifier, clips, condition, spec, seed=seed + number)
+                rows, lengths = _condition_vectors(
+                    verifier, clips, condition, spec, seed=seed + number
+                )
                 embedded[condition][name] = (
                     np.stack(rows) if rows else np.zeros((0, bundle.manifest.dim), np.float32)
                 )
+                seconds[condition][name] = np.array(lengths, dtype=np.float64)
             if progress:
                 elapsed = time.perf_counter() - started
                 remaining = elapsed / number * (len(people) - number)
@@ -175,7 +191,7 @@ def embed_conditions(
                     f"{label}: embedded {number}/{len(people)} people x {len(conditions)} "
                     f"conditions ({elapsed:.0f} s, about {remaining:.0f} s left)"
                 )
-    return embedded, used, skipped
+    return Embedded(embedded, seconds, used, skipped)
 
 
 def _usable(file: Path, spec: Any) -> Any:
@@ -194,8 +210,9 @@ def _usable(file: Path, spec: Any) -> Any:
 
 def _condition_vectors(
     verifier: Any, clips: list[Any], condition: str, spec: Any, *, seed: int
-) -> list[np.ndarray]:
-    """The vectors of one person's clips in one condition (unusable results skipped)."""
+) -> tuple[list[np.ndarray], list[float]]:
+    """The vectors of one person's clips in one condition (unusable results skipped), and the
+    seconds of audio each was made from (0 for images)."""
     if not isinstance(spec, AudioInput) or condition == "clean":
         inputs = clips
     elif condition in LONG:
@@ -208,13 +225,15 @@ def _condition_vectors(
             _in_condition(clip, spec.sample_rate, condition, seed * 7919 + number)
             for number, clip in enumerate(clips)
         ]
-    rows = []
+    rows, lengths = [], []
     for source in inputs:
         try:
             rows.append(verifier.embed(source, allow_clipped=True))
         except MediaError:
             continue
-    return rows
+        audio = isinstance(spec, AudioInput)
+        lengths.append(source.size / spec.sample_rate if audio else 0.0)
+    return rows, lengths
 
 
 def _in_condition(samples: np.ndarray, rate: int, condition: str, seed: int) -> np.ndarray:
@@ -338,15 +357,18 @@ def calibrate(
     manifest = bundle.manifest
     root, named, suffixes = resolve(root)
     people = people_folders(root, manifest.modality, suffixes)
-    embedded, used, skipped = embed_conditions(
+    embedded = embed_conditions(
         bundle, people, conditions, max_samples=max_samples, progress=progress
     )
-    samples = sum(len(files) for files in used.values())
-    about = f"{data or named}: {len(people)} people; {samples} samples used, {skipped} unusable"
+    samples = sum(len(files) for files in embedded.used.values())
+    about = (
+        f"{data or named}: {len(people)} people; {samples} samples used, "
+        f"{embedded.skipped} unusable"
+    )
     generator = manifest.code.generator if manifest.code is not None else None
     try:
         return calibrate_vectors(
-            embedded,
+            embedded.vectors,
             data=about,
             enroll_samples=enroll_samples,
             generator=generator,
