@@ -246,6 +246,7 @@ def _fillets_debs(folder: Path) -> dict[str, Path]:
             '"let-mixed", "font_big"', '"let-mixed", "font_small"'
         ).encode(),
         f"{root}/script/airplane/code.lua": b'dialogId("let-x-code", "font_big", "")\n',
+        f"{root}/script/hanoi/dialogs_nl.lua": b'dialogId("han-v-disky", "font_big", "Disks.")\n',
         f"{root}/script/share/border_dialogs_cs.lua": (
             b'dialogId("cil-m-hlaska0", "font_small", "Nothing.")\n'
             b'dialogId("cil-v-hlaska0", "font_big", "No.")\n'
@@ -264,6 +265,7 @@ def _fillets_debs(folder: Path) -> dict[str, Path]:
             f"{root}/sound/airplane/{language}/unscripted.ogg": _clip(2.5, pitch + 60),
             f"{root}/sound/share/border/{language}/cil-m-hlaska0.ogg": _clip(2.2, pitch + 55),
             f"{root}/sound/share/border/{language}/cil-v-hlaska0.ogg": _clip(2.4, pitch + 5),
+            f"{root}/sound/hanoi/{language}/han-v-disky.ogg": _clip(2.6, pitch + 7),
         }
     return {
         "fillets-ng-data": make_deb(folder / "fillets-ng-data.deb", scripts),
@@ -295,13 +297,14 @@ def test_fillets_keeps_each_fish_per_language_by_its_dialog_font(
     # The fish's lines of 2 s or more, by their dialogs' fonts (any language's script names the
     # font), the shared jokes included; not the parrot, both fish at once, a dialog whose scripts
     # disagree on the font, a dialog of a file that is not a dialog script, an unscripted file,
-    # nor the 1.5 s line.
+    # nor the 1.5 s line. A level Fillets NG added (hanoi) is kept in Dutch only: its Czech lines
+    # are not the credited voices.
     big = ["airplane-let-v-oko.wav", "share-cil-v-hlaska0.wav"]
     small = ["airplane-let-m-oko.wav", "share-cil-m-hlaska0.wav"]
     assert folders == {
         "fillets-cs-big-fish-vit-musil": big,
         "fillets-cs-small-fish-gabriela-pysna": small,
-        "fillets-nl-big-fish": big,
+        "fillets-nl-big-fish": sorted([*big, "hanoi-han-v-disky.wav"]),
         "fillets-nl-small-fish": small,
     }
     assert sf.info(speakers / "fillets-nl-big-fish" / big[0]).duration == pytest.approx(3.0, 0.01)

@@ -3,10 +3,12 @@
 Speaker-verification corpora cannot be fetched here (hubs are out of reach), but a few Debian
 packages ship people's recorded voices: the localised sounds of the KDE educational games
 (KLettres' letters and syllables, KTuberling's spoken words), the spoken descriptions of Tux
-Paint's stamps, the ALSA speaker-test voice, the voice packs of Hedgewars and the voiced
-messages of Warzone 2100. :func:`fetch_real_speech` downloads the pinned ``.deb`` of each source
-with ``apt-get download`` (or reads a local copy), checks its SHA-256, takes the voice files out
-of it (pure Python: ``ar`` + ``tar``, no dpkg) and writes one folder per speaker::
+Paint's stamps, the ALSA speaker-test voice, the voice packs of Hedgewars, the voiced
+messages of Warzone 2100 and, sentence-length (2 s and more), the two fish's dialogue of Fish
+Fillets NG in Czech and Dutch. :func:`fetch_real_speech` downloads each source's pinned ``.deb``
+files with ``apt-get download`` (or reads local copies), checks their SHA-256, takes the voice
+files (and, for Fish Fillets, the level scripts that say who speaks each line) out of them (pure
+Python: ``ar`` + ``tar``, no dpkg) and writes one folder per speaker::
 
     root/downloads/<package>_<version>_<arch>.deb     the cache (kept)
     root/speakers/<source>-<speaker>/<clip>.wav       16-bit PCM, mono, at the file's own rate
@@ -21,7 +23,8 @@ encoder put with another folder's are left out or merged, as each source's notes
 (docs/trainer.md, "Real speech"). Where a credit is missing, a folder is kept only when GE2E finds
 one voice in it and no other folder near it; that check was made once, when the tables below were
 chosen (nothing is embedded at run time). Clips are the files of at least :data:`MIN_SECONDS`
-seconds; effects, grunts, laughs, music and processed (robot, radio) voices are left out.
+seconds (a source's ``min_seconds``: 2 s for Fish Fillets); effects, grunts, laughs, music and
+processed (robot, radio) voices are left out.
 
 **Caching.** A source whose folders were written (``root/manifests/<source>.json`` lists
 the package hash and every file with its size) is skipped without download or rewrite, so a
@@ -318,18 +321,29 @@ FILLETS_ROOT = "usr/share/games/fillets-ng"
 #: whose id names its sound file and whose font names its character, in the level scripts of
 #: fillets-ng-data (``script/<level>/*dialogs_*.lua``: ``dialogId("let-v-oko", "font_big", ...)``);
 #: the voices are in fillets-ng-data-cs and fillets-ng-data-nl (``sound/<level>/<language>/``).
-#: Only the two fish are kept: the game's credits (``images/menu/credits.png``, "Voices & Animal
-#: sounds") put Vít Musil by the big fish and Gabriela Pyšná by the small one for the original
-#: Czech voices. The Dutch voices are uncredited in the packages: each fish is one voice by GE2E
-#: and near no other folder. The other characters are left out: the credits name seven more
-#: people (Jaroslav Tuček and six first names) with no character each, and several voices are
-#: processed (robot dog, statue).
+#: Only the two fish are kept: the game's credits (``images/menu/credits.png``, "Original Altar
+#: credits", "Voices & Animal sounds") put Vít Musil by the big fish and Gabriela Pyšná by the
+#: small one for the original Czech voices. The Czech lines of the levels Fillets NG added
+#: ("Branch of New Generation" in ``script/worldmap.lua``) are left out: GE2E puts every one of
+#: them apart from the fish's other lines (2-means, both fish), and they are near other folders
+#: (0.85); the Dutch voices are one recording of all levels. The Dutch voices are uncredited in
+#: the packages: each fish is one voice by GE2E (no 2-means split) and near no other folder
+#: (centroid cosine at most 0.80). The other characters are left out: the credits name seven
+#: more people (Jaroslav Tuček and six first names) with no character each, and several voices
+#: are processed (robot dog, statue).
 FILLETS_SPEAKERS: dict[str, tuple[str, str]] = {
     "cs-big-fish-vit-musil": ("cs", "font_big"),
     "cs-small-fish-gabriela-pysna": ("cs", "font_small"),
     "nl-big-fish": ("nl", "font_big"),
     "nl-small-fish": ("nl", "font_small"),
 }
+#: Fillets NG's own levels (``script/worldmap.lua``, "Branch of New Generation"): their Czech
+#: lines are other recordings than the credited original voices.
+FILLETS_NEW_LEVELS = frozenset(
+    ("hanoi", "rush", "fdto", "rotate", "nowall", "hole", "key", "keys", "linux")
+)
+#: Languages whose lines of :data:`FILLETS_NEW_LEVELS` are left out.
+FILLETS_ORIGINAL_ONLY = frozenset(("cs",))
 FILLETS_DIALOG = re.compile(r'dialogId\(\s*"([^"]+)"\s*,\s*"([^"]*)"')
 
 
@@ -356,6 +370,8 @@ def _fillets(tree: Path) -> Iterator[ClipRef]:
         # sound/<level>/<language>/<id>.ogg and sound/share/<jokes>/<language>/<id>.ogg
         for path in _files(sounds, (f"*/{language}/*.ogg", f"*/*/{language}/*.ogg")):
             level = path.relative_to(sounds).parts[0]
+            if language in FILLETS_ORIGINAL_ONLY and level in FILLETS_NEW_LEVELS:
+                continue
             if fonts.get((level, path.stem)) == font:
                 yield speaker, f"{level}-{path.stem}", path
 
@@ -486,8 +502,8 @@ SOURCES: dict[str, Source] = {
             evidence=(
                 "each line's speaker is its dialog's subtitle font in the level scripts "
                 "(font_big, font_small); the game's credits name Vít Musil (big fish) and "
-                "Gabriela Pyšná (small fish) for the Czech voices; the uncredited Dutch fish are "
-                "one voice each by GE2E and near no other folder"
+                "Gabriela Pyšná (small fish) for the original Czech voices; the uncredited Dutch "
+                "fish are one voice each by GE2E and near no other folder"
             ),
             members=(FILLETS_ROOT + "/script/",),
             extra=(
@@ -508,10 +524,11 @@ SOURCES: dict[str, Source] = {
             ),
             min_seconds=2.0,
             notes=(
-                "the other characters (seven more voice actors credited with no character each; "
-                "processed voices: robot dog, statue), lines spoken by both fish, sound files "
-                "no dialog script names, lines under 2 s, the language-free effects and music "
-                "of fillets-ng-data"
+                "the Czech lines of the levels Fillets NG added (other recordings: apart from "
+                "the credited voices by GE2E); the other characters (seven more voice actors "
+                "credited with no character each; processed voices: robot dog, statue); lines "
+                "spoken by both fish, sound files no dialog script names, lines under 2 s, the "
+                "language-free effects and music of fillets-ng-data"
             ),
             clips=_fillets,
         ),
