@@ -531,6 +531,7 @@ SOURCES: dict[str, Source] = {
                 "language-free effects and music of fillets-ng-data"
             ),
             clips=_fillets,
+            revision=2,
         ),
     )
 }
