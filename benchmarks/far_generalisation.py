@@ -44,6 +44,7 @@ import numpy as np
 
 from uvexport.calibrate import (
     DEFAULT_CONDITIONS,
+    MAX_SAMPLES_PER_PERSON,
     audio_conditions,
     calibrate_vectors,
     embed_conditions,
@@ -70,40 +71,19 @@ def source_of(person: str) -> str:
 
 
 def embed(args: argparse.Namespace, bundle: Bundle) -> tuple[dict, dict]:
-    """``vectors[condition][person]`` and ``seconds[condition][person]``, from the cache if any."""
+    """``vectors[condition][person]`` and ``seconds[condition][person]`` (``--cache`` keeps
+    them: the same cache ``uvexport calibrate --cache`` reads and writes)."""
     conditions = audio_conditions(args.conditions.split(",")) if args.conditions else None
-    cache = Path(args.cache) if args.cache else None
-    if cache and cache.exists():
-        stored = np.load(cache, allow_pickle=False)
-        vectors: dict[str, dict[str, np.ndarray]] = {}
-        seconds: dict[str, dict[str, np.ndarray]] = {}
-        for key in stored.files:
-            kind, condition, person = key.split("|")
-            target = vectors if kind == "v" else seconds
-            target.setdefault(condition, {})[person] = stored[key]
-        if conditions:
-            vectors = {c: vectors[c] for c in conditions}
-            seconds = {c: seconds[c] for c in conditions}
-        print(f"embeddings from {cache}")
-        return vectors, seconds
-    people = people_folders(args.speakers, "audio")
     embedded = embed_conditions(
         bundle,
-        people,
+        people_folders(args.speakers, "audio"),
         conditions or DEFAULT_CONDITIONS,
         max_samples=args.max_samples,
         progress=print_progress,
         label="embedding",
+        cache=args.cache,
     )
     print(file=sys.stderr)
-    if cache:
-        arrays = {
-            f"{kind}|{condition}|{person}": value
-            for kind, table in (("v", embedded.vectors), ("s", embedded.seconds))
-            for condition, by_person in table.items()
-            for person, value in by_person.items()
-        }
-        np.savez(cache, **arrays)
     return embedded.vectors, embedded.seconds
 
 
@@ -240,7 +220,12 @@ def main() -> int:
     parser.add_argument("--conditions", default=None, help="comma-separated (default: all)")
     parser.add_argument("--far", type=float, default=DEFAULT_FAR)
     parser.add_argument("--enroll", type=int, default=5)
-    parser.add_argument("--max-samples", type=int, default=40, help="clips per speaker at most")
+    parser.add_argument(
+        "--max-samples",
+        type=int,
+        default=MAX_SAMPLES_PER_PERSON,
+        help="clips per speaker at most (uvexport calibrate's)",
+    )
     parser.add_argument("--cache", default=None, help="an .npz to keep the embeddings in")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -151,17 +151,108 @@ def embed_conditions(
     progress: Callable[[str], None] | None = None,
     label: str = "calibration",
     seed: int = 0,
+    cache: str | Path | None = None,
 ) -> Embedded:
     """``{condition: {person: vectors}}`` through the SDK: each usable file decoded as the SDK
     decodes it, turned into each simulated recording condition (:mod:`uvexport.conditions`; the
     long ones join a person's consecutive clips to :data:`LONG_SECONDS`), brought back to the
     bundle's rate and embedded by :meth:`uvsdk.Verifier.embed`. Images have one condition,
-    ``clean``."""
-    from uvsdk.verifier import Verifier
+    ``clean``.
 
+    ``cache``: an ``.npz`` file that keeps the result; a later call with the same model, files
+    (names, sizes, times), conditions, ``max_samples`` and ``seed`` reads it instead of
+    embedding again (any other file there is replaced)."""
     spec = bundle.manifest.input
     audio = isinstance(spec, AudioInput)
     conditions = audio_conditions(conditions) if audio else ("clean",)
+    key = _cache_key(bundle, people, conditions, max_samples, seed)
+    if cache is not None and (found := _read_cache(Path(cache), key)) is not None:
+        if progress:
+            progress(f"{label}: embeddings read from {cache}")
+        return found
+    embedded = _embed_conditions(
+        bundle,
+        people,
+        conditions,
+        max_samples=max_samples,
+        progress=progress,
+        label=label,
+        seed=seed,
+    )
+    if cache is not None:
+        _write_cache(Path(cache), key, embedded)
+    return embedded
+
+
+def _cache_key(
+    bundle: Bundle,
+    people: dict[str, list[Path]],
+    conditions: Sequence[str],
+    max_samples: int,
+    seed: int,
+) -> str:
+    files = {
+        name: [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in paths[:max_samples]]
+        for name, paths in people.items()
+    }
+    described = {
+        "model": bundle.manifest.model_sha256,
+        "conditions": list(conditions),
+        "max_samples": max_samples,
+        "seed": seed,
+        "files": files,
+    }
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
+def _read_cache(path: Path, key: str) -> Embedded | None:
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            if str(stored["key"]) != key:
+                return None
+            about = json.loads(str(stored["about"]))
+            vectors: dict[str, dict[str, np.ndarray]] = {c: {} for c in about["conditions"]}
+            seconds: dict[str, dict[str, np.ndarray]] = {c: {} for c in about["conditions"]}
+            for number, (condition, person) in enumerate(about["entries"]):
+                vectors[condition][person] = stored[f"v{number}"]
+                seconds[condition][person] = stored[f"s{number}"]
+    except (OSError, ValueError, KeyError):
+        return None
+    used = {name: [Path(f) for f in files] for name, files in about["used"].items()}
+    return Embedded(vectors, seconds, used, int(about["skipped"]))
+
+
+def _write_cache(path: Path, key: str, embedded: Embedded) -> None:
+    entries = [(c, p) for c, by_person in embedded.vectors.items() for p in by_person]
+    about = {
+        "conditions": list(embedded.vectors),
+        "entries": entries,
+        "used": {name: [str(f) for f in files] for name, files in embedded.used.items()},
+        "skipped": embedded.skipped,
+    }
+    arrays: dict[str, np.ndarray] = {"key": np.array(key), "about": np.array(json.dumps(about))}
+    for number, (condition, person) in enumerate(entries):
+        arrays[f"v{number}"] = embedded.vectors[condition][person]
+        arrays[f"s{number}"] = embedded.seconds[condition][person]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".tmp.npz"), "wb") as handle:
+        np.savez(handle, **arrays)
+    path.with_suffix(".tmp.npz").replace(path)
+
+
+def _embed_conditions(
+    bundle: Bundle,
+    people: dict[str, list[Path]],
+    conditions: Sequence[str],
+    *,
+    max_samples: int,
+    progress: Callable[[str], None] | None,
+    label: str,
+    seed: int,
+) -> Embedded:
+    from uvsdk.verifier import Verifier
+
+    spec = bundle.manifest.input
     embedded: dict[str, dict[str, np.ndarray]] = {name: {} for name in conditions}
     seconds: dict[str, dict[str, np.ndarray]] = {name: {} for name in conditions}
     used: dict[str, list[Path]] = {}
@@ -351,14 +442,16 @@ def calibrate(
     conditions: Sequence[str] = DEFAULT_CONDITIONS,
     cohort_size: int = DEFAULT_COHORT_SIZE,
     progress: Callable[[str], None] | None = None,
+    cache: str | Path | None = None,
 ) -> Calibrated:
     """Measure ``bundle`` on the people under ``root`` in each recording condition; ``data``
-    describes them (default: the folder's name and counts)."""
+    describes them (default: the folder's name and counts); ``cache`` keeps the embeddings
+    (:func:`embed_conditions`)."""
     manifest = bundle.manifest
     root, named, suffixes = resolve(root)
     people = people_folders(root, manifest.modality, suffixes)
     embedded = embed_conditions(
-        bundle, people, conditions, max_samples=max_samples, progress=progress
+        bundle, people, conditions, max_samples=max_samples, progress=progress, cache=cache
     )
     samples = sum(len(files) for files in embedded.used.values())
     about = (
@@ -389,6 +482,7 @@ def calibrate_bundle(
     conditions: Sequence[str] = DEFAULT_CONDITIONS,
     cohort_size: int = DEFAULT_COHORT_SIZE,
     progress: Callable[[str], None] | None = None,
+    cache: str | Path | None = None,
 ) -> tuple[Path, Calibration]:
     """Write ``out``: the bundle ``source`` with the calibration measured on ``root`` in its
     manifest (re-signed with ``sign_key``; an old signature no longer covers the manifest and is
@@ -408,6 +502,7 @@ def calibrate_bundle(
         conditions=conditions,
         cohort_size=cohort_size,
         progress=progress,
+        cache=cache,
     )
     manifest = calibrated.manifest(bundle.manifest)
     if bundle.ort_bytes is None:  # a model.ort taken out of the bundle: its key goes too

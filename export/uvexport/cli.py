@@ -222,6 +222,14 @@ def calibrate_command(
             help="Cohort vectors to ship for AS-norm score normalisation (0: raw cosines).",
         ),
     ] = 1024,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache",
+            help="An .npz file that keeps the embeddings: a rerun on the same model, files and "
+            "conditions reads them instead of embedding again.",
+        ),
+    ] = None,
 ) -> None:
     """Calibrate an existing bundle on real people (a new manifest and cohort; the model is
     unchanged)."""
@@ -242,6 +250,7 @@ def calibrate_command(
         conditions=chosen,
         cohort_size=cohort_size,
         progress=print_progress,
+        cache=cache,
     )
     print(file=sys.stderr)
     kept = " (model.ort kept)" if Bundle(path).ort_bytes is not None else ""
