@@ -167,6 +167,16 @@ export function computeEnrollment(
   };
 }
 
+/**
+ * Whether enrollment advises re-recording (spec §9.1): the threshold is calibrated (`row` not
+ * null) and more of the user's own warm-up scores fall below it than the target TPR allows,
+ * `max(⌊n(1 − q)⌋, 1)`.
+ */
+export function rerecordAdvised(ownRejected: number, samples: number, targetTpr: number, row: Row | null): boolean {
+  const allowed = Math.floor(samples * (1 - targetTpr) + 1e-9);
+  return row !== null && ownRejected > Math.max(allowed, 1);
+}
+
 /** Enroll and verify users with one model bundle and one template store. */
 export class Verifier {
   readonly bundle: Bundle;
@@ -458,8 +468,7 @@ export class Verifier {
       let advice: string | null = null;
       if (row !== null && calibration !== null) {
         [expectedFar, expectedFrr] = expected(calibration.tables[mode]!, threshold);
-        const allowed = Math.floor(scores.length * (1 - targetTpr) + 1e-9);
-        if (ownRejected > Math.max(allowed, 1)) {
+        if (rerecordAdvised(ownRejected, scores.length, targetTpr, row)) {
           advice =
             `${ownRejected} of your ${scores.length} samples score below the bundle's ` +
             "calibrated threshold: they vary more than one person's usually do. " +
