@@ -110,6 +110,9 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
         ("cohort-top-k-missing", {**with_cohort, "cohort.top_k": _DELETE}),
         ("cohort-sha-upper", {**with_cohort, "cohort.sha256": "AB" * 32}),
         ("cohort-sha-short", {**with_cohort, "cohort.sha256": "ab" * 31}),
+        ("cohort-sha-newline", {**with_cohort, "cohort.sha256": "ab" * 32 + "\n"}),
+        ("cohort-unknown-key", {**with_cohort, "cohort.extra": 1}),
+        ("conditions-newline", {"calibration.prototype.conditions": ["clean\n"]}),
         ("extra-keys-kept", {"licence": "CC0"}),
         ("description", {"description": "a line"}),
     ]

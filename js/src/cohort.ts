@@ -48,6 +48,10 @@ function integer(value: JsonValue | undefined, name: string, low: number, high: 
 /** `CohortSpec.from_dict`: the manifest's `cohort`; a problem is a BundleError naming the key. */
 export function parseCohortSpec(data: JsonValue | undefined): CohortSpec {
   if (!isObject(data)) throw new BundleError("manifest: cohort must be an object");
+  const unknown = Object.keys(data)
+    .filter((key) => !["file", "count", "top_k", "sha256"].includes(key))
+    .sort();
+  if (unknown.length > 0) throw new BundleError(`manifest: cohort has an unknown key '${unknown[0]}'`);
   if (data["file"] !== COHORT_FILE) throw new BundleError(`manifest: cohort.file must be '${COHORT_FILE}'`);
   const count = integer(data["count"], "cohort.count", 2, MAX_COHORT_COUNT);
   const topK = integer(data["top_k"], "cohort.top_k", 2, count);

@@ -312,7 +312,7 @@ def _parse_conditions(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not 0 < len(value) <= MAX_CONDITIONS:
         raise BundleError(f"manifest: {where}.conditions must be a list of 1 to {MAX_CONDITIONS}")
     for name in value:
-        if not isinstance(name, str) or not CONDITION_NAME.match(name):
+        if not isinstance(name, str) or not CONDITION_NAME.fullmatch(name):
             raise BundleError(f"manifest: {where}.conditions: {name!r:.40} is not a condition name")
     if len(set(value)) != len(value):
         raise BundleError(f"manifest: {where}.conditions names a condition twice")

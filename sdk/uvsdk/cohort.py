@@ -68,12 +68,15 @@ class CohortSpec:
     def from_dict(cls, data: Any) -> CohortSpec:
         if not isinstance(data, dict):
             raise BundleError("manifest: cohort must be an object")
+        unknown = sorted(set(data) - {"file", "count", "top_k", "sha256"})
+        if unknown:
+            raise BundleError(f"manifest: cohort has an unknown key {unknown[0]!r}")
         if data.get("file") != COHORT_FILE:
             raise BundleError(f"manifest: cohort.file must be {COHORT_FILE!r}")
         count = _integer(data.get("count"), "cohort.count", 2, MAX_COHORT_COUNT)
         top_k = _integer(data.get("top_k"), "cohort.top_k", 2, count)
         sha = data.get("sha256")
-        if not isinstance(sha, str) or not _SHA256.match(sha):
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
             raise BundleError("manifest: cohort.sha256 is not 64 lowercase hex digits")
         return cls(count, top_k, sha)
 
