@@ -68,6 +68,9 @@ class CohortSpec:
     def from_dict(cls, data: Any) -> CohortSpec:
         if not isinstance(data, dict):
             raise BundleError("manifest: cohort must be an object")
+        unknown = sorted(set(data) - {"file", "count", "top_k", "sha256"})
+        if unknown:  # docs/spec.md §3.9: other members are refused
+            raise BundleError(f"manifest: cohort has an unknown key {str(unknown[0])!r:.40}")
         if data.get("file") != COHORT_FILE:
             raise BundleError(f"manifest: cohort.file must be {COHORT_FILE!r}")
         count = _integer(data.get("count"), "cohort.count", 2, MAX_COHORT_COUNT)
