@@ -167,6 +167,44 @@ def spectral_model_path(bundle: Path) -> Path:
     return target
 
 
+#: the recording conditions the shared calibrated bundle is measured in (two, to stay fast: the
+#: clean recording and a mobile call), and its cohort's size
+CALIBRATION_CONDITIONS = ("clean", "telephone-gsm")
+CALIBRATION_COHORT = 256
+
+
+@pytest.fixture(scope="session")
+def people_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Twenty calibration people (other voices than the test corpus's), eight clips each."""
+    root = tmp_path_factory.mktemp("people")
+    for person, clips in enumerate(voice_corpus(20, 8, 2.5, SAMPLE_RATE, seed=2024)):
+        folder = root / f"person{person:02d}"
+        folder.mkdir()
+        for index, clip in enumerate(clips):
+            sf.write(folder / f"c{index}.wav", clip, SAMPLE_RATE, subtype="PCM_16")
+    return root
+
+
+@pytest.fixture(scope="session")
+def calibrated_bundle(
+    spectral_bundle: Path, people_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """:func:`spectral_bundle` calibrated on :func:`people_dir` in
+    :data:`CALIBRATION_CONDITIONS`, with an AS-norm cohort of :data:`CALIBRATION_COHORT`."""
+    from uvexport.calibrate import calibrate_bundle
+
+    out = tmp_path_factory.mktemp("calibrated") / "calibrated.uvb"
+    path, _ = calibrate_bundle(
+        spectral_bundle,
+        people_dir,
+        out,
+        data="synthetic test people",
+        conditions=CALIBRATION_CONDITIONS,
+        cohort_size=CALIBRATION_COHORT,
+    )
+    return path
+
+
 @pytest.fixture(scope="session")
 def initial_codeword_bundle(tmp_path_factory: pytest.TempPathFactory, bch127: Code) -> Path:
     """The round-0 codeword bundle a device gets its code (generator) from before training."""

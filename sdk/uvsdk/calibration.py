@@ -175,6 +175,9 @@ class Table:
         Between two rows both are interpolated (FAR log-linearly) in the threshold; above the
         strictest row the FAR is only bounded (``< 0.0005``)."""
         rows = sorted(self.rows, key=lambda row: row.threshold)
+        for row in reversed(rows):  # a row's own threshold (a calibrated user's): its rates
+            if threshold == row.threshold:
+                return f"{row.far:g}", None if row.frr is None else f"{row.frr:.3f}"
         if threshold >= rows[-1].threshold:
             last = rows[-1]
             frr = None if last.frr is None else f">= {last.frr:.3f}"
