@@ -59,6 +59,28 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("uvsdk-state")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _committed_codes_cache(tmp_path_factory: pytest.TempPathFactory):
+    """``$UVTRAIN_CACHE`` for the session, in this process and every process a test starts (the
+    Flower federation's, ``uvtrain`` and the benchmarks run as subprocesses): a fresh folder
+    holding the committed BCH generators (``fixtures/bch_*.json``, each checked against galois
+    in tests/sdk/test_codeword.py), so that no process compiles galois with numba (about 15
+    CPU-seconds a process, 25 for n = 511) except the tests of the build itself. The README's
+    blocks are left a reader's empty cache (tests/test_readme.py), and the developer's own cache
+    is never written."""
+    cache = tmp_path_factory.mktemp("uvtrain-cache")
+    (cache / "codes").mkdir()
+    for spec in FIXTURES.glob("bch_*.json"):
+        shutil.copyfile(spec, cache / "codes" / spec.name)
+    previous = os.environ.get("UVTRAIN_CACHE")
+    os.environ["UVTRAIN_CACHE"] = str(cache)
+    yield cache
+    if previous is None:
+        del os.environ["UVTRAIN_CACHE"]
+    else:
+        os.environ["UVTRAIN_CACHE"] = previous
+
+
 @pytest.fixture(scope="session")
 def bch127() -> Code:
     """BCH(127, 64) with its generator from the committed fixture (checked against galois)."""
