@@ -40,21 +40,26 @@ AUDIO = AudioInput(sample_rate=SAMPLE_RATE, window_seconds=2.0, hop_seconds=1.0,
 PASSPHRASE = "correct horse battery staple"
 
 
-#: The slowest test files, slowest first (measured on the 2-core machine, two workers), run
-#: before all others. pytest-xdist (``--dist loadfile --no-loadscope-reorder``, pyproject) hands
-#: each worker a whole file, in the order below: with these first, the two workers share them
-#: and end together on short files. Left to xdist's default (files with the most tests first)
-#: these few-test files came last and one worker ran them alone at the end.
+#: The slowest test files, run before all others in this order (times: the whole suite at load
+#: average 9-11 on the 2-core machine, two workers; a quiet machine takes about a third): the
+#: federation and the README's blocks first, each on a worker from the start (much of their time
+#: is waiting on their processes), then the rest by time. pytest-xdist (``--dist loadfile
+#: --no-loadscope-reorder``, pyproject) hands each worker a whole file in collection order, so
+#: the two workers share these and end together on short files. By xdist's default order (most
+#: tests first) these few-test files came last, and one worker ran them alone at the end.
 SLOWEST_FILES = (
-    "tests/deploy/test_local.py",  # the loopback Flower federation
+    "tests/deploy/test_local.py",  # the loopback Flower federation: 11 min at load average 9
     "tests/test_readme.py",  # the README's and docs/sdk.md's shell blocks
-    "tests/trainer/test_crosssilo.py",
-    "tests/trainer/test_uvtrain_cli.py",
-    "tests/trainer/test_audit.py",
-    "tests/trainer/test_models.py",
-    "tests/export/test_uvexport.py",
-    "tests/trainer/test_privacy.py",
-    "tests/trainer/test_engine.py",
+    "tests/trainer/test_crosssilo.py",  # 13 min at load average 9
+    "tests/trainer/test_uvtrain_cli.py",  # 8 min
+    "tests/trainer/test_audit.py",  # 8 min
+    "tests/trainer/test_ge2e.py",  # 6 min
+    "tests/trainer/test_models.py",  # 6 min
+    "tests/export/test_uvexport.py",  # 5 min
+    "tests/trainer/test_privacy.py",  # 4 min
+    "tests/trainer/test_engine.py",  # 3 min
+    "tests/sdk/test_codeword.py",  # 2.5 min: galois compiles the three codes
+    "tests/trainer/test_comparisons.py",
 )
 
 
