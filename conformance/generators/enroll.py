@@ -19,7 +19,7 @@ from uvsdk.cohort import as_norm
 from uvsdk.scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
 from uvsdk.verifier import MIN_ENROLLMENT_SAMPLES
 
-from .shared import CONFORMANCE, bits, document, f32, outcome, verifier, wav
+from .shared import CONFORMANCE, DEFAULT_BUNDLE, bits, document, f32, outcome, verifier, wav
 
 COHORT = "bundles/voice-embedding-cohort.uvb"
 MIXED = [
@@ -175,7 +175,12 @@ def generate() -> dict[str, Any]:
     too_few = verifier("bundles/voice-embedding.uvb")
     short = [f32(too_few.embed(wav(f"speaker0-{j}.wav"))) for j in range(4)]
     calibrations = {}
-    for bundle in ("bundles/voice-embedding.uvb", "bundles/voice-codeword.uvb", COHORT):
+    for bundle in (
+        "bundles/voice-embedding.uvb",
+        "bundles/voice-codeword.uvb",
+        COHORT,
+        DEFAULT_BUNDLE,
+    ):
         calibration = verifier(bundle).bundle.manifest.calibration
         calibrations[bundle] = calibration.sha256
     far_checks = []
