@@ -199,7 +199,7 @@ def _expected_line(report: Any, calibration: Any) -> str:
     if not report.calibrated:
         return (
             f"No false-accept rate is stated: this bundle has no calibration for {report.mode} "
-            "mode, so your threshold comes from your own samples alone."
+            "mode, so what is accepted rests on your own samples alone."
         )
     table = calibration.tables[report.mode]
     conditions = len(table.conditions)

@@ -431,7 +431,7 @@ def test_uncalibrated_enroll_says_no_far_is_stated(
     assert result.exit_code == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == (
         "No false-accept rate is stated: this bundle has no calibration for prototype mode, "
-        "so your threshold comes from your own samples alone."
+        "so what is accepted rests on your own samples alone."
     )
     info = uvsdk("info", "--bundle", spectral_bundle, "--store", tmp_path / "s")
     assert "calibration: none" in info.stdout
