@@ -1,6 +1,7 @@
 """Make the conformance vectors' inputs: three small bundles, the audio clips and the signing key.
 
-    python conformance/make_inputs.py        # needs the train extra (uvexport, uvtrain)
+    python conformance/make_inputs.py              # needs the train extra (uvexport, uvtrain)
+    python conformance/make_inputs.py --calibrate  # only re-calibrate the committed bundles
 
 These files are inputs, committed once; ``conformance/generate.py`` derives every vector from them
 with the SDK alone. Running this again makes new bundles (new random training of nothing: the
@@ -8,7 +9,11 @@ models are fixed ONNX graphs, but the zip and the calibration are rewritten), af
 vectors must be regenerated and committed with them.
 
 - ``bundles/voice-embedding.uvb``: the reference log-mel embedding (40-d, prototype mode),
-  calibrated on 24 synthetic speakers, signed with ``keys/conformance.pem``.
+  calibrated on 24 synthetic speakers (one recording condition, ``clean``; raw cosines), signed
+  with ``keys/conformance.pem``.
+- ``bundles/voice-embedding-cohort.uvb``: the same model with an AS-norm cohort (``cohort.f32``:
+  64 vectors of the calibration speakers, top_k 10) and its prototype table on AS-norm scores
+  (spec §3.9, §6.7); signed.
 - ``bundles/voice-codeword.uvb``: a stand-in for a FedUV model (BCH(127, 64), 32 id bits) that
   maps 4 known speakers to their codewords; calibrated (both tables), signed.
 - ``bundles/image-embedding.uvb``: a random 16-d convnet on 32×32 RGB pixels (the image contract).
@@ -16,14 +21,20 @@ vectors must be regenerated and committed with them.
 - ``audio/speaker{S}-{J}.wav``: 16-bit mono 16 kHz clips of synthetic speakers (the voices the
   enrollment and verification vectors use), of several lengths.
 
+``--calibrate`` keeps every model and clip and only measures the calibrations again (calibration
+version 2) and writes the cohort bundle from ``voice-embedding.uvb``'s model: what a change of the
+calibration format needs, without rebuilding the models.
+
 The signing key is a *published test key* (its seed is below): it proves nothing about who made a
 bundle, only that a port checks signatures the way the SDK does.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -32,14 +43,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from uvexport.bundle import make_manifest, write_bundle
+from uvexport.calibrate import calibrate_vectors
 from uvexport.reference import (
     centred_spectral_embedding_model,
     codeword_model,
     image_embedding_model,
 )
 from uvsdk import Verifier
-from uvsdk.bundle import AudioInput, Bundle, Code, ImageInput
-from uvsdk.calibration import measure
+from uvsdk.bundle import AudioInput, Bundle, Code, ImageInput, Manifest
 from uvsdk.codeword import encode, unpack_generator
 from uvtrain.data.formant import voice_corpus
 
@@ -53,6 +64,12 @@ CLIP_SEED = 3000
 CALIBRATION_SEED = 4000
 #: the four known users of the codeword model: their user ids, and the random message bits
 KNOWN_USERS = 4
+#: the calibration clips' one recording condition (the synthetic clips as they are)
+CONDITION = "clean"
+#: the cohort bundle's cohort: vectors drawn from the calibration speakers, and AS-norm's top-K
+COHORT_SIZE = 64
+COHORT_TOP_K = 10
+CALIBRATION_DATA = "24 synthetic formant speakers (uvtrain.data.formant, seed 4000), 8 clips each"
 
 
 def signing_key() -> Ed25519PrivateKey:
@@ -99,14 +116,50 @@ def calibration_vectors(bundle: Path) -> dict[str, np.ndarray]:
     }
 
 
-def calibrate(path: Path, data: str, generator: np.ndarray | None = None) -> None:
-    """Measure the bundle's calibration on the calibration speakers and rewrite it, signed."""
+def calibrate(
+    path: Path, data: str, generator: np.ndarray | None = None, cohort_size: int = 0
+) -> None:
+    """Measure the bundle's calibration on the calibration speakers (with a cohort of
+    ``cohort_size`` of their vectors when not 0) and rewrite it, signed."""
     bundle = Bundle(path)
-    calibration = measure(calibration_vectors(path), data=data, generator=generator)
-    manifest = bundle.manifest.__class__.from_dict(
-        {**bundle.manifest.to_dict(), "calibration": calibration.to_dict()}
+    calibrated = calibrate_vectors(
+        {CONDITION: calibration_vectors(path)},
+        data=data,
+        generator=generator,
+        cohort_size=cohort_size,
+        top_k=COHORT_TOP_K,
     )
-    write_bundle(path, bundle.model_bytes, manifest, sign_key=signing_key())
+    manifest = calibrated.manifest(bundle.manifest)
+    write_bundle(
+        path, bundle.model_bytes, manifest, sign_key=signing_key(), cohort=calibrated.cohort
+    )
+
+
+def uncalibrated(source: Path, target: Path) -> Path:
+    """``target``: the bundle ``source`` without its calibration and cohort (read without
+    validating them: a calibration of an older version is refused by the SDK)."""
+    with zipfile.ZipFile(source) as archive:
+        model = archive.read("model.onnx")
+        data = json.loads(archive.read("manifest.json"))
+    data.pop("calibration", None)
+    data.pop("cohort", None)
+    return write_bundle(target, model, Manifest.from_dict(data))
+
+
+def recalibrate() -> None:
+    """Calibrate the committed bundles again and write the cohort bundle (models kept)."""
+    bundles = HERE / "bundles"
+    embedding = uncalibrated(bundles / "voice-embedding.uvb", bundles / "voice-embedding.uvb")
+    calibrate(embedding, CALIBRATION_DATA)
+    cohort = uncalibrated(embedding, bundles / "voice-embedding-cohort.uvb")
+    calibrate(cohort, CALIBRATION_DATA, cohort_size=COHORT_SIZE)
+    spec = json.loads((HERE.parent / "tests" / "fixtures" / "bch_127_64.json").read_text())
+    codeword = uncalibrated(bundles / "voice-codeword.uvb", bundles / "voice-codeword.uvb")
+    calibrate(
+        codeword,
+        CALIBRATION_DATA,
+        generator=unpack_generator(spec["generator"], spec["k"], spec["n"]),
+    )
 
 
 def voice_embedding() -> Path:
@@ -122,7 +175,9 @@ def voice_embedding() -> Path:
         extra={"description": "conformance: log-mel reference embedding; not a trained model"},
     )
     path = write_bundle(HERE / "bundles" / "voice-embedding.uvb", model, manifest)
-    calibrate(path, "24 synthetic formant speakers (uvtrain.data.formant, seed 4000), 8 clips each")
+    cohort = write_bundle(HERE / "bundles" / "voice-embedding-cohort.uvb", model, manifest)
+    calibrate(path, CALIBRATION_DATA)
+    calibrate(cohort, CALIBRATION_DATA, cohort_size=COHORT_SIZE)
     return path
 
 
@@ -160,11 +215,7 @@ def voice_codeword(embedding: Path) -> Path:
         },
     )
     path = write_bundle(HERE / "bundles" / "voice-codeword.uvb", model, manifest)
-    calibrate(
-        path,
-        "24 synthetic formant speakers (uvtrain.data.formant, seed 4000), 8 clips each",
-        generator=generator,
-    )
+    calibrate(path, CALIBRATION_DATA, generator=generator)
     return path
 
 
@@ -186,12 +237,19 @@ def image_embedding() -> Path:
 
 
 def main() -> None:
-    (HERE / "bundles").mkdir(exist_ok=True)
-    write_key()
-    write_clips()
-    embedding = voice_embedding()
-    voice_codeword(embedding)
-    image_embedding()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--calibrate", action="store_true", help="only re-calibrate the committed bundles"
+    )
+    if parser.parse_args().calibrate:
+        recalibrate()
+    else:
+        (HERE / "bundles").mkdir(exist_ok=True)
+        write_key()
+        write_clips()
+        embedding = voice_embedding()
+        voice_codeword(embedding)
+        image_embedding()
     for path in sorted((HERE / "bundles").glob("*.uvb")):
         print(f"{path.relative_to(HERE)}: {path.stat().st_size} bytes")
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two workers on two cores (pyproject's addopts): one math thread each, for torch here and
@@ -37,6 +40,48 @@ AUDIO = AudioInput(sample_rate=SAMPLE_RATE, window_seconds=2.0, hop_seconds=1.0,
 PASSPHRASE = "correct horse battery staple"
 
 
+#: The slowest test files, run before all others in this order (times: the whole suite at load
+#: average 9-11 on the 2-core machine, two workers; a quiet machine takes about a third): the
+#: federation and the README's blocks first, each on a worker from the start (much of their time
+#: is waiting on their processes), then the rest by time. pytest-xdist (``--dist loadfile
+#: --no-loadscope-reorder``, pyproject) hands each worker a whole file in collection order, so
+#: the two workers share these and end together on short files. By xdist's default order (most
+#: tests first) these few-test files came last, and one worker ran them alone at the end.
+SLOWEST_FILES = (
+    "tests/deploy/test_local.py",  # the loopback Flower federation: 11 min at load average 9
+    "tests/test_readme.py",  # the README's and docs/sdk.md's shell blocks
+    "tests/trainer/test_crosssilo.py",  # 13 min at load average 9
+    "tests/trainer/test_uvtrain_cli.py",  # 8 min
+    "tests/trainer/test_audit.py",  # 8 min
+    "tests/trainer/test_ge2e.py",  # 6 min
+    "tests/trainer/test_models.py",  # 6 min
+    "tests/export/test_uvexport.py",  # 5 min
+    "tests/trainer/test_privacy.py",  # 4 min
+    "tests/trainer/test_engine.py",  # 3 min
+    "tests/sdk/test_codeword.py",  # 2.5 min: galois compiles the three codes
+    "tests/trainer/test_comparisons.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the files as xdist hands them out: :func:`scheduling_order`."""
+    items[:] = scheduling_order(items, lambda item: item.nodeid.split("::")[0])
+
+
+def scheduling_order(items: list, file_of: Callable[[Any], str]) -> list:
+    """``items`` with :data:`SLOWEST_FILES` first, in that order, then the other files by their
+    number of items, most first (xdist's own order); each file's items kept together and in
+    their order."""
+    counts = Counter(file_of(item) for item in items)
+    rank = {name: index for index, name in enumerate(SLOWEST_FILES)}
+
+    def key(item: Any) -> tuple[int, int, str]:
+        name = file_of(item)
+        return (rank.get(name, len(rank)), -counts[name], name)
+
+    return sorted(items, key=key)
+
+
 @pytest.fixture(autouse=True)
 def _fast_scrypt_and_clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cheaper scrypt in-process (the cost is a parameter stored in each file), and no
@@ -57,6 +102,28 @@ def _private_state_dir(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None
 def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The session's freshness-record folder (outside every store)."""
     return tmp_path_factory.mktemp("uvsdk-state")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _committed_codes_cache(tmp_path_factory: pytest.TempPathFactory):
+    """``$UVTRAIN_CACHE`` for the session, in this process and every process a test starts (the
+    Flower federation's, ``uvtrain`` and the benchmarks run as subprocesses): a fresh folder
+    holding the committed BCH generators (``fixtures/bch_*.json``, each checked against galois
+    in tests/sdk/test_codeword.py), so that no process compiles galois with numba (about 15
+    CPU-seconds a process, 25 for n = 511) except the tests of the build itself. The README's
+    blocks are left a reader's empty cache (tests/test_readme.py), and the developer's own cache
+    is never written."""
+    cache = tmp_path_factory.mktemp("uvtrain-cache")
+    (cache / "codes").mkdir()
+    for spec in FIXTURES.glob("bch_*.json"):
+        shutil.copyfile(spec, cache / "codes" / spec.name)
+    previous = os.environ.get("UVTRAIN_CACHE")
+    os.environ["UVTRAIN_CACHE"] = str(cache)
+    yield cache
+    if previous is None:
+        del os.environ["UVTRAIN_CACHE"]
+    else:
+        os.environ["UVTRAIN_CACHE"] = previous
 
 
 @pytest.fixture(scope="session")
@@ -165,6 +232,44 @@ def spectral_model_path(bundle: Path) -> Path:
         with zipfile.ZipFile(bundle) as archive:
             target.write_bytes(archive.read("model.onnx"))
     return target
+
+
+#: the recording conditions the shared calibrated bundle is measured in (two, to stay fast: the
+#: clean recording and a mobile call), and its cohort's size
+CALIBRATION_CONDITIONS = ("clean", "telephone-gsm")
+CALIBRATION_COHORT = 256
+
+
+@pytest.fixture(scope="session")
+def people_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Twenty calibration people (other voices than the test corpus's), eight clips each."""
+    root = tmp_path_factory.mktemp("people")
+    for person, clips in enumerate(voice_corpus(20, 8, 2.5, SAMPLE_RATE, seed=2024)):
+        folder = root / f"person{person:02d}"
+        folder.mkdir()
+        for index, clip in enumerate(clips):
+            sf.write(folder / f"c{index}.wav", clip, SAMPLE_RATE, subtype="PCM_16")
+    return root
+
+
+@pytest.fixture(scope="session")
+def calibrated_bundle(
+    spectral_bundle: Path, people_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """:func:`spectral_bundle` calibrated on :func:`people_dir` in
+    :data:`CALIBRATION_CONDITIONS`, with an AS-norm cohort of :data:`CALIBRATION_COHORT`."""
+    from uvexport.calibrate import calibrate_bundle
+
+    out = tmp_path_factory.mktemp("calibrated") / "calibrated.uvb"
+    path, _ = calibrate_bundle(
+        spectral_bundle,
+        people_dir,
+        out,
+        data="synthetic test people",
+        conditions=CALIBRATION_CONDITIONS,
+        cohort_size=CALIBRATION_COHORT,
+    )
+    return path
 
 
 @pytest.fixture(scope="session")

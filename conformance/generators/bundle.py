@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from uvsdk.bundle import Bundle, Manifest
 from uvsdk.errors import UvsdkError
@@ -15,72 +18,120 @@ from uvsdk.errors import UvsdkError
 from .shared import CONFORMANCE, b64, document, outcome
 
 
-def generate() -> dict[str, Any]:
-    source = CONFORMANCE / "bundles/voice-codeword.uvb"
-    with zipfile.ZipFile(source) as archive:
-        base = json.loads(archive.read("manifest.json"))
+def _patch(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``base`` with ``value`` at the dotted ``path`` (numbers index arrays)."""
+    data = json.loads(json.dumps(base))
+    *parents, last = path.split(".")
+    target = data
+    for key in parents:
+        target = target[int(key)] if key.isdigit() else target[key]
+    if value is _DELETE:
+        del target[last]
+    elif last.isdigit():
+        target[int(last)] = value
+    else:
+        target[last] = value
+    return data
+
+
+def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
+    """``base`` with each change applied (one path, or several in order) → valid or the error."""
     model_sha = base["model_sha256"]
-
-    def patched(path: str, value: Any) -> dict[str, Any]:
-        data = json.loads(json.dumps(base))
-        *parents, last = path.split(".")
-        target = data
-        for key in parents:
-            target = target[int(key)] if key.isdigit() else target[key]
-        if value is _DELETE:
-            del target[last]
-        elif last.isdigit():
-            target[int(last)] = value
-        else:
-            target[last] = value
-        return data
-
     rows = "calibration.prototype.rows"
-    changes = [
-        ("valid", None, None),
-        ("format", "format", "uvsdk-bundle/2"),
-        ("method", "method", "magic"),
-        ("modality", "modality", "smell"),
-        ("sample-rate-low", "input.sample_rate", 999),
-        ("sample-rate-float", "input.sample_rate", 16000.5),
-        ("window-long", "input.window_seconds", 31.0),
-        ("hop-above-window", "input.hop_seconds", 2.5),
-        ("hop-tiny", "input.hop_seconds", 0.04),
-        ("min-above-window", "input.min_seconds", 2.5),
-        ("min-zero", "input.min_seconds", 0),
-        ("kind", "output.kind", "vector"),
-        ("dim-zero", "output.dim", 0),
-        ("dim-not-n", "output.dim", 128),
-        ("sha-upper", "model_sha256", model_sha.upper()),
-        ("sha-other", "model_sha256", "0" * 64),
-        ("code-missing", "code", _DELETE),
-        ("id-bits-k", "code.id_bits", 64),
-        ("generator-short", "code.generator", base["code"]["generator"][:-8]),
-        ("calibration-version", "calibration.version", 2),
-        ("calibration-unknown-key", "calibration.extra", 1),
-        ("far-not-falling", f"{rows}.1.far", 0.5),
-        ("far-too-large", f"{rows}.0.far", 0.6),
-        ("threshold-falling", f"{rows}.1.threshold", -1.0),
-        ("count-negative", "calibration.prototype.people", -1),
-        ("codeword-table-in-embedding", "output.kind", "embedding"),
-        ("extra-keys-kept", "licence", "CC0"),
-        ("description", "description", "a line"),
+    cohort = {"file": "cohort.f32", "count": 64, "top_k": 10, "sha256": "0" * 64}
+    with_cohort = {"cohort": cohort, "calibration.prototype.score": "as-norm"}
+    conditions = "calibration.prototype.conditions"
+    changes: list[tuple[str, Any]] = [
+        ("valid", {}),
+        ("format", {"format": "uvsdk-bundle/2"}),
+        ("method", {"method": "magic"}),
+        ("modality", {"modality": "smell"}),
+        ("sample-rate-low", {"input.sample_rate": 999}),
+        ("sample-rate-float", {"input.sample_rate": 16000.5}),
+        ("window-long", {"input.window_seconds": 31.0}),
+        ("hop-above-window", {"input.hop_seconds": 2.5}),
+        ("hop-tiny", {"input.hop_seconds": 0.04}),
+        ("min-above-window", {"input.min_seconds": 2.5}),
+        ("min-zero", {"input.min_seconds": 0}),
+        ("kind", {"output.kind": "vector"}),
+        ("dim-zero", {"output.dim": 0}),
+        ("dim-not-n", {"output.dim": 128}),
+        ("sha-upper", {"model_sha256": model_sha.upper()}),
+        ("sha-other", {"model_sha256": "0" * 64}),
+        ("code-missing", {"code": _DELETE}),
+        ("id-bits-k", {"code.id_bits": 64}),
+        ("generator-short", {"code.generator": base["code"]["generator"][:-8]}),
+        ("calibration-version-1", {"calibration.version": 1}),
+        ("calibration-version-3", {"calibration.version": 3}),
+        ("calibration-version-float", {"calibration.version": 2.0}),
+        ("calibration-unknown-key", {"calibration.extra": 1}),
+        ("far-not-falling", {f"{rows}.1.far": 0.5}),
+        ("far-too-large", {f"{rows}.0.far": 0.6}),
+        ("threshold-falling", {f"{rows}.1.threshold": -1.0}),
+        ("threshold-above-cosine-range", {f"{rows}.6.threshold": 1.5}),
+        ("count-negative", {"calibration.prototype.people": -1}),
+        ("codeword-table-in-embedding", {"output.kind": "embedding", "code": _DELETE}),
+        ("score-missing", {"calibration.prototype.score": _DELETE}),
+        ("score-unknown", {"calibration.prototype.score": "plda"}),
+        ("score-codeword-on-prototype", {"calibration.prototype.score": "codeword"}),
+        ("score-as-norm-without-cohort", {"calibration.prototype.score": "as-norm"}),
+        ("score-cosine-on-codeword", {"calibration.codeword.score": "cosine"}),
+        ("score-not-a-string", {"calibration.codeword.score": 1}),
+        ("conditions-missing", {conditions: _DELETE}),
+        ("conditions-empty", {conditions: []}),
+        ("conditions-not-a-list", {conditions: "clean"}),
+        ("conditions-upper-case", {conditions: ["Clean"]}),
+        ("conditions-leading-dash", {"calibration.codeword.conditions": ["-clean"]}),
+        ("conditions-name-33", {conditions: ["a" * 33]}),
+        ("conditions-name-32", {conditions: ["a" * 32]}),
+        ("conditions-not-strings", {conditions: [1]}),
+        ("conditions-twice", {conditions: ["clean", "noise", "clean"]}),
+        ("conditions-32", {conditions: [f"c{i}" for i in range(32)]}),
+        ("conditions-33", {conditions: [f"c{i}" for i in range(33)]}),
+        ("conditions-several", {"calibration.codeword.conditions": ["clean", "telephone-gsm"]}),
+        ("cohort-null", {"cohort": None}),
+        ("cohort-as-norm", with_cohort),
+        ("cohort-cosine-table", {"cohort": cohort}),
+        ("cohort-as-norm-threshold-high", {**with_cohort, f"{rows}.6.threshold": 999.5}),
+        ("cohort-as-norm-threshold-range", {**with_cohort, f"{rows}.6.threshold": 1000.5}),
+        (
+            "cohort-not-an-object",
+            {"cohort": "cohort.f32", "calibration.prototype.score": "as-norm"},
+        ),
+        ("cohort-file", {**with_cohort, "cohort.file": "cohort.bin"}),
+        ("cohort-count-1", {**with_cohort, "cohort.count": 1, "cohort.top_k": 2}),
+        ("cohort-count-2", {**with_cohort, "cohort.count": 2, "cohort.top_k": 2}),
+        ("cohort-count-16384", {**with_cohort, "cohort.count": 16384}),
+        ("cohort-count-16385", {**with_cohort, "cohort.count": 16385}),
+        ("cohort-count-float", {**with_cohort, "cohort.count": 64.0}),
+        ("cohort-top-k-1", {**with_cohort, "cohort.top_k": 1}),
+        ("cohort-top-k-count", {**with_cohort, "cohort.top_k": 64}),
+        ("cohort-top-k-above-count", {**with_cohort, "cohort.top_k": 65}),
+        ("cohort-top-k-missing", {**with_cohort, "cohort.top_k": _DELETE}),
+        ("cohort-sha-upper", {**with_cohort, "cohort.sha256": "AB" * 32}),
+        ("cohort-sha-short", {**with_cohort, "cohort.sha256": "ab" * 31}),
+        ("cohort-sha-newline", {**with_cohort, "cohort.sha256": "ab" * 32 + "\n"}),
+        ("cohort-unknown-key", {**with_cohort, "cohort.extra": 1}),
+        ("conditions-newline", {"calibration.prototype.conditions": ["clean\n"]}),
+        ("extra-keys-kept", {"licence": "CC0"}),
+        ("description", {"description": "a line"}),
     ]
-    manifests = []
-    for name, path, value in changes:
-        data = base if path is None else patched(path, value)
-        change: dict[str, Any] = (
-            {}
-            if path is None
-            else ({"delete": [path]} if value is _DELETE else {"set": {path: value}})
-        )
-        if name == "codeword-table-in-embedding":
-            del data["code"]
-            change["delete"] = ["code"]
+    cases = []
+    for name, paths in changes:
+        data = base
+        for path, value in paths.items():
+            data = _patch(data, path, value)
+        change: dict[str, Any] = {}
+        values = {path: value for path, value in paths.items() if value is not _DELETE}
+        if values:
+            change["set"] = values
+        deleted = [path for path, value in paths.items() if value is _DELETE]
+        if deleted:
+            change["delete"] = deleted
         _, error = outcome(lambda d=data: Manifest.from_dict(d))
         if error is None and data["model_sha256"] != model_sha:
             error = UvsdkError("model.onnx does not match the manifest's model_sha256")
-        manifests.append(
+        cases.append(
             {
                 "name": name,
                 **change,
@@ -88,20 +139,20 @@ def generate() -> dict[str, Any]:
                 **({"error": str(error)} if error is not None else {}),
             }
         )
+    return cases
+
+
+def generate() -> dict[str, Any]:
+    source = CONFORMANCE / "bundles/voice-codeword.uvb"
+    with zipfile.ZipFile(source) as archive:
+        base = json.loads(archive.read("manifest.json"))
+    manifests = _manifest_cases(base)
 
     image = (CONFORMANCE / "bundles/image-embedding.uvb").read_bytes()
-    with zipfile.ZipFile(CONFORMANCE / "bundles/image-embedding.uvb") as archive:
-        members = {name: archive.read(name) for name in archive.namelist()}
+    members = _members(CONFORMANCE / "bundles/image-embedding.uvb")
 
     def rezip(**changed: bytes | None) -> bytes:
-        import io
-
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for name, blob in {**members, **changed}.items():
-                if blob is not None:
-                    archive.writestr(zipfile.ZipInfo(name, (2024, 1, 1, 0, 0, 0)), blob)
-        return buffer.getvalue()
+        return _zip(members, changed)
 
     public = (CONFORMANCE / "keys/conformance.pub.hex").read_text().strip()
     other = hashlib.sha256(b"not the conformance key").digest()
@@ -134,6 +185,7 @@ def generate() -> dict[str, Any]:
         ("manifest-not-json", rezip(**{"manifest.json": b"{nope"}), []),
         ("truncated", image[: len(image) // 2], []),
         ("not-a-zip", b"hello, world" * 10, []),
+        *_cohort_archives(members, public),
     ]
     archive_cases = []
     with tempfile.TemporaryDirectory() as folder:
@@ -142,6 +194,8 @@ def generate() -> dict[str, Any]:
             path.write_bytes(blob)
             pems = [_pem(k) for k in keys]
             loaded, error = outcome(lambda p=path, t=pems: Bundle(p, trusted_keys=t or None))
+            expected = _COHORT_REFUSALS.get(name)
+            assert expected is None or expected in str(error), (name, error)
             archive_cases.append(
                 {
                     "name": name,
@@ -162,7 +216,9 @@ def generate() -> dict[str, Any]:
         "the bundle's model; `error` is the SDK's message, which names the key (a port's "
         "wording may differ). Then whole archives, with the trusted Ed25519 public keys (raw, hex) they are "
         "opened with: valid or the SDK's exception, and the signing key's fingerprint "
-        "(first 16 hex digits of SHA-256 of the raw key) (spec §3).",
+        "(first 16 hex digits of SHA-256 of the raw key); the cohort archives "
+        "(cohort.f32 and the manifest's cohort, spec §3.9) are the image bundle given a small "
+        "cohort, signed with the conformance key or edited (spec §3).",
         base_manifest=base,
         manifests=manifests,
         archives=archive_cases,
@@ -170,6 +226,133 @@ def generate() -> dict[str, Any]:
 
 
 _DELETE = object()
+
+#: what the SDK's refusal of each cohort archive says (checked here, so that each case reaches
+#: the check it is named after; the vectors give the class)
+_COHORT_REFUSALS = {
+    "cohort-member-without-manifest-key": "is not named in the manifest",
+    "cohort-manifest-without-member": "there is no cohort.f32",
+    "cohort-member-edited": "does not match the manifest's cohort.sha256",
+    "cohort-short": "not count x dim x 4",
+    "cohort-long": "not count x dim x 4",
+    "cohort-nan": "non-finite or zero vector",
+    "cohort-infinity": "non-finite or zero vector",
+    "cohort-zero-vector": "non-finite or zero vector",
+    "cohort-too-large": "more than the 16777216 accepted",
+    "cohort-count-above-member": "not count x dim x 4",
+    "cohort-top-k-above-count": "cohort.top_k must be an integer in [2, 8]",
+    "cohort-file-name": "cohort.file must be 'cohort.f32'",
+    "cohort-member-edited-trusted-keys": "does not match the manifest's cohort.sha256",
+}
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def _zip(members: dict[str, bytes], changed: dict[str, bytes | None]) -> bytes:
+    """The archive of ``members`` with ``changed`` replacing (``None``: removing) some."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, blob in {**members, **changed}.items():
+            if blob is not None:
+                # stored, as the SDK's own writer would not: a member over 1 MiB (the cohort
+                # over its limit) deflated, so that the vector stays small
+                deflate = zipfile.ZIP_DEFLATED if len(blob) > 1 << 20 else None
+                info = zipfile.ZipInfo(name, (2024, 1, 1, 0, 0, 0))
+                archive.writestr(info, blob, compress_type=deflate)
+    return buffer.getvalue()
+
+
+def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, bytes, list[str]]]:
+    """The image bundle given a small cohort (8 vectors, top_k 4: small vectors), signed with
+    the published conformance key, then with the member or the manifest's cohort edited (the
+    manifest rewritten to match an edited member, unsigned: opened without trusted keys)."""
+    manifest = json.loads(image["manifest.json"])
+    dim, count = manifest["output"]["dim"], 8
+    data = np.random.default_rng(7).normal(size=(count, dim)).astype("<f4").tobytes()
+    manifest["cohort"] = {
+        "file": "cohort.f32",
+        "count": count,
+        "top_k": 4,
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    signed_manifest = (json.dumps(manifest, indent=2) + "\n").encode()
+    signature = _signing_key().sign(signed_manifest)
+    signed = _zip(
+        image,
+        {"manifest.json": signed_manifest, "cohort.f32": data, "signature.ed25519": signature},
+    )
+
+    def edited(cohort: bytes | None = None, **spec: Any) -> bytes:
+        """The image bundle with ``cohort`` as cohort.f32, its manifest naming it (+ ``spec``)."""
+        changed = json.loads(json.dumps(manifest))
+        if cohort is not None:
+            changed["cohort"]["sha256"] = hashlib.sha256(cohort).hexdigest()
+        changed["cohort"].update(spec)
+        blob = (json.dumps(changed, indent=2) + "\n").encode()
+        return _zip(
+            image,
+            {
+                "manifest.json": blob,
+                "cohort.f32": data if cohort is None else cohort,
+                "signature.ed25519": None,
+            },
+        )
+
+    def value_at(index: int, value: float) -> bytes:
+        vectors = np.frombuffer(data, dtype="<f4").copy()
+        vectors[index] = value
+        return vectors.astype("<f4").tobytes()
+
+    zero = np.frombuffer(data, dtype="<f4").copy()
+    zero[dim : 2 * dim] = 0.0
+    flipped = bytearray(data)
+    flipped[100] ^= 0x01
+    valid = edited(data)
+    return [
+        ("cohort-signed", signed, [public]),
+        ("cohort-signed-no-trusted-keys", signed, []),
+        ("cohort-member-edited-trusted-keys", _replace_member(signed, bytes(flipped)), [public]),
+        ("cohort-unsigned-trusted-keys", valid, [public]),
+        ("cohort-unsigned", valid, []),
+        ("cohort-member-without-manifest-key", _zip(image, {"cohort.f32": data}), []),
+        ("cohort-member-in-a-folder", _zip(image, {"x/cohort.f32": data}), []),
+        ("cohort-manifest-without-member", _without_member(valid), []),
+        ("cohort-member-edited", _replace_member(valid, bytes(flipped)), []),
+        ("cohort-short", edited(data[:-4]), []),
+        ("cohort-long", edited(data + bytes(4 * dim)), []),
+        ("cohort-nan", edited(value_at(5, float("nan"))), []),
+        ("cohort-infinity", edited(value_at(dim + 3, float("-inf"))), []),
+        ("cohort-zero-vector", edited(zero.tobytes()), []),
+        ("cohort-too-large", _zip(image, {"cohort.f32": bytes(16 * 1024 * 1024 + 4)}), []),
+        ("cohort-count-above-member", edited(None, count=count + 1), []),
+        ("cohort-top-k-above-count", edited(None, top_k=count + 1), []),
+        ("cohort-file-name", edited(None, file="cohort.bin"), []),
+    ]
+
+
+def _signing_key() -> Any:
+    """The published conformance test key (its seed is in make_inputs.py)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    seed = hashlib.sha256(b"uvsdk conformance signing key, version 1").digest()
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+def _without_member(blob: bytes) -> bytes:
+    """The archive ``blob`` without cohort.f32."""
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    return _zip(members, {"cohort.f32": None})
+
+
+def _replace_member(blob: bytes, cohort: bytes) -> bytes:
+    """The archive ``blob`` with ``cohort`` as cohort.f32 (its manifest unchanged)."""
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    return _zip(members, {"cohort.f32": cohort})
 
 
 def _pem(raw_hex: str) -> bytes:

@@ -3,16 +3,33 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
 
-from uvsdk.calibration import check_far, user_threshold, warmup_threshold
+from uvsdk.calibration import (
+    check_far,
+    normalised_leave_one_out,
+    user_threshold,
+    warmup_threshold,
+)
 from uvsdk.codeword import bipolar, encode
+from uvsdk.cohort import as_norm
 from uvsdk.scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
 from uvsdk.verifier import MIN_ENROLLMENT_SAMPLES
 
 from .shared import CONFORMANCE, DEFAULT_BUNDLE, bits, document, f32, outcome, verifier, wav
+
+COHORT = "bundles/voice-embedding-cohort.uvb"
+MIXED = [
+    "speaker0-0.wav",
+    "speaker1-0.wav",
+    "speaker2-0.wav",
+    "speaker0-1.wav",
+    "speaker1-1.wav",
+    "speaker2-1.wav",
+]
 
 
 def generate() -> dict[str, Any]:
@@ -56,26 +73,36 @@ def generate() -> dict[str, Any]:
             0.0001,
         ),
         # samples of three people: the warm-up threshold is low, the calibrated row floors it
+        ("bundles/voice-embedding.uvb", "prototype", MIXED, 0.95, 0.01),
+        # a lax row: the calibrated prototype threshold is the row's, below the warm-up one
         (
             "bundles/voice-embedding.uvb",
             "prototype",
-            [
-                "speaker0-0.wav",
-                "speaker1-0.wav",
-                "speaker2-0.wav",
-                "speaker0-1.wav",
-                "speaker1-1.wav",
-                "speaker2-1.wav",
-            ],
+            [f"speaker0-{j}.wav" for j in range(6)],
             0.95,
-            0.01,
+            0.5,
         ),
+        # a cohort: AS-norm normalised warm-up and verification scores, as-norm table rows
+        (COHORT, "prototype", [f"speaker0-{j}.wav" for j in range(6)], 0.95, 0.01),
+        (COHORT, "prototype", [f"speaker0-{j}.wav" for j in range(6)], 0.95, None),
+        (COHORT, "prototype", [f"speaker1-{j}.wav" for j in range(8)], 0.75, 0.05),
+        (COHORT, "prototype", [f"speaker2-{j}.wav" for j in range(5)], 0.95, 0.5),
+        (COHORT, "prototype", [f"speaker2-{j}.wav" for j in range(5)], 0.95, 0.0001),
+        (COHORT, "prototype", MIXED, 0.95, 0.01),
         (
             "bundles/voice-codeword.uvb",
             "codeword",
             [f"speaker0-{j}.wav" for j in range(6)],
             0.95,
             0.01,
+        ),
+        # a lax codeword row: no genuine trials, so the warm-up rule floors it (max)
+        (
+            "bundles/voice-codeword.uvb",
+            "codeword",
+            [f"speaker0-{j}.wav" for j in range(6)],
+            0.95,
+            0.5,
         ),
         (
             "bundles/voice-codeword.uvb",
@@ -89,12 +116,14 @@ def generate() -> dict[str, Any]:
     for bundle, mode, clips, tpr, far in plans:
         v = verifier(bundle)
         manifest = v.bundle.manifest
+        cohort = v.bundle.cohort if mode == "prototype" else None
         outputs = np.stack([v.embed(wav(c)) for c in clips])
         case: dict[str, Any] = {
             "bundle": bundle,
             "mode": mode,
             "target_tpr": tpr,
             "far": far,
+            "cohort": None if cohort is None else manifest.cohort.sha256,
             "enrollment_outputs": [f32(o) for o in outputs],
         }
         if mode == "codeword":
@@ -105,7 +134,10 @@ def generate() -> dict[str, Any]:
             scores = codeword_scores(bipolar(codeword), outputs)
         else:
             case["prototype"] = f32(prototype(outputs).astype(np.float32))
-            scores = leave_one_out_scores(outputs)
+            if cohort is None:
+                scores = leave_one_out_scores(outputs)
+            else:
+                scores = normalised_leave_one_out(outputs, cohort)
         case["warmup_scores"] = [float(s) for s in scores]
         case["warmup_threshold"] = warmup_threshold(scores, tpr)
         result, error = outcome(
@@ -121,6 +153,8 @@ def generate() -> dict[str, Any]:
         case["row"] = None if row is None else {"far": row.far, "threshold": row.threshold}
         case["threshold"] = threshold
         case["own_rejected"] = int(np.count_nonzero(scores < threshold))
+        allowed = math.floor(len(scores) * (1.0 - tpr) + 1e-9)
+        case["rerecord_advice"] = row is not None and case["own_rejected"] > max(allowed, 1)
         reference = (
             bipolar(codeword) if mode == "codeword" else prototype(outputs).astype(np.float32)
         )
@@ -131,13 +165,22 @@ def generate() -> dict[str, Any]:
                 score = float(codeword_scores(reference, vector[None])[0])
             else:
                 score = float(cosine_scores(reference, vector[None])[0])
+                if cohort is not None:
+                    score = float(
+                        as_norm(score, cohort.statistics(reference), cohort.statistics(vector))[0]
+                    )
             verify.append({"output": f32(vector), "score": score, "accepted": score >= threshold})
         case["verify"] = verify
         cases.append(case)
     too_few = verifier("bundles/voice-embedding.uvb")
     short = [f32(too_few.embed(wav(f"speaker0-{j}.wav"))) for j in range(4)]
     calibrations = {}
-    for bundle in ("bundles/voice-embedding.uvb", "bundles/voice-codeword.uvb", DEFAULT_BUNDLE):
+    for bundle in (
+        "bundles/voice-embedding.uvb",
+        "bundles/voice-codeword.uvb",
+        COHORT,
+        DEFAULT_BUNDLE,
+    ):
         calibration = verifier(bundle).bundle.manifest.calibration
         calibrations[bundle] = calibration.sha256
     far_checks = []
@@ -148,9 +191,13 @@ def generate() -> dict[str, Any]:
         "enroll",
         "Enrollment from the model's outputs (the enrollment_outputs stand in for embedding the "
         "clips): the reference (prototype mode) or the codeword's scores, the warm-up scores "
-        "and threshold, the calibration row and the final threshold max(warm-up, row); then "
-        "verification of other outputs. Scores within 1e-9, the prototype within 1e-6; "
-        "`error` names the SDK's exception (spec §4, §6, §9).",
+        "(AS-norm normalised against the bundle's cohort in prototype mode when it has one: "
+        "`cohort` is then its sha256, what the template records) and threshold, the "
+        "calibration row and the final threshold (the row's for a table with genuine trials, "
+        "max(warm-up, row) for one without), the own samples it rejects and whether the "
+        "re-record advice applies; then verification of other outputs (normalised likewise). "
+        "Scores within 1e-9, the prototype within 1e-6; `error` names the SDK's exception "
+        "(spec §4, §6, §9).",
         minimum_samples=MIN_ENROLLMENT_SAMPLES,
         cases=cases,
         too_few={

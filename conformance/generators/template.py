@@ -50,7 +50,7 @@ def _open(blob: bytes, passphrase: str, user: str, record: int | None = None) ->
         store = templates.TemplateStore(store_dir, passphrase=passphrase, freshness=freshness)
         loaded, error = outcome(lambda: store.load(user))
     if error is None:
-        return {"ok": True, "generation": loaded.generation}
+        return {"ok": True, "generation": loaded.generation, "cohort": loaded.cohort}
     return {"ok": False, "error": _template_error(error)}
 
 
@@ -114,11 +114,20 @@ def generate() -> dict[str, Any]:
         backoff=backoff_rules.BackoffState(failures=2, locked_until=0.0),
         generation=9,
     )
+    # prototype mode against a bundle's AS-norm cohort: the payload records the cohort's sha256
+    cohort_template = dataclasses.replace(
+        prototype_template,
+        user="carol",
+        threshold=2.375,
+        cohort="c0" * 32,
+        generation=1,
+    )
     seal_cases = []
     files = {}
     for name, tmpl, passphrase, log2_n, secret in [
         ("prototype-alice", prototype_template, PASSPHRASE, 10, None),
         ("codeword-bob", codeword_template, "pässwörd ünïcode", 10, None),
+        ("prototype-cohort-carol", cohort_template, PASSPHRASE, 10, None),
         ("default-cost", prototype_template, PASSPHRASE, 15, None),
         (
             "nfkc-composed",
@@ -150,6 +159,7 @@ def generate() -> dict[str, Any]:
     for name, tmpl in (
         ("prototype-alice", prototype_template),
         ("codeword-bob", codeword_template),
+        ("prototype-cohort-carol", cohort_template),
     ):
         parsed = templates.Template.from_payload(tmpl.to_payload())
         fields.append(
@@ -160,6 +170,7 @@ def generate() -> dict[str, Any]:
                 "codeword": None if parsed.codeword is None else bits(parsed.codeword),
                 "prototype": None if parsed.prototype is None else f32(parsed.prototype),
                 "threshold": parsed.threshold,
+                "cohort": parsed.cohort,
                 "generation": parsed.generation,
                 "policy": dataclasses.asdict(parsed.policy),
                 "backoff": dataclasses.asdict(parsed.backoff),
@@ -169,13 +180,24 @@ def generate() -> dict[str, Any]:
     good, passphrase, user = files["prototype-alice"]
     nfkc, nfkc_pass, _ = files["nfkc-composed"]
     malformed, _ = _seal(b'{"version": 2, "generation": 1', PASSPHRASE, bytes(16), bytes(12), 10)
-    wrong_version, _ = _seal(
-        prototype_template.to_payload().replace(b'"version":2', b'"version":7'),
-        PASSPHRASE,
-        bytes(16),
-        bytes(12),
-        10,
+    payload = prototype_template.to_payload()
+    assert b'"version":3,' in payload and b'"cohort":null,' in payload
+
+    def sealed(text: bytes) -> bytes:
+        return _seal(text, PASSPHRASE, bytes(16), bytes(12), 10)[0]
+
+    wrong_version = sealed(payload.replace(b'"version":3', b'"version":7'))
+    # payload version 2 (written before cohorts): no cohort member, read as null
+    version_2 = sealed(
+        payload.replace(b'"version":3', b'"version":2').replace(b'"cohort":null,', b"")
     )
+    # version 2 with a cohort member: ignored (read from version 3 only)
+    version_2_cohort = sealed(
+        payload.replace(b'"version":3', b'"version":2').replace(b'"cohort":null', b'"cohort":7')
+    )
+    no_cohort = sealed(payload.replace(b'"cohort":null,', b""))
+    short_cohort = sealed(payload.replace(b'"cohort":null', b'"cohort":"' + b"c0" * 31 + b'"'))
+    number_cohort = sealed(payload.replace(b'"cohort":null', b'"cohort":1'))
 
     def edit(position: int, value: int | None = None, rehash: bool = False) -> bytes:
         blob = bytearray(good)
@@ -203,6 +225,11 @@ def generate() -> dict[str, Any]:
         ("truncated-tag", good[:-1], passphrase, user, None),
         ("malformed-payload", malformed, PASSPHRASE, "alice", None),
         ("unknown-payload-version", wrong_version, PASSPHRASE, "alice", None),
+        ("payload-version-2", version_2, PASSPHRASE, "alice", None),
+        ("payload-version-2-cohort-ignored", version_2_cohort, PASSPHRASE, "alice", None),
+        ("payload-version-3-without-cohort", no_cohort, PASSPHRASE, "alice", None),
+        ("payload-cohort-not-a-sha256", short_cohort, PASSPHRASE, "alice", None),
+        ("payload-cohort-a-number", number_cohort, PASSPHRASE, "alice", None),
         ("another-user", good, passphrase, "mallory", None),
         ("rolled-back", good, passphrase, user, 4),
         ("record-equal", good, passphrase, user, 3),
@@ -225,7 +252,9 @@ def generate() -> dict[str, Any]:
         "template",
         "The UVT2 file: seal (passphrase, salt, nonce, scrypt cost, payload -> file bytes), "
         "the payload's fields, and opening (file, passphrase, the user it is opened as, the "
-        "generation recorded outside the file -> ok, or the error kind) (spec §10).",
+        "generation recorded outside the file -> ok with the generation and the payload's "
+        "cohort, or the error kind); payloads are written as version 3 (with `cohort`) and "
+        "versions 1 and 2 are read (cohort null) (spec §10).",
         key_check_example={"key_hex": bytes(range(32)).hex(), "check_hex": key_check},
         seal=seal_cases,
         fields=fields,

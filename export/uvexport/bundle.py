@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from uvsdk.bundle import (
+    COHORT_FILE,
     FORMAT,
     MANIFEST_FILE,
     MODEL_FILE,
@@ -62,9 +63,11 @@ def write_bundle(
     sign_key: Any | None = None,
     directory: bool = False,
     ort: bytes | None = None,
+    cohort: bytes | None = None,
 ) -> Path:
     """Write a bundle (zip ``.uvb``, or a folder with ``directory=True``), optionally signed, with
-    ``model.ort`` when ``ort`` is given (the manifest's ``ort.sha256`` must name it).
+    ``model.ort`` when ``ort`` is given (the manifest's ``ort.sha256`` must name it) and
+    ``cohort.f32`` when ``cohort`` is (the manifest's ``cohort.sha256`` must name it).
 
     The zip is written atomically (:func:`uvtrain.io.atomic_write`: a temporary file beside
     ``path``, fsync, moved into place), so an interrupted export never leaves a half-written
@@ -77,12 +80,19 @@ def write_bundle(
         ort is not None and hashlib.sha256(ort).hexdigest() != named["sha256"]
     ):
         raise ValueError("the manifest's ort.sha256 does not match model.ort")
+    spec = manifest.cohort
+    if (cohort is None) != (spec is None) or (
+        cohort is not None and hashlib.sha256(cohort).hexdigest() != spec.sha256
+    ):
+        raise ValueError("the manifest's cohort.sha256 does not match cohort.f32")
     data = manifest.to_dict()
     assert data["format"] == FORMAT
     manifest_bytes = (json.dumps(data, indent=2) + "\n").encode("utf-8")
     members = {MANIFEST_FILE: manifest_bytes, MODEL_FILE: model}
     if ort is not None:
         members[ORT_FILE] = ort
+    if cohort is not None:
+        members[COHORT_FILE] = cohort
     if sign_key is not None:
         members[SIGNATURE_FILE] = sign_key.sign(manifest_bytes)
     path = Path(path)

@@ -1,36 +1,56 @@
 """``--calibrate DIR``: measure a bundle on real people and write the table into its manifest.
 
-``DIR`` holds one folder per person (audio or image files anywhere under it). Every file goes
-through the SDK's own :meth:`uvsdk.Verifier.embed` (decoding, resampling, windows, ONNX Runtime),
-and :func:`uvsdk.calibration.measure` enrolls each person as the SDK enrolls and pools the
-genuine and impostor trials (docs/formats.md, "Calibration"). So the table states what the SDK
-will do with this very model file.
+``DIR`` holds one folder per person (audio or image files anywhere under it). Every audio file is
+decoded as the SDK decodes it and turned into each simulated recording condition
+(:mod:`uvexport.conditions`: telephone codecs, a wide-band codec, noise, reverberation, and long
+utterances joined from a person's consecutive clips); every version goes through the SDK's own
+:meth:`uvsdk.Verifier.embed` (windows, ONNX Runtime). A cohort of those vectors, drawn evenly over
+people and conditions, goes into the bundle (``cohort.f32``, :mod:`uvsdk.cohort`), and
+:func:`uvsdk.calibration.measure` enrolls each person as the SDK enrolls, normalises every score
+against the cohort without the two people's own vectors, and states for each FAR the threshold of
+the worst condition (docs/formats.md, "Calibration"). So the table states what the SDK will do
+with this very model file, in each of those conditions.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from uvsdk.bundle import Bundle, Manifest
+from uvsdk.bundle import AudioInput, Bundle, Manifest
 from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, Calibration, measure
+from uvsdk.cohort import Cohort, CohortSpec
 from uvsdk.errors import MediaError, UvsdkError
+from uvsdk.media import check_audio, load_audio, load_image
 
 from .bundle import write_bundle
+from .conditions import CONDITIONS, apply_condition, concatenate_clips, resample
 from .errors import ExportError
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif"}
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".pgm", ".bmp", ".tif", ".tiff", ".webp"}
 MAX_SAMPLES_PER_PERSON = 60
 """Files read per person at most (sorted by path): enough trials, bounded time."""
+LONG_SECONDS = 4.0
+"""The long-utterance conditions join a person's consecutive clips to at least this long."""
+LONG = {"long": "clean", "long-telephone": "telephone-gsm"}
+"""The long-utterance conditions, and the condition each long utterance then goes through."""
+DEFAULT_CONDITIONS = (*CONDITIONS, *LONG)
+"""Every condition an audio bundle is calibrated in: the stated FAR holds in the worst of them."""
+DEFAULT_COHORT_SIZE = 1024
+"""Cohort vectors an audio or image bundle ships (1 MiB for 256-d vectors); 0: no cohort."""
+DEFAULT_TOP_K = 100
+"""AS-norm's top-K: the cohort vectors nearest each vector that its statistics use."""
 
 
 NAMED = {
@@ -92,26 +112,324 @@ def embed_people(
 ) -> tuple[dict[str, np.ndarray], dict[str, list[Path]], int]:
     """Each person's vectors through the SDK, the files they came from (unusable files skipped
     and counted), and the count of skipped files."""
+    embedded = embed_conditions(
+        bundle, people, ("clean",), max_samples=max_samples, progress=progress, label=label
+    )
+    return embedded.vectors["clean"], embedded.used, embedded.skipped
+
+
+def audio_conditions(names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` checked against :data:`uvexport.conditions.CONDITIONS` and :data:`LONG`."""
+    known = (*CONDITIONS, *LONG)
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ExportError(
+            f"unknown recording condition(s) {', '.join(unknown) or '(none given)'}; "
+            f"known: {', '.join(known)}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """:func:`embed_conditions`' result: ``vectors[condition][person]`` (``[N, dim]``), the
+    seconds of audio behind each vector (``seconds[condition][person]``, ``[N]``; images: 0), the
+    files used per person and the count of unusable files."""
+
+    vectors: dict[str, dict[str, np.ndarray]]
+    seconds: dict[str, dict[str, np.ndarray]]
+    used: dict[str, list[Path]]
+    skipped: int
+
+
+def embed_conditions(
+    bundle: Bundle,
+    people: dict[str, list[Path]],
+    conditions: Sequence[str] = DEFAULT_CONDITIONS,
+    *,
+    max_samples: int = MAX_SAMPLES_PER_PERSON,
+    progress: Callable[[str], None] | None = None,
+    label: str = "calibration",
+    seed: int = 0,
+    cache: str | Path | None = None,
+) -> Embedded:
+    """``{condition: {person: vectors}}`` through the SDK: each usable file decoded as the SDK
+    decodes it, turned into each simulated recording condition (:mod:`uvexport.conditions`; the
+    long ones join a person's consecutive clips to :data:`LONG_SECONDS`), brought back to the
+    bundle's rate and embedded by :meth:`uvsdk.Verifier.embed`. Images have one condition,
+    ``clean``.
+
+    ``cache``: an ``.npz`` file that keeps the result; a later call with the same model, files
+    (names, sizes, times), conditions, ``max_samples`` and ``seed`` reads it instead of
+    embedding again (any other file there is replaced)."""
+    spec = bundle.manifest.input
+    audio = isinstance(spec, AudioInput)
+    conditions = audio_conditions(conditions) if audio else ("clean",)
+    key = _cache_key(bundle, people, conditions, max_samples, seed)
+    if cache is not None and (found := _read_cache(Path(cache), key)) is not None:
+        if progress:
+            progress(f"{label}: embeddings read from {cache}")
+        return found
+    embedded = _embed_conditions(
+        bundle,
+        people,
+        conditions,
+        max_samples=max_samples,
+        progress=progress,
+        label=label,
+        seed=seed,
+    )
+    if cache is not None:
+        _write_cache(Path(cache), key, embedded)
+    return embedded
+
+
+def _cache_key(
+    bundle: Bundle,
+    people: dict[str, list[Path]],
+    conditions: Sequence[str],
+    max_samples: int,
+    seed: int,
+) -> str:
+    files = {
+        name: [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in paths[:max_samples]]
+        for name, paths in people.items()
+    }
+    described = {
+        "model": bundle.manifest.model_sha256,
+        "conditions": list(conditions),
+        "max_samples": max_samples,
+        "seed": seed,
+        "files": files,
+    }
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
+def _read_cache(path: Path, key: str) -> Embedded | None:
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            if str(stored["key"]) != key:
+                return None
+            about = json.loads(str(stored["about"]))
+            vectors: dict[str, dict[str, np.ndarray]] = {c: {} for c in about["conditions"]}
+            seconds: dict[str, dict[str, np.ndarray]] = {c: {} for c in about["conditions"]}
+            for number, (condition, person) in enumerate(about["entries"]):
+                vectors[condition][person] = stored[f"v{number}"]
+                seconds[condition][person] = stored[f"s{number}"]
+    except (OSError, ValueError, KeyError):
+        return None
+    used = {name: [Path(f) for f in files] for name, files in about["used"].items()}
+    return Embedded(vectors, seconds, used, int(about["skipped"]))
+
+
+def _write_cache(path: Path, key: str, embedded: Embedded) -> None:
+    entries = [(c, p) for c, by_person in embedded.vectors.items() for p in by_person]
+    about = {
+        "conditions": list(embedded.vectors),
+        "entries": entries,
+        "used": {name: [str(f) for f in files] for name, files in embedded.used.items()},
+        "skipped": embedded.skipped,
+    }
+    arrays: dict[str, np.ndarray] = {"key": np.array(key), "about": np.array(json.dumps(about))}
+    for number, (condition, person) in enumerate(entries):
+        arrays[f"v{number}"] = embedded.vectors[condition][person]
+        arrays[f"s{number}"] = embedded.seconds[condition][person]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".tmp.npz"), "wb") as handle:
+        np.savez(handle, **arrays)
+    path.with_suffix(".tmp.npz").replace(path)
+
+
+def _embed_conditions(
+    bundle: Bundle,
+    people: dict[str, list[Path]],
+    conditions: Sequence[str],
+    *,
+    max_samples: int,
+    progress: Callable[[str], None] | None,
+    label: str,
+    seed: int,
+) -> Embedded:
     from uvsdk.verifier import Verifier
 
+    spec = bundle.manifest.input
+    embedded: dict[str, dict[str, np.ndarray]] = {name: {} for name in conditions}
+    seconds: dict[str, dict[str, np.ndarray]] = {name: {} for name in conditions}
+    used: dict[str, list[Path]] = {}
+    skipped, started = 0, time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:  # embed() never touches the store
         verifier = Verifier(bundle, store=scratch)
-        vectors, used, skipped, started = {}, {}, 0, time.perf_counter()
         for number, (name, files) in enumerate(people.items(), 1):
-            rows, used[name] = [], []
+            clips, used[name] = [], []
             for file in files[:max_samples]:
                 try:
-                    rows.append(verifier.embed(file, allow_clipped=True))
+                    clips.append(_usable(file, spec))
                     used[name].append(file)
                 except MediaError:
                     skipped += 1
-            vectors[name] = np.stack(rows) if rows else np.zeros((0, bundle.manifest.dim))
-            if progress:
-                progress(
-                    f"{label}: embedded {number}/{len(people)} people "
-                    f"({time.perf_counter() - started:.0f} s)"
+            for condition in conditions:
+                rows, lengths = _condition_vectors(
+                    verifier, clips, condition, spec, seed=seed + number
                 )
-    return vectors, used, skipped
+                embedded[condition][name] = (
+                    np.stack(rows) if rows else np.zeros((0, bundle.manifest.dim), np.float32)
+                )
+                seconds[condition][name] = np.array(lengths, dtype=np.float64)
+            if progress:
+                elapsed = time.perf_counter() - started
+                remaining = elapsed / number * (len(people) - number)
+                progress(
+                    f"{label}: embedded {number}/{len(people)} people x {len(conditions)} "
+                    f"conditions ({elapsed:.0f} s, about {remaining:.0f} s left)"
+                )
+    return Embedded(embedded, seconds, used, skipped)
+
+
+def _usable(file: Path, spec: Any) -> Any:
+    """A file decoded and checked as :meth:`uvsdk.Verifier.embed` checks it (clipping
+    tolerated): audio samples at the bundle's rate, or an image array."""
+    if not isinstance(spec, AudioInput):
+        return load_image(file, spec.height, spec.width, spec.channels)
+    samples = load_audio(file, spec.sample_rate)
+    try:
+        check_audio(samples, spec.sample_rate, min_seconds=spec.min_seconds, name=file.name)
+    except MediaError as error:
+        if error.reason != "clipped":
+            raise
+    return samples
+
+
+def _condition_vectors(
+    verifier: Any, clips: list[Any], condition: str, spec: Any, *, seed: int
+) -> tuple[list[np.ndarray], list[float]]:
+    """The vectors of one person's clips in one condition (unusable results skipped), and the
+    seconds of audio each was made from (0 for images)."""
+    if not isinstance(spec, AudioInput) or condition == "clean":
+        inputs = clips
+    elif condition in LONG:
+        inputs = [
+            _in_condition(joined, spec.sample_rate, LONG[condition], seed + number)
+            for number, joined in enumerate(_long_utterances(clips, spec.sample_rate))
+        ]
+    else:
+        inputs = [
+            _in_condition(clip, spec.sample_rate, condition, seed * 7919 + number)
+            for number, clip in enumerate(clips)
+        ]
+    rows, lengths = [], []
+    for source in inputs:
+        try:
+            rows.append(verifier.embed(source, allow_clipped=True))
+        except MediaError:
+            continue
+        audio = isinstance(spec, AudioInput)
+        lengths.append(source.size / spec.sample_rate if audio else 0.0)
+    return rows, lengths
+
+
+def _in_condition(samples: np.ndarray, rate: int, condition: str, seed: int) -> np.ndarray:
+    """``samples`` as ``condition`` delivers them, back at ``rate`` (as the SDK resamples)."""
+    changed, new_rate = apply_condition(condition, samples, rate, seed=seed)
+    return changed if new_rate == rate else resample(changed, new_rate, rate)
+
+
+def _long_utterances(clips: list[np.ndarray], rate: int) -> list[np.ndarray]:
+    """A person's consecutive clips joined into utterances of at least :data:`LONG_SECONDS`
+    (the remainder that falls short is left out)."""
+    utterances, group, seconds = [], [], 0.0
+    for clip in clips:
+        group.append((clip, rate))
+        seconds += clip.size / rate
+        if seconds >= LONG_SECONDS:
+            joined, _ = concatenate_clips(group, target_seconds=LONG_SECONDS)
+            utterances.append(joined)
+            group, seconds = [], 0.0
+    return utterances
+
+
+def build_cohort(
+    embedded: Mapping[str, Mapping[str, np.ndarray]], size: int, *, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Up to ``size`` cohort vectors drawn evenly over the people and conditions (seeded), and
+    whose each one is (``[N]`` names, for :func:`uvsdk.calibration.measure`'s exclusion)."""
+    rng = np.random.default_rng(seed)
+    pools = [
+        (person, vectors)
+        for by_person in embedded.values()
+        for person, vectors in by_person.items()
+        if len(vectors)
+    ]
+    share = max(1, -(-size // max(1, len(pools))))
+    rows, owners = [], []
+    for person, vectors in pools:
+        chosen = rng.permutation(len(vectors))[:share]
+        rows.append(np.asarray(vectors)[np.sort(chosen)])
+        owners += [person] * len(chosen)
+    vectors, people = np.concatenate(rows), np.array(owners, dtype=object)
+    if len(vectors) > size:
+        keep = np.sort(rng.permutation(len(vectors))[:size])
+        vectors, people = vectors[keep], people[keep]
+    return vectors.astype(np.float32), people
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """What calibration adds to a bundle: the table, and the cohort (``None``: raw cosines)."""
+
+    calibration: Calibration
+    cohort: bytes | None = None
+    cohort_spec: CohortSpec | None = None
+
+    def manifest(self, manifest: Manifest) -> Manifest:
+        """``manifest`` with this calibration and cohort (re-validated by the SDK)."""
+        changed = dataclasses.replace(
+            manifest, calibration=self.calibration, cohort=self.cohort_spec
+        )
+        return Manifest.from_dict(json.loads(json.dumps(changed.to_dict())))
+
+
+def calibrate_vectors(
+    embedded: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    data: str,
+    enroll_samples: int = DEFAULT_ENROLL_SAMPLES,
+    generator: np.ndarray | None = None,
+    cohort_size: int = DEFAULT_COHORT_SIZE,
+    top_k: int = DEFAULT_TOP_K,
+) -> Calibrated:
+    """The calibration (and cohort, unless ``cohort_size`` is 0) of vectors already embedded per
+    condition; conditions where fewer than 2 people have more than ``enroll_samples`` vectors
+    are left out (and named in ``data``)."""
+    usable = {
+        condition: by_person
+        for condition, by_person in embedded.items()
+        if sum(len(v) > enroll_samples for v in by_person.values()) >= 2
+    }
+    left_out = [condition for condition in embedded if condition not in usable]
+    if not usable:
+        raise ValueError(
+            f"calibration needs at least 2 people with more than {enroll_samples} usable samples"
+        )
+    if left_out:
+        data = f"{data}; too few samples for condition(s) {', '.join(left_out)}"
+    cohort = cohort_people = cohort_bytes = spec = None
+    if cohort_size:
+        vectors, cohort_people = build_cohort(usable, cohort_size)
+        if len(set(cohort_people)) < 3:
+            raise ValueError("a cohort needs vectors of at least 3 people")
+        k = max(2, min(top_k, len(vectors) // 2))
+        cohort_bytes = vectors.astype("<f4").tobytes()
+        spec = CohortSpec(len(vectors), k, hashlib.sha256(cohort_bytes).hexdigest())
+        cohort = Cohort(vectors, k)
+    calibration = measure(
+        usable,
+        data=data,
+        enroll_samples=enroll_samples,
+        generator=generator,
+        cohort=cohort,
+        cohort_people=cohort_people,
+    )
+    return Calibrated(calibration, cohort_bytes, spec)
 
 
 def calibrate(
@@ -121,20 +439,34 @@ def calibrate(
     data: str | None = None,
     enroll_samples: int = DEFAULT_ENROLL_SAMPLES,
     max_samples: int = MAX_SAMPLES_PER_PERSON,
+    conditions: Sequence[str] = DEFAULT_CONDITIONS,
+    cohort_size: int = DEFAULT_COHORT_SIZE,
     progress: Callable[[str], None] | None = None,
-) -> Calibration:
-    """Measure ``bundle`` on the people under ``root``; ``data`` describes them (default: the
-    folder's name and counts)."""
+    cache: str | Path | None = None,
+) -> Calibrated:
+    """Measure ``bundle`` on the people under ``root`` in each recording condition; ``data``
+    describes them (default: the folder's name and counts); ``cache`` keeps the embeddings
+    (:func:`embed_conditions`)."""
     manifest = bundle.manifest
     root, named, suffixes = resolve(root)
     people = people_folders(root, manifest.modality, suffixes)
-    vectors, _, skipped = embed_people(bundle, people, max_samples=max_samples, progress=progress)
-    samples = sum(len(v) for v in vectors.values())
-    about = f"{data or named}: {len(people)} people"
-    about = f"{about}; {samples} samples used, {skipped} unusable"
+    embedded = embed_conditions(
+        bundle, people, conditions, max_samples=max_samples, progress=progress, cache=cache
+    )
+    samples = sum(len(files) for files in embedded.used.values())
+    about = (
+        f"{data or named}: {len(people)} people; {samples} samples used, "
+        f"{embedded.skipped} unusable"
+    )
     generator = manifest.code.generator if manifest.code is not None else None
     try:
-        return measure(vectors, data=about, enroll_samples=enroll_samples, generator=generator)
+        return calibrate_vectors(
+            embedded.vectors,
+            data=about,
+            enroll_samples=enroll_samples,
+            generator=generator,
+            cohort_size=cohort_size,
+        )
     except ValueError as error:
         raise ExportError(f"--calibrate {root}: {error}") from None
 
@@ -147,25 +479,43 @@ def calibrate_bundle(
     sign_key: Any | None = None,
     data: str | None = None,
     enroll_samples: int = DEFAULT_ENROLL_SAMPLES,
+    conditions: Sequence[str] = DEFAULT_CONDITIONS,
+    cohort_size: int = DEFAULT_COHORT_SIZE,
     progress: Callable[[str], None] | None = None,
+    cache: str | Path | None = None,
 ) -> tuple[Path, Calibration]:
     """Write ``out``: the bundle ``source`` with the calibration measured on ``root`` in its
     manifest (re-signed with ``sign_key``; an old signature no longer covers the manifest and is
-    dropped). A ``model.ort`` is kept, with its ``ort`` manifest key (the model is unchanged). ``out`` may be ``source``: the write is atomic."""
+    dropped). A ``model.ort`` is kept, with its ``ort`` manifest key (the model is unchanged).
+    The cohort (``cohort.f32``) is replaced by the new one. ``out`` may be ``source``: the write
+    is atomic."""
     try:
         bundle = Bundle(source)
         model = bundle.model_bytes
     except UvsdkError as error:
         raise ExportError(str(error)) from None
-    calibration = calibrate(
-        bundle, root, data=data, enroll_samples=enroll_samples, progress=progress
+    calibrated = calibrate(
+        bundle,
+        root,
+        data=data,
+        enroll_samples=enroll_samples,
+        conditions=conditions,
+        cohort_size=cohort_size,
+        progress=progress,
+        cache=cache,
     )
-    manifest = dataclasses.replace(bundle.manifest, calibration=calibration)
-    manifest = Manifest.from_dict(json.loads(json.dumps(manifest.to_dict())))  # SDK validation
+    manifest = calibrated.manifest(bundle.manifest)
     if bundle.ort_bytes is None:  # a model.ort taken out of the bundle: its key goes too
         manifest.extra.pop("ort", None)
-    written = write_bundle(out, model, manifest, sign_key=sign_key, ort=bundle.ort_bytes)
-    return written, calibration
+    written = write_bundle(
+        out,
+        model,
+        manifest,
+        sign_key=sign_key,
+        ort=bundle.ort_bytes,
+        cohort=calibrated.cohort,
+    )
+    return written, calibrated.calibration
 
 
 def print_progress(message: str) -> None:

@@ -181,8 +181,10 @@ def _echo_calibration(path: Path) -> None:
                 frr = f", FRR {row.frr:.3f}" if row.frr is not None else ""
                 rows.append(f"FAR {row.far:g}{frr}")
         typer.echo(
-            f"calibration ({mode}): {table.people} people, {table.impostor_trials} impostor / "
-            f"{table.genuine_trials} genuine trials; {'; '.join(rows) or 'see uvsdk info'}"
+            f"calibration ({mode}, {table.score} scores): {table.people} people, "
+            f"{table.impostor_trials} impostor / {table.genuine_trials} genuine trials in "
+            f"{len(table.conditions)} condition(s), the worst deciding; "
+            f"{'; '.join(rows) or 'see uvsdk info'}"
         )
 
 
@@ -203,15 +205,52 @@ def calibrate_command(
         str | None,
         typer.Option("--data", help="One line on who the people are (kept in the manifest)."),
     ] = None,
+    conditions: Annotated[
+        str | None,
+        typer.Option(
+            "--conditions",
+            help="Comma-separated recording conditions to calibrate in (audio; default: all of "
+            "them, see docs/benchmarks.md); the stated FAR holds in the worst.",
+        ),
+    ] = None,
+    cohort_size: Annotated[
+        int,
+        typer.Option(
+            "--cohort-size",
+            min=0,
+            max=16384,
+            help="Cohort vectors to ship for AS-norm score normalisation (0: raw cosines).",
+        ),
+    ] = 1024,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache",
+            help="An .npz file that keeps the embeddings: a rerun on the same model, files and "
+            "conditions reads them instead of embedding again.",
+        ),
+    ] = None,
 ) -> None:
-    """Calibrate an existing bundle on real people (a new manifest; the model is unchanged)."""
+    """Calibrate an existing bundle on real people (a new manifest and cohort; the model is
+    unchanged)."""
     from uvsdk.bundle import Bundle
 
-    from .calibrate import calibrate_bundle, print_progress
+    from .calibrate import DEFAULT_CONDITIONS, audio_conditions, calibrate_bundle, print_progress
 
     key = _load_key(sign_key)
+    chosen = DEFAULT_CONDITIONS
+    if conditions is not None:
+        chosen = audio_conditions([name.strip() for name in conditions.split(",") if name.strip()])
     path, _ = calibrate_bundle(
-        bundle, people, out, sign_key=key, data=data, progress=print_progress
+        bundle,
+        people,
+        out,
+        sign_key=key,
+        data=data,
+        conditions=chosen,
+        cohort_size=cohort_size,
+        progress=print_progress,
+        cache=cache,
     )
     print(file=sys.stderr)
     kept = " (model.ort kept)" if Bundle(path).ort_bytes is not None else ""

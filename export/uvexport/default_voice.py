@@ -10,8 +10,10 @@
    top of it) — the same ``uvtrain run`` every other model goes through;
 4. ``uvexport``: ONNX with the mel frontend inside, parity-checked against torch;
 5. calibration on real recorded speakers (``uvtrain data real-speech``: Debian packages, pinned
-   and hash-checked, or ``--calibrate DIR``): the threshold for each FAR target in the manifest
-   (:mod:`uvsdk.calibration`), measured through the SDK on the exported model file.
+   and hash-checked, or ``--calibrate DIR``), every clip also under each simulated recording
+   condition (:mod:`uvexport.conditions`): an AS-norm cohort (``cohort.f32``) and the threshold
+   for each FAR target, the worst condition deciding (:mod:`uvsdk.calibration`), measured through
+   the SDK on the exported model file.
 
 Every step is cached in ``--work`` (the weights in the data folder), so running it again resumes.
 The figures of the shipped bundle are in docs/model-card.md.
@@ -110,6 +112,7 @@ def build_default_voice(
         extra={"description": description},
         calibrate=calibrate,
         calibration_data=about,
+        calibration_cache=work / "calibration-embeddings.npz",
         ort=ort,
     )
 

@@ -64,6 +64,7 @@ def export_run(
     extra: dict[str, Any] | None = None,
     calibrate: str | Path | None = None,
     calibration_data: str | None = None,
+    calibration_cache: str | Path | None = None,
     ort: bool = False,
     drift_bound: float = DRIFT_BOUND,
     schemes: Sequence[str] = SCHEMES,
@@ -113,6 +114,7 @@ def export_run(
         started=started,
         calibrate=calibrate,
         calibration_data=calibration_data,
+        calibration_cache=calibration_cache,
         ort=ort,
     )
 
@@ -133,6 +135,7 @@ def export_model(
     started: float | None = None,
     calibrate: str | Path | None = None,
     calibration_data: str | None = None,
+    calibration_cache: str | Path | None = None,
     ort: bool = False,
 ) -> ExportResult:
     """Export a trained model (in memory) to a bundle, checked for parity on ``inputs``.
@@ -184,20 +187,28 @@ def export_model(
         code=bundle_code(model, code_length),
         extra=extra,
     )
+    cohort = None
     if calibrate is not None:
-        manifest = _calibrated(model_bytes, manifest, calibrate, calibration_data, ort_bytes)
-    path = write_bundle(out, model_bytes, manifest, sign_key=sign_key, ort=ort_bytes)
+        manifest, cohort = _calibrated(
+            model_bytes, manifest, calibrate, calibration_data, ort_bytes, calibration_cache
+        )
+    path = write_bundle(out, model_bytes, manifest, sign_key=sign_key, ort=ort_bytes, cohort=cohort)
     return ExportResult(
         path, worst, time.perf_counter() - started, path.stat().st_size, quantization
     )
 
 
 def _calibrated(
-    model_bytes: bytes, manifest: Any, root: str | Path, data: str | None, ort: bytes | None
-) -> Any:
-    """``manifest`` with the calibration of the exact model file, measured through the SDK on
-    the people under ``root`` (before anything is written to the bundle's path)."""
-    import dataclasses
+    model_bytes: bytes,
+    manifest: Any,
+    root: str | Path,
+    data: str | None,
+    ort: bytes | None,
+    cache: str | Path | None,
+) -> tuple[Any, bytes | None]:
+    """``manifest`` with the calibration (and cohort) of the exact model file, measured through
+    the SDK on the people under ``root`` (before anything is written to the bundle's path), and
+    the cohort's bytes."""
     import tempfile
 
     from uvsdk.bundle import Bundle
@@ -208,9 +219,11 @@ def _calibrated(
         folder = write_bundle(
             Path(scratch) / "bundle", model_bytes, manifest, directory=True, ort=ort
         )
-        calibration = calibrate(Bundle(folder), root, data=data, progress=print_progress)
+        calibrated = calibrate(
+            Bundle(folder), root, data=data, progress=print_progress, cache=cache
+        )
     print(file=sys.stderr)  # ends the progress line
-    return dataclasses.replace(manifest, calibration=calibration)
+    return calibrated.manifest(manifest), calibrated.cohort
 
 
 def _quantize_run(

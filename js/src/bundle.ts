@@ -2,8 +2,9 @@
  * Model bundles (`.uvb`): manifest schema, integrity and signatures (sdk/uvsdk/bundle.py).
  *
  * A bundle is a zip archive holding `model.onnx`, `manifest.json` and optionally
- * `signature.ed25519` (Ed25519 over the exact bytes of `manifest.json`). The manifest names the
- * SHA-256 of the model, so a signature over the manifest covers the model too. The ONNX Runtime
+ * `signature.ed25519` (Ed25519 over the exact bytes of `manifest.json`), and `cohort.f32` (the
+ * AS-norm cohort, cohort.ts) exactly when the manifest has a `cohort`. The manifest names the
+ * SHA-256 of the model and of the cohort, so a signature over the manifest covers them too. The ONNX Runtime
  * session is not opened here (see verifier.ts): this module has no runtime dependency.
  */
 import { unzipSync } from "fflate";
@@ -12,7 +13,8 @@ import { BundleError, SignatureError } from "./errors.js";
 import { ab, hex, webCrypto } from "./bytes.js";
 import { isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./pyjson.js";
 import { pyG, pyReprCut, pyRound, pyStrRepr } from "./pyfmt.js";
-import { parseCalibration, type Calibration } from "./calibration.js";
+import { parseCalibration, type Calibration, type PrototypeScore } from "./calibration.js";
+import { COHORT_FILE, Cohort, MAX_COHORT_BYTES, parseCohortSpec, type CohortSpec } from "./cohort.js";
 import { codeFingerprint, unpackGenerator, type BitMatrix } from "./codeword.js";
 
 export const FORMAT = "uvsdk-bundle/1";
@@ -27,6 +29,7 @@ const MEMBER_LIMITS: Record<string, number> = {
   [MODEL_FILE]: MAX_MEMBER_BYTES,
   [MANIFEST_FILE]: MAX_MANIFEST_BYTES,
   [SIGNATURE_FILE]: MAX_SIGNATURE_BYTES,
+  [COHORT_FILE]: MAX_COHORT_BYTES,
 };
 export const WINDOW_SECONDS_RANGE = [0.1, 30.0] as const;
 export const MIN_HOP_SECONDS = 0.05;
@@ -73,6 +76,8 @@ export interface Manifest {
   modelSha256: string;
   code: Code | null;
   calibration: Calibration | null;
+  /** The manifest's `cohort` (null: none; prototype scores are raw cosines). */
+  cohort: CohortSpec | null;
   /** The keys the SDK does not read (provenance, metrics, ...), as plain JSON. */
   extra: Record<string, unknown>;
 }
@@ -86,6 +91,8 @@ export interface Bundle {
   manifestBytes: Uint8Array;
   modelBytes: Uint8Array;
   signature: Uint8Array | null;
+  /** The AS-norm cohort (cohort.f32, checked against the manifest), or null. */
+  cohort: Cohort | null;
   /** First 16 hex digits of the SHA-256 of the raw public key that verified it, or null. */
   signedBy: string | null;
 }
@@ -177,7 +184,7 @@ function parseCode(spec: JsonValue | undefined, kind: string, dim: number): Code
   return { family, n, k, dMin, idBits, generator, fingerprint: codeFingerprint(generator) };
 }
 
-const KNOWN = new Set(["format", "name", "method", "modality", "input", "output", "code", "model_sha256", "calibration"]);
+const KNOWN = new Set(["format", "name", "method", "modality", "input", "output", "code", "model_sha256", "calibration", "cohort"]);
 
 /**
  * `Manifest.from_dict`: validate a parsed manifest (from {@link parseJson}); every problem is a
@@ -209,9 +216,11 @@ export function parseManifest(data: JsonValue): Manifest {
   const sha: string = get(data, "model_sha256", "str");
   if (!SHA256_HEX.test(sha)) throw new BundleError("manifest: model_sha256 is not 64 lowercase hex digits");
   const code = parseCode(data["code"], kind, dim);
+  let cohort: CohortSpec | null = null;
+  if (data["cohort"] !== undefined && data["cohort"] !== null) cohort = parseCohortSpec(data["cohort"]);
   let calibration: Calibration | null = null;
   if (data["calibration"] !== undefined && data["calibration"] !== null) {
-    calibration = parseCalibration(data["calibration"], kind);
+    calibration = parseCalibration(data["calibration"], kind, prototypeScore(cohort));
   }
   const extra: Record<string, unknown> = {};
   for (const key of Object.keys(data)) if (!KNOWN.has(key)) extra[key] = toPlain(data[key]);
@@ -225,8 +234,23 @@ export function parseManifest(data: JsonValue): Manifest {
     modelSha256: sha,
     code,
     calibration,
+    cohort,
     extra,
   };
+}
+
+/** What a manifest's prototype-mode scores are: "as-norm" with a cohort, else "cosine". */
+export function prototypeScore(cohort: CohortSpec | null): PrototypeScore {
+  return cohort === null ? "cosine" : "as-norm";
+}
+
+/** `Bundle._load_cohort`: cohort.f32 checked against the manifest's `cohort`, both or neither. */
+function loadCohort(manifest: Manifest, data: Uint8Array | undefined, name: string): Cohort | null {
+  const spec = manifest.cohort;
+  if (spec === null && data === undefined) return null;
+  if (spec === null) throw new BundleError(`${name}: cohort.f32 is not named in the manifest (no cohort key)`);
+  if (data === undefined) throw new BundleError(`${name}: the manifest names a cohort and there is no ${COHORT_FILE}`);
+  return Cohort.fromMember(data, spec, manifest.dim, name);
 }
 
 function tooLarge(bundle: string, member: string, size: number): string {
@@ -283,7 +307,7 @@ async function ed25519Verify(key: Uint8Array, signature: Uint8Array, message: Ui
 /**
  * Load and check a `.uvb` bundle (bundle.Bundle.__init__): unzip (refusing members over their
  * limits), require model.onnx and manifest.json, parse and validate the manifest, check the
- * model's SHA-256, and with trusted keys the Ed25519 signature of the exact manifest bytes.
+ * model's SHA-256, the cohort (cohort.f32 against the manifest's `cohort`), and with trusted keys the Ed25519 signature of the exact manifest bytes.
  */
 export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions = {}): Promise<Bundle> {
   const name = options.name ?? "bundle.uvb";
@@ -307,6 +331,7 @@ export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions =
       `${name}: model.onnx does not match the manifest's model_sha256 (the bundle was modified or damaged)`,
     );
   }
+  const cohort = loadCohort(manifest, members[COHORT_FILE], name);
   const signature = members[SIGNATURE_FILE] ?? null;
   let signedBy: string | null = null;
   const keys = options.trustedKeys ?? [];
@@ -320,7 +345,7 @@ export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions =
     }
     if (signedBy === null) throw new SignatureError(`${name}: the signature does not verify with any trusted key`);
   }
-  return { name, manifest, manifestBytes, modelBytes, signature, signedBy };
+  return { name, manifest, manifestBytes, modelBytes, signature, cohort, signedBy };
 }
 
 /** A raw 32-byte Ed25519 public key from a PEM SubjectPublicKeyInfo (`.pub.pem`) text. */

@@ -1,6 +1,9 @@
 /**
- * Calibrated thresholds (sdk/uvsdk/calibration.py): the manifest's `calibration` object, the row
- * a FAR uses, and a user's threshold `max(warm-up, calibrated threshold at the FAR)`.
+ * Calibrated thresholds (sdk/uvsdk/calibration.py): the manifest's `calibration` object (version
+ * 2: each table names its `score` and the recording `conditions` it was measured in), the row a
+ * FAR uses, and a user's threshold (spec §4.3): a table with genuine trials (prototype) gives the
+ * row's threshold itself; a table without them (codeword) floors the warm-up rule,
+ * `max(warm-up, row threshold)`.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, CalibrationError } from "./errors.js";
@@ -9,13 +12,25 @@ import { pyFixed, pyFloatRepr, pyG, pyReprCut } from "./pyfmt.js";
 import { hex } from "./bytes.js";
 import { warmupThreshold, type Vector } from "./scoring.js";
 
-export const VERSION = 1;
+export const VERSION = 2;
 export const DEFAULT_FAR = 0.01;
 export const MAX_FAR = 0.5;
 /** A row needs `far × impostor_trials` of at least this. */
 export const MIN_FALSE_ACCEPTS = 10;
 export const MODES = ["prototype", "codeword"] as const;
 export type Mode = (typeof MODES)[number];
+/** What a table's thresholds are on: raw cosines or AS-norm (prototype), codeword scores. */
+export const TABLE_SCORES: Record<Mode, readonly string[]> = { prototype: ["cosine", "as-norm"], codeword: ["codeword"] };
+/** The thresholds a table of each score may hold. */
+export const SCORE_RANGES: Record<string, readonly [number, number]> = {
+  cosine: [-1, 1 + 1e-6],
+  codeword: [-1, 1 + 1e-6],
+  "as-norm": [-1000, 1000],
+};
+export const MAX_CONDITIONS = 32;
+export const CONDITION_NAME = /^[a-z0-9][a-z0-9-]{0,31}$/;
+/** What a prototype-mode score is: the raw cosine (no cohort) or AS-norm (a cohort). */
+export type PrototypeScore = "cosine" | "as-norm";
 
 /** One FAR target: the threshold, what it measured there, and the trials behind it. */
 export interface Row {
@@ -33,6 +48,10 @@ export interface Table {
   enrollSamples: number;
   genuineTrials: number;
   impostorTrials: number;
+  /** What the thresholds are on: "cosine" or "as-norm" (prototype), "codeword". */
+  score: string;
+  /** The recording conditions the table was measured in (each row holds in the worst of them). */
+  conditions: string[];
   rows: Row[];
 }
 
@@ -121,6 +140,8 @@ export function calibrationToDict(calibration: Pick<Calibration, "version" | "da
       enroll_samples: table.enrollSamples,
       genuine_trials: table.genuineTrials,
       impostor_trials: table.impostorTrials,
+      score: table.score,
+      conditions: [...table.conditions],
       rows: table.rows.map((row) => ({
         far: row.far,
         threshold: row.threshold,
@@ -157,9 +178,39 @@ function number(value: JsonValue | undefined, name: string, low: number, high: n
   return v;
 }
 
-function parseTable(mode: Mode, spec: JsonValue | undefined): Table {
+function parseConditions(value: JsonValue | undefined, where: string): string[] {
+  if (!Array.isArray(value) || value.length === 0 || value.length > MAX_CONDITIONS) {
+    throw new BundleError(`manifest: ${where}.conditions must be a list of 1 to ${MAX_CONDITIONS}`);
+  }
+  for (const name of value) {
+    if (typeof name !== "string" || !CONDITION_NAME.test(name)) {
+      throw new BundleError(`manifest: ${where}.conditions: ${pyReprCut(name)} is not a condition name`);
+    }
+  }
+  const names = value as string[];
+  if (new Set(names).size !== names.length) {
+    throw new BundleError(`manifest: ${where}.conditions names a condition twice`);
+  }
+  return [...names];
+}
+
+function parseTable(mode: Mode, spec: JsonValue | undefined, expectedScore: string): Table {
   const where = `calibration.${mode}`;
   if (!isObject(spec)) throw new BundleError(`manifest: ${where} must be an object`);
+  const score = spec["score"];
+  if (typeof score !== "string" || !TABLE_SCORES[mode].includes(score)) {
+    throw new BundleError(
+      `manifest: ${where}.score must be one of ${TABLE_SCORES[mode].join(", ")}, not ${pyReprCut(score)}`,
+    );
+  }
+  if (score !== expectedScore) {
+    throw new BundleError(
+      `manifest: ${where} is calibrated on ${score} scores, and this bundle's ` +
+        `${mode} scores are ${expectedScore} (a cohort means as-norm)`,
+    );
+  }
+  const conditions = parseConditions(spec["conditions"], where);
+  const [low, high] = SCORE_RANGES[score]!;
   const people = count(spec["people"], `${where}.people`, 2);
   const enroll = count(spec["enroll_samples"], `${where}.enroll_samples`);
   const genuine = count(spec["genuine_trials"], `${where}.genuine_trials`);
@@ -177,7 +228,7 @@ function parseTable(mode: Mode, spec: JsonValue | undefined): Table {
     if (!isObject(raw)) throw new BundleError(`manifest: ${at} must be an object`);
     const far = number(raw["far"], `${at}.far`, 0, MAX_FAR);
     if (far <= 0) throw new BundleError(`manifest: ${at}.far must be > 0`);
-    const threshold = number(raw["threshold"], `${at}.threshold`, -1, 1 + 1e-6);
+    const threshold = number(raw["threshold"], `${at}.threshold`, low, high);
     const accepts = count(raw["false_accepts"], `${at}.false_accepts`);
     if (accepts > far * impostor + 1e-9) {
       throw new BundleError(
@@ -218,21 +269,35 @@ function parseTable(mode: Mode, spec: JsonValue | undefined): Table {
       throw new BundleError(`manifest: ${where}.rows: the FRR must not fall as the FAR falls`);
     }
   }
-  return { mode, people, enrollSamples: enroll, genuineTrials: genuine, impostorTrials: impostor, rows };
+  return {
+    mode,
+    people,
+    enrollSamples: enroll,
+    genuineTrials: genuine,
+    impostorTrials: impostor,
+    score,
+    conditions,
+    rows,
+  };
 }
 
-/** Python's `value != 1` for a parsed JSON value (True and 1.0 equal 1 in Python). */
-function isVersionOne(value: JsonValue | undefined): boolean {
-  return value === 1n || value === 1 || value === true;
+/** Python's `value == 2` for a parsed JSON value (2.0 equals 2 in Python; True does not). */
+function isVersionTwo(value: JsonValue | undefined): boolean {
+  return value === 2n || value === 2;
 }
 
 /**
  * `Calibration.from_dict`: validate the manifest's `calibration`; a problem is a BundleError
- * naming the key.
+ * naming the key. `prototypeScore` is what the bundle's prototype scores are ("as-norm" when it
+ * has a cohort): a prototype table measured on another score is refused.
  */
-export function parseCalibration(data: JsonValue | undefined, outputKind = "embedding"): Calibration {
+export function parseCalibration(
+  data: JsonValue | undefined,
+  outputKind = "embedding",
+  prototypeScore: PrototypeScore = "cosine",
+): Calibration {
   if (!isObject(data)) throw new BundleError("manifest: calibration must be an object");
-  if (!isVersionOne(data["version"])) {
+  if (!isVersionTwo(data["version"])) {
     throw new BundleError(`manifest: calibration version ${pyReprCut(data["version"], 1000)} is not ${VERSION}`);
   }
   const description = data["data"];
@@ -249,7 +314,7 @@ export function parseCalibration(data: JsonValue | undefined, outputKind = "embe
       if (mode === "codeword" && outputKind !== "codeword") {
         throw new BundleError("manifest: calibration.codeword needs a codeword bundle (output.kind)");
       }
-      tables[mode] = parseTable(mode, data[mode]);
+      tables[mode] = parseTable(mode, data[mode], mode === "prototype" ? prototypeScore : "codeword");
     }
   }
   if (Object.keys(tables).length === 0) {
@@ -275,8 +340,10 @@ export function floor(
 }
 
 /**
- * `user_threshold`: the warm-up rule at `targetTpr`, raised to the calibrated threshold at
- * `far` when the bundle has one for `mode`; and the row that floored it (null: warm-up alone).
+ * `user_threshold` (spec §4.3): with a table for `mode` and a `far`, the table's threshold at
+ * `far` when the table has genuine trials (it states the FRR there), else the warm-up rule at
+ * `targetTpr` floored at it; otherwise the warm-up rule alone. Returns the row behind the
+ * threshold (null: the warm-up rule alone).
  */
 export function userThreshold(
   warmupScores: Vector,
@@ -288,5 +355,6 @@ export function userThreshold(
   const threshold = warmupThreshold(warmupScores, targetTpr);
   const floored = floor(calibration, mode, far);
   if (floored === null) return { threshold, row: null };
+  if (calibration!.tables[mode]!.genuineTrials > 0) return { threshold: floored.threshold, row: floored.row };
   return { threshold: Math.max(threshold, floored.threshold), row: floored.row };
 }

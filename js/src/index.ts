@@ -12,6 +12,7 @@ export * from "./bundle.js";
 export * from "./media.js";
 export * from "./scoring.js";
 export * from "./calibration.js";
+export * from "./cohort.js";
 export * from "./codeword.js";
 export * from "./template.js";
 export * from "./backoff.js";

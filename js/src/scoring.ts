@@ -97,16 +97,26 @@ export function prototype(rows: Vector[]): Float64Array {
   return rescale(sums, 1);
 }
 
-/** `leave_one_out_scores`: each row's cosine with the normalised mean of all the others. */
-export function leaveOneOutScores(rows: Vector[]): Float64Array {
+/**
+ * The leave-one-out pairs: each row rescaled to unit length (`units[i]`), and the unit-length
+ * normalised sum of all the other rows (`others[i]`, the prototype without row `i`).
+ */
+export function leaveOneOutPairs(rows: Vector[]): { units: Float64Array[]; others: Float64Array[] } {
   if (rows.length < 2) throw new RangeError("leave-one-out needs at least two vectors");
   const units = rows.map((r) => rescale(r, 1));
   const total = columnSums(units);
-  return Float64Array.from(units, (unit) => {
-    const others = new Float64Array(unit.length);
-    for (let j = 0; j < unit.length; j++) others[j] = total[j]! - unit[j]!;
-    return pairwiseSumProduct(rescale(others, 1), unit);
+  const others = units.map((unit) => {
+    const rest = new Float64Array(unit.length);
+    for (let j = 0; j < unit.length; j++) rest[j] = total[j]! - unit[j]!;
+    return rescale(rest, 1);
   });
+  return { units, others };
+}
+
+/** `leave_one_out_scores`: each row's cosine with the normalised mean of all the others. */
+export function leaveOneOutScores(rows: Vector[]): Float64Array {
+  const { units, others } = leaveOneOutPairs(rows);
+  return Float64Array.from(units, (unit, i) => pairwiseSumProduct(others[i]!, unit));
 }
 
 /** `np.sum(a * b)`: pairwise sum of the elementwise product. */

@@ -113,6 +113,8 @@ export interface Template {
   targetTpr: number | null;
   far: number | null;
   calibration: string | null;
+  /** The bundle's cohort.sha256 the prototype scores are normalised against (null: raw cosines, or codeword mode). */
+  cohort: string | null;
   modelSha256: string | null;
   enrolled: number | null;
   samples: number;
@@ -135,6 +137,7 @@ export function newTemplate(user: string, created: number): Template {
     targetTpr: null,
     far: null,
     calibration: null,
+    cohort: null,
     modelSha256: null,
     enrolled: null,
     samples: 0,
@@ -164,7 +167,7 @@ export function toPayload(t: Template): Uint8Array {
     prototype = b64encode(bytes);
   }
   const data = {
-    version: 2,
+    version: 3,
     generation: t.generation,
     user: t.user,
     created: new PyFloat(t.created),
@@ -178,6 +181,7 @@ export function toPayload(t: Template): Uint8Array {
     target_tpr: floatOrNull(t.targetTpr),
     far: floatOrNull(t.far),
     calibration: t.calibration,
+    cohort: t.cohort,
     model_sha256: t.modelSha256,
     enrolled: floatOrNull(t.enrolled),
     samples: t.samples,
@@ -251,6 +255,13 @@ function numberOrNull(value: JsonValue): number | null {
   return raise("TypeError");
 }
 
+/** Version 3's `cohort`: null or a SHA-256 (64 characters, as Python's `len`). */
+function cohortOf(value: JsonValue): string | null {
+  if (value === null) return null;
+  if (typeof value !== "string" || [...value].length !== 64) return raise("ValueError");
+  return value;
+}
+
 function stringOrNull(value: JsonValue): string | null {
   if (value === null || typeof value === "string") return value;
   return raise("TypeError");
@@ -305,7 +316,7 @@ export function fromPayload(payload: Uint8Array): Template {
     }
     const version = item(data, "version");
     const v = version === true ? 1 : typeof version === "bigint" || typeof version === "number" ? Number(version) : NaN;
-    if (v !== 1 && v !== 2) raise("ValueError");
+    if (v !== 1 && v !== 2 && v !== 3) raise("ValueError");
     const generation = v >= 2 ? pyInt(item(data, "generation")) : 0;
     if (generation < 0) raise("ValueError");
     let codeword: Uint8Array | null = null;
@@ -347,6 +358,7 @@ export function fromPayload(payload: Uint8Array): Template {
     const targetTpr = numberOrNull(item(data, "target_tpr"));
     const far = isObject(data) && "far" in data ? numberOrNull(data["far"]!) : null;
     const calibration = isObject(data) && "calibration" in data ? stringOrNull(data["calibration"]!) : null;
+    const cohort = v >= 3 ? cohortOf(item(data, "cohort")) : null;
     const modelSha256 = stringOrNull(item(data, "model_sha256"));
     const enrolled = numberOrNull(item(data, "enrolled"));
     const samples = pyInt(item(data, "samples"));
@@ -354,7 +366,7 @@ export function fromPayload(payload: Uint8Array): Template {
     const backoff = stateFrom(item(data, "backoff"));
     return {
       user, created, codeword, userId, codeSha256, mode, prototype, threshold, targetTpr, far,
-      calibration, modelSha256, enrolled, samples, policy, backoff, generation,
+      calibration, cohort, modelSha256, enrolled, samples, policy, backoff, generation,
     };
   } catch (error) {
     const type = error instanceof PyException ? error.pyType : "ValueError";

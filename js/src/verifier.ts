@@ -10,6 +10,7 @@ import { BackoffPolicy } from "./backoff.js";
 import type { Bundle, AudioInput, Code } from "./bundle.js";
 import { DEFAULT_FAR, checkFar, expected, rowFor, userThreshold, type Calibration, type Mode, type Row } from "./calibration.js";
 import { bipolar, encode, newMessage, randomUserId } from "./codeword.js";
+import { normalisedLeaveOneOut, type Cohort } from "./cohort.js";
 import {
   AttemptNotRecordedError,
   BundleError,
@@ -90,7 +91,7 @@ export interface VerifierOptions {
   platformKey?: PlatformKey;
   /** scrypt cost of new templates (log2 N, 10..16, default 15). */
   scryptLog2N?: number;
-  /** FAR that enrollment floors thresholds at (default 0.01); null: the warm-up rule alone. */
+  /** FAR that enrollment calibrates thresholds at (default 0.01); null: the warm-up rule alone. */
   far?: number | null;
   /** Lock-out policy written into templates at enrollment. */
   backoff?: BackoffPolicy;
@@ -105,24 +106,33 @@ export interface EnrollmentResult {
   mode: Mode;
   /** The prototype (float32), prototype mode only. */
   prototype: Float32Array | null;
-  /** Warm-up scores: leave-one-out cosines (prototype) or codeword scores. */
+  /** Warm-up scores: leave-one-out cosines, AS-norm normalised with a cohort (prototype), or codeword scores. */
   scores: Float64Array;
   warmupThreshold: number;
   threshold: number;
-  /** The calibration row that floored the threshold, or null (warm-up rule alone). */
+  /** The calibration row behind the threshold, or null (warm-up rule alone). */
   row: Row | null;
+  /** Whether the row's threshold is above the warm-up threshold (informative, spec §4.3). */
   floored: boolean;
   ownRejected: number;
 }
 
 /**
  * The arithmetic of `Verifier.enroll` once the samples are embedded: codeword mode when a
- * codeword is given, prototype mode otherwise; the warm-up rule at `targetTpr` floored by the
- * calibration at `far`. Fewer than five vectors is an EnrollmentError.
+ * codeword is given, prototype mode otherwise (leave-one-out scores AS-norm normalised against
+ * `cohort` when given); the user's threshold at `targetTpr` and `far` (spec §4.3, calibration.ts
+ * userThreshold). Fewer than five vectors is an EnrollmentError.
  */
 export function computeEnrollment(
   vectors: ArrayLike<number>[],
-  options: { codeword?: Uint8Array | null; targetTpr?: number; calibration?: Calibration | null; far?: number | null; of?: number },
+  options: {
+    codeword?: Uint8Array | null;
+    targetTpr?: number;
+    calibration?: Calibration | null;
+    far?: number | null;
+    cohort?: Cohort | null;
+    of?: number;
+  },
 ): EnrollmentResult {
   if (vectors.length < MIN_ENROLLMENT_SAMPLES) {
     throw new EnrollmentError(
@@ -141,7 +151,7 @@ export function computeEnrollment(
   } else {
     mode = "prototype";
     reference = Float32Array.from(prototype(vectors));
-    scores = leaveOneOutScores(vectors);
+    scores = options.cohort ? normalisedLeaveOneOut(vectors, options.cohort) : leaveOneOutScores(vectors);
   }
   const warm = warmupThreshold(scores, targetTpr);
   const { threshold, row } = userThreshold(scores, targetTpr, options.calibration ?? null, mode, options.far ?? null);
@@ -155,6 +165,16 @@ export function computeEnrollment(
     floored: row !== null && row.threshold > warm,
     ownRejected: scores.filter((s) => s < threshold).length,
   };
+}
+
+/**
+ * Whether enrollment advises re-recording (spec §9.1): the threshold is calibrated (`row` not
+ * null) and more of the user's own warm-up scores fall below it than the target TPR allows,
+ * `max(⌊n(1 − q)⌋, 1)`.
+ */
+export function rerecordAdvised(ownRejected: number, samples: number, targetTpr: number, row: Row | null): boolean {
+  const allowed = Math.floor(samples * (1 - targetTpr) + 1e-9);
+  return row !== null && ownRejected > Math.max(allowed, 1);
 }
 
 /** Enroll and verify users with one model bundle and one template store. */
@@ -372,9 +392,10 @@ export class Verifier {
   // -- enrollment --------------------------------------------------------------------------
 
   /**
-   * `enroll`: enroll a user from at least five usable samples. The threshold is the warm-up rule
-   * at `targetTpr`, raised to the bundle's calibrated threshold at `far` (default: the
-   * verifier's). Codeword mode when the user holds a codeword of the bundle's code, prototype
+   * `enroll`: enroll a user from at least five usable samples. The threshold is the bundle's
+   * calibrated threshold at `far` (default: the verifier's) for a table with genuine trials
+   * (prototype), the warm-up rule at `targetTpr` floored at it for one without (codeword), the
+   * warm-up rule alone without a table (spec §4.3). Codeword mode when the user holds a codeword of the bundle's code, prototype
    * mode otherwise. Unusable samples are skipped and reported; fewer than five usable ones is
    * an EnrollmentError and nothing is written.
    */
@@ -424,6 +445,7 @@ export class Verifier {
         targetTpr,
         calibration,
         far,
+        cohort: this.bundle.cohort,
       });
       const { mode, threshold, row, floored, ownRejected, scores } = result;
       await this.templates.save({
@@ -434,6 +456,7 @@ export class Verifier {
         targetTpr,
         far: row !== null ? far : null,
         calibration: calibration !== null && row !== null ? calibration.sha256 : null,
+        cohort: mode === "prototype" && manifest.cohort !== null ? manifest.cohort.sha256 : null,
         modelSha256: manifest.modelSha256,
         enrolled: this.clock(),
         samples: vectors.length,
@@ -445,8 +468,7 @@ export class Verifier {
       let advice: string | null = null;
       if (row !== null && calibration !== null) {
         [expectedFar, expectedFrr] = expected(calibration.tables[mode]!, threshold);
-        const allowed = Math.floor(scores.length * (1 - targetTpr) + 1e-9);
-        if (floored && ownRejected > Math.max(allowed, 1)) {
+        if (rerecordAdvised(ownRejected, scores.length, targetTpr, row)) {
           advice =
             `${ownRejected} of your ${scores.length} samples score below the bundle's ` +
             "calibrated threshold: they vary more than one person's usually do. " +
@@ -482,6 +504,13 @@ export class Verifier {
         `user ${pyStrRepr(user)} was enrolled with another model than ${this.bundle.name}: re-enroll with uvsdk enroll`,
       );
     }
+    const cohort = this.bundle.manifest.cohort;
+    if (template.mode === "prototype" && template.cohort !== (cohort === null ? null : cohort.sha256)) {
+      throw new ModelMismatchError(
+        `user ${pyStrRepr(user)} was enrolled with another score normalisation (cohort) than ` +
+          `${this.bundle.name}'s: re-enroll with uvsdk enroll`,
+      );
+    }
     return template;
   }
 
@@ -491,7 +520,9 @@ export class Verifier {
       return codewordScore(bipolar(template.codeword), vector);
     }
     if (template.prototype === null) throw new NotEnrolledError(`user ${pyStrRepr(template.user)}'s template has no prototype`);
-    return cosine(template.prototype, vector);
+    const score = cosine(template.prototype, vector);
+    const cohort = this.bundle.cohort;
+    return cohort === null ? score : cohort.normalised(score, template.prototype, vector);
   }
 
   /** `score`: the user's score for one input, with no decision and no back-off bookkeeping. */

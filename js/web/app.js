@@ -194,6 +194,27 @@ function oneIn(rate) {
 }
 
 const percent = (fraction) => `${(100 * fraction).toFixed(1)}%`;
+
+/**
+ * What the enrollment's expected rates mean, in one sentence: "About 1 in 100 attempts by someone
+ * else would be accepted, and about 1 in 14 of your own attempts rejected (measured on 24 people
+ * in 7 recording conditions)." The rates are the SDK's text ("0.01", "< 0.0005", ">= 0.100").
+ */
+function expectedRates(far, frr, table) {
+  const parse = (text) => {
+    const [, bound = "", number] = /^(<=|>=|<|>)?\s*(.*)$/.exec(text);
+    return { bound, value: Number(number) };
+  };
+  const word = { "": "about", "<": "fewer than", "<=": "at most", ">": "more than", ">=": "at least" };
+  const rate = ({ bound, value }) =>
+    !(value > 0) ? (bound.startsWith("<") || bound === "" ? "almost none" : "some") : `${word[bound] ?? "about"} ${oneIn(value)}`;
+  const others = parse(far);
+  let sentence = `${rate(others)} attempts by someone else would be accepted`;
+  if (frr !== null) sentence += `, and ${rate(parse(frr))} of your own attempts rejected`;
+  const conditions = table.conditions.length;
+  const where = `measured on ${count(table.people)} people in ${conditions} recording condition${conditions === 1 ? "" : "s"}`;
+  return `${sentence[0].toUpperCase()}${sentence.slice(1)} (${where}).`;
+}
 const count = (n) => n.toLocaleString("en-US");
 
 /** The calibration table the page's enrollments use: prototype mode (no codeword is given). */
@@ -234,7 +255,10 @@ function showCalibration(calibration, outputKind) {
   const genuine = used?.frr != null ? ` and ${count(table.genuineTrials)} of the right person's (${percent(used.frr)} of them turned away at ${oneIn(used.far)})` : "";
   $("b-cal-detail").textContent =
     `Measured with ${count(table.impostorTrials)} tries of a voice against another person's template${genuine}. ` +
-    `Your own threshold comes from your clips and is never below the bundle's. Data: ${calibration.data}`;
+    (table.genuineTrials > 0
+      ? "Your threshold is the bundle's at this rate; your own clips only tell whether they would pass it. "
+      : "Your own threshold comes from your clips and is never below the bundle's. ") +
+    `Data: ${calibration.data}`;
 }
 
 // -- the verifier -----------------------------------------------------------------------------
@@ -339,9 +363,9 @@ async function onEnroll() {
   state.attempts = 0;
   renderClips();
   const lines = [`Enrolled ${report.user} from ${report.used} clips (${report.mode} mode).`];
-  if (report.far !== null) {
-    lines.push(`Expected at this user's threshold: false accepts ${report.expectedFar ?? "?"}, false rejects ${report.expectedFrr ?? "?"}` +
-      ` (floored at a false-accept rate of ${oneIn(report.far)}${report.floored ? ", raised by the calibration" : ""}).`);
+  const table = state.bundle.manifest.calibration?.tables[report.mode];
+  if (report.far !== null && table) {
+    lines.push(expectedRates(report.expectedFar, report.expectedFrr, table));
   } else {
     lines.push("No calibration row: the threshold comes from your own clips alone.");
   }

@@ -185,9 +185,15 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         const b = await bundle(c.bundle);
         const outputs = c.enrollment_outputs.map((o) => Float32Array.from(o));
         const codeword = c.codeword ? bitsOf(c.codeword) : null;
-        const options = { codeword, targetTpr: c.target_tpr, calibration: b.manifest.calibration, far: c.far };
+        // prototype mode scores AS-norm against the bundle's cohort when it has one: `cohort`
+        // is its sha256 (what the template records), null without one and in codeword mode
+        const cohort = codeword ? null : b.cohort;
+        same(cohort === null ? null : b.manifest.cohort.sha256, c.cohort, "cohort");
+        const options = { codeword, targetTpr: c.target_tpr, calibration: b.manifest.calibration, far: c.far, cohort };
         if (c.prototype) close(Float32Array.from(uv.prototype(outputs)), c.prototype, 1e-6, "prototype");
-        const scores = codeword ? outputs.map((o) => uv.codewordScore(uv.bipolar(codeword), o)) : Array.from(uv.leaveOneOutScores(outputs));
+        const scores = codeword
+          ? outputs.map((o) => uv.codewordScore(uv.bipolar(codeword), o))
+          : Array.from(cohort ? uv.normalisedLeaveOneOut(outputs, cohort) : uv.leaveOneOutScores(outputs));
         close(scores, c.warmup_scores, 1e-9, "warmup_scores");
         ok(Math.abs(uv.warmupThreshold(scores, c.target_tpr) - c.warmup_threshold) <= 1e-9, "warmup_threshold");
         if (c.error) {
@@ -200,10 +206,12 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         else same({ far: result.row.far, threshold: result.row.threshold }, c.row, "row");
         ok(Math.abs(result.threshold - c.threshold) <= 1e-9, `threshold ${result.threshold} vs ${c.threshold}`);
         same(result.ownRejected, c.own_rejected, "own_rejected");
+        same(uv.rerecordAdvised(result.ownRejected, outputs.length, c.target_tpr, result.row), c.rerecord_advice, "rerecord_advice");
         const reference = codeword ? uv.bipolar(codeword) : result.prototype;
         for (const v of c.verify) {
           const output = Float32Array.from(v.output);
-          const score = codeword ? uv.codewordScore(reference, output) : uv.cosine(reference, output);
+          let score = codeword ? uv.codewordScore(reference, output) : uv.cosine(reference, output);
+          if (cohort) score = cohort.normalised(score, reference, output);
           ok(Math.abs(score - v.score) <= 1e-9, `score ${score} vs ${v.score}`);
           same(score >= result.threshold, v.accepted, "accepted");
         }
@@ -300,6 +308,7 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         same(t.codeword === null ? null : bitString(t.codeword), f.codeword, "codeword");
         same(t.prototype === null ? null : Array.from(t.prototype), f.prototype, "prototype");
         same(t.threshold, f.threshold, "threshold");
+        same(t.cohort, f.cohort, "cohort");
         same(t.generation, f.generation, "generation");
         same(
           { attempts: t.policy.attempts, base_seconds: t.policy.baseSeconds, factor: t.policy.factor, max_seconds: t.policy.maxSeconds },
@@ -326,6 +335,7 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         if (error === null) {
           ok(c.ok, `opened, expected ${c.error}`);
           same(t.generation, c.generation, "generation");
+          same(t.cohort, c.cohort, "cohort");
         } else {
           ok(!c.ok, `refused (${error?.message ?? error}), expected ok`);
           same(kind(error), c.error, "error kind");

@@ -23,6 +23,7 @@ import numpy as np
 
 from .calibration import Calibration
 from .codeword import code_fingerprint, pack_generator, unpack_generator
+from .cohort import COHORT_FILE, MAX_COHORT_BYTES, Cohort, CohortSpec
 from .errors import BundleError, SignatureError
 
 FORMAT = "uvsdk-bundle/1"
@@ -39,6 +40,7 @@ _MEMBER_LIMITS = {
     "model.ort": MAX_MEMBER_BYTES,
     "manifest.json": MAX_MANIFEST_BYTES,
     "signature.ed25519": MAX_SIGNATURE_BYTES,
+    COHORT_FILE: MAX_COHORT_BYTES,
 }
 WINDOW_SECONDS_RANGE = (0.1, 30.0)
 MIN_HOP_SECONDS = 0.05
@@ -123,6 +125,12 @@ class Manifest:
     code: Code | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     calibration: Calibration | None = field(default=None, compare=False)
+    cohort: CohortSpec | None = field(default=None, compare=False)
+
+    @property
+    def prototype_score(self) -> str:
+        """What prototype-mode scores are: ``as-norm`` with a cohort, else ``cosine``."""
+        return "cosine" if self.cohort is None else "as-norm"
 
     @classmethod
     def from_dict(cls, data: Any) -> Manifest:
@@ -163,9 +171,16 @@ class Manifest:
             raise BundleError("manifest: model_sha256 is not 64 lowercase hex digits")
         code = _parse_code(data.get("code"), kind, dim)
         _check_ort(data.get("ort"))
+        cohort = None
+        if data.get("cohort") is not None:
+            cohort = CohortSpec.from_dict(data["cohort"])
         calibration = None
         if data.get("calibration") is not None:
-            calibration = Calibration.from_dict(data["calibration"], output_kind=kind)
+            calibration = Calibration.from_dict(
+                data["calibration"],
+                output_kind=kind,
+                prototype_score="cosine" if cohort is None else "as-norm",
+            )
         known = {
             "format",
             "name",
@@ -176,9 +191,10 @@ class Manifest:
             "code",
             "model_sha256",
             "calibration",
+            "cohort",
         }
         extra = {key: value for key, value in data.items() if key not in known}
-        return cls(name, method, modality, source, kind, dim, sha, code, extra, calibration)
+        return cls(name, method, modality, source, kind, dim, sha, code, extra, calibration, cohort)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``format`` first); ``from_dict(to_dict())`` is the identity."""
@@ -202,6 +218,8 @@ class Manifest:
                 "generator": pack_generator(code.generator),
             }
         data["model_sha256"] = self.model_sha256
+        if self.cohort is not None:
+            data["cohort"] = self.cohort.to_dict()
         if self.calibration is not None:
             data["calibration"] = self.calibration.to_dict()
         data.update(self.extra)
@@ -250,7 +268,7 @@ def _parse_code(spec: Any, kind: str, dim: int) -> Code | None:
 
 def _read_members(path: Path) -> dict[str, bytes]:
     """The bundle's files, from a zip archive or a directory."""
-    names = (MODEL_FILE, MANIFEST_FILE, SIGNATURE_FILE, ORT_FILE)
+    names = (MODEL_FILE, MANIFEST_FILE, SIGNATURE_FILE, ORT_FILE, COHORT_FILE)
     members: dict[str, bytes] = {}
     try:
         if path.is_dir():
@@ -369,12 +387,29 @@ class Bundle:
                 f"{self.path.name}: model.ort does not match the manifest's ort.sha256 "
                 "(the bundle was modified or damaged)"
             )
+        self.cohort_bytes = members.get(COHORT_FILE)
+        self.cohort = self._load_cohort()
         self.signature = members.get(SIGNATURE_FILE)
         self.signed_by: str | None = None
         if trusted_keys:
             self.signed_by = self._check_signature(members[MANIFEST_FILE], trusted_keys)
         self.threads = threads
         self._session: Any = None
+
+    def _load_cohort(self) -> Cohort | None:
+        """``cohort.f32`` checked against the manifest's ``cohort``: both or neither."""
+        spec, data = self.manifest.cohort, self.cohort_bytes
+        if spec is None and data is None:
+            return None
+        if spec is None:
+            raise BundleError(
+                f"{self.path.name}: cohort.f32 is not named in the manifest (no cohort key)"
+            )
+        if data is None:
+            raise BundleError(
+                f"{self.path.name}: the manifest names a cohort and there is no {COHORT_FILE}"
+            )
+        return Cohort.from_member(data, spec, self.manifest.dim, self.path.name)
 
     def _check_signature(self, manifest_bytes: bytes, trusted_keys: Sequence[Any]) -> str:
         from cryptography.exceptions import InvalidSignature

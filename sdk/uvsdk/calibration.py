@@ -1,28 +1,32 @@
-"""Calibrated thresholds: what a bundle's impostors score, measured on people it never saw.
+"""Calibrated thresholds: what a bundle's impostors score, measured on people it never saw,
+under every recording condition the calibration simulated.
 
-The warm-up rule (FedUV, Sec. 4.2, Algorithm 2) sets a user's threshold from their own enrollment samples
-only: with 10 samples and q = 0.95 it is the lowest of their leave-one-out scores, whatever an
-impostor scores. A bundle can carry a *calibration*: on a calibration set of real people, each
-person is enrolled exactly as the SDK enrolls (:func:`measure`), their other samples are genuine
-trials and everyone else's samples impostor trials. The manifest keeps, for each FAR target, the
-threshold at which at most that fraction of the impostor trials is accepted, the FRR there, and
-the trials behind it (:class:`Calibration`, manifest key ``calibration``). Enrollment then sets
-the user's threshold to ``max(warm-up threshold, calibrated threshold at the chosen FAR)``
-(:func:`floor`), so a user whose own samples are very alike cannot end up with a threshold that
-lets many impostors in.
+The warm-up rule (FedUV, Sec. 4.2, Algorithm 2) sets a user's threshold from their own enrollment
+samples only: with 5 samples and q = 0.95 it is the lowest of their leave-one-out scores, an
+extreme statistic that says nothing of impostors and that a consistent owner's next attempt often
+misses. A bundle can carry a *calibration*: on a calibration set of real people, each person is
+enrolled exactly as the SDK enrolls (:func:`measure`), their other samples are genuine trials and
+everyone else's samples impostor trials, and this is repeated under each recording condition the
+exporter simulates (telephone codecs, noise, reverberation, long utterances:
+:mod:`uvexport.conditions`). The manifest keeps, for each FAR target, the threshold at which at
+most that fraction of the impostor trials is accepted **in every condition** (the worst
+condition's threshold), the pooled FRR there, and the trials behind it (:class:`Calibration`,
+manifest key ``calibration``).
 
-Two tables may be present, one per enrollment mode:
+A bundle with a cohort (:mod:`uvsdk.cohort`) scores prototype mode with AS-norm, and its
+prototype table is measured on those normalised scores (``score: "as-norm"``), so the threshold
+follows how strangers score against this user in these conditions. A user's threshold
+(:func:`user_threshold`):
 
-- ``prototype``: the reference is the normalised mean of the enrollment vectors, the score the
-  cosine (every bundle; what users who took no part in training get);
-- ``codeword``: impostor scores of the calibration outputs against codewords of the bundle's code
-  (FedUV bundles). Calibration people hold no trained codeword, so this table has no genuine
-  trials and states no FRR.
+- a table with genuine trials (``prototype``): the table's threshold at the requested FAR; the
+  warm-up scores only count how many of the user's own samples it would reject (advice);
+- a table without genuine trials (``codeword``: calibration people hold no trained codeword):
+  ``max(warm-up threshold, calibrated threshold)``, the table floors the paper's rule;
+- no table for the mode, or no FAR requested: the warm-up rule alone.
 
-A row exists for a FAR target only when at least :data:`MIN_FALSE_ACCEPTS` impostor trials lie
-at or above its threshold's neighbour, i.e. ``far × impostor_trials >= MIN_FALSE_ACCEPTS``: a
-FAR the trials cannot resolve is not stated. A requested FAR between rows takes the stricter row
-(the largest tabled FAR not above it).
+A row exists for a FAR target only when, in every condition, ``far × impostor_trials >=``
+:data:`MIN_FALSE_ACCEPTS`: a FAR the trials cannot resolve is not stated. A requested FAR between
+rows takes the stricter row (the largest tabled FAR not above it).
 """
 
 from __future__ import annotations
@@ -31,12 +35,14 @@ import decimal
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .cohort import Cohort, as_norm
 from .errors import BundleError, CalibrationError
 from .scoring import (
     codeword_scores,
@@ -46,7 +52,7 @@ from .scoring import (
     warmup_threshold,
 )
 
-VERSION = 1
+VERSION = 2
 DEFAULT_FAR = 0.01
 MAX_FAR = 0.5
 FAR_GRID = (
@@ -73,6 +79,16 @@ accepts is too uncertain to state (10 errors: a relative standard error of about
 DEFAULT_ENROLL_SAMPLES = 5
 CODEWORDS_PER_PERSON = 16
 MODES = ("prototype", "codeword")
+TABLE_SCORES = {"prototype": ("cosine", "as-norm"), "codeword": ("codeword",)}
+"""What a table's thresholds are on: raw cosines or AS-norm (prototype), codeword scores."""
+SCORE_RANGES = {
+    "cosine": (-1.0, 1.0 + 1e-6),
+    "codeword": (-1.0, 1.0 + 1e-6),
+    "as-norm": (-1e3, 1e3),
+}
+"""The thresholds a table of each score may hold."""
+MAX_CONDITIONS = 32
+CONDITION_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 
 
 def check_far(far: float) -> float:
@@ -116,6 +132,8 @@ class Table:
     genuine_trials: int
     impostor_trials: int
     rows: tuple[Row, ...]
+    score: str = "cosine"
+    conditions: tuple[str, ...] = ("clean",)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,8 +141,15 @@ class Table:
             "enroll_samples": self.enroll_samples,
             "genuine_trials": self.genuine_trials,
             "impostor_trials": self.impostor_trials,
+            "score": self.score,
+            "conditions": list(self.conditions),
             "rows": [row.to_dict() for row in self.rows],
         }
+
+    @property
+    def states_frr(self) -> bool:
+        """Whether the table has genuine trials: its threshold is then the user's threshold."""
+        return self.genuine_trials > 0
 
     @property
     def fars(self) -> tuple[float, ...]:
@@ -150,6 +175,9 @@ class Table:
         Between two rows both are interpolated (FAR log-linearly) in the threshold; above the
         strictest row the FAR is only bounded (``< 0.0005``)."""
         rows = sorted(self.rows, key=lambda row: row.threshold)
+        for row in reversed(rows):  # a row's own threshold (a calibrated user's): its rates
+            if threshold == row.threshold:
+                return f"{row.far:g}", None if row.frr is None else f"{row.frr:.3f}"
         if threshold >= rows[-1].threshold:
             last = rows[-1]
             frr = None if last.frr is None else f">= {last.frr:.3f}"
@@ -193,8 +221,13 @@ class Calibration:
         }
 
     @classmethod
-    def from_dict(cls, data: Any, *, output_kind: str = "embedding") -> Calibration:
-        """Validate the manifest's ``calibration``; a problem is a :class:`BundleError`."""
+    def from_dict(
+        cls, data: Any, *, output_kind: str = "embedding", prototype_score: str = "cosine"
+    ) -> Calibration:
+        """Validate the manifest's ``calibration``; a problem is a :class:`BundleError`.
+
+        ``prototype_score`` is what the bundle's prototype scores are (``as-norm`` when it has a
+        cohort): a prototype table measured on another score is refused."""
         if not isinstance(data, dict):
             raise BundleError("manifest: calibration must be an object")
         if data.get("version") != VERSION:
@@ -214,7 +247,8 @@ class Calibration:
                     raise BundleError(
                         "manifest: calibration.codeword needs a codeword bundle (output.kind)"
                     )
-                tables[mode] = _parse_table(mode, data[mode])
+                expected = prototype_score if mode == "prototype" else "codeword"
+                tables[mode] = _parse_table(mode, data[mode], expected)
         if not tables:
             raise BundleError("manifest: calibration has no table (prototype or codeword)")
         return cls(description, tables)
@@ -277,10 +311,34 @@ def _number(value: Any, name: str, low: float, high: float) -> float:
     return value
 
 
-def _parse_table(mode: str, spec: Any) -> Table:
+def _parse_conditions(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_CONDITIONS:
+        raise BundleError(f"manifest: {where}.conditions must be a list of 1 to {MAX_CONDITIONS}")
+    for name in value:
+        if not isinstance(name, str) or not CONDITION_NAME.fullmatch(name):
+            raise BundleError(f"manifest: {where}.conditions: {name!r:.40} is not a condition name")
+    if len(set(value)) != len(value):
+        raise BundleError(f"manifest: {where}.conditions names a condition twice")
+    return tuple(value)
+
+
+def _parse_table(mode: str, spec: Any, expected_score: str) -> Table:
     where = f"calibration.{mode}"
     if not isinstance(spec, dict):
         raise BundleError(f"manifest: {where} must be an object")
+    score = spec.get("score")
+    if score not in TABLE_SCORES[mode]:
+        raise BundleError(
+            f"manifest: {where}.score must be one of {', '.join(TABLE_SCORES[mode])}, "
+            f"not {score!r:.40}"
+        )
+    if score != expected_score:
+        raise BundleError(
+            f"manifest: {where} is calibrated on {score} scores, and this bundle's "
+            f"{mode} scores are {expected_score} (a cohort means as-norm)"
+        )
+    conditions = _parse_conditions(spec.get("conditions"), where)
+    low, high = SCORE_RANGES[score]
     people = _count(spec.get("people"), f"{where}.people", minimum=2)
     enroll = _count(spec.get("enroll_samples"), f"{where}.enroll_samples")
     genuine = _count(spec.get("genuine_trials"), f"{where}.genuine_trials")
@@ -298,7 +356,7 @@ def _parse_table(mode: str, spec: Any) -> Table:
         far = _number(raw.get("far"), f"{at}.far", 0.0, MAX_FAR)
         if far <= 0.0:
             raise BundleError(f"manifest: {at}.far must be > 0")
-        threshold = _number(raw.get("threshold"), f"{at}.threshold", -1.0, 1.0 + 1e-6)
+        threshold = _number(raw.get("threshold"), f"{at}.threshold", low, high)
         accepts = _count(raw.get("false_accepts"), f"{at}.false_accepts")
         if accepts > far * impostor + 1e-9:
             raise BundleError(
@@ -325,35 +383,49 @@ def _parse_table(mode: str, spec: Any) -> Table:
             raise BundleError(f"manifest: {where}.rows: thresholds must not fall as the FAR falls")
         if after.frr is not None and before.frr is not None and after.frr < before.frr:
             raise BundleError(f"manifest: {where}.rows: the FRR must not fall as the FAR falls")
-    return Table(mode, people, enroll, genuine, impostor, tuple(rows))
+    return Table(mode, people, enroll, genuine, impostor, tuple(rows), score, conditions)
 
 
 # -- measuring ----------------------------------------------------------------------------
 
 
+def far_threshold(impostor: np.ndarray, far: float) -> float:
+    """The smallest threshold that accepts at most ``far × len(impostor)`` of these impostor
+    scores (accept iff ``score >= threshold``)."""
+    descending = np.sort(np.asarray(impostor, np.float64).ravel())[::-1]
+    allowed = math.floor(far * descending.size + 1e-9)
+    # strictly above the (allowed + 1)-th highest impostor score: at most `allowed` accepted
+    return float(np.nextafter(descending[allowed], np.inf))
+
+
 def table_from_scores(
     mode: str,
-    genuine: np.ndarray,
-    impostor: np.ndarray,
+    trials: Mapping[str, tuple[np.ndarray, np.ndarray]],
     *,
     people: int,
     enroll_samples: int,
+    score: str,
     grid: Sequence[float] = FAR_GRID,
 ) -> Table:
-    """A table from pooled trial scores: for each FAR the trials can resolve, the smallest
-    threshold that accepts at most ``far × impostor_trials`` impostors (accept iff
-    ``score >= threshold``)."""
-    genuine = np.asarray(genuine, np.float64).ravel()
-    impostor = np.sort(np.asarray(impostor, np.float64).ravel())[::-1]  # descending
-    if not (np.all(np.isfinite(genuine)) and np.all(np.isfinite(impostor))):
-        raise ValueError("calibration scores must be finite")
-    rows = []
+    """A table from each condition's ``(genuine, impostor)`` trial scores: for each FAR that
+    every condition's trials resolve, the smallest threshold that accepts at most ``far`` of
+    the impostor trials in **every** condition (the worst condition decides); the false accepts
+    and the FRR there are pooled over the conditions."""
+    scores = {
+        name: (np.asarray(g, np.float64).ravel(), np.asarray(i, np.float64).ravel())
+        for name, (g, i) in trials.items()
+    }
+    for genuine, impostor in scores.values():
+        if not (np.all(np.isfinite(genuine)) and np.all(np.isfinite(impostor))):
+            raise ValueError("calibration scores must be finite")
+    genuine = np.concatenate([g for g, _ in scores.values()])
+    impostor = np.concatenate([i for _, i in scores.values()])
+    fewest = min(i.size for _, i in scores.values())
+    rows: list[Row] = []
     for far in sorted(grid, reverse=True):
-        if far > MAX_FAR or far * impostor.size < MIN_FALSE_ACCEPTS:
+        if far > MAX_FAR or far * fewest < MIN_FALSE_ACCEPTS:
             continue
-        allowed = math.floor(far * impostor.size + 1e-9)
-        # strictly above the (allowed + 1)-th highest impostor score: at most `allowed` accepted
-        threshold = float(np.nextafter(impostor[allowed], np.inf))
+        threshold = max(far_threshold(i, far) for _, i in scores.values())
         if rows:  # identical scores can only make a stricter FAR need a higher threshold
             threshold = max(threshold, rows[-1].threshold)
         accepts = int(np.count_nonzero(impostor >= threshold))
@@ -364,79 +436,152 @@ def table_from_scores(
         rows.append(Row(far, threshold, accepts, frr, rejects))
     if not rows:
         raise ValueError(
-            f"{impostor.size} impostor trials cannot state any FAR (a row needs "
+            f"{fewest} impostor trials in a condition cannot state any FAR (a row needs "
             f"far x trials >= {MIN_FALSE_ACCEPTS}): calibrate on more people or samples"
         )
-    return Table(mode, people, enroll_samples, int(genuine.size), int(impostor.size), tuple(rows))
+    return Table(
+        mode,
+        people,
+        enroll_samples,
+        int(genuine.size),
+        int(impostor.size),
+        tuple(rows),
+        score,
+        tuple(scores),
+    )
 
 
 def enrollment_trials(
-    vectors: Mapping[str, np.ndarray], enroll_samples: int
+    vectors: Mapping[str, np.ndarray],
+    enroll_samples: int,
+    *,
+    cohort: Cohort | None = None,
+    cohort_people: np.ndarray | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Enroll every person with more than ``enroll_samples`` vectors on their first ones, as
     :meth:`uvsdk.Verifier.enroll` does in prototype mode.
 
     Returns per person: the warm-up (leave-one-out) scores of the enrollment samples, the genuine
     scores (their other samples) and the impostor scores (every sample of every other person).
+    With a ``cohort`` every score is AS-norm normalised, as the SDK does; ``cohort_people``
+    names the person of each cohort vector, and a person's own vectors never take part in the
+    statistics of their enrollment or of their samples (calibration people are in the cohort;
+    users are not).
     """
-    usable = {name: np.asarray(v) for name, v in vectors.items() if len(v) > enroll_samples}
+    names = [name for name, v in vectors.items() if len(v)]
+    everyone = np.concatenate([np.asarray(vectors[name]) for name in names])
+    owners = np.repeat(np.array(names, dtype=object), [len(vectors[name]) for name in names])
     warmup, genuine, impostor = {}, {}, {}
-    for name, own in usable.items():
-        enrolled = own[:enroll_samples]
+    for name in names:
+        own = np.asarray(vectors[name])
+        if len(own) <= enroll_samples:
+            continue
+        enrolled, tests = own[:enroll_samples], own[enroll_samples:]
+        others, other_owners = everyone[owners != name], owners[owners != name]
         reference = prototype(enrolled)
         warmup[name] = leave_one_out_scores(enrolled)
-        genuine[name] = cosine_scores(reference, own[enroll_samples:])
-        others = [v for other, v in vectors.items() if other != name and len(v)]
-        impostor[name] = cosine_scores(reference, np.concatenate(others))
+        genuine[name] = cosine_scores(reference, tests)
+        impostor[name] = cosine_scores(reference, others)
+        if cohort is not None:
+
+            def exclude(test_owners: np.ndarray | None, person: str = name) -> np.ndarray | None:
+                if cohort_people is None:
+                    return None
+                mask = np.asarray(cohort_people == person)[None, :]
+                if test_owners is not None:
+                    mask = mask | (cohort_people[None, :] == test_owners[:, None])
+                return mask
+
+            enrolled_stats = cohort.statistics(reference[None], exclude(None))
+            warmup[name] = normalised_leave_one_out(enrolled, cohort, exclude(None))
+            genuine[name] = as_norm(
+                genuine[name], enrolled_stats, cohort.statistics(tests, exclude(None))
+            )
+            impostor[name] = as_norm(
+                impostor[name], enrolled_stats, cohort.statistics(others, exclude(other_owners))
+            )
     return warmup, genuine, impostor
 
 
+def normalised_leave_one_out(
+    vectors: np.ndarray, cohort: Cohort, exclude: np.ndarray | None = None
+) -> np.ndarray:
+    """The leave-one-out scores (:func:`uvsdk.scoring.leave_one_out_scores`), each AS-norm
+    normalised with the statistics of its own left-out prototype and of its sample."""
+    units = np.asarray(vectors, dtype=np.float64)
+    units = units / np.maximum(np.linalg.norm(units, axis=1, keepdims=True), 1e-12)
+    others = units.sum(axis=0, keepdims=True) - units
+    others = others / np.maximum(np.linalg.norm(others, axis=1, keepdims=True), 1e-12)
+    scores = np.sum(others * units, axis=1)
+    mask = None if exclude is None else np.repeat(exclude, len(units), axis=0)
+    return as_norm(scores, cohort.statistics(others, mask), cohort.statistics(units, mask))
+
+
 def measure(
-    vectors: Mapping[str, np.ndarray],
+    conditions: Mapping[str, Mapping[str, np.ndarray]],
     *,
     data: str,
     enroll_samples: int = DEFAULT_ENROLL_SAMPLES,
     generator: np.ndarray | None = None,
     seed: int = 0,
+    cohort: Cohort | None = None,
+    cohort_people: np.ndarray | None = None,
 ) -> Calibration:
-    """The calibration of a bundle from its vectors of a calibration set (``{person: [N, dim]}``,
-    e.g. from :meth:`uvsdk.Verifier.embed`).
+    """The calibration of a bundle from its vectors of a calibration set under each recording
+    condition (``{condition: {person: [N, dim]}}``, e.g. from :meth:`uvsdk.Verifier.embed` of
+    :mod:`uvexport.conditions`' versions of each file).
 
-    The prototype table enrolls each person on their first ``enroll_samples`` vectors. With a
-    ``generator`` (codeword bundles), the codeword table scores every vector against
-    :data:`CODEWORDS_PER_PERSON` codewords per person, drawn from the code with a seeded
+    The prototype table enrolls each person on their first ``enroll_samples`` vectors of each
+    condition, with AS-norm against ``cohort`` when given (``cohort_people``: whose each cohort
+    vector is). With a ``generator`` (codeword bundles), the codeword table scores every vector
+    against :data:`CODEWORDS_PER_PERSON` codewords per person, drawn from the code with a seeded
     generator (they are the calibration's, not anyone's secret).
     """
-    _, genuine, impostor = enrollment_trials(vectors, enroll_samples)
-    if len(genuine) < 2:
-        raise ValueError(
-            f"calibration needs at least 2 people with more than {enroll_samples} usable "
-            f"samples; {len(genuine)} have"
+    trials, people = {}, set()
+    for condition, vectors in conditions.items():
+        _, genuine, impostor = enrollment_trials(
+            vectors, enroll_samples, cohort=cohort, cohort_people=cohort_people
+        )
+        if len(genuine) < 2:
+            raise ValueError(
+                f"calibration needs at least 2 people with more than {enroll_samples} usable "
+                f"samples in each condition; {len(genuine)} have in {condition}"
+            )
+        people |= set(genuine)
+        trials[condition] = (
+            np.concatenate(list(genuine.values())),
+            np.concatenate(list(impostor.values())),
         )
     tables = {
         "prototype": table_from_scores(
             "prototype",
-            np.concatenate(list(genuine.values())),
-            np.concatenate(list(impostor.values())),
-            people=len(genuine),
+            trials,
+            people=len(people),
             enroll_samples=enroll_samples,
+            score="cosine" if cohort is None else "as-norm",
         )
     }
     if generator is not None:
-        from .codeword import bipolar, encode
-
-        rng = np.random.default_rng(seed)
-        generator = np.asarray(generator, np.uint8)
-        people = [v for v in vectors.values() if len(v)]
-        messages = rng.integers(
-            0, 2, size=(len(people) * CODEWORDS_PER_PERSON, generator.shape[0]), dtype=np.uint8
-        )
-        codewords = np.stack([bipolar(encode(m, generator)) for m in messages])
-        scores = codeword_scores(codewords, np.concatenate(people))
-        tables["codeword"] = table_from_scores(
-            "codeword", np.zeros(0), scores, people=len(people), enroll_samples=0
-        )
+        tables["codeword"] = _codeword_table(conditions, np.asarray(generator, np.uint8), seed)
     return Calibration(data, tables)
+
+
+def _codeword_table(
+    conditions: Mapping[str, Mapping[str, np.ndarray]], generator: np.ndarray, seed: int
+) -> Table:
+    from .codeword import bipolar, encode
+
+    rng = np.random.default_rng(seed)
+    people = max(sum(1 for v in vectors.values() if len(v)) for vectors in conditions.values())
+    messages = rng.integers(
+        0, 2, size=(people * CODEWORDS_PER_PERSON, generator.shape[0]), dtype=np.uint8
+    )
+    codewords = np.stack([bipolar(encode(m, generator)) for m in messages])
+    trials = {}
+    for condition, vectors in conditions.items():
+        outputs = np.concatenate([v for v in vectors.values() if len(v)])
+        trials[condition] = (np.zeros(0), codeword_scores(codewords, outputs))
+    return table_from_scores("codeword", trials, people=people, enroll_samples=0, score="codeword")
 
 
 def user_threshold(
@@ -446,14 +591,20 @@ def user_threshold(
     mode: str,
     far: float | None,
 ) -> tuple[float, Row | None]:
-    """A user's threshold: the warm-up rule at ``target_tpr`` over their warm-up scores, raised
-    to the calibrated threshold at ``far`` when the bundle has one for ``mode``; and the row
-    that floored it (``None``: the warm-up rule alone)."""
-    threshold = warmup_threshold(warmup_scores, target_tpr)
-    floored = floor(calibration, mode, far)
-    if floored is None:
-        return threshold, None
-    return max(threshold, floored[0]), floored[1]
+    """A user's threshold and the calibration row behind it (``None``: the warm-up rule alone).
+
+    With a table for ``mode`` and a ``far``: the table's threshold at ``far`` when the table has
+    genuine trials (it states the FRR there; the warm-up would only add false rejects), else the
+    warm-up rule at ``target_tpr`` floored at it. Otherwise the warm-up rule alone."""
+    warmup = warmup_threshold(warmup_scores, target_tpr)
+    calibrated = floor(calibration, mode, far)
+    if calibrated is None:
+        return warmup, None
+    threshold, row = calibrated
+    assert calibration is not None
+    if calibration.tables[mode].states_frr:
+        return threshold, row
+    return max(warmup, threshold), row
 
 
 def floor(

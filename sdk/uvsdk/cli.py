@@ -160,16 +160,16 @@ def enroll(
         float | None,
         typer.Option(
             "--far",
-            help="False-accept rate in (0, 0.5]: the threshold is at least the bundle's "
-            "calibrated threshold at this FAR (when the bundle is calibrated).",
+            help="False-accept rate in (0, 0.5]: the threshold is the bundle's calibrated "
+            "threshold at this FAR (when the bundle is calibrated).",
             show_default=FAR_SHOWN,
         ),
     ] = None,
 ) -> None:
     """Enroll a user from a folder of samples (at least 5 usable).
 
-    The threshold is the warm-up rule at --tpr, raised to the bundle's calibrated threshold at
-    --far when that is higher.
+    With a calibrated bundle the threshold is the bundle's at --far (for a codeword, at least
+    the warm-up rule at --tpr); without one, the warm-up rule at --tpr over your own samples.
     """
     # a bad --far: one line, before any work; none given: the Verifier's default
     verifier = _verifier(bundle, store, **({} if far is None else {"far": far}))
@@ -188,24 +188,43 @@ def enroll(
         f"enrolled {user!r} in {report.mode} mode from {report.used} of {len(report.samples)} "
         f"samples (target TPR {report.target_tpr:g}); template: {printable(str(report.template))}"
     )
-    typer.echo(_expected_line(report))
+    typer.echo(_expected_line(report, verifier.bundle.manifest.calibration))
     if report.advice:
         typer.echo(f"warning: {report.advice}", err=True)
 
 
-def _expected_line(report: Any) -> str:
-    """One line: the FAR and FRR the bundle's calibration expects for this user (no secret)."""
+def _expected_line(report: Any, calibration: Any) -> str:
+    """One plain sentence: what the FAR and FRR the bundle's calibration expects for this user
+    mean (no secret: the user's threshold is not shown)."""
     if not report.calibrated:
         return (
-            f"no false-accept rate is stated: this bundle has no calibration for {report.mode} "
-            "mode, so the warm-up rule alone decides"
+            f"No false-accept rate is stated: this bundle has no calibration for {report.mode} "
+            "mode, so what is accepted rests on your own samples alone."
         )
-    rule = "the bundle's calibrated floor" if report.floored else "your samples' warm-up rule"
-    frr = f", FRR {report.expected_frr}" if report.expected_frr is not None else ""
-    return (
-        f"expected on the bundle's calibration people: FAR {report.expected_far}{frr} "
-        f"(--far {report.far:g}; set by {rule})"
+    table = calibration.tables[report.mode]
+    conditions = len(table.conditions)
+    measured = (
+        f"as measured on {table.people} people in {conditions} recording "
+        f"condition{'s' if conditions != 1 else ''} (--far {report.far:g})"
     )
+    accepted = f"{_one_in(report.expected_far, 'about').capitalize()} attempts by someone else"
+    if report.expected_frr is None:
+        return f"{accepted} would be accepted, {measured}."
+    own = _one_in(report.expected_frr, "about")
+    return (
+        f"{accepted} would be accepted, and {own} of your own (FRR "
+        f"{report.expected_frr.split()[-1]}) rejected, {measured}."
+    )
+
+
+def _one_in(rate: str, plain: str) -> str:
+    """``"0.0094"`` as ``"about 1 in 106"``; ``"< 0.005"`` as ``"fewer than 1 in 200"``."""
+    qualifier, _, number = rate.rpartition(" ")
+    value = float(number)
+    words = {"": plain, "<": "fewer than", "<=": "at most", ">=": "at least", ">": "more than"}
+    if value <= 0:
+        return "possibly some" if qualifier.startswith(">") else "almost none"
+    return f"{words.get(qualifier, plain)} 1 in {max(1, round(1 / value))}"
 
 
 @app.command()
@@ -334,6 +353,13 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
             )
         typer.echo(f"  model sha256: {manifest.model_sha256}")
         _show_calibration(manifest.calibration)
+        if manifest.cohort is not None:  # public vectors of other people: counts only
+            typer.echo(
+                f"  cohort: {manifest.cohort.count} vectors, top {manifest.cohort.top_k} "
+                "(prototype scores are AS-norm normalised against them)"
+            )
+        else:
+            typer.echo("  cohort: none (prototype scores are raw cosines)")
         if loaded.signed_by:
             typer.echo(f"  signature: verified (key {loaded.signed_by})")
         elif loaded.signature is not None:
@@ -363,7 +389,7 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
 def _show_calibration(calibration: Any) -> None:
     """The bundle's calibration table (public: the model's, measured on calibration people)."""
     if calibration is None:
-        typer.echo("  calibration: none (the warm-up rule alone decides; no FAR is stated)")
+        typer.echo("  calibration: none (each user's own samples set their threshold; no FAR)")
         return
     typer.echo(f"  calibration: {printable(' '.join(calibration.data.split()))}")
     for mode, table in calibration.tables.items():
@@ -372,6 +398,10 @@ def _show_calibration(calibration: Any) -> None:
             trials += f" / {table.genuine_trials} genuine"
         enrolled = f", enrolled on {table.enroll_samples} samples" if table.enroll_samples else ""
         typer.echo(f"    {mode}: {table.people} people{enrolled}, {trials} trials")
+        typer.echo(
+            f"      {table.score} scores, in {len(table.conditions)} recording condition(s), "
+            f"the worst deciding: {', '.join(table.conditions)}"
+        )
         for row in table.rows:
             frr = f"  FRR {row.frr:.3f}" if row.frr is not None else ""
             typer.echo(

@@ -92,7 +92,10 @@ class Template:
     ``codeword`` (the codeword bits), ``user_id`` and ``code_sha256`` come from ``codeword new``;
     ``mode``, ``threshold``, ``target_tpr``, ``model_sha256`` and ``prototype`` (prototype mode)
     from enrollment; ``far`` and ``calibration`` (the SHA-256 of the bundle's calibration) when
-    the threshold was floored at a calibrated FAR, ``None`` when it is the warm-up rule alone. A template may hold a codeword and no enrollment yet. ``generation`` is the
+    the threshold came from a calibrated FAR, ``None`` when it is the warm-up rule alone;
+    ``cohort`` (the SHA-256 of the bundle's ``cohort.f32``) when prototype scores are normalised
+    against it (AS-norm, :mod:`uvsdk.cohort`), ``None`` for raw cosines. A template may hold a
+    codeword and no enrollment yet. ``generation`` is the
     store's write counter (read from the file; the store sets it when writing).
     """
 
@@ -107,6 +110,7 @@ class Template:
     target_tpr: float | None = None
     far: float | None = None
     calibration: str | None = None
+    cohort: str | None = None
     model_sha256: str | None = None
     enrolled: float | None = None
     samples: int = 0
@@ -126,7 +130,7 @@ class Template:
     def to_payload(self) -> bytes:
         """The JSON plaintext that gets sealed."""
         data = {
-            "version": 2,
+            "version": 3,
             "generation": self.generation,
             "user": self.user,
             "created": self.created,
@@ -140,6 +144,7 @@ class Template:
             "target_tpr": self.target_tpr,
             "far": self.far,
             "calibration": self.calibration,
+            "cohort": self.cohort,
             "model_sha256": self.model_sha256,
             "enrolled": self.enrolled,
             "samples": self.samples,
@@ -153,7 +158,7 @@ class Template:
         """Parse a decrypted payload; anything malformed is a :class:`TemplateError`."""
         try:
             data = json.loads(payload)
-            if data["version"] not in (1, 2):
+            if data["version"] not in (1, 2, 3):
                 raise ValueError(f"unknown template version {data['version']!r}")
             generation = int(data["generation"]) if data["version"] >= 2 else 0
             if generation < 0:
@@ -178,6 +183,7 @@ class Template:
                 target_tpr=data["target_tpr"],
                 far=data.get("far"),  # absent before calibrated thresholds (warm-up alone)
                 calibration=data.get("calibration"),
+                cohort=_cohort(data) if data["version"] >= 3 else None,
                 model_sha256=data["model_sha256"],
                 enrolled=data["enrolled"],
                 samples=int(data["samples"]),
@@ -189,6 +195,14 @@ class Template:
             raise TemplateError(
                 f"the template's content is malformed ({type(error).__name__})"
             ) from None
+
+
+def _cohort(data: dict) -> str | None:
+    """Version 3's ``cohort``: the SHA-256 of the cohort the threshold is normalised against."""
+    value = data["cohort"]
+    if value is not None and not (isinstance(value, str) and len(value) == 64):
+        raise ValueError("cohort is not a SHA-256")
+    return value
 
 
 def _b64(array: np.ndarray) -> str:

@@ -27,8 +27,9 @@ import numpy as np
 
 from . import backoff as backoff_rules
 from .bundle import AudioInput, Bundle, Code, ImageInput
-from .calibration import DEFAULT_FAR, check_far, user_threshold
+from .calibration import DEFAULT_FAR, check_far, normalised_leave_one_out, user_threshold
 from .codeword import bipolar, encode, new_message, random_user_id
+from .cohort import as_norm
 from .errors import (
     AttemptNotRecordedError,
     BundleError,
@@ -402,7 +403,11 @@ class Verifier:
                 scores = codeword_scores(bipolar(base.codeword), matrix)
             else:
                 mode, reference = "prototype", prototype(matrix).astype(np.float32)
-                scores = leave_one_out_scores(matrix)
+                cohort = self.bundle.cohort
+                if cohort is None:
+                    scores = leave_one_out_scores(matrix)
+                else:
+                    scores = normalised_leave_one_out(matrix, cohort)
             threshold, row = user_threshold(scores, target_tpr, calibration, mode, far)
             floored = row is not None and row.threshold > warmup_threshold(scores, target_tpr)
             template = base.replace(
@@ -412,6 +417,9 @@ class Verifier:
                 target_tpr=target_tpr,
                 far=far if row is not None else None,
                 calibration=calibration.sha256 if calibration is not None and row else None,
+                cohort=manifest.cohort.sha256
+                if mode == "prototype" and manifest.cohort is not None
+                else None,
                 model_sha256=manifest.model_sha256,
                 enrolled=self.clock(),
                 samples=len(vectors),
@@ -425,7 +433,7 @@ class Verifier:
             assert calibration is not None
             expected_far, expected_frr = calibration.tables[mode].expected(threshold)
             allowed = math.floor(len(scores) * (1.0 - target_tpr) + 1e-9)
-            if floored and own_rejected > max(allowed, 1):
+            if own_rejected > max(allowed, 1):
                 advice = (
                     f"{own_rejected} of your {len(scores)} samples score below the bundle's "
                     f"calibrated threshold: they vary more than one person's usually do. "
@@ -460,6 +468,12 @@ class Verifier:
                 f"user {user!r} was enrolled with another model than {bundle.path.name}: "
                 "re-enroll with uvsdk enroll"
             )
+        cohort = bundle.manifest.cohort
+        if template.mode == "prototype" and template.cohort != (cohort and cohort.sha256):
+            raise ModelMismatchError(
+                f"user {user!r} was enrolled with another score normalisation (cohort) than "
+                f"{bundle.path.name}'s: re-enroll with uvsdk enroll"
+            )
         return template
 
     def _score(self, template: Template, vector: np.ndarray) -> float:
@@ -471,6 +485,11 @@ class Verifier:
             if template.prototype is None:
                 raise NotEnrolledError(f"user {template.user!r}'s template has no prototype")
             value = cosine_scores(template.prototype, vector[None])[0]
+            cohort = self.bundle.cohort
+            if cohort is not None:
+                value = as_norm(
+                    value, cohort.statistics(template.prototype), cohort.statistics(vector)
+                )[0]
         return float(value)
 
     def score(self, source: str | Path | np.ndarray, user: str = "default") -> float:

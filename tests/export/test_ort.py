@@ -170,11 +170,14 @@ def test_calibrate_keeps_model_ort(spectral_bundle: Path, voice_dir: Path, tmp_p
     model = spectral_model_path(spectral_bundle).read_bytes()
     source = _ort_bundle(tmp_path / "spectral.uvb", model, "embedding", 40)
     before = Bundle(source)
-    out, _ = calibrate_bundle(source, voice_dir, tmp_path / "calibrated.uvb")
+    out, _ = calibrate_bundle(
+        source, voice_dir, tmp_path / "calibrated.uvb", conditions=("clean",), cohort_size=32
+    )
     after = Bundle(out)
     assert after.manifest.calibration is not None
     assert after.ort_bytes == before.ort_bytes is not None
     assert after.manifest.extra["ort"] == before.manifest.extra["ort"]
+    assert after.manifest.cohort.count == 32 and after.cohort is not None  # the cohort added
 
 
 def test_uvexport_ort_on_a_trained_run(

@@ -340,13 +340,30 @@ def test_export_with_calibrate_writes_both_tables_of_a_codeword_bundle(
     feduv_run: Path, voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     """``uvexport RUN --calibrate DIR``: the FedUV bundle carries a prototype and a codeword
-    table, measured on the exported model file; the SDK floors an enrollment with it."""
+    table, measured on the exported model file (here in two recording conditions, to stay fast),
+    with an AS-norm cohort for the prototype table; the SDK floors an enrollment with it."""
+    import functools
+
+    import uvexport.calibrate
+
     monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
+    monkeypatch.setattr(
+        uvexport.calibrate,
+        "calibrate",
+        functools.partial(uvexport.calibrate.calibrate, conditions=("clean", "telephone-gsm")),
+    )
     out = tmp_path / "calibrated.uvb"
     assert main([str(feduv_run), "--out", str(out), "--calibrate", str(voice_dir)]) == 0
     printed = capsys.readouterr().out
-    assert "calibration (prototype): 10 people, 720 impostor / 30 genuine trials" in printed
-    assert "calibration (codeword): 10 people, 12800 impostor / 0 genuine trials" in printed
+    assert (
+        "calibration (prototype, as-norm scores): 10 people, 1440 impostor / 60 genuine trials "
+        "in 2 condition(s)" in printed
+    )
+    assert (
+        "calibration (codeword, codeword scores): 10 people, 25600 impostor / 0 genuine trials "
+        "in 2 condition(s)" in printed
+    )
+    assert Bundle(out).manifest.cohort is not None and Bundle(out).cohort is not None
     calibration = Bundle(out).manifest.calibration
     assert set(calibration.tables) == {"prototype", "codeword"}
     assert calibration.data == f"{voice_dir.name}: 10 people; 80 samples used, 0 unusable"

@@ -58,10 +58,37 @@ def test_distinct_ids_give_distinct_codewords_at_distance_d_min(
     assert min(distances) >= d_min
 
 
-def test_committed_bch127_fixture_is_galois_generator(galois_codes: dict) -> None:
-    spec = json.loads((FIXTURES / "bch_127_64.json").read_text())
-    fixture = unpack_generator(spec["generator"], 64, 127)
-    np.testing.assert_array_equal(fixture, np.asarray(galois_codes[127].G, np.uint8))
+@pytest.mark.parametrize(("n", "k", "d_min"), CODES)
+def test_committed_fixtures_are_galois_generators(
+    galois_codes: dict, n: int, k: int, d_min: int
+) -> None:
+    """The committed generators: the SDK tests' BCH(127, 64), and the three codes every test
+    session's ``$UVTRAIN_CACHE`` starts with (tests/conftest.py)."""
+    spec = json.loads((FIXTURES / f"bch_{n}_{k}.json").read_text())
+    assert (spec["n"], spec["k"], spec["d_min"]) == (n, k, d_min)
+    fixture = unpack_generator(spec["generator"], k, n)
+    np.testing.assert_array_equal(fixture, np.asarray(galois_codes[n].G, np.uint8))
+
+
+def test_the_trainers_codes_are_built_with_galois_once_then_read_from_the_cache(
+    galois_codes: dict, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``uvtrain.codes.bch_code`` on an empty cache (a fresh machine) builds the code with galois
+    and caches it; the next call reads the cache without galois. The test session's other
+    processes start from the committed generators instead (tests/conftest.py)."""
+    import sys
+
+    from uvtrain.codes import bch_code
+
+    monkeypatch.setenv("UVTRAIN_CACHE", str(tmp_path))
+    built = bch_code(127)
+    assert (built.n, built.k, built.d_min, built.id_bits) == (127, 64, 21, 32)
+    np.testing.assert_array_equal(built.generator, np.asarray(galois_codes[127].G, np.uint8))
+    assert (tmp_path / "codes" / "bch_127_64.json").is_file()
+    monkeypatch.setitem(sys.modules, "galois", None)  # importing galois now fails
+    cached = bch_code(127)
+    assert cached.d_min == 21
+    np.testing.assert_array_equal(cached.generator, built.generator)
 
 
 def test_message_is_id_bits_msb_first_then_fresh_random_bits() -> None:

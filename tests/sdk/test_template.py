@@ -183,3 +183,25 @@ def test_parser_on_random_bytes_raises_only_our_error(
 def test_payload_parser_on_random_bytes(payload: bytes) -> None:
     with contextlib.suppress(TemplateError):  # any other exception fails the test
         Template.from_payload(payload)
+
+
+def test_payload_version_3_records_the_cohort_and_version_2_still_reads() -> None:
+    import json
+
+    original = _secret_template().replace(mode="prototype", cohort="ef" * 32)
+    data = json.loads(original.to_payload())
+    assert (data["version"], data["cohort"]) == (3, "ef" * 32)
+    loaded = Template.from_payload(original.to_payload())
+    assert loaded == original and loaded.cohort == "ef" * 32
+    # a version-2 payload (before AS-norm) has no cohort: raw cosines
+    del data["cohort"]
+    data["version"] = 2
+    older = Template.from_payload(json.dumps(data).encode())
+    assert older.cohort is None and older.threshold == original.threshold
+    # version 3 without a cohort member, or with one that is not a SHA-256: refused
+    for broken in ({"version": 3}, {"version": 3, "cohort": "xyz"}, {"version": 3, "cohort": 5}):
+        changed = {**data, **broken}
+        if "cohort" not in broken:
+            changed.pop("cohort", None)
+        with pytest.raises(TemplateError):
+            Template.from_payload(json.dumps(changed).encode())

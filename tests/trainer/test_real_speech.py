@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from uvtrain.cli import app
 from uvtrain.data import real_speech
 from uvtrain.data.real_speech import (
+    MIN_SECONDS,
     SOURCES,
     DatasetError,
     Source,
@@ -220,3 +221,142 @@ def test_the_pinned_sources_are_complete() -> None:
         assert name == source.name and len(source.sha256) == 64
         assert source.licence and source.description and source.evidence and source.members
         assert source.filename.startswith(f"{source.package}_") and source.filename.endswith(".deb")
+        for package in source.extra:
+            assert len(package.sha256) == 64 and package.members and package.version
+        assert source.min_seconds >= MIN_SECONDS
+
+
+def _fillets_debs(folder: Path) -> dict[str, Path]:
+    """The three Fish Fillets packages in their real layout: the level scripts (which font,
+    i.e. which character, speaks each dialog) and the Czech and Dutch voices."""
+    root = real_speech.FILLETS_ROOT
+    dialogs = (
+        'dialogId("let-v-oko", "font_big", "Can you see that eye?")\n'
+        'dialogStr("Vidíš to oko?")\n'
+        'dialogId("let-m-oko", "font_small", "This is not a glass eye.")\n'
+        'dialogId("let-m-short", "font_small", "Hm.")\n'
+        'dialogId("let-x-papousek", "font_parrot", "Polly!")\n'
+        'dialogId("let-both", "font_both", "Together!")\n'
+        'dialogId("let-mixed", "font_big", "Which of us?")\n'
+        'for i = 0, 3 do dialogId("key"..i, "", "") end\n'
+    )
+    scripts = {
+        f"{root}/script/airplane/dialogs_cs.lua": dialogs.encode(),
+        f"{root}/script/airplane/dialogs_nl.lua": dialogs.replace(
+            '"let-mixed", "font_big"', '"let-mixed", "font_small"'
+        ).encode(),
+        f"{root}/script/airplane/code.lua": b'dialogId("let-x-code", "font_big", "")\n',
+        f"{root}/script/hanoi/dialogs_nl.lua": b'dialogId("han-v-disky", "font_big", "Disks.")\n',
+        f"{root}/script/share/border_dialogs_cs.lua": (
+            b'dialogId("cil-m-hlaska0", "font_small", "Nothing.")\n'
+            b'dialogId("cil-v-hlaska0", "font_big", "No.")\n'
+        ),
+    }
+    voices = {}
+    for language, pitch in (("cs", 100), ("nl", 300)):
+        voices[language] = {
+            f"{root}/sound/airplane/{language}/let-v-oko.ogg": _clip(3.0, pitch),
+            f"{root}/sound/airplane/{language}/let-m-oko.ogg": _clip(2.5, pitch + 50),
+            f"{root}/sound/airplane/{language}/let-m-short.ogg": _clip(1.5, pitch + 50),
+            f"{root}/sound/airplane/{language}/let-x-papousek.ogg": _clip(2.5, pitch + 90),
+            f"{root}/sound/airplane/{language}/let-both.ogg": _clip(2.5, pitch + 20),
+            f"{root}/sound/airplane/{language}/let-mixed.ogg": _clip(2.5, pitch + 30),
+            f"{root}/sound/airplane/{language}/let-x-code.ogg": _clip(2.5, pitch + 40),
+            f"{root}/sound/airplane/{language}/unscripted.ogg": _clip(2.5, pitch + 60),
+            f"{root}/sound/share/border/{language}/cil-m-hlaska0.ogg": _clip(2.2, pitch + 55),
+            f"{root}/sound/share/border/{language}/cil-v-hlaska0.ogg": _clip(2.4, pitch + 5),
+            f"{root}/sound/hanoi/{language}/han-v-disky.ogg": _clip(2.6, pitch + 7),
+        }
+    return {
+        "fillets-ng-data": make_deb(folder / "fillets-ng-data.deb", scripts),
+        "fillets-ng-data-cs": make_deb(folder / "fillets-ng-data-cs.deb", voices["cs"]),
+        "fillets-ng-data-nl": make_deb(folder / "fillets-ng-data-nl.deb", voices["nl"]),
+    }
+
+
+def _pinned_to(source: Source, debs: dict[str, Path]) -> Source:
+    """``source`` with every package's hash set to the given fake .deb's."""
+
+    def digest(package: str) -> str:
+        return hashlib.sha256(debs[package].read_bytes()).hexdigest()
+
+    extra = tuple(dataclasses.replace(p, sha256=digest(p.package)) for p in source.extra)
+    return dataclasses.replace(source, sha256=digest(source.package), extra=extra)
+
+
+def test_fillets_keeps_each_fish_per_language_by_its_dialog_font(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    debs = _fillets_debs(tmp_path)
+    source = _pinned_to(SOURCES["fillets"], debs)
+    monkeypatch.setattr(real_speech, "SOURCES", {"fillets": source})
+    speakers = fetch_real_speech(tmp_path / "out", progress=False, debs=debs)
+    folders = {
+        p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()
+    }
+    # The fish's lines of 2 s or more, by their dialogs' fonts (any language's script names the
+    # font), the shared jokes included; not the parrot, both fish at once, a dialog whose scripts
+    # disagree on the font, a dialog of a file that is not a dialog script, an unscripted file,
+    # nor the 1.5 s line. A level Fillets NG added (hanoi) is kept in Dutch only: its Czech lines
+    # are not the credited voices.
+    big = ["airplane-let-v-oko.wav", "share-cil-v-hlaska0.wav"]
+    small = ["airplane-let-m-oko.wav", "share-cil-m-hlaska0.wav"]
+    assert folders == {
+        "fillets-cs-big-fish-vit-musil": big,
+        "fillets-cs-small-fish-gabriela-pysna": small,
+        "fillets-nl-big-fish": sorted([*big, "hanoi-han-v-disky.wav"]),
+        "fillets-nl-small-fish": small,
+    }
+    assert sf.info(speakers / "fillets-nl-big-fish" / big[0]).duration == pytest.approx(3.0, 0.01)
+    (row,) = json.loads((speakers / "sources.json").read_text())["sources"]
+    assert row["min_seconds"] == 2.0 and [e["package"] for e in row["extra"]] == [
+        "fillets-ng-data-cs",
+        "fillets-ng-data-nl",
+    ]
+    text = (speakers / "SOURCES.md").read_text()
+    assert "fillets-ng-data 1.0.1-1.1 + fillets-ng-data-cs + fillets-ng-data-nl |" in text
+    assert "Clips of at least 2.0 s." in text
+
+
+def test_fillets_extra_packages_are_downloaded_checked_and_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    debs = _fillets_debs(tmp_path)
+    source = _pinned_to(SOURCES["fillets"], debs)
+    monkeypatch.setattr(real_speech, "SOURCES", {"fillets": source})
+    calls = []
+
+    def download(entry: real_speech.Package, folder: Path) -> Path:
+        calls.append(entry.package)
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / entry.filename
+        target.write_bytes(debs[entry.package].read_bytes())
+        return target
+
+    monkeypatch.setattr(real_speech, "_apt_download", download)
+    root = tmp_path / "out"
+    # A local Dutch .deb that is not the pinned one is refused, naming its package.
+    wrong = tmp_path / "wrong.deb"
+    wrong.write_bytes(debs["fillets-ng-data-cs"].read_bytes())
+    with pytest.raises(DatasetError, match=r"not the pinned fillets-ng-data-nl 1\.0\.1-1\.1"):
+        fetch_real_speech(root, progress=False, debs={"fillets-ng-data-nl": wrong})
+    assert not (root / "speakers" / "fillets-cs-big-fish-vit-musil").exists()
+    assert calls == ["fillets-ng-data", "fillets-ng-data-cs"]  # fetched before, and kept
+    fetch_real_speech(root, progress=False)
+    assert calls == ["fillets-ng-data", "fillets-ng-data-cs", "fillets-ng-data-nl"]
+    assert (root / "speakers" / "fillets-nl-small-fish").is_dir()
+    fetch_real_speech(root, progress=False)
+    assert len(calls) == 3  # cached: nothing downloaded again
+    # A new pin of an extra package alone makes the source's folders stale: read again.
+    repinned = dataclasses.replace(
+        source, extra=(source.extra[0], dataclasses.replace(source.extra[1], sha256="0" * 64))
+    )
+    monkeypatch.setattr(real_speech, "SOURCES", {"fillets": repinned})
+    assert real_speech.written_summary(root / "speakers", "fillets").speakers == {}
+    with pytest.raises(DatasetError, match=r"fillets-ng-data-nl .*SHA-256 differs"):
+        fetch_real_speech(root, progress=False)
+
+
+def test_fillets_without_its_scripts_says_so(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="fillets-ng-data: no dialog scripts"):
+        list(real_speech._fillets(tmp_path))

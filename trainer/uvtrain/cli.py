@@ -284,7 +284,8 @@ def data_real_speech(
         ),
     ] = None,
 ) -> None:
-    """Real recorded speakers from Debian packages (pinned, hash-checked), one folder each."""
+    """Real recorded speakers from Debian packages (pinned, hash-checked), one folder each: words
+    and phrases, and sentence-length dialogue (Fish Fillets NG, 2 s and more)."""
     from .data.real_speech import SOURCES, fetch_real_speech, summary_text, written_summary
     from .errors import DatasetError
 

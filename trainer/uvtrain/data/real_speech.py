@@ -3,10 +3,12 @@
 Speaker-verification corpora cannot be fetched here (hubs are out of reach), but a few Debian
 packages ship people's recorded voices: the localised sounds of the KDE educational games
 (KLettres' letters and syllables, KTuberling's spoken words), the spoken descriptions of Tux
-Paint's stamps, the ALSA speaker-test voice, the voice packs of Hedgewars and the voiced
-messages of Warzone 2100. :func:`fetch_real_speech` downloads the pinned ``.deb`` of each source
-with ``apt-get download`` (or reads a local copy), checks its SHA-256, takes the voice files out
-of it (pure Python: ``ar`` + ``tar``, no dpkg) and writes one folder per speaker::
+Paint's stamps, the ALSA speaker-test voice, the voice packs of Hedgewars, the voiced
+messages of Warzone 2100 and, sentence-length (2 s and more), the two fish's dialogue of Fish
+Fillets NG in Czech and Dutch. :func:`fetch_real_speech` downloads each source's pinned ``.deb``
+files with ``apt-get download`` (or reads local copies), checks their SHA-256, takes the voice
+files (and, for Fish Fillets, the level scripts that say who speaks each line) out of them (pure
+Python: ``ar`` + ``tar``, no dpkg) and writes one folder per speaker::
 
     root/downloads/<package>_<version>_<arch>.deb     the cache (kept)
     root/speakers/<source>-<speaker>/<clip>.wav       16-bit PCM, mono, at the file's own rate
@@ -21,7 +23,8 @@ encoder put with another folder's are left out or merged, as each source's notes
 (docs/trainer.md, "Real speech"). Where a credit is missing, a folder is kept only when GE2E finds
 one voice in it and no other folder near it; that check was made once, when the tables below were
 chosen (nothing is embedded at run time). Clips are the files of at least :data:`MIN_SECONDS`
-seconds; effects, grunts, laughs, music and processed (robot, radio) voices are left out.
+seconds (a source's ``min_seconds``: 2 s for Fish Fillets); effects, grunts, laughs, music and
+processed (robot, radio) voices are left out.
 
 **Caching.** A source whose folders were written (``root/manifests/<source>.json`` lists
 the package hash and every file with its size) is skipped without download or rewrite, so a
@@ -68,8 +71,26 @@ ClipRef = tuple[str, str, Path]
 
 
 @dataclass(frozen=True)
+class Package:
+    """A pinned ``.deb`` and the paths a source takes out of it."""
+
+    package: str
+    version: str
+    arch: str
+    sha256: str
+    #: Path prefixes (inside the package) to extract; nothing else is unpacked.
+    members: tuple[str, ...]
+
+    @property
+    def filename(self) -> str:
+        """The ``.deb``'s file name as ``apt-get download`` writes it (epoch ``:`` as ``%3a``)."""
+        return f"{self.package}_{self.version.replace(':', '%3a')}_{self.arch}.deb"
+
+
+@dataclass(frozen=True)
 class Source:
-    """One package of recorded voices and how its files map to speakers."""
+    """One package of recorded voices (and any further packages it needs) and how its files map
+    to speakers."""
 
     name: str
     package: str
@@ -88,11 +109,22 @@ class Source:
     notes: str = ""
     #: Raised when the selection of clips changes: folders written under another are rewritten.
     revision: int = 1
+    #: Further pinned packages unpacked into the same tree (more voices, or the game scripts
+    #: that say who speaks which line).
+    extra: tuple[Package, ...] = ()
+    #: Clips shorter than this (seconds) are left out (sentence-length sources ask for more).
+    min_seconds: float = MIN_SECONDS
 
     @property
     def filename(self) -> str:
         """The ``.deb``'s file name as ``apt-get download`` writes it (epoch ``:`` as ``%3a``)."""
-        return f"{self.package}_{self.version.replace(':', '%3a')}_{self.arch}.deb"
+        return self.packages[0].filename
+
+    @property
+    def packages(self) -> tuple[Package, ...]:
+        """The source's own package, then its :attr:`extra` ones."""
+        own = Package(self.package, self.version, self.arch, self.sha256, self.members)
+        return (own, *self.extra)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,10 +133,15 @@ class Source:
             "version": self.version,
             "arch": self.arch,
             "sha256": self.sha256,
+            "extra": [
+                {"package": p.package, "version": p.version, "arch": p.arch, "sha256": p.sha256}
+                for p in self.extra
+            ],
             "licence": self.licence,
             "description": self.description,
             "evidence": self.evidence,
             "notes": self.notes,
+            "min_seconds": self.min_seconds,
         }
 
 
@@ -205,14 +242,16 @@ def _hedgewars(tree: Path) -> Iterator[ClipRef]:
 WARZONE_ARCHIVE = "usr/share/games/warzone2100/base.wz"
 #: Warzone 2100 (inside base.wz, a zip): speaker -> its voiced lines. No credits name the voices;
 #: the roles' folders are: the status messages and the tutorial (one voice: GE2E centroids 0.98),
-#: the commander's reports, and the countdowns (each one voice, none near another: < 0.88).
+#: and the commander's reports with the countdowns: one voice. Their centroids are 0.88 apart,
+#: but clip by clip a commander clip and a countdown clip score 0.72 (GE2E cosine, mean), as
+#: close as two commander clips (0.76) and far above the announcer (0.46-0.49); kept apart they
+#: made 1 % of the "impostor" trials score like the same person (benchmarks/far_generalisation.py).
 #: Left out: the taunts and VTOL pilots (three numbered variants of the same lines, which GE2E
 #: does not keep apart), the transport pilot (5 clips), NEXUS (a processed voice), ``extra`` and
 #: the proximity messages (likely the announcer again, but not needed).
 WARZONE_SPEAKERS: dict[str, tuple[str, ...]] = {
     "announcer": ("memressp/*/pcv*.ogg", "tutorial/*.ogg"),
-    "commander": ("memressp/cmndrvoc/*.ogg",),
-    "countdown": ("countdown/*.ogg",),
+    "commander": ("memressp/cmndrvoc/*.ogg", "countdown/*.ogg"),
 }
 
 
@@ -277,6 +316,66 @@ def _tuxpaint(tree: Path) -> Iterator[ClipRef]:
                 continue
             name = relative.removesuffix(f"_desc_{language}.ogg").replace("/", "-")
             yield speaker, name, path
+
+
+FILLETS_ROOT = "usr/share/games/fillets-ng"
+#: Fish Fillets NG: speaker -> (language folder, subtitle font). Every spoken line is a dialog
+#: whose id names its sound file and whose font names its character, in the level scripts of
+#: fillets-ng-data (``script/<level>/*dialogs_*.lua``: ``dialogId("let-v-oko", "font_big", ...)``);
+#: the voices are in fillets-ng-data-cs and fillets-ng-data-nl (``sound/<level>/<language>/``).
+#: Only the two fish are kept: the game's credits (``images/menu/credits.png``, "Original Altar
+#: credits", "Voices & Animal sounds") put Vít Musil by the big fish and Gabriela Pyšná by the
+#: small one for the original Czech voices. The Czech lines of the levels Fillets NG added
+#: ("Branch of New Generation" in ``script/worldmap.lua``) are left out: GE2E puts every one of
+#: them apart from the fish's other lines (2-means, both fish), and they are near other folders
+#: (0.85); the Dutch voices are one recording of all levels. The Dutch voices are uncredited in
+#: the packages: each fish is one voice by GE2E (no 2-means split) and near no other folder
+#: (centroid cosine at most 0.80). The other characters are left out: the credits name seven
+#: more people (Jaroslav Tuček and six first names) with no character each, and several voices
+#: are processed (robot dog, statue).
+FILLETS_SPEAKERS: dict[str, tuple[str, str]] = {
+    "cs-big-fish-vit-musil": ("cs", "font_big"),
+    "cs-small-fish-gabriela-pysna": ("cs", "font_small"),
+    "nl-big-fish": ("nl", "font_big"),
+    "nl-small-fish": ("nl", "font_small"),
+}
+#: Fillets NG's own levels (``script/worldmap.lua``, "Branch of New Generation"): their Czech
+#: lines are other recordings than the credited original voices.
+FILLETS_NEW_LEVELS = frozenset(
+    ("hanoi", "rush", "fdto", "rotate", "nowall", "hole", "key", "keys", "linux")
+)
+#: Languages whose lines of :data:`FILLETS_NEW_LEVELS` are left out.
+FILLETS_ORIGINAL_ONLY = frozenset(("cs",))
+FILLETS_DIALOG = re.compile(r'dialogId\(\s*"([^"]+)"\s*,\s*"([^"]*)"')
+
+
+def _fillets_fonts(scripts: Path) -> dict[tuple[str, str], str]:
+    """(level, dialog id) -> subtitle font, from every level's dialog scripts; a dialog whose
+    scripts disagree on its font is left out (mapped to ``""``)."""
+    fonts: dict[tuple[str, str], str] = {}
+    for path in _files(scripts, ("*/*dialogs*.lua",)):
+        level = path.parent.name
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for dialog, font in FILLETS_DIALOG.findall(text):
+            key = (level, dialog)
+            fonts[key] = font if fonts.get(key, font) == font else ""
+    return fonts
+
+
+def _fillets(tree: Path) -> Iterator[ClipRef]:
+    base = tree / FILLETS_ROOT
+    fonts = _fillets_fonts(base / "script")
+    if not fonts:
+        raise DatasetError("fillets-ng-data: no dialog scripts (script/*/*dialogs*.lua)")
+    sounds = base / "sound"
+    for speaker, (language, font) in FILLETS_SPEAKERS.items():
+        # sound/<level>/<language>/<id>.ogg and sound/share/<jokes>/<language>/<id>.ogg
+        for path in _files(sounds, (f"*/{language}/*.ogg", f"*/*/{language}/*.ogg")):
+            level = path.relative_to(sounds).parts[0]
+            if language in FILLETS_ORIGINAL_ONLY and level in FILLETS_NEW_LEVELS:
+                continue
+            if fonts.get((level, path.stem)) == font:
+                yield speaker, f"{level}-{path.stem}", path
 
 
 SOURCES: dict[str, Source] = {
@@ -362,8 +461,9 @@ SOURCES: dict[str, Source] = {
             sha256="53ad292569e0bf9d16de1642d13629f29ed5dfb68896787e4c65ac60edc07d3d",
             licence="GPL-2+ (Warzone 2100)",
             description="Warzone 2100 voiced messages, tutorial and taunts",
-            evidence="role folders; no credits per voice: grouped with GE2E",
+            evidence="role folders; no credits per voice: grouped with GE2E (clip by clip)",
             members=(WARZONE_ARCHIVE,),
+            revision=2,
             notes=(
                 "taunts and VTOL pilots (numbered variants GE2E cannot keep apart), transport "
                 "pilot, NEXUS (processed), extra and proximity messages, effects"
@@ -391,6 +491,51 @@ SOURCES: dict[str, Source] = {
                 "animals (another voice); the uncredited nl, lt, ml and English sounds"
             ),
         ),
+        Source(
+            name="fillets",
+            package="fillets-ng-data",
+            version="1.0.1-1.1",
+            arch="all",
+            sha256="25de89afd8b1adf7bcace8290248a6a22c89cd42300317e69000e162c032cf84",
+            licence="GPL-2 (Fish Fillets NG, ALTAR interactive and the Fillets NG team)",
+            description=(
+                "Fish Fillets NG: the two fish's spoken dialogue lines, sentences, in Czech "
+                "(the original voices) and Dutch"
+            ),
+            evidence=(
+                "each line's speaker is its dialog's subtitle font in the level scripts "
+                "(font_big, font_small); the game's credits name Vít Musil (big fish) and "
+                "Gabriela Pyšná (small fish) for the original Czech voices; the uncredited Dutch "
+                "fish are one voice each by GE2E and near no other folder"
+            ),
+            members=(FILLETS_ROOT + "/script/",),
+            extra=(
+                Package(
+                    "fillets-ng-data-cs",
+                    "1.0.1-1.1",
+                    "all",
+                    "3ecef99b9456f1c80c9625c6f2418642b52d58e7167a46bad7a412db17991b14",
+                    (FILLETS_ROOT + "/sound/",),
+                ),
+                Package(
+                    "fillets-ng-data-nl",
+                    "1.0.1-1.1",
+                    "all",
+                    "afb4443fda9ab507dee578b75be857d121718a1cd6017a474f30e0eb13dc9d10",
+                    (FILLETS_ROOT + "/sound/",),
+                ),
+            ),
+            min_seconds=2.0,
+            notes=(
+                "the Czech lines of the levels Fillets NG added (other recordings: apart from "
+                "the credited voices by GE2E); the other characters (seven more voice actors "
+                "credited with no character each; processed voices: robot dog, statue); lines "
+                "spoken by both fish, sound files no dialog script names, lines under 2 s, the "
+                "language-free effects and music of fillets-ng-data"
+            ),
+            clips=_fillets,
+            revision=2,
+        ),
     )
 }
 
@@ -398,7 +543,7 @@ SOURCES: dict[str, Source] = {
 # --- download, check, extract ---------------------------------------------------------------
 
 
-def _apt_download(source: Source, folder: Path) -> Path:
+def _apt_download(source: Package, folder: Path) -> Path:
     """``apt-get download PACKAGE=VERSION`` into ``folder``; the ``.deb``'s path."""
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".apt-") as scratch:
@@ -427,7 +572,7 @@ def _apt_download(source: Source, folder: Path) -> Path:
     return target
 
 
-def _deb(source: Source, downloads: Path, local: Path | None, progress: bool) -> Path:
+def _deb(source: Package, downloads: Path, local: Path | None, progress: bool) -> Path:
     """The source's hash-checked ``.deb``: a local copy, the cache, or a download."""
     if local is not None:
         path = Path(local)
@@ -500,15 +645,16 @@ def extract_deb(deb: Path, target: Path, members: Iterable[str]) -> int:
 # --- writing the speakers' folders ----------------------------------------------------------
 
 
-def _mono16(path: Path) -> tuple[np.ndarray, int] | None:
-    """The clip as int16 mono at its own rate, or ``None`` when too short, silent or unreadable."""
+def _mono16(path: Path, min_seconds: float = MIN_SECONDS) -> tuple[np.ndarray, int] | None:
+    """The clip as int16 mono at its own rate, or ``None`` when shorter than ``min_seconds``,
+    silent or unreadable."""
     try:
         audio, rate = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, ValueError):
         return None
     audio = audio.mean(axis=1)
     peak = float(np.abs(audio).max(initial=0.0))
-    if len(audio) < MIN_SECONDS * rate or peak < MIN_PEAK:
+    if len(audio) < min_seconds * rate or peak < MIN_PEAK:
         return None
     if peak > 1.0:  # a few Vorbis files decode past full scale: scaled down, not clipped
         audio = audio * (0.99 / peak)
@@ -533,7 +679,7 @@ def _write_source(source: Source, tree: Path, speakers: Path) -> dict[str, Any]:
         files: dict[str, int] = {}
         seconds = 0.0
         for name, path in entries:
-            clip = _mono16(path)
+            clip = _mono16(path, source.min_seconds)
             if clip is None:
                 continue
             audio, rate = clip
@@ -599,7 +745,7 @@ def _cached(source: Source, speakers: Path) -> dict[str, dict[str, Any]] | None:
         source.sha256,
         LAYOUT,
         source.revision,
-    ):
+    ) or done.get("extra", []) != [p.sha256 for p in source.extra]:
         return None
     written = done.get("speakers", {})
     for folder, entry in written.items():
@@ -618,7 +764,7 @@ def written_summary(speakers: Path, name: str) -> SourceSummary:
 
 def describe_sources() -> str:
     """One line naming the packages the speakers come from (a calibration's ``data``)."""
-    packages = ", ".join(f"{s.package} {s.version}" for s in SOURCES.values())
+    packages = ", ".join(f"{p.package} {p.version}" for s in SOURCES.values() for p in s.packages)
     return f"real recorded speakers of {packages}"
 
 
@@ -663,7 +809,7 @@ def fetch_real_speech(
             f"unknown real-speech source {unknown[0]!r}; known: {', '.join(SOURCES)}"
         )
     debs = dict(debs or {})
-    packages = {SOURCES[name].package for name in SOURCES}
+    packages = {p.package for source in SOURCES.values() for p in source.packages}
     strange = [package for package in debs if package not in packages]
     if strange:
         raise DatasetError(
@@ -677,14 +823,19 @@ def fetch_real_speech(
         source = SOURCES[name]
         written = _cached(source, speakers)
         if written is None:
-            deb = _deb(source, downloads, debs.get(source.package), progress)
+            files = [
+                (_deb(package, downloads, debs.get(package.package), progress), package.members)
+                for package in source.packages
+            ]
             _forget(source, speakers)
             with tempfile.TemporaryDirectory(dir=root, prefix=f".extract-{name}-") as scratch:
                 tree = Path(scratch)
-                extract_deb(deb, tree, source.members)
+                for deb, members in files:
+                    extract_deb(deb, tree, members)
                 written = _write_source(source, tree, speakers)
             done = {
                 "sha256": source.sha256,
+                "extra": [p.sha256 for p in source.extra],
                 "layout": LAYOUT,
                 "revision": source.revision,
                 "speakers": written,
@@ -734,14 +885,20 @@ def _write_index(speakers: Path) -> None:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
+        also = "".join(f" + {extra['package']}" for extra in row["extra"])
         lines.append(
-            f"| {row['name']} | {row['package']} {row['version']} | {row['licence']} | "
+            f"| {row['name']} | {row['package']} {row['version']}{also} | {row['licence']} | "
             f"{row['speakers']} | {row['clips']} | {row['minutes']:.1f} |"
         )
     total = sum(row["speakers"] for row in rows)
     lines += ["", f"Speakers in all: {total}.", ""]
     for row in rows:
         lines += [f"## {row['name']}", "", row["description"] + ".", ""]
+        if row["extra"]:
+            also = ", ".join(f"{extra['package']} {extra['version']}" for extra in row["extra"])
+            lines += [f"Also read: {also}.", ""]
+        if row["min_seconds"] != MIN_SECONDS:
+            lines += [f"Clips of at least {row['min_seconds']} s.", ""]
         lines += [f"Speaker identity: {row['evidence']}.", ""]
         if row["notes"]:
             lines += [f"Left out: {row['notes']}", ""]

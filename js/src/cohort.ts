@@ -1,0 +1,160 @@
+/**
+ * AS-norm score normalisation against an impostor cohort shipped in the bundle
+ * (sdk/uvsdk/cohort.py; docs/spec.md §3.9, §6.7).
+ *
+ * The bundle may carry `cohort.f32`: `count` vectors of `dim` little-endian float32 values of
+ * people who are not the users (a model output, no secret), named by the manifest's `cohort`
+ * object `{file, count, top_k, sha256}`. The statistics of a vector `x` are the mean `μ(x)` and
+ * the population standard deviation `σ(x)` (floored at 1e-6) of its `top_k` largest cosines with
+ * the cohort; the normalised score of a test vector `t` against a prototype `p` is
+ * `½ · ((s − μ(p)) / σ(p) + (s − μ(t)) / σ(t))`, `s = cos(p, t)`.
+ */
+import { sha256 } from "@noble/hashes/sha2.js";
+import { BundleError } from "./errors.js";
+import { hex } from "./bytes.js";
+import { isInt, isObject, type JsonValue } from "./pyjson.js";
+import { leaveOneOutPairs, leaveOneOutScores, rescale, type Vector } from "./scoring.js";
+
+export const COHORT_FILE = "cohort.f32";
+/** At most this many cohort vectors. */
+export const MAX_COHORT_COUNT = 16384;
+/** The member's size limit (16 MiB), checked before it is read. */
+export const MAX_COHORT_BYTES = 16 * 1024 * 1024;
+/** σ is floored here, so a degenerate cohort cannot divide by zero. */
+export const MIN_STD = 1e-6;
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+/** The manifest's `cohort` object, validated (cohort.CohortSpec). */
+export interface CohortSpec {
+  count: number;
+  topK: number;
+  /** Hex SHA-256 of the member cohort.f32. */
+  sha256: string;
+}
+
+/** The statistics of one vector against the cohort: mean and (floored) standard deviation. */
+export interface CohortStatistics {
+  mean: number;
+  std: number;
+}
+
+function integer(value: JsonValue | undefined, name: string, low: number, high: number): number {
+  if (!isInt(value) || value < BigInt(low) || value > BigInt(high)) {
+    throw new BundleError(`manifest: ${name} must be an integer in [${low}, ${high}]`);
+  }
+  return Number(value);
+}
+
+/** `CohortSpec.from_dict`: the manifest's `cohort`; a problem is a BundleError naming the key. */
+export function parseCohortSpec(data: JsonValue | undefined): CohortSpec {
+  if (!isObject(data)) throw new BundleError("manifest: cohort must be an object");
+  const unknown = Object.keys(data)
+    .filter((key) => !["file", "count", "top_k", "sha256"].includes(key))
+    .sort();
+  if (unknown.length > 0) throw new BundleError(`manifest: cohort has an unknown key '${unknown[0]}'`);
+  if (data["file"] !== COHORT_FILE) throw new BundleError(`manifest: cohort.file must be '${COHORT_FILE}'`);
+  const count = integer(data["count"], "cohort.count", 2, MAX_COHORT_COUNT);
+  const topK = integer(data["top_k"], "cohort.top_k", 2, count);
+  const sha = data["sha256"];
+  if (typeof sha !== "string" || !SHA256_HEX.test(sha)) {
+    throw new BundleError("manifest: cohort.sha256 is not 64 lowercase hex digits");
+  }
+  return { count, topK, sha256: sha };
+}
+
+/** `CohortSpec.to_dict`. */
+export function cohortSpecToDict(spec: CohortSpec): Record<string, unknown> {
+  return { file: COHORT_FILE, count: spec.count, top_k: spec.topK, sha256: spec.sha256 };
+}
+
+/** The cohort's unit vectors and `topK` (cohort.Cohort). */
+export class Cohort {
+  /** The cohort vectors, each rescaled to unit length (float64). */
+  readonly units: Float64Array[];
+  readonly topK: number;
+
+  constructor(vectors: Vector[], topK: number) {
+    if (vectors.length < 2) throw new RangeError("a cohort needs at least two vectors");
+    if (!(Number.isInteger(topK) && topK >= 2 && topK <= vectors.length)) {
+      throw new RangeError(`top_k must be an integer in [2, ${vectors.length}], not ${topK}`);
+    }
+    this.units = vectors.map((v) => rescale(v, 1));
+    this.topK = topK;
+  }
+
+  /**
+   * `Cohort.from_member`: check `cohort.f32` against the manifest (digest first, then size and
+   * values); every problem is a BundleError naming the bundle.
+   */
+  static fromMember(data: Uint8Array, spec: CohortSpec, dim: number, bundle: string): Cohort {
+    if (hex(sha256(data)) !== spec.sha256) {
+      throw new BundleError(
+        `${bundle}: cohort.f32 does not match the manifest's cohort.sha256 (the bundle was modified or damaged)`,
+      );
+    }
+    const expectedBytes = 4 * spec.count * dim;
+    if (data.length !== expectedBytes) {
+      throw new BundleError(`${bundle}: cohort.f32 is ${data.length} bytes, not count x dim x 4 = ${expectedBytes}`);
+    }
+    const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+    const vectors: Float64Array[] = [];
+    for (let r = 0; r < spec.count; r++) {
+      const row = new Float64Array(dim);
+      let zero = true;
+      for (let j = 0; j < dim; j++) {
+        const x = view.getFloat32(4 * (r * dim + j), true);
+        if (!Number.isFinite(x)) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite or zero vector`);
+        if (x !== 0) zero = false;
+        row[j] = x;
+      }
+      if (zero) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite or zero vector`);
+      vectors.push(row);
+    }
+    return new Cohort(vectors, spec.topK);
+  }
+
+  /**
+   * `Cohort.statistics` of one vector: mean and population standard deviation of its `topK`
+   * largest cosines with the cohort, the deviation floored at {@link MIN_STD}.
+   */
+  statistics(vector: Vector): CohortStatistics {
+    const unit = rescale(vector, 1);
+    const scores = new Float64Array(this.units.length);
+    for (let c = 0; c < this.units.length; c++) {
+      const u = this.units[c]!;
+      if (u.length !== unit.length) throw new RangeError(`vectors of length ${unit.length} and ${u.length}`);
+      let s = 0;
+      for (let j = 0; j < unit.length; j++) s += unit[j]! * u[j]!;
+      scores[c] = s;
+    }
+    scores.sort(); // ascending: the topK largest are the last
+    const k = Math.min(this.topK, scores.length);
+    const top = scores.subarray(scores.length - k);
+    let sum = 0;
+    for (const s of top) sum += s;
+    const mean = sum / k;
+    let squares = 0;
+    for (const s of top) squares += (s - mean) * (s - mean);
+    return { mean, std: Math.max(Math.sqrt(squares / k), MIN_STD) };
+  }
+
+  /** The AS-norm score of `test` against `reference` ({@link asNorm} of their cosine). */
+  normalised(score: number, reference: Vector, test: Vector): number {
+    return asNorm(score, this.statistics(reference), this.statistics(test));
+  }
+}
+
+/** `as_norm`: `½ ((s − μe)/σe + (s − μt)/σt)`. */
+export function asNorm(score: number, enrolled: CohortStatistics, tested: CohortStatistics): number {
+  return 0.5 * ((score - enrolled.mean) / enrolled.std + (score - tested.mean) / tested.std);
+}
+
+/**
+ * `normalised_leave_one_out`: the leave-one-out scores ({@link leaveOneOutScores}), each
+ * AS-norm normalised with the statistics of its left-out prototype and of its sample (spec §6.7).
+ */
+export function normalisedLeaveOneOut(rows: Vector[], cohort: Cohort): Float64Array {
+  const { units, others } = leaveOneOutPairs(rows);
+  const raw = leaveOneOutScores(rows);
+  return Float64Array.from(raw, (score, i) => asNorm(score, cohort.statistics(others[i]!), cohort.statistics(units[i]!)));
+}
