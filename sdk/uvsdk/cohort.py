@@ -43,8 +43,6 @@ MAX_COHORT_BYTES = 16 * 1024 * 1024
 """The member's size limit, checked before it is read."""
 MIN_STD = 1e-6
 """σ is floored here, so a degenerate cohort (identical vectors) cannot divide by zero."""
-SCORES = ("cosine", "as-norm")
-"""What a prototype-mode score is: the raw cosine (no cohort) or AS-norm (a cohort)."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
