@@ -263,7 +263,14 @@ def main() -> int:
         )
         for row in rows:
             print_row(fold, row)
-        report["folds"].append({"source": fold, "speakers": len(held_out), "rows": rows})
+        report["folds"].append(
+            {
+                "source": fold,
+                "speakers": len(held_out),
+                "calibrated_on": sorted(rest),
+                "rows": rows,
+            }
+        )
     summarise(report)
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(report, args.out)
