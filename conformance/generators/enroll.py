@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import numpy as np
@@ -11,6 +10,7 @@ import numpy as np
 from uvsdk.calibration import (
     check_far,
     normalised_leave_one_out,
+    rerecord_advised,
     user_threshold,
     warmup_threshold,
 )
@@ -153,8 +153,7 @@ def generate() -> dict[str, Any]:
         case["row"] = None if row is None else {"far": row.far, "threshold": row.threshold}
         case["threshold"] = threshold
         case["own_rejected"] = int(np.count_nonzero(scores < threshold))
-        allowed = math.floor(len(scores) * (1.0 - tpr) + 1e-9)
-        case["rerecord_advice"] = row is not None and case["own_rejected"] > max(allowed, 1)
+        case["rerecord_advice"] = rerecord_advised(case["own_rejected"], len(scores), tpr, row)
         reference = (
             bipolar(codeword) if mode == "codeword" else prototype(outputs).astype(np.float32)
         )

@@ -167,14 +167,37 @@ export function computeEnrollment(
   };
 }
 
+/** Re-record advice needs a binomial tail below this (calibration.ADVICE_P). */
+export const ADVICE_P = 0.05;
+
+/**
+ * `binomial_tail`: P(X >= atLeast) for X ~ Binomial(trials, rate), summed in log space with
+ * log-factorials as running sums of log i (the reference's terms).
+ */
+export function binomialTail(trials: number, atLeast: number, rate: number): number {
+  if (atLeast <= 0) return 1;
+  if (atLeast > trials || rate <= 0) return 0;
+  if (rate >= 1) return 1;
+  const logFactorial = [0];
+  for (let i = 1; i <= trials; i++) logFactorial.push(logFactorial[i - 1]! + Math.log(i));
+  let total = 0;
+  for (let k = atLeast; k <= trials; k++) {
+    const logChoose = logFactorial[trials]! - logFactorial[k]! - logFactorial[trials - k]!;
+    total += Math.exp(logChoose + k * Math.log(rate) + (trials - k) * Math.log1p(-rate));
+  }
+  return Math.min(total, 1);
+}
+
 /**
  * Whether enrollment advises re-recording (spec §9.1): the threshold is calibrated (`row` not
- * null) and more of the user's own warm-up scores fall below it than the target TPR allows,
- * `max(⌊n(1 − q)⌋, 1)`.
+ * null), more of the user's own warm-up scores fall below it than `max(⌊n(1 − q)⌋, 1)`, and,
+ * when the row states an FRR, that many are unlikely at that FRR (binomial tail below ADVICE_P).
  */
 export function rerecordAdvised(ownRejected: number, samples: number, targetTpr: number, row: Row | null): boolean {
-  const allowed = Math.floor(samples * (1 - targetTpr) + 1e-9);
-  return row !== null && ownRejected > Math.max(allowed, 1);
+  if (row === null) return false;
+  const allowed = Math.max(Math.floor(samples * (1 - targetTpr) + 1e-9), 1);
+  if (ownRejected <= allowed) return false;
+  return row.frr === null || binomialTail(samples, ownRejected, row.frr) < ADVICE_P;
 }
 
 /** Enroll and verify users with one model bundle and one template store. */

@@ -32,6 +32,7 @@ import {
   parseCalibration,
   parseCohortSpec,
   rerecordAdvised,
+  binomialTail,
   toPayload,
   userThreshold,
   warmupThreshold,
@@ -314,4 +315,21 @@ test("verification refuses a prototype template enrolled against another cohort 
   } finally {
     await rm(folder, { recursive: true, force: true });
   }
+});
+
+test("re-record advice weighs the table's FRR: a binomial tail below 0.05 (spec §9.1)", () => {
+  const near = (a: number, b: number) => assert.ok(Math.abs(a - b) < 1e-12, `${a} vs ${b}`);
+  near(binomialTail(6, 3, 0.376), 0.4060140306654826);
+  near(binomialTail(6, 5, 0.376), 0.030962530020229133);
+  near(binomialTail(5, 2, 0.05), 0.0225925);
+  assert.equal(binomialTail(10, 0, 0.3), 1);
+  assert.equal(binomialTail(5, 6, 0.5), 0);
+  const stated = { far: 0.01, threshold: 3.2, false_accepts: 10, frr: 0.376, false_rejects: 100 };
+  const none = { ...stated, frr: null, false_rejects: null };
+  const advised = (row: typeof stated | typeof none) =>
+    [0, 1, 2, 3, 4, 5, 6].map((rejected) => rerecordAdvised(rejected, 6, 0.95, row as never));
+  // at FRR 0.376, 3 or 4 of 6 rejected is expected: advice only from 5 (tail 0.031)
+  assert.deepEqual(advised(stated), [false, false, false, false, false, true, true]);
+  // no FRR stated (a codeword table): the count alone, more than max(⌊6 · 0.05⌋, 1)
+  assert.deepEqual(advised(none), [false, false, true, true, true, true, true]);
 });

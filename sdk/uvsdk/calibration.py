@@ -584,6 +584,44 @@ def _codeword_table(
     return table_from_scores("codeword", trials, people=people, enroll_samples=0, score="codeword")
 
 
+ADVICE_P = 0.05
+"""Re-record advice when the user's own samples fall below their threshold more often than the
+table's FRR makes likely: a binomial tail below this."""
+
+
+def binomial_tail(trials: int, at_least: int, rate: float) -> float:
+    """``P(X >= at_least)`` for ``X ~ Binomial(trials, rate)``, summed in log space (the same
+    terms in every implementation: log-factorials as running sums of ``log i``)."""
+    if at_least <= 0:
+        return 1.0
+    if at_least > trials or rate <= 0.0:
+        return 0.0
+    if rate >= 1.0:
+        return 1.0
+    log_factorial = [0.0]
+    for i in range(1, trials + 1):
+        log_factorial.append(log_factorial[-1] + math.log(i))
+    total = 0.0
+    for k in range(at_least, trials + 1):
+        log_choose = log_factorial[trials] - log_factorial[k] - log_factorial[trials - k]
+        total += math.exp(log_choose + k * math.log(rate) + (trials - k) * math.log1p(-rate))
+    return min(total, 1.0)
+
+
+def rerecord_advised(own_rejected: int, samples: int, target_tpr: float, row: Row | None) -> bool:
+    """Whether enrollment advises re-recording: the threshold is calibrated (``row``), it
+    rejects more of the user's own leave-one-out scores than ``max(floor(n(1 − q)), 1)``, and,
+    when the row states an FRR, that many rejections are unlikely at that FRR (binomial tail
+    below :data:`ADVICE_P`): a user is not told their samples vary too much when the table's
+    FRR expects as many rejections."""
+    if row is None:
+        return False
+    allowed = max(math.floor(samples * (1.0 - target_tpr) + 1e-9), 1)
+    if own_rejected <= allowed:
+        return False
+    return row.frr is None or binomial_tail(samples, own_rejected, row.frr) < ADVICE_P
+
+
 def user_threshold(
     warmup_scores: np.ndarray,
     target_tpr: float,

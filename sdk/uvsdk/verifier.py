@@ -15,7 +15,6 @@ what the command does::
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,7 +26,13 @@ import numpy as np
 
 from . import backoff as backoff_rules
 from .bundle import AudioInput, Bundle, Code, ImageInput
-from .calibration import DEFAULT_FAR, check_far, normalised_leave_one_out, user_threshold
+from .calibration import (
+    DEFAULT_FAR,
+    check_far,
+    normalised_leave_one_out,
+    rerecord_advised,
+    user_threshold,
+)
 from .codeword import bipolar, encode, new_message, random_user_id
 from .cohort import as_norm
 from .errors import (
@@ -87,7 +92,8 @@ class EnrollmentReport:
     codeword mode, whose calibration has no genuine trials). ``floored`` says the calibrated
     threshold was above the warm-up one; ``own_rejected`` counts the user's own enrollment
     samples (leave-one-out) that their threshold would reject, and ``advice`` is the re-record
-    advice when that is more than the target TPR allows.
+    advice when that is more than the target TPR allows and than the table's FRR makes likely
+    (:func:`uvsdk.calibration.rerecord_advised`).
     """
 
     user: str
@@ -432,8 +438,7 @@ class Verifier:
         if row is not None:
             assert calibration is not None
             expected_far, expected_frr = calibration.tables[mode].expected(threshold)
-            allowed = math.floor(len(scores) * (1.0 - target_tpr) + 1e-9)
-            if own_rejected > max(allowed, 1):
+            if rerecord_advised(own_rejected, len(scores), target_tpr, row):
                 advice = (
                     f"{own_rejected} of your {len(scores)} samples score below the bundle's "
                     f"calibrated threshold: they vary more than one person's usually do. "

@@ -550,3 +550,22 @@ def test_a_face_bundle_calibrates_on_orl_by_name(tmp_path: Path) -> None:
     )
     assert (table.people, table.genuine_trials, table.impostor_trials) == (40, 40 * 5, 40 * 39 * 10)
     assert Bundle(path).manifest.calibration == calibration
+
+
+def test_re_record_advice_weighs_the_tables_frr() -> None:
+    """Spec §9.1: at the table's FRR, a user is advised only when that many own samples below
+    the threshold are unlikely (binomial tail < 0.05), not for what the FRR expects."""
+    from math import comb
+
+    from uvsdk.calibration import Row, binomial_tail, rerecord_advised
+
+    for n, k, p in ((6, 3, 0.376), (6, 5, 0.376), (5, 2, 0.05), (12, 7, 0.2)):
+        exact = sum(comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
+        assert binomial_tail(n, k, p) == pytest.approx(exact, abs=1e-12)
+    assert binomial_tail(10, 0, 0.3) == 1.0 and binomial_tail(5, 6, 0.5) == 0.0
+    stated = Row(0.01, 3.2, 10, 0.376, 100)
+    advised = [rerecord_advised(r, 6, 0.95, stated) for r in range(7)]
+    assert advised == [False] * 5 + [True] * 2  # 3 of 6 is what FRR 0.376 expects
+    unstated = Row(0.01, 0.4, 10, None, None)  # a codeword table: the count alone
+    assert [rerecord_advised(r, 6, 0.95, unstated) for r in range(7)] == [False] * 2 + [True] * 5
+    assert not rerecord_advised(6, 6, 0.95, None)  # the warm-up rule alone: no advice
