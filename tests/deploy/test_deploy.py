@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
+from tests.deploy.devices import device_folder
 from uvdeploy.device import Device, DeviceError  # noqa: E402
 from uvdeploy.errors import DeployError  # noqa: E402
 from uvdeploy.local import app_dir  # noqa: E402
@@ -30,17 +31,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-def _device_folder(voice_dir: Path, speaker: int, root: Path) -> Path:
-    """``device/samples`` (clips 0-5 of a speaker) and ``device/test`` (clips 6-7)."""
-    folder = root / f"device-{speaker}"
-    for split, clips in (("samples", range(6)), ("test", range(6, 8))):
-        (folder / split).mkdir(parents=True)
-        for index in clips:
-            source = voice_dir / f"speaker{speaker}" / f"clip{index}.wav"
-            (folder / split / source.name).write_bytes(source.read_bytes())
-    return folder
 
 
 # -- settings -------------------------------------------------------------------------------------
@@ -149,7 +139,7 @@ def test_a_devices_update_is_the_simulators(
     settings = DeploySettings.from_run_config(
         {"method": method, "local_steps": 2, "batch_size": 4, "lr": 0.05}
     )
-    folder = _device_folder(voice_dir, 1, tmp_path)
+    folder = device_folder(voice_dir, 1, tmp_path)
     device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
     samples = device.samples()
     assert samples.shape == (6 * 2, 32000)  # 2.5-s clips: two 2-s windows each
@@ -190,7 +180,7 @@ def test_a_device_with_local_epochs_passes_over_its_samples_once_an_epoch(
         {"method": "fedhide", "local_epochs": 2, "batch_size": 5, "lr": 0.05, "crop_seconds": 2.0}
     )
     assert settings.to_dict()["local_epochs"] == 2
-    folder = _device_folder(voice_dir, 1, tmp_path)
+    folder = device_folder(voice_dir, 1, tmp_path)
     device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
     samples = torch.as_tensor(device.samples())  # 12 windows
     seen: list = []
@@ -264,7 +254,7 @@ def test_a_device_draws_its_noise_from_a_secret_seed_it_never_sends(
 
     monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
     settings = DeploySettings.from_run_config({"method": "fedhide", "dp": "distributed"})
-    folder = _device_folder(voice_dir, 1, tmp_path)
+    folder = device_folder(voice_dir, 1, tmp_path)
     device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
     seeds: list[int] = []
     draw = uvtrain.privacy.secrets.randbits
@@ -299,7 +289,7 @@ def test_a_device_keeps_its_codeword_encrypted_and_refuses_a_plain_feduv_round(
     voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bch127
 ) -> None:
     monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
-    folder = _device_folder(voice_dir, 2, tmp_path)
+    folder = device_folder(voice_dir, 2, tmp_path)
     node = {"data": str(folder / "samples"), "store": str(tmp_path / "store")}
     settings = DeploySettings.from_run_config({"method": "feduv"})
     device = Device(node, settings)

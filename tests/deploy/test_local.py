@@ -16,6 +16,7 @@ import torch
 pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
+from tests.deploy.devices import device_folder  # noqa: E402
 from tests.processes import is_gone, is_running, run_until_stalled  # noqa: E402
 from uvdeploy.local import LaunchError, LocalFederation  # noqa: E402
 from uvdeploy.settings import (  # noqa: E402
@@ -25,23 +26,6 @@ from uvdeploy.settings import (  # noqa: E402
 from uvtrain.config import ConfigError  # noqa: E402
 from uvtrain.engine import split_parameters  # noqa: E402
 
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
-
-
-def _device_folder(voice_dir: Path, speaker: int, root: Path) -> Path:
-    """``device/samples`` (clips 0-5 of a speaker) and ``device/test`` (clips 6-7)."""
-    folder = root / f"device-{speaker}"
-    for split, clips in (("samples", range(6)), ("test", range(6, 8))):
-        (folder / split).mkdir(parents=True)
-        for index in clips:
-            source = voice_dir / f"speaker{speaker}" / f"clip{index}.wav"
-            (folder / split / source.name).write_bytes(source.read_bytes())
-    return folder
-
-
 # -- a real federation ------------------------------------------------------------------------------
 
 
@@ -49,7 +33,7 @@ def _device_folder(voice_dir: Path, speaker: int, root: Path) -> Path:
 def federation(voice_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """Four devices (speakers 0-3) on a loopback SuperLink, shared by the runs below."""
     root = tmp_path_factory.mktemp("federation")
-    devices = [_device_folder(voice_dir, speaker, root / "devices") for speaker in range(4)]
+    devices = [device_folder(voice_dir, speaker, root / "devices") for speaker in range(4)]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
         patch.setenv("UVTRAIN_DATA", str(root / "no-datasets"))  # devices read only their folders
