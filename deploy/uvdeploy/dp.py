@@ -135,6 +135,11 @@ def plan(settings: DeploySettings, devices: int) -> PrivacyPlan | None:
     mechanism = settings.mechanism
     if mechanism == "off":
         return None
+    if settings.run.privacy.dp_noise_cohort is not None:
+        raise ConfigError(
+            "dp_noise_cohort simulates a deployment's cohort in the simulator; a deployment's "
+            "noise is that of its own cohort"
+        )
     cohort = settings.cohort_size(devices)
     min_survivors(settings, cohort)  # refused here when SecAgg+ cannot enforce it
     return plan_from_settings(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -283,6 +284,79 @@ def test_the_flower_plan_spends_exactly_what_the_simulator_plans() -> None:
         assert deployed.spent(rounds) == simulated.spent(rounds)
 
 
+def test_a_simulated_deployment_cohort_gets_the_deployments_noise_and_epsilon() -> None:
+    """pfl-research's noise_cohort_size: m = 10 simulated of N = 100, the noise of M = 1,000 of
+    N_dep = 10⁶. The accountant sees q = M/N_dep (its ε equals a plain plan's at that rate), δ
+    and σ_b default from the deployment, and the released mean carries exactly the deployment's
+    N(0, (z_Δ·C/M)²) — measured on the released model, not read from the mechanism's fields."""
+    simulated = plan_privacy("central", clip_norm=0.5, rounds=50, cohort=10, users=100,
+                             target_epsilon=4.0, adaptive=True, noise_cohort=1000,
+                             population=1_000_000)  # fmt: skip
+    deployed = plan_privacy("central", clip_norm=0.5, rounds=50, cohort=1000, users=1_000_000,
+                            target_epsilon=4.0, adaptive=True)  # fmt: skip
+    assert simulated is not None and deployed is not None
+    assert simulated.sampling_rate == pytest.approx(1e-3) and simulated.cohort_rate == 0.1
+    assert simulated.noise_multiplier == deployed.noise_multiplier
+    assert simulated.delta == deployed.delta == pytest.approx(1e6**-1.1)
+    assert simulated.count_std == deployed.count_std == 50.0  # M / 20
+    assert simulated.epsilon == pytest.approx(deployed.epsilon)
+    assert simulated.noise_scale == pytest.approx(0.01)
+    assert "SIMULATED DEPLOYMENT SCALE" in simulated.describe()
+    assert simulated.report()["simulated_deployment"]["noise_cohort"] == 1000
+    assert deployed.report()["simulated_deployment"] is None
+    # the released mean of 10 zero updates: N(0, (z_Δ C / M)²) in every value, the deployment's
+    count = 10
+    updates, base = _updates(count, 0.0)
+    base = {"w": torch.zeros(200, 50)}
+    updates.deltas = {"w": torch.zeros(count, 200, 50)}
+    mechanism = UserLevelDP.from_plan(simulated, seeded_noise(3))
+    plan = RoundPlan(1, np.arange(count), 0.1)
+    released, _ = PrivateSum(mechanism)(PrivateUsers(mechanism)(updates, base, plan), base, plan)
+    expected = deployed.update_noise * 0.5 / 1000
+    assert float(released["w"].std()) == pytest.approx(expected, rel=0.05)  # 10,000 draws
+    # the clip count's noise, as a fraction, is the deployment's σ_b / M too
+    assert mechanism.adaptive.count_std / count == pytest.approx(deployed.count_std / 1000)
+    # the population defaults to the simulation's own rate kept
+    kept = plan_privacy("central", clip_norm=1.0, rounds=5, cohort=10, users=100,
+                        noise=1.0, noise_cohort=500)  # fmt: skip
+    assert kept.population == 5000 and kept.sampling_rate == pytest.approx(0.1)
+
+
+def test_the_membership_eer_floor_is_below_the_gaussian_mechanisms_exact_one() -> None:
+    """The floor from the RDP profile against an independent figure: one Gaussian mechanism of
+    multiplier z (no sampling, one round) is exactly μ-GDP with μ = 1/z (Dong, Roth and Su
+    2019), whose most powerful test has EER Φ(−μ/2). A valid floor is never above it, and the
+    RDP profile of a single Gaussian is tight enough to come close where the noise is large."""
+    from statistics import NormalDist
+
+    from uvtrain.privacy import membership_eer_floor
+
+    floors = []
+    for noise in (0.5, 1.0, 2.0, 4.0):
+        exact = NormalDist().cdf(-1 / (2 * noise))
+        floor = membership_eer_floor(noise, 1.0, 1)
+        assert 0 < floor <= exact
+        floors.append(floor)
+    assert floor >= 0.9 * exact  # z = 4
+    assert floors == sorted(floors)  # more noise, a higher floor
+    # the curve's FedUV runs (q = 0.1, 800 rounds): the floors issue 34 quotes, 0.06 / 0.23 / 0.35
+    assert membership_eer_floor(1.817, 0.1, 800) == pytest.approx(0.06, abs=0.01)
+    assert membership_eer_floor(5.457, 0.1, 800) == pytest.approx(0.35, abs=0.01)
+
+
+def test_a_deployment_refuses_a_simulated_noise_cohort() -> None:
+    pytest.importorskip("uvdeploy")
+    from uvdeploy.dp import plan as flower_plan
+    from uvdeploy.settings import DeploySettings
+
+    settings = {"method": "feduv", "rounds": 4, "fraction": 0.5, "dp": "central",
+                "dp_epsilon": 6.0}  # fmt: skip
+    deploy = DeploySettings.from_run_config(settings)
+    run = deploy.run.replace(dp="central", dp_noise_cohort=100)
+    with pytest.raises(ConfigError, match="deployment's noise is that of its own cohort"):
+        flower_plan(replace(deploy, run=run), 12)
+
+
 TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
 
 
@@ -395,7 +469,13 @@ def test_dp_input_errors_are_one_line_and_exit_2(
                 ["--dp", "central"],
                 ["--dp", "sometimes", "--dp-epsilon", "4"],
                 ["--dp", "central", "--dp-noise-multiplier", "3", "--adaptive-clipping",
-                 "--clip-count-std", "1.5"]):  # fmt: skip
+                 "--clip-count-std", "1.5"],
+                ["--dp-noise-cohort", "100"],  # scales a noise there is none of
+                ["--dp", "central", "--dp-epsilon", "4", "--dp-population", "1000"],
+                ["--dp", "central", "--dp-epsilon", "4", "--dp-noise-cohort", "2"],  # < m = 4
+                ["--dp", "central", "--dp-epsilon", "4", "--dp-noise-cohort", "100",
+                 "--dp-population", "50"],
+                ["--dp", "central", "--dp-epsilon", "4", "--dp-noise-cohort", "0"]):  # fmt: skip
         result = _run(tmp_path / "bad", *bad, "--rounds", "1")
         assert result.exit_code == 2, (bad, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output

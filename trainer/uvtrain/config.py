@@ -329,6 +329,24 @@ class Privacy:
         },
     )
 
+    dp_noise_cohort: int | None = field(
+        default=None,
+        metadata={
+            "help": "Simulated deployment scale (pfl-research's noise_cohort_size): add the "
+            "noise of an expected cohort of this many users M, scaled by m/M onto the m the "
+            "simulation trains; the results hold for a deployment with cohorts of M.",
+            "flower": False,
+        },
+    )
+    dp_population: int | None = field(
+        default=None,
+        metadata={
+            "help": "With --dp-noise-cohort: the deployment's population N the accountant "
+            "samples M from (q = M/N; default: the simulation's own rate m/N kept).",
+            "flower": False,
+        },
+    )
+
     def __post_init__(self) -> None:
         check_types(self)
         if self.dp not in ("off", "central", "distributed"):
@@ -349,6 +367,21 @@ class Privacy:
             raise ConfigError(f"clip_learning_rate must be positive, not {self.clip_learning_rate}")
         if self.clip_count_std is not None and not self.clip_count_std > 0:
             raise ConfigError(f"clip_count_std must be positive, not {self.clip_count_std}")
+        if self.dp_noise_cohort is not None and not self.dp_noise_cohort >= 1:
+            raise ConfigError(
+                f"dp_noise_cohort must be a positive count, not {self.dp_noise_cohort}"
+            )
+        if self.dp_population is not None and self.dp_noise_cohort is None:
+            raise ConfigError("--dp-population is the population of --dp-noise-cohort: give both")
+        if self.dp_population is not None and not self.dp_population >= self.dp_noise_cohort:
+            raise ConfigError(
+                f"--dp-population {self.dp_population} is smaller than its cohort "
+                f"--dp-noise-cohort {self.dp_noise_cohort}"
+            )
+        if self.dp == "off" and self.dp_noise_cohort is not None:
+            raise ConfigError(
+                "--dp-noise-cohort scales the DP noise: give --dp central or distributed"
+            )
         if self.dp != "off" and (self.dp_epsilon is None) == (self.dp_noise_multiplier is None):
             raise ConfigError(f"--dp {self.dp} needs one of --dp-epsilon, --dp-noise-multiplier")
 

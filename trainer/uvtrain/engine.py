@@ -346,7 +346,7 @@ class Simulation(GlobalModel):
         next ε·K in order (round-robin); under differential privacy (``privacy``, the plan) each
         client with probability ``q`` (:func:`~uvtrain.rounds.poisson_cohort`)."""
         if self.privacy is not None:
-            rate = self.privacy.sampling_rate
+            rate = self.privacy.cohort_rate
             return poisson_cohort(self.config.seed, round_number, self.num_clients, rate)
         count = max(1, round(self.config.fraction * self.num_clients))
         if self.config.sampling == "round-robin":

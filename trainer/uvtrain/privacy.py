@@ -40,6 +40,17 @@ the pair is one Gaussian mechanism of multiplier ``z = (z_Δ⁻² + (2σ_b)⁻²
 update's share of a budget ``z`` is ``z_Δ = (z⁻² − (2σ_b)⁻²)^(−½)`` (their Theorem 1,
 :func:`update_noise_multiplier`).
 
+**Simulated deployment scale** (pfl-research's ``noise_cohort_size``; :attr:`PrivacyPlan.
+noise_cohort`): a simulation trains cohorts of ``m`` (expected) from its ``N`` users but adds the
+noise a deployment's cohort of ``M ≥ m`` would get, scaled by ``m/M``: the sum carries
+``N(0, (z_Δ·C·m/M)²)`` and the count ``N(0, (σ_b·m/M)²)``, so after the division by ``m`` the
+model and the clip fraction carry exactly the noise of the deployment's ``(sum + N(0, (z_Δ C)²))
+/ M``. The accountant takes the deployment's rate ``q = M / N_dep`` (``N_dep`` its population),
+``δ`` defaults from ``N_dep``, and ``σ_b`` from ``M``. What the simulation cannot give is the
+averaging of ``M`` users' signal (it averages ``m``): its accuracy is the deployment's only as far
+as the ``m``-user mean stands for the ``M``-user one, which is why every report names such a run
+"simulated deployment scale", never a real cohort.
+
 **Accounting** (:func:`epsilon`, :func:`noise_multiplier`): Google's ``dp-accounting`` RDP
 accountant with ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (Mironov, Talwar and Zhang,
 "Rényi Differential Privacy of the Sampled Gaussian Mechanism", 2019) composed over the run's
@@ -120,6 +131,38 @@ def epsilon(noise: float, sampling_rate: float, rounds: int, delta: float) -> fl
     orders, per_round = _rdp_per_round(float(noise), float(sampling_rate))
     value, _ = rdp.compute_epsilon(orders, per_round * rounds, delta)
     return float(value)
+
+
+def delta_at(noise: float, sampling_rate: float, rounds: int, epsilon_value: float) -> float:
+    """The run's privacy profile: the ``δ`` at which ``rounds`` rounds of :func:`round_event`
+    are ``(epsilon_value, δ)``-DP (RDP accountant; 1 without noise)."""
+    if rounds <= 0:
+        return 0.0
+    if noise <= 0:
+        return 1.0
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    orders, per_round = _rdp_per_round(float(noise), float(sampling_rate))
+    value, _ = rdp.compute_delta(orders, per_round * rounds, epsilon_value)
+    return float(min(1.0, value))
+
+
+@lru_cache(maxsize=64)
+def membership_eer_floor(noise: float, sampling_rate: float, rounds: int) -> float:
+    """The lowest equal error rate any test of "was this user in training" can have against
+    a model trained with user-level DP (docs/privacy.md, "Verifying by enrollment").
+
+    Hypothesis testing under ``(ε, δ)``-DP (Kairouz, Oh and Viswanath, ICML 2015, Thm. 2.1):
+    ``TPR ≤ e^ε·FPR + δ`` and ``1 − FPR ≤ e^ε·(1 − TPR) + δ``, for every point ``(ε, δ(ε))`` of
+    the run's privacy profile (:func:`delta_at`). At the equal error rate ``e`` this reads
+    ``1 − e ≤ e^ε·e + δ(ε)``, so ``e ≥ (1 − δ(ε)) / (1 + e^ε)``, the largest over ``ε``. FedUV's
+    codeword test (and the baselines' class-row test) is such a test: without user ``k`` the
+    model is independent of ``k``'s secret codeword bits."""
+    if rounds <= 0 or noise <= 0:
+        return 0.0 if noise <= 0 else 0.5
+    grid = np.concatenate([[0.0], np.geomspace(1e-3, 40.0, 300)])
+    bounds = [(1 - delta_at(noise, sampling_rate, rounds, e)) / (1 + math.exp(e)) for e in grid]
+    return float(max(0.0, max(bounds)))
 
 
 def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: float) -> float:
@@ -225,11 +268,27 @@ class PrivacyPlan:
     users: int
     target_epsilon: float | None = None
     adaptive: AdaptiveClipping | None = None
+    noise_cohort: int | None = None
+    population: int | None = None
+
+    @property
+    def cohort_rate(self) -> float:
+        """``m / N``: each of the run's own users' chance to be in a round's cohort (what the
+        simulation samples)."""
+        return min(1.0, self.cohort / self.users)
 
     @property
     def sampling_rate(self) -> float:
-        """``q = m / N``, each user's chance to be in a round's cohort."""
-        return min(1.0, self.cohort / self.users)
+        """``q``, the accountant's rate: ``m / N``, or at simulated deployment scale the
+        deployment's ``M / N_dep``."""
+        if self.noise_cohort is None:
+            return self.cohort_rate
+        return min(1.0, self.noise_cohort / self.population)
+
+    @property
+    def noise_scale(self) -> float:
+        """``m / M``: the factor on the sum's noise at simulated deployment scale (1 else)."""
+        return 1.0 if self.noise_cohort is None else self.cohort / self.noise_cohort
 
     @property
     def update_noise(self) -> float:
@@ -253,10 +312,18 @@ class PrivacyPlan:
         clipping the pair ``z_Δ``, ``σ_b`` is as private as ``z``)."""
         return epsilon(self.noise_multiplier, self.sampling_rate, rounds, self.delta)
 
+    @property
+    def membership_eer_floor(self) -> float:
+        """The lowest EER a verification test that is a membership test can reach under this
+        run's noise (:func:`membership_eer_floor`): FedUV's codeword protocol, the baselines'
+        class-row protocol. Enrollment after training is not bounded by it."""
+        return membership_eer_floor(self.noise_multiplier, self.sampling_rate, self.rounds)
+
     def report(self) -> dict[str, Any]:
         return {
             "mechanism": self.mechanism,
             "epsilon": self.epsilon,
+            "membership_eer_floor": self.membership_eer_floor,
             "delta": self.delta,
             "noise_multiplier": self.noise_multiplier,
             "update_noise_multiplier": self.update_noise,
@@ -273,18 +340,34 @@ class PrivacyPlan:
             "adaptive_clipping": None
             if self.adaptive is None
             else self.adaptive.report(self.noise_multiplier),
+            "simulated_deployment": None
+            if self.noise_cohort is None
+            else {
+                "noise_cohort": self.noise_cohort,
+                "population": self.population,
+                "noise_scale": self.noise_scale,
+                "note": "noise and ε of cohorts of noise_cohort from population; the "
+                "simulation averaged expected_cohort of users real users per round",
+            },
         }
 
     def describe(self) -> str:
         """One line for a terminal: the mechanism, ``ε`` and ``δ``, and what they rest on."""
         count = "" if self.adaptive is None else f", z_Δ = {self.update_noise:.4g}, σ_b = "
         count += "" if self.adaptive is None else f"{self.count_std:.3g} on {COUNT_BITS} bits"
+        if self.noise_cohort is None:
+            cohort = f"expected cohort {self.cohort} of {self.users}"
+        else:
+            cohort = (
+                f"SIMULATED DEPLOYMENT SCALE: the noise of expected cohorts of "
+                f"{self.noise_cohort:,} from {self.population:,} users, scaled by "
+                f"{self.noise_scale:.3g} onto the {self.cohort} of {self.users} simulated"
+            )
         return (
             f"user-level DP, {self.mechanism}: ε = {self.epsilon:.3g}, δ = {self.delta:.2g} "
             f"({NEIGHBORING_RELATION}) over {self.rounds} rounds (z = {self.noise_multiplier:.4g}"
             f"{count}, C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, "
-            f"{SAMPLING} sampling q = {self.sampling_rate:.3g}: expected cohort {self.cohort} of "
-            f"{self.users})"
+            f"{SAMPLING} sampling q = {self.sampling_rate:.3g}: {cohort})"
         )
 
 
@@ -302,35 +385,66 @@ def plan_privacy(
     clip_quantile: float = 0.5,
     clip_learning_rate: float = 0.2,
     clip_count_std: float | None = None,
+    noise_cohort: int | None = None,
+    population: int | None = None,
 ) -> PrivacyPlan | None:
     """The run's mechanism from its settings (``None`` when off): given a target ``ε`` the noise
     multiplier is computed for the run's ``rounds`` and Poisson-sampled cohorts of expected size
     ``cohort`` of ``users`` (``q = cohort / users``); given
     the noise multiplier, the ``ε`` follows. ``adaptive``: adaptive clipping from ``clip_norm``
-    (:class:`AdaptiveClipping`; ``clip_count_std`` defaults to ``cohort / 20``)."""
+    (:class:`AdaptiveClipping`; ``clip_count_std`` defaults to ``cohort / 20``).
+
+    ``noise_cohort`` (``M``): simulated deployment scale (see the module's docstring): the noise,
+    ``δ``'s default, ``σ_b``'s default and ``q`` are those of cohorts of ``M`` from
+    ``population`` (default ``M·users/cohort``, the simulation's own rate kept)."""
     if mechanism == "off":
         return None
     if mechanism not in MECHANISMS:
         raise ConfigError(f"--dp must be one of {', '.join(MECHANISMS)}, not {mechanism!r}")
     if not clip_norm > 0:
         raise ConfigError(f"--clip-norm must be positive, not {clip_norm}")
-    delta = default_delta(users) if delta is None else delta
+    cohort = min(cohort, users)
+    accounted, rate = users, cohort / users
+    if noise_cohort is not None:
+        if noise_cohort < cohort:
+            raise ConfigError(
+                f"--dp-noise-cohort {noise_cohort} is smaller than the simulated cohort {cohort}: "
+                "it simulates a deployment's larger cohort"
+            )
+        if population is None:
+            population = max(noise_cohort, round(noise_cohort * users / cohort))
+        if population < noise_cohort:
+            raise ConfigError(f"--dp-population {population} < --dp-noise-cohort {noise_cohort}")
+        accounted, rate = population, noise_cohort / population
+    elif population is not None:
+        raise ConfigError("--dp-population is the population of --dp-noise-cohort: give both")
+    delta = default_delta(accounted) if delta is None else delta
     if not 0 < delta < 1:
         raise ConfigError(f"--dp-delta must be in (0, 1), not {delta}")
-    cohort = min(cohort, users)
     if noise is None:
         if target_epsilon is None:
             raise ConfigError("--dp needs --dp-epsilon (or --dp-noise-multiplier)")
-        noise = noise_multiplier(target_epsilon, cohort / users, rounds, delta)
+        noise = noise_multiplier(target_epsilon, rate, rounds, delta)
     elif not noise > 0:
         raise ConfigError(f"--dp-noise-multiplier must be positive, not {noise}")
     clipping = None
     if adaptive:
-        count_std = cohort / 20 if clip_count_std is None else clip_count_std
+        expected = cohort if noise_cohort is None else noise_cohort
+        count_std = expected / 20 if clip_count_std is None else clip_count_std
         clipping = AdaptiveClipping(clip_quantile, clip_learning_rate, float(count_std))
         update_noise_multiplier(float(noise), clipping.count_std)  # refused when impossible
     plan = PrivacyPlan(
-        mechanism, float(noise), clip_norm, delta, rounds, cohort, users, target_epsilon, clipping
+        mechanism,
+        float(noise),
+        clip_norm,
+        delta,
+        rounds,
+        cohort,
+        users,
+        target_epsilon,
+        clipping,
+        noise_cohort,
+        population,
     )
     if target_epsilon is not None and plan.epsilon > target_epsilon * (1 + 1e-6):
         raise ConfigError(
@@ -369,6 +483,8 @@ def plan_from_settings(
         clip_quantile=settings.clip_quantile,
         clip_learning_rate=settings.clip_learning_rate,
         clip_count_std=settings.clip_count_std,
+        noise_cohort=settings.dp_noise_cohort,
+        population=settings.dp_population,
     )
 
 
@@ -474,13 +590,18 @@ class UserLevelDP:
     def from_plan(
         cls, plan: PrivacyPlan, noise: NoiseSource = secret_noise, survivors: int | None = None
     ) -> UserLevelDP:
-        """The mechanism of a run's plan, its clip norm the plan's initial one."""
+        """The mechanism of a run's plan, its clip norm the plan's initial one; at simulated
+        deployment scale both noises scaled by ``m/M`` (:attr:`PrivacyPlan.noise_scale`)."""
+        scale = plan.noise_scale
+        adaptive = plan.adaptive
+        if adaptive is not None and scale != 1.0:
+            adaptive = replace(adaptive, count_std=adaptive.count_std * scale)
         return cls(
             plan.mechanism,
             plan.clip_norm,
-            plan.update_noise,
+            plan.update_noise * scale,
             float(plan.cohort),
-            plan.adaptive,
+            adaptive,
             noise,
             survivors,
             plan,
