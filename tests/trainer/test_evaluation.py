@@ -342,6 +342,7 @@ def test_make_report_has_the_design_shape() -> None:
         "leakage": None,
         "throughput": {"client_updates_per_s": None, "device": None},
         "class_row": None,
+        "enrollment": None,
         "trials": {
             "train": {"genuine": None, "impostor": None},
             "test_known": {"genuine": None, "impostor": None},
@@ -438,3 +439,36 @@ def test_write_report_nulls_nan_and_is_atomic(
         write_report(path, {"bad": object()})
     assert path.read_text() == text
     assert [p.name for p in path.parent.iterdir()] == ["report.json"]
+
+
+def test_a_codeword_model_is_scored_by_enrollment_without_its_codewords() -> None:
+    """FedUV by enrollment (issue 34): outputs that cluster by person but carry nothing of the
+    trained codewords verify by enrollment (EER near 0) though not by codeword (near 0.5)."""
+    from uvtrain.evaluation.scoring import enrollment_splits
+
+    rng = np.random.default_rng(0)
+    users, dim = 12, 63
+    centres = rng.choice([-1.0, 1.0], size=(users + 4, dim))
+
+    def samples(people: range, count: int) -> tuple[np.ndarray, np.ndarray]:
+        labels = np.repeat(np.arange(len(people)), count)
+        values = centres[list(people)][labels] + 0.6 * rng.standard_normal((len(labels), dim))
+        return values, labels
+
+    outputs, labels = {}, {}
+    for split, count in (("train", 6), ("val", 5), ("test", 5)):
+        outputs[split], labels[split] = samples(range(users), count)
+    unknown, unknown_labels = samples(range(users, users + 4), 6)
+    scored = {"outputs": outputs, "labels": labels, "unknown_outputs": unknown,
+              "unknown_labels": unknown_labels}  # fmt: skip
+    enrolled = enrollment_splits(scored, users, 0.95)
+    assert enrolled["splits"]["test_known"]["eer"] < 0.02
+    assert enrolled["splits"]["unknown"]["eer"] < 0.05
+    assert enrolled["warmup"]["users"] == users and enrolled["warmup"]["tpr"] > 0.8
+    codewords = rng.choice([-1.0, 1.0], size=(users, dim))  # the secret targets, never learnt
+    genuine, impostor = codeword_protocol(outputs["test"], labels["test"], codewords)
+    assert split_metrics(genuine, impostor)["eer"] > 0.3
+    report = make_report("feduv", "x", 1, {}, {}, None, {}, enrollment=enrolled)
+    assert report["enrollment"]["protocol"] == "enrollment"
+    assert report["enrollment"]["splits"]["unknown"]["eer"] < 0.05
+    assert report["enrollment"]["trials"]["warmup_users"] == users

@@ -540,21 +540,25 @@ def _print_report(report: dict, folder: Path) -> None:
         f"  warm-up at target TPR {warmup['target_tpr']}: TPR {_num(warmup['tpr'], '.3f')}, "
         f"FPR {_num(warmup['fpr'], '.4f')}"
     )
-    class_row = report.get("class_row")
-    if class_row:
-        typer.echo(
-            "  against the learnt class rows (the FedUV paper's protocol for its baselines):"
-        )
-        for name, split in class_row["splits"].items():
+    sections = {
+        "class_row": "against the learnt class rows (the FedUV paper's protocol for its baselines):",
+        "enrollment": "by enrollment (the SDK's prototype mode; the codewords unused):",
+    }
+    for key, title in sections.items():
+        section = report.get(key)
+        if not section:
+            continue
+        typer.echo(f"  {title}")
+        for name, split in section["splits"].items():
             tpr = split["tpr_at_fpr"]
             typer.echo(
-                f"  {name:<11} EER {split['eer']:.4f}   TPR@FPR=1% {tpr['0.01']:.3f}   "
-                f"TPR@FPR=10% {tpr['0.1']:.3f}"
+                f"  {name:<11} EER {_num(split['eer'], '.4f')}   TPR@FPR=1% "
+                f"{_num(tpr['0.01'], '.3f')}   TPR@FPR=10% {_num(tpr['0.1'], '.3f')}"
             )
-        row_warmup = class_row["warmup"]
+        section_warmup = section["warmup"]
         typer.echo(
-            f"  warm-up at target TPR {row_warmup['target_tpr']}: TPR {row_warmup['tpr']:.3f}, "
-            f"FPR {row_warmup['fpr']:.4f}"
+            f"  warm-up at target TPR {section_warmup['target_tpr']}: TPR "
+            f"{_num(section_warmup['tpr'], '.3f')}, FPR {_num(section_warmup['fpr'], '.4f')}"
         )
     learnt = report.get("learnt_prototypes")
     if learnt:

@@ -399,6 +399,7 @@ def evaluate(
         scored["leakage"],
         throughput or {"client_updates_per_s": None, "device": simulation.device.type},
         class_row=scored["class_row"],
+        enrollment=scored["enrollment"],
         clients=len(dataset.clients),
         unknown_identities=len(dataset.unknown),
         config=config.to_dict(),

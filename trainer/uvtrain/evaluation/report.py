@@ -78,6 +78,23 @@ def _warmup(warmup: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
+def _section(protocol: str, scored: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A protocol reported beside ``splits`` (``class_row``, ``enrollment``): its splits,
+    warm-up and trial counts in the shape of the top level's."""
+    if scored is None:
+        return None
+    section_splits, section_trials = _report_splits(scored.get("splits", {}))
+    section_warmup = scored.get("warmup", {})
+    if "users" in section_warmup:
+        section_trials["warmup_users"] = int(section_warmup["users"])
+    return {
+        "protocol": protocol,
+        "splits": section_splits,
+        "warmup": _warmup(section_warmup),
+        "trials": section_trials,
+    }
+
+
 def make_report(
     method: str,
     dataset: str,
@@ -87,6 +104,7 @@ def make_report(
     leakage: float | None,
     throughput: Mapping[str, Any],
     class_row: Mapping[str, Any] | None = None,
+    enrollment: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Assemble ``report.json`` in the shape docs/formats.md states ("``report.json``").
@@ -111,6 +129,11 @@ def make_report(
         ``report["class_row"]`` in the shape of ``splits`` and ``warmup``, beside — never mixed
         with — ``splits``, which hold the SDK's enrollment protocol. ``None`` (``null``) for
         methods that do not verify by class row.
+    enrollment
+        A codeword model (FedUV) verified by enrollment, the SDK's prototype mode
+        (:func:`uvtrain.evaluation.scoring.enrollment_splits`), in the same shape: reported as
+        ``report["enrollment"]`` (``"protocol": "enrollment"``) beside ``splits``, which hold the
+        codeword protocol; ``None`` (``null``) for embedding models, whose ``splits`` are it.
     **extra
         More top-level keys (provenance, configuration, ...).
 
@@ -129,18 +152,6 @@ def make_report(
     if "trials" in extra:
         raise ValueError("'trials' is a key make_report fills itself")
     report_splits, trials = _report_splits(splits)
-    class_row_section = None
-    if class_row is not None:
-        row_splits, row_trials = _report_splits(class_row.get("splits", {}))
-        row_warmup = class_row.get("warmup", {})
-        if "users" in row_warmup:
-            row_trials["warmup_users"] = int(row_warmup["users"])
-        class_row_section = {
-            "protocol": "class-row",
-            "splits": row_splits,
-            "warmup": _warmup(row_warmup),
-            "trials": row_trials,
-        }
     if "users" in warmup:
         trials["warmup_users"] = int(warmup["users"])
     return {
@@ -154,7 +165,8 @@ def make_report(
             "client_updates_per_s": _number(throughput.get("client_updates_per_s")),
             "device": str(throughput.get("device", "cpu")),
         },
-        "class_row": class_row_section,
+        "class_row": _section("class-row", class_row),
+        "enrollment": _section("enrollment", enrollment),
         "trials": trials,
         **extra,
     }

@@ -167,10 +167,60 @@ def class_row_splits(
     return curves
 
 
+def enrollment_splits(scored: dict[str, Any], users: int, target_tpr: float) -> dict[str, Any]:
+    """A codeword model verified by enrollment (issue 34): its outputs scored as the SDK's
+    prototype mode scores any bundle (spec §9.1), ignoring the trained codewords. Each user's
+    reference is the prototype of their validation outputs, the warm-up scores their
+    leave-one-out cosines, ``unknown`` pairs among the unseen identities — the same protocol,
+    trials and warm-up as an embedding model's ``splits``. Under user-level DP this is the
+    protocol whose accuracy the guarantee does not bound (docs/privacy.md, "Verifying by
+    enrollment"): the template is made after training, on the device.
+    Returns ``{"splits", "warmup", "curves"}``."""
+    outputs, labels = scored["outputs"], scored["labels"]
+    references = np.stack(
+        [prototype(outputs["val"][labels["val"] == user]) for user in range(users)]
+    )
+    curves = {
+        name: prototype_protocol(outputs[split], labels[split], references)
+        for name, split in (("train", "train"), ("test_known", "test"))
+        if split in outputs
+    }
+    if scored["unknown_outputs"] is not None:
+        curves["unknown"] = pair_protocol(scored["unknown_outputs"], scored["unknown_labels"])
+    test_scores = cosine_scores(references, outputs["test"])
+    unknown = scored["unknown_outputs"]
+    unknown_scores = cosine_scores(references, unknown) if unknown is not None else None
+    val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
+    for user in range(users):
+        enrolled = outputs["val"][labels["val"] == user]
+        if len(enrolled) < 2:
+            continue
+        mine = labels["test"] == user
+        val_by_user[user] = leave_one_out_scores(enrolled)
+        genuine_by_user[user] = test_scores[mine, user]
+        others = [test_scores[~mine, user]]
+        if unknown_scores is not None:
+            others.append(unknown_scores[:, user])
+        impostor_by_user[user] = np.concatenate(others)
+    warmup = warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, target_tpr)
+    return {
+        "splits": {name: split_metrics(*pair) for name, pair in curves.items()},
+        "warmup": warmup,
+        "curves": curves,
+    }
+
+
 def quick_metrics(simulation: Any, dataset: FederatedDataset) -> dict[str, Any]:
-    """EER and TPR figures on test_known and unknown (``--eval-every``: curves over rounds)."""
-    curves = score_splits(simulation, dataset, ("test_known", "unknown"))["curves"]
-    return {name: split_metrics(*pair) for name, pair in curves.items()}
+    """EER and TPR figures on test_known and unknown (``--eval-every``: curves over rounds); a
+    codeword model's by enrollment too (``enrollment_test_known``, ``enrollment_unknown``)."""
+    scored = score_splits(simulation, dataset, ("test_known", "unknown"))
+    metrics = {name: split_metrics(*pair) for name, pair in scored["curves"].items()}
+    if simulation.algorithm.output_kind == "codeword":
+        users = len(dataset.clients)
+        enrolled = enrollment_splits(scored, users, 0.95)["splits"]
+        metrics.update({f"enrollment_{name}": enrolled[name] for name in ("test_known", "unknown")
+                        if name in enrolled})  # fmt: skip
+    return metrics
 
 
 def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> dict[str, Any]:
@@ -178,7 +228,8 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
     ``warmup`` (each user's warm-up threshold at ``target_tpr``, as the SDK sets it), ``leakage``
     (P_leak, ``None`` without class vectors), ``class_row`` (the FedUV paper's protocol for its
     baselines, :func:`class_row_splits`, for methods that verify by class row; else ``None``),
-    ``extra`` (the EERs against the learnt prototypes),
+    ``enrollment`` (a codeword model verified by enrollment, :func:`enrollment_splits`; else
+    ``None``), ``extra`` (the EERs against the learnt prototypes),
     ``curves`` (genuine and impostor scores per split) and ``arrays`` (the same, for
     ``scores.npz``)."""
     algorithm = simulation.algorithm
@@ -216,6 +267,16 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
     warmup = warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, target_tpr)
 
     codeword = algorithm.output_kind == "codeword"
+    enrollment = None
+    if codeword:
+        enrollment = enrollment_splits(scored, users, target_tpr)
+        arrays.update(
+            {
+                f"enrollment_{name}_{kind}": pair[i]
+                for name, pair in enrollment.pop("curves").items()
+                for i, kind in enumerate(("genuine", "impostor"))
+            }
+        )
     extra: dict[str, Any] = {
         "split_protocols": SPLIT_PROTOCOLS["codeword" if codeword else "embedding"]
     }
@@ -253,6 +314,7 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
         "warmup": warmup,
         "leakage": leakage,
         "class_row": class_row_metrics,
+        "enrollment": enrollment,
         "extra": extra,
         "curves": curves,
         "arrays": arrays,
