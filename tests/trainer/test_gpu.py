@@ -49,8 +49,19 @@ def _train(args: list[str], device: str, out: Path, data: Path) -> dict:
     return read_checkpoint(out / "checkpoint.pt")
 
 
+@pytest.fixture
+def float32_on_cuda():
+    """Plain float32 on CUDA: cuDNN's convolutions default to TF32 on Ampere and later (10-bit
+    mantissas), which is not the arithmetic the CPU run does; the first H100 run of this test
+    (2026-11-26) failed every case at the first convolution's weights."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_cuda_run_matches_the_cpu_run(case: str, tmp_path: Path) -> None:
+def test_a_cuda_run_matches_the_cpu_run(case: str, tmp_path: Path, float32_on_cuda) -> None:
     cpu = _train(CASES[case], "cpu", tmp_path / "cpu", tmp_path / "data")
     cuda = _train(CASES[case], "cuda", tmp_path / "cuda", tmp_path / "data")
     params = cpu.get("params") or cpu.get("backbone") or cpu
@@ -58,4 +69,6 @@ def test_a_cuda_run_matches_the_cpu_run(case: str, tmp_path: Path) -> None:
     other = cuda.get("params") or cuda.get("backbone") or cuda
     for name, value in params.items():
         if isinstance(value, torch.Tensor) and value.is_floating_point():
-            torch.testing.assert_close(other[name], value, rtol=1e-3, atol=1e-4, msg=name)
+            largest = float((other[name].cpu() - value).abs().max())
+            torch.testing.assert_close(other[name], value, rtol=1e-3, atol=1e-4,
+                                       msg=f"{name}: largest difference {largest:.3g}")  # fmt: skip
