@@ -166,3 +166,59 @@ def test_run_folder_finds_a_run_made_before_a_setting_existed(tmp_path: Path) ->
     own.mkdir()  # the settings' own folder always wins
     (legacy / "config.json").write_text(json.dumps(old))
     assert run_folder(tmp_path, hann) == own
+
+
+def test_deployment_dp_tables_finished_and_stopped_runs(tmp_path: Path) -> None:
+    """benchmarks/deployment_dp.py's table: a finished FedUV run (both protocols, its floor from
+    the plan), a run stopped early compared with the no-DP run at the same round, and the
+    simulated deployment named in the cohort column."""
+    import json
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from deployment_dp import table
+
+    from uvtrain.privacy import membership_eer_floor, plan_privacy
+
+    def split(eer: float) -> dict:
+        return {"eer": eer, "tpr_at_fpr": {}, "min_dcf": None}
+
+    def finished(name: str, codeword: float, enrolled: float, privacy: dict | None) -> None:
+        folder = tmp_path / "runs" / name
+        folder.mkdir(parents=True)
+        splits = {"test_known": split(codeword), "unknown": split(codeword)}
+        enrollment = {"splits": {"test_known": split(enrolled), "unknown": split(enrolled + 0.01)}}
+        report = {"rounds": 800, "splits": splits, "enrollment": enrollment, "privacy": privacy,
+                  "throughput": {"client_updates_per_s": 1.0, "device": "cuda"}}  # fmt: skip
+        (folder / "report.json").write_text(json.dumps(report))
+        evals = [{"round": r, "eer": {"test_known": 0.4, "enrollment_test_known": e}}
+                 for r, e in ((100, 0.2), (200, 0.1))]  # fmt: skip
+        (folder / "metrics.jsonl").write_text("\n".join(json.dumps(e) for e in evals) + "\n")
+
+    plan = plan_privacy("central", clip_norm=0.1, rounds=800, cohort=100, users=1000,
+                        target_epsilon=8, noise_cohort=1000, population=10**6)  # fmt: skip
+    finished("uv-off-m100", 0.29, 0.035, None)
+    finished("uv-e8-sim1000", 0.30, 0.034, plan.report())
+    stopped = tmp_path / "runs" / "uv-e4-sim5000"
+    stopped.mkdir()
+    (stopped / "config.json").write_text("{}")
+    (stopped / "metrics.jsonl").write_text(
+        json.dumps({"round": 200, "eer": {"test_known": 0.38, "enrollment_test_known": 0.13}})
+        + "\n"
+    )
+    other = plan_privacy("central", clip_norm=0.1, rounds=800, cohort=100, users=1000,
+                         target_epsilon=4, noise_cohort=5000, population=10**6)  # fmt: skip
+    (tmp_path / "runs" / "uv-e4-sim5000.log").write_text(other.describe() + "\nround 1\n")
+    entries = {e["run"]: e for e in table(tmp_path / "runs", tmp_path / "out")}
+    assert set(entries) == {"uv-off-m100", "uv-e8-sim1000", "uv-e4-sim5000"}
+    full = entries["uv-e8-sim1000"]
+    assert full["codeword"] == 0.30 and full["enrollment_change"] == pytest.approx(-0.001)
+    assert full["privacy"]["floor"] == pytest.approx(
+        membership_eer_floor(plan.noise_multiplier, 0.001, 800)
+    )
+    early = entries["uv-e4-sim5000"]
+    assert early["partial"] and early["rounds"] == 200
+    assert early["enrollment_change"] == pytest.approx(0.13 - 0.1)  # the no-DP run at round 200
+    assert early["privacy"]["noise_cohort"] == 5000 and early["privacy"]["epsilon"] == 4
+    text = (tmp_path / "out" / "deployment-dp.md").read_text()
+    assert "200 (partial)" in text and "simulated deployment: noise of 5,000 of 1,000,000" in text
+    assert _is_png(tmp_path / "out" / "deployment-dp.png")

@@ -1,0 +1,374 @@
+"""Private models at deployment scale (issue 34): FedUV and FedHide under user-level DP with the
+noise of deployment cohorts of M = 1,000 and 5,000 from N = 10⁶ users (``--dp-noise-cohort``,
+pfl-research's ``noise_cohort_size``: simulated deployment scale), FedUV scored both by its
+codewords and by enrollment, the membership EER floor of each run, and one point confirmed with
+a real cohort of 1,000.
+
+The population is the privacy curve's (``privacy_curve.py --scale dp``): 1,000 known users of the
+1,250-speaker synth-voices, cohorts of m = 100 (q = 0.1). FedUV its 800-round recipe, FedHide 100
+rounds; central DP (the sum of the distributed shares has the same law) with adaptive clipping
+from C = 0.1. The real-cohort point trains every one of the 1,000 users in every round (q = 1);
+its simulated twin trains m = 100 with the noise of M = 1,000 at q = 1, so both carry the same
+z = 6.9 and the same noise on the mean.
+
+    python benchmarks/deployment_dp.py --train [--device cuda] [--parallel 8] [--deadline 3600]
+    python benchmarks/deployment_dp.py --runs DIR [--out results/deployment-dp]
+
+``--train`` runs each missing run (``uvtrain run``, one process per run, ``--parallel`` at a
+time; a run past ``--deadline`` seconds is stopped and tabled from its last ``--eval-every``
+line, marked partial). Without ``--train`` the runs in ``--runs`` are tabled: ``OUT/
+deployment-dp.md``, ``OUT/deployment-dp.json`` and ``OUT/deployment-dp.png``. The ε of a
+simulated-deployment row is the deployment's: users of the simulation itself take part in
+a round 100 times as often as a deployment's would (q = 0.1 against 0.001), so their own privacy
+is far weaker than the stated ε, and a codeword figure of such a run is no prediction of a
+deployment's (docs/privacy.md, "Simulated deployment scale").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from uvtrain.io import save_figure, write_json
+from uvtrain.privacy import membership_eer_floor
+
+#: The population (privacy_curve.py's ``dp`` scale) and each method's recipe.
+COMMON = ["--clients", "1000", "--batch-size", "16", "--server-optimizer", "sgd",
+          "--server-lr", "1", "--seed", "0"]  # fmt: skip
+RECIPES = {
+    "fedhide": ["--method", "fedhide", "--rounds", "100", "--lr", "0.1", "--lr-decay", "0"],
+    "feduv": [
+        "--method",
+        "feduv",
+        "--rounds",
+        "800",
+        "--lr",
+        "0.5",
+        "--lr-decay",
+        "0.005",
+        "--eval-every",
+        "100",
+    ],  # fmt: skip
+}
+MECHANISM = ["--dp", "central", "--adaptive-clipping", "--clip-norm", "0.1"]
+DEPLOYMENT_POPULATION = 1_000_000
+#: The no-DP run each DP run is compared with: the same method and real cohort.
+BASELINE = {("fedhide", 0.1): "hide-off-m100", ("fedhide", 1.0): "hide-off-m1000",
+            ("feduv", 0.1): "uv-off-m100"}  # fmt: skip
+
+
+def runs() -> dict[str, list[str]]:
+    """Every run by name, in the order they are trained (the confirmation first)."""
+    table = {
+        "hide-off-m1000": ["fedhide", "--fraction", "1.0"],
+        "hide-e8-real1000": ["fedhide", "--fraction", "1.0", *MECHANISM, "--dp-epsilon", "8"],
+        "hide-e8-sim1000q1": [
+            "fedhide",
+            "--fraction",
+            "0.1",
+            *MECHANISM,
+            "--dp-epsilon",
+            "8",
+            "--dp-noise-cohort",
+            "1000",
+            "--dp-population",
+            "1000",
+        ],  # fmt: skip
+        "hide-off-m100": ["fedhide", "--fraction", "0.1"],
+        "uv-off-m100": ["feduv", "--fraction", "0.1"],
+    }
+    for epsilon in ("8", "2", "4"):
+        for cohort in ("1000", "5000"):
+            for method, short in (("feduv", "uv"), ("fedhide", "hide")):
+                table[f"{short}-e{epsilon}-sim{cohort}"] = [
+                    method, "--fraction", "0.1", *MECHANISM, "--dp-epsilon", epsilon,
+                    "--dp-noise-cohort", cohort, "--dp-population", str(DEPLOYMENT_POPULATION),
+                ]  # fmt: skip
+    return table
+
+
+def command(name: str, spec: list[str], data: str, device: str, folder: Path) -> list[str]:
+    method, *options = spec
+    program = "import sys; from uvtrain.entry import main; sys.exit(main())"
+    return [sys.executable, "-c", program, "run", "--dataset", data, *COMMON, *RECIPES[method],
+            *options, "--device", device, "--out", str(folder / name)]  # fmt: skip
+
+
+def train(folder: Path, device: str, parallel: int, deadline: float) -> None:
+    """Run every missing run, ``parallel`` at a time, each stopped at the deadline."""
+    from uvtrain.data.registry import build_dataset, dataset_path
+
+    data = dataset_path("synth-voices", seed=0, speakers=1250)
+    if not data.is_file():
+        data = build_dataset("synth-voices", seed=0, speakers=1250)
+    folder.mkdir(parents=True, exist_ok=True)
+    end = time.monotonic() + deadline
+
+    def one(item: tuple[str, list[str]]) -> str:
+        name, spec = item
+        if (folder / name / "report.json").is_file():
+            return f"{name}: done before"
+        left = end - time.monotonic()
+        if left < 20:
+            return f"{name}: not started (deadline)"
+        started = time.monotonic()
+        with open(folder / f"{name}.log", "w") as log:
+            process = subprocess.Popen(command(name, spec, str(data), device, folder),
+                                       stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)  # fmt: skip
+            try:
+                status = process.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, 9)
+                process.wait()
+                status = "stopped at the deadline"
+        return f"{name}: {status} after {time.monotonic() - started:.0f} s"
+
+    with ThreadPoolExecutor(parallel) as pool:
+        for line in pool.map(one, runs().items()):
+            print(line, flush=True)
+
+
+def _last_eval(folder: Path) -> tuple[int, dict[str, float]] | None:
+    """The last ``--eval-every`` line of an unfinished run: its round and EERs."""
+    path = folder / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    last = None
+    for line in path.read_text().splitlines():
+        entry = json.loads(line)
+        if entry.get("eer"):
+            last = (int(entry["round"]), entry["eer"])
+    return last
+
+
+def _eval_at(folder: Path, round_number: int) -> float | None:
+    """A run's enrollment EER on test_known at one ``--eval-every`` round."""
+    path = folder / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        entry = json.loads(line)
+        if entry.get("round") == round_number and entry.get("eer"):
+            eers = entry["eer"]
+            return eers.get("enrollment_test_known", eers.get("test_known"))
+    return None
+
+
+def row(folder: Path, name: str, spec: list[str]) -> dict[str, Any] | None:
+    """One run's figures: finished (report.json) or partial (its last evaluation)."""
+    method = spec[0]
+    fraction = float(spec[spec.index("--fraction") + 1])
+    entry: dict[str, Any] = {"run": name, "method": method, "fraction": fraction}
+    report_path = folder / name / "report.json"
+    config_path = folder / name / "config.json"
+    if report_path.is_file():
+        report = json.loads(report_path.read_text())
+        privacy = report.get("privacy")
+        entry["rounds"] = report["rounds"]
+        entry["partial"] = False
+        splits = report["splits"]
+        if method == "feduv":
+            enrolled = report["enrollment"]["splits"]
+            entry["codeword"] = splits["test_known"]["eer"]
+            entry["enrollment"] = enrolled["test_known"]["eer"]
+            entry["enrollment_unknown"] = enrolled["unknown"]["eer"]
+        else:
+            entry["enrollment"] = splits["test_known"]["eer"]
+            entry["enrollment_unknown"] = splits["unknown"]["eer"]
+        entry["updates_per_s"] = report["throughput"]["client_updates_per_s"]
+        entry["device"] = report["throughput"]["device"]
+    else:
+        last = _last_eval(folder / name)
+        if last is None or not config_path.is_file():
+            return None
+        entry["rounds"], eers = last
+        entry["partial"] = True
+        entry["codeword"] = eers.get("test_known")
+        entry["enrollment"] = eers.get("enrollment_test_known")
+        entry["enrollment_unknown"] = eers.get("enrollment_unknown")
+        privacy = _privacy_of(folder / f"{name}.log")
+    entry["privacy"] = None
+    if privacy is not None:
+        deployment = privacy.get("simulated_deployment")
+        entry["privacy"] = {
+            "epsilon": privacy["epsilon"],
+            "delta": privacy["delta"],
+            "noise_multiplier": privacy["noise_multiplier"],
+            "sampling_rate": privacy["sampling_rate"],
+            "noise_cohort": deployment["noise_cohort"] if deployment else None,
+            "population": deployment["population"] if deployment else privacy["users"],
+            "floor": membership_eer_floor(
+                privacy["noise_multiplier"], privacy["sampling_rate"], privacy["rounds"]
+            ),
+        }
+    return entry
+
+
+def _privacy_of(log: Path) -> dict[str, Any] | None:
+    """A stopped run's plan, read back from the first line ``uvtrain run`` printed."""
+    if not log.is_file():
+        return None
+    for line in log.read_text().splitlines():
+        if line.startswith("user-level DP"):
+            return _parse_plan(line)
+    return None
+
+
+def _parse_plan(line: str) -> dict[str, Any]:
+    import re
+
+    number = r"([0-9.e+-]+)"
+    epsilon = float(re.search(rf"ε = {number}", line).group(1))
+    delta = float(re.search(rf"δ = {number}", line).group(1))
+    noise = float(re.search(rf"\(z = {number}", line).group(1))
+    rate = float(re.search(rf"q = {number}", line).group(1))
+    rounds = int(re.search(r"over (\d+) rounds", line).group(1))
+    found = re.search(r"cohorts of ([0-9,]+) from ([0-9,]+) users", line)
+    deployment = None
+    if found:
+        deployment = {"noise_cohort": int(found.group(1).replace(",", "")),
+                      "population": int(found.group(2).replace(",", ""))}  # fmt: skip
+    return {"epsilon": epsilon, "delta": delta, "noise_multiplier": noise, "sampling_rate": rate,
+            "rounds": rounds, "simulated_deployment": deployment, "users": 1000}  # fmt: skip
+
+
+def _cohort(entry: dict[str, Any]) -> str:
+    privacy = entry["privacy"]
+    real = round(entry["fraction"] * 1000)
+    if privacy is None or privacy["noise_cohort"] is None:
+        return f"real {real} of 1,000"
+    return (f"simulated deployment: noise of {privacy['noise_cohort']:,} of "
+            f"{privacy['population']:,} (trains {real} of 1,000)")  # fmt: skip
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def table(folder: Path, out: Path) -> list[dict[str, Any]]:
+    entries = [e for name, spec in runs().items() if (e := row(folder, name, spec))]
+    by_name = {entry["run"]: entry for entry in entries}
+    for entry in entries:
+        baseline = by_name.get(BASELINE[(entry["method"], entry["fraction"])])
+        entry["baseline"] = None if baseline is None else baseline["run"]
+        if baseline is None or entry["enrollment"] is None:
+            continue
+        reference = baseline["enrollment"]
+        if entry["partial"]:  # the no-DP run at the same round (its --eval-every line)
+            reference = _eval_at(folder / baseline["run"], entry["rounds"])
+        if reference is not None:
+            entry["enrollment_change"] = entry["enrollment"] - reference
+    header = ["method", "cohort", "ε", "δ", "z", "rounds", "codeword EER", "membership floor",
+              "enrollment EER (test_known)", "change vs no DP", "enrollment EER (unknown)"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for entry in entries:
+        privacy = entry["privacy"] or {}
+        rounds = f"{entry['rounds']}" + (" (partial)" if entry["partial"] else "")
+        change = entry.get("enrollment_change")
+        lines.append("| " + " | ".join([
+            entry["method"], _cohort(entry),
+            _number(privacy.get("epsilon"), 2) if privacy else "∞ (off)",
+            f"{privacy['delta']:.2g}" if privacy else "–",
+            _number(privacy.get("noise_multiplier"), 3) if privacy else "–",
+            rounds,
+            _number(entry.get("codeword")) if entry["method"] == "feduv" else "–",
+            _number(privacy.get("floor")) if privacy and entry["method"] == "feduv" else "–",
+            _number(entry["enrollment"]),
+            "–" if change is None or not privacy else f"{change:+.3f}",
+            _number(entry["enrollment_unknown"]),
+        ]) + " |")  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "deployment-dp.md").write_text(text)
+    write_json(out / "deployment-dp.json", entries)
+    print(text)
+    _figure(entries, out / "deployment-dp.png")
+    return entries
+
+
+def _figure(entries: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    positions = {math.inf: 0, 8.0: 1, 4.0: 2, 2.0: 3}
+    series: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
+    floors: dict[int, list[tuple[int, float]]] = {}
+    for entry in entries:
+        privacy = entry["privacy"]
+        if entry["fraction"] != 0.1 or (privacy and privacy["noise_cohort"] in (None, 1000)
+                                        and privacy["population"] == 1000):  # fmt: skip
+            continue  # real-cohort rows and the q = 1 twin are not on this axis
+        cohorts = (1000, 5000) if privacy is None else (privacy["noise_cohort"],)
+        x = 0 if privacy is None else positions[round(privacy["epsilon"])]
+        for cohort in cohorts:
+            series.setdefault((entry["method"], "enrollment", cohort), []).append(
+                (x, entry["enrollment"], entry["partial"])
+            )
+            if entry["method"] == "feduv" and entry.get("codeword") is not None:
+                series.setdefault(("feduv", "codeword", cohort), []).append(
+                    (x, entry["codeword"], entry["partial"])
+                )
+                if privacy:
+                    floors.setdefault(cohort, []).append((x, privacy["floor"]))
+    styles = {"enrollment": "-", "codeword": "--"}
+    for (method, protocol, cohort), points in sorted(series.items()):
+        points.sort()
+        label = (
+            f"{method} {'by enrollment' if method == 'feduv' and protocol == 'enrollment' else ''}"
+        )
+        label = (
+            label.strip() + (" by codeword" if protocol == "codeword" else "") + f", M = {cohort:,}"
+        )
+        xs, ys, _ = zip(*points, strict=True)
+        (line,) = axis.plot(xs, ys, styles[protocol], marker="o", label=label)
+        stopped = [(x, y) for x, y, early in points if early]
+        if stopped:  # stopped early: the last --eval-every figure, drawn hollow
+            axis.plot(
+                *zip(*stopped, strict=True), "o", markerfacecolor="white", color=line.get_color()
+            )
+    for cohort, points in sorted(floors.items()):
+        points.sort()
+        axis.plot(
+            *zip(*points, strict=True),
+            ":",
+            color="grey",
+            label=f"membership EER floor, M = {cohort:,}",
+        )
+    axis.set_xticks(range(4), ["∞ (no DP)", "8", "4", "2"])
+    axis.set_xlabel("ε (user-level, δ ≈ 2.5·10⁻⁷, deployment of 10⁶ users)")
+    axis.set_ylabel("EER on test_known (lower is better)")
+    axis.set_title(
+        "Simulated deployment scale: 100 of 1,000 users trained per round\n"
+        "(hollow: run stopped early, its last evaluation)",
+        fontsize=10,
+    )
+    axis.legend(fontsize=7)
+    save_figure(figure, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--train", action="store_true")
+    parser.add_argument("--runs", default="results/deployment-dp/runs")
+    parser.add_argument("--out", default="results/deployment-dp")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--deadline", type=float, default=math.inf, help="seconds")
+    args = parser.parse_args()
+    if args.train:
+        train(Path(args.runs), args.device, args.parallel, args.deadline)
+    table(Path(args.runs), Path(args.out))
+
+
+if __name__ == "__main__":
+    main()
