@@ -475,7 +475,10 @@ def test_dp_input_errors_are_one_line_and_exit_2(
                 ["--dp", "central", "--dp-epsilon", "4", "--dp-noise-cohort", "2"],  # < m = 4
                 ["--dp", "central", "--dp-epsilon", "4", "--dp-noise-cohort", "100",
                  "--dp-population", "50"],
-                ["--dp", "central", "--dp-epsilon", "4", "--dp-noise-cohort", "0"]):  # fmt: skip
+                ["--dp", "central", "--dp-epsilon", "4", "--dp-noise-cohort", "0"],
+                ["--dp", "central", "--dp-epsilon", "1e308"],  # was a ZeroDivisionError
+                ["--dp", "central", "--dp-noise-multiplier", "1e300"],
+                ["--crop-seconds", "1e308"]):  # was an OverflowError  # fmt: skip
         result = _run(tmp_path / "bad", *bad, "--rounds", "1")
         assert result.exit_code == 2, (bad, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output

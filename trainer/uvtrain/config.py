@@ -249,8 +249,8 @@ class Data:
         check_types(self)
         if self.clients is not None and self.clients < 2:
             raise ConfigError("clients must be at least 2")
-        if self.crop_seconds < 0:
-            raise ConfigError("crop_seconds must be >= 0 (0: train on whole clips)")
+        if not 0 <= self.crop_seconds <= 3600:
+            raise ConfigError("crop_seconds must be in [0, 3600] (0: train on whole clips)")
 
 
 @dataclass(frozen=True)
@@ -353,11 +353,17 @@ class Privacy:
             raise ConfigError(f"dp must be off, central or distributed, not {self.dp!r}")
         if self.dp_epsilon is not None and not self.dp_epsilon > 0:
             raise ConfigError(f"dp_epsilon must be positive, not {self.dp_epsilon}")
+        if self.dp_epsilon is not None and self.dp_epsilon > 1000:
+            raise ConfigError(f"dp_epsilon must be at most 1000, not {self.dp_epsilon}")
         if self.dp_delta is not None and not 0 < self.dp_delta < 1:
             raise ConfigError(f"dp_delta must be in (0, 1), not {self.dp_delta}")
         if self.dp_noise_multiplier is not None and not self.dp_noise_multiplier > 0:
             raise ConfigError(
                 f"dp_noise_multiplier must be positive, not {self.dp_noise_multiplier}"
+            )
+        if self.dp_noise_multiplier is not None and self.dp_noise_multiplier > 1e4:
+            raise ConfigError(
+                f"dp_noise_multiplier must be at most 10000, not {self.dp_noise_multiplier}"
             )
         if not self.clip_norm > 0:
             raise ConfigError(f"clip_norm must be positive, not {self.clip_norm}")
@@ -367,10 +373,10 @@ class Privacy:
             raise ConfigError(f"clip_learning_rate must be positive, not {self.clip_learning_rate}")
         if self.clip_count_std is not None and not self.clip_count_std > 0:
             raise ConfigError(f"clip_count_std must be positive, not {self.clip_count_std}")
-        if self.dp_noise_cohort is not None and not self.dp_noise_cohort >= 1:
-            raise ConfigError(
-                f"dp_noise_cohort must be a positive count, not {self.dp_noise_cohort}"
-            )
+        if self.dp_noise_cohort is not None and not 1 <= self.dp_noise_cohort <= 10**9:
+            raise ConfigError(f"dp_noise_cohort must be in [1, 10^9], not {self.dp_noise_cohort}")
+        if self.dp_population is not None and self.dp_population > 10**10:
+            raise ConfigError(f"dp_population must be at most 10^10, not {self.dp_population}")
         if self.dp_population is not None and self.dp_noise_cohort is None:
             raise ConfigError("--dp-population is the population of --dp-noise-cohort: give both")
         if self.dp_population is not None and not self.dp_population >= self.dp_noise_cohort:
