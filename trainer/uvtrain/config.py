@@ -262,7 +262,18 @@ class Model:
         default=None, metadata={"help": "Backbone name (default: by modality)."}
     )
     pretrained: str | None = field(
-        default=None, metadata={"help": "Backbone checkpoint to start from."}
+        default=None,
+        metadata={
+            "help": "Start from: ge2e (the GE2E speaker encoder), a run folder or its "
+            "checkpoint.pt (another run's trained backbone), or a backbone checkpoint."
+        },
+    )
+    train_pretrained: bool = field(
+        default=False,
+        metadata={
+            "help": "With --pretrained ge2e: train all of the encoder (default: its LSTM stays "
+            "frozen and only the adapter trains)."
+        },
     )
 
     def __post_init__(self) -> None:

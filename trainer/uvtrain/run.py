@@ -80,11 +80,20 @@ def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -
     options = {}
     if not config.model.pretrained and name in BACKBONES:
         options = config.method.backbone_options(BACKBONES[name])
+    if config.model.train_pretrained:
+        if not known:
+            raise ConfigError("--train-pretrained trains a frozen encoder: give --pretrained ge2e")
+        options["freeze_encoder"] = False
     torch.manual_seed(config.seed)  # the backbone's initial weights follow from the seed
     backbone = build_backbone(name, spec, **options)
     if config.model.pretrained:
-        # A known name ("ge2e") is fetched once from its pinned wheel; anything else is a file.
-        path = fetch(config.model.pretrained, quiet=True) if known else config.model.pretrained
+        # A known name ("ge2e") is fetched once from its pinned wheel; a run folder gives its
+        # checkpoint.pt (its trained model's backbone); anything else is a file.
+        path = Path(
+            fetch(config.model.pretrained, quiet=True) if known else config.model.pretrained
+        )
+        if path.is_dir():
+            path = path / CHECKPOINT
         load_backbone_checkpoint(backbone, path)
     return backbone
 

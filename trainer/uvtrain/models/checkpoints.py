@@ -12,7 +12,17 @@ from torch import Tensor, nn
 from .base import WeightsError
 
 #: Keys under which a checkpoint file may nest its weights (tried in this order).
-_NESTED_STATE_KEYS = ("state_dict", "model", "model_state_dict", "model_state", "backbone")
+_NESTED_STATE_KEYS = (
+    "state_dict",
+    "model",
+    "model_state_dict",
+    "model_state",
+    "backbone",
+    "params",  # a uvtrain run's checkpoint.pt: the model's trained parameters, "backbone.*"
+)
+#: The prefix of the backbone's entries in a uvtrain run's model (every method's model holds its
+#: backbone as ``backbone``), tried when the checkpoint has no entry without it.
+RUN_PREFIX = "backbone."
 
 
 def load_backbone_checkpoint(
@@ -58,6 +68,13 @@ def load_backbone_checkpoint(
                 break
     if not isinstance(state, Mapping):
         raise WeightsError(f"{path}: not a state dict (got {type(state).__name__})")
+    names = {name for name, _ in backbone.named_parameters()}
+    if (
+        not prefix
+        and not names & set(state)
+        and any(isinstance(key, str) and key.startswith(RUN_PREFIX) for key in state)
+    ):
+        prefix = RUN_PREFIX
     tensors = {
         key[len(prefix) :]: value
         for key, value in state.items()
