@@ -12,7 +12,7 @@ per user × input) stands in for speed runs (``stand_in``; ``benchmarks/paper_sc
 
 Papers (../shared/papers in the development checkout): FedUV — Hosseini et al., "Federated
 Learning of User Verification Models Without Sharing Embeddings" (Sec. 6.1–6.2, Tables 1–2);
-FedHide — Park & Yun, "FedHide: Federated Learning by Hiding in the Neighbors" (Sec. 4, Tables 1
+FedHide — Park & Yun, "FedHide: Federated Learning by Hiding in the Neighbors" (Sec. 4.1, Tables 1
 and 4); FedFace — Bai et al., "Federated Face Recognition" (Sec. 4.1–4.2, Table 1).
 """
 
@@ -74,7 +74,7 @@ _FEDUV_NOTES = (
     "B: the paper does not state the local batch size; ours: 16",
 )
 
-#: FedHide Sec. 4 "Implementation details" (all datasets): B 16, λ 10, lr 0.1 SGD, 512-d,
+#: FedHide Sec. 4.1, "Experimental Setup" (all datasets): B 16, λ 10, lr 0.1 SGD, 512-d,
 #: round-robin clients, one local iteration; Table 1: clients, fraction, model, rounds;
 #: Table 4: α = 0.1, K = 10/10/20 (the middle FedHide(0.1, ·) row).
 _FEDHIDE_COMMON: dict[str, Any] = {
@@ -169,7 +169,7 @@ PRESETS: dict[str, Preset] = {
     "fedhide-cifar100": Preset(
         "fedhide-cifar100",
         _FEDHIDE,
-        "Sec. 4 (image classification), Tables 1 and 4",
+        "Sec. 4.1 (image classification), Tables 1 and 4",
         "FedHide on CIFAR-100: 100 clients of 500 images, ResNet-18, 100,000 rounds",
         {
             **_FEDHIDE_COMMON,
@@ -186,7 +186,7 @@ PRESETS: dict[str, Preset] = {
     "fedhide-voxceleb1": Preset(
         "fedhide-voxceleb1",
         _FEDHIDE,
-        "Sec. 4 (speaker verification), Tables 1 and 4",
+        "Sec. 4.1 (speaker verification), Tables 1 and 4",
         "FedHide on VoxCeleb1: 1,211 speakers of about 122 utterances, Fast ResNet-34, 2-s crops",
         {
             **_FEDHIDE_COMMON,
@@ -197,7 +197,7 @@ PRESETS: dict[str, Preset] = {
             "neighbours": 10,
             "backbone": "fast-resnet34",
             "crop_seconds": 2.0,
-            "window": "hamming",  # Sec. 4: "a Hamming window of 25ms length and 10ms hop size"
+            "window": "hamming",  # Sec. 4.1: "a Hamming window of 25ms length and 10ms hop size"
         },
         {"users": 1211, "samples": 122, "input": "2-s crops at 16 kHz, 40 mel bands"},
         (
@@ -208,7 +208,7 @@ PRESETS: dict[str, Preset] = {
     "fedhide-vggface2": Preset(
         "fedhide-vggface2",
         _FEDHIDE,
-        "Sec. 4 (face verification), Tables 1 and 4",
+        "Sec. 4.1 (face verification), Tables 1 and 4",
         "FedHide on VGGFace2: 8,631 identities of about 362 images, 64x64 faces",
         {
             **_FEDHIDE_COMMON,
