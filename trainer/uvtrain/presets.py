@@ -72,6 +72,8 @@ _FEDUV_SCHEDULE: dict[str, Any] = {
 _FEDUV_NOTES = (
     "c: 127 here; the paper also trains 255 and 511 (Table 1): --code-length 255|511",
     "B: the paper does not state the local batch size; ours: 16",
+    "lr decay: the paper's 'learning rate decay of 0.01' (Sec. 6.2) does not say which decay; "
+    "ours: inverse-time per round, lr / (1 + 0.01 (r - 1)) in round r",
 )
 
 #: FedHide Sec. 4.1, "Experimental Setup" (all datasets): B 16, λ 10, lr 0.1 SGD, 512-d,
@@ -241,6 +243,10 @@ PRESETS: dict[str, Preset] = {
             "with --local-steps)",
             "batch: 64 per GPU on 8/4/4 GPUs in the paper (512/256/256 per party); 64 per party "
             "here, the per-GPU figure (--batch-size 512 for the paper's largest party)",
+            "weight decay: 5e-4 is ours (the trainer's default), not in the paper",
+            "FV: one synchronous step after every round, on that round's party models; the "
+            "paper's runs asynchronously, beside training, on a snapshot that may be stale "
+            "(Sec. 3.2, Alg. 2)",
         ),
     ),
     "fedface-12party": Preset(
