@@ -34,7 +34,7 @@ FEDUV_NETWORKS = {
     "feduv-mnistuv": "feduv-mnistuv-conv2d",
 }
 
-# FedHide (Park & Yun). Table 1: clients / fraction / rounds per dataset. Sec. 4: "a minibatch
+# FedHide (Park & Yun). Table 1: clients / fraction / rounds per dataset. Sec. 4.1: "a minibatch
 # size of 16, a negative loss weight of λ = 10, and a learning rate of 0.1", "Clients are
 # selected in a round-robin manner, and at each client, the local model is updated with a single
 # iteration". Table 4's FedHide(0.1, 10/10/20) row: α = 0.1, K = 10 (CIFAR-100, VoxCeleb1), 20
@@ -56,7 +56,7 @@ FEDHIDE = {
     "embedding_dim": 512,
 }
 
-# FedFace (Bai et al.). Sec. 4.1: ArcFace s = 64, m = 0.5; "batch size of each GPU is set to 64";
+# FedFace (Bai et al.). Sec. 4.2: ArcFace s = 64, m = 0.5; "batch size of each GPU is set to 64";
 # "26 epochs ... 12,800 steps per epoch"; "learning rate is set to 0.1"; "momentum parameter β is
 # set to 0.9"; 3 parties, and 12 (each of the 3 datasets split into 4). Table 1: K = 100.
 FEDFACE = {"lr": 0.1, "momentum": 0.9, "margin_scale": 64.0, "margin": 0.5, "batch_size": 64}
@@ -66,8 +66,8 @@ FEDFACE_PARTIES = {"fedface-3party": 3, "fedface-12party": 12}
 FEDFACE_STEPS_PER_EPOCH = 12_800
 FEDFACE_LR_EPOCHS = (10, 18, 24)
 FEDFACE_LR_GAMMA = 0.1
-# Sec. 4.1: "MS1M, GA and VGG ... are stored at different trainers"; 12 parties: "each of the 3
-# training datasets is evenly split into 4 parts".
+# Sec. 4.1: "MS1M, GA and VGG ... are stored at different trainers"; 12 parties (Sec. 4.2):
+# "each of the 3 training datasets is evenly split into 4 parts".
 FEDFACE_DATASETS = 3
 
 

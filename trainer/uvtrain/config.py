@@ -52,7 +52,7 @@ class Schedule:
 
     - ``sampling``: ``"random"`` draws the round's ε·K clients without replacement from
       ``(seed, round)`` (FedAvg, Algorithm 1 of the FedUV paper); ``"round-robin"`` takes the
-      next ε·K clients in index order, wrapping around (FedHide §5, "clients are selected in a
+      next ε·K clients in index order, wrapping around (FedHide Sec. 4.1, "clients are selected in a
       round-robin manner"; its Algorithm 1 writes a random set).
     - ``aggregation``: ``"weighted"`` is FedAvg's ``Σ_k (n_k / n) θ_k`` (McMahan et al., eq. 1;
       the FedUV paper's Algorithm 1); ``"mean"`` the plain ``1/M Σ_k θ_k`` of FedHide's

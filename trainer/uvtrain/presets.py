@@ -12,7 +12,7 @@ per user × input) stands in for speed runs (``stand_in``; ``benchmarks/paper_sc
 
 Papers (../shared/papers in the development checkout): FedUV — Hosseini et al., "Federated
 Learning of User Verification Models Without Sharing Embeddings" (Sec. 6.1–6.2, Tables 1–2);
-FedHide — Park & Yun, "FedHide: Federated Learning by Hiding in the Neighbors" (Sec. 4, Tables 1
+FedHide — Park & Yun, "FedHide: Federated Learning by Hiding in the Neighbors" (Sec. 4.1, Tables 1
 and 4); FedFace — Bai et al., "Federated Face Recognition" (Sec. 4.1–4.2, Table 1).
 """
 
@@ -72,9 +72,11 @@ _FEDUV_SCHEDULE: dict[str, Any] = {
 _FEDUV_NOTES = (
     "c: 127 here; the paper also trains 255 and 511 (Table 1): --code-length 255|511",
     "B: the paper does not state the local batch size; ours: 16",
+    "lr decay: the paper's 'learning rate decay of 0.01' (Sec. 6.2) does not say which decay; "
+    "ours: inverse-time per round, lr / (1 + 0.01 (r - 1)) in round r",
 )
 
-#: FedHide Sec. 4 "Implementation details" (all datasets): B 16, λ 10, lr 0.1 SGD, 512-d,
+#: FedHide Sec. 4.1, "Experimental Setup" (all datasets): B 16, λ 10, lr 0.1 SGD, 512-d,
 #: round-robin clients, one local iteration; Table 1: clients, fraction, model, rounds;
 #: Table 4: α = 0.1, K = 10/10/20 (the middle FedHide(0.1, ·) row).
 _FEDHIDE_COMMON: dict[str, Any] = {
@@ -169,7 +171,7 @@ PRESETS: dict[str, Preset] = {
     "fedhide-cifar100": Preset(
         "fedhide-cifar100",
         _FEDHIDE,
-        "Sec. 4 (image classification), Tables 1 and 4",
+        "Sec. 4.1 (image classification), Tables 1 and 4",
         "FedHide on CIFAR-100: 100 clients of 500 images, ResNet-18, 100,000 rounds",
         {
             **_FEDHIDE_COMMON,
@@ -186,7 +188,7 @@ PRESETS: dict[str, Preset] = {
     "fedhide-voxceleb1": Preset(
         "fedhide-voxceleb1",
         _FEDHIDE,
-        "Sec. 4 (speaker verification), Tables 1 and 4",
+        "Sec. 4.1 (speaker verification), Tables 1 and 4",
         "FedHide on VoxCeleb1: 1,211 speakers of about 122 utterances, Fast ResNet-34, 2-s crops",
         {
             **_FEDHIDE_COMMON,
@@ -197,7 +199,7 @@ PRESETS: dict[str, Preset] = {
             "neighbours": 10,
             "backbone": "fast-resnet34",
             "crop_seconds": 2.0,
-            "window": "hamming",  # Sec. 4: "a Hamming window of 25ms length and 10ms hop size"
+            "window": "hamming",  # Sec. 4.1: "a Hamming window of 25ms length and 10ms hop size"
         },
         {"users": 1211, "samples": 122, "input": "2-s crops at 16 kHz, 40 mel bands"},
         (
@@ -208,7 +210,7 @@ PRESETS: dict[str, Preset] = {
     "fedhide-vggface2": Preset(
         "fedhide-vggface2",
         _FEDHIDE,
-        "Sec. 4 (face verification), Tables 1 and 4",
+        "Sec. 4.1 (face verification), Tables 1 and 4",
         "FedHide on VGGFace2: 8,631 identities of about 362 images, 64x64 faces",
         {
             **_FEDHIDE_COMMON,
@@ -241,6 +243,10 @@ PRESETS: dict[str, Preset] = {
             "with --local-steps)",
             "batch: 64 per GPU on 8/4/4 GPUs in the paper (512/256/256 per party); 64 per party "
             "here, the per-GPU figure (--batch-size 512 for the paper's largest party)",
+            "weight decay: 5e-4 is ours (the trainer's default), not in the paper",
+            "FV: one synchronous step after every round, on that round's party models; the "
+            "paper's runs asynchronously, beside training, on a snapshot that may be stale "
+            "(Sec. 3.2, Alg. 2)",
         ),
     ),
     "fedface-12party": Preset(
