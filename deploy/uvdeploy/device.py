@@ -181,7 +181,7 @@ class Device:
         device draws its batches and its noise from fresh secret seeds, which it never keeps.
         """
         settings, algorithm = self.settings, self.settings.run.method
-        model = build_model(settings, int(config["devices"]))
+        model = build_model(settings, int(config["devices"]), on_device=True)
         params, buffers = split_parameters(model)
         glob = from_arrays(params.keys(), arrays)
         shared = unpack(config["shared"]) if config.get("shared") else {}

@@ -193,12 +193,18 @@ class DeploySettings:
         return max(1, round(self.run.data.crop_seconds * self.sample_rate))
 
 
-def build_model(settings: DeploySettings, num_devices: int) -> nn.Module:
+def build_model(
+    settings: DeploySettings, num_devices: int, *, on_device: bool = False
+) -> nn.Module:
     """The network of the run (backbone + the method's head), with the seed's initial weights —
-    the server's starting point, and the shape every device rebuilds to load the weights into."""
+    the server's starting point, and the shape every device rebuilds to load the weights into.
+    ``on_device``: a device's copy, which loads no ``pretrained`` file of the server's (the
+    server sends every trainable weight; only frozen pretrained weights are loaded there)."""
     from uvtrain.run import build_run_backbone
 
-    backbone = build_run_backbone(settings.run, settings.modality, settings.spec)
+    backbone = build_run_backbone(
+        settings.run, settings.modality, settings.spec, weights_travel=on_device
+    )
     torch.manual_seed(settings.run.seed)
     return settings.run.method.build_model(backbone, num_devices).eval()
 

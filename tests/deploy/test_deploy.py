@@ -641,3 +641,22 @@ def test_a_dp_run_that_would_spend_more_than_planned_refuses_to_start(tmp_path: 
     (tmp_path / LEDGER).write_text(json.dumps({"releases": 1, "round": 1}))
     with pytest.raises(DeployError, match="round 1 did not complete"):
         server._plan_privacy(None)
+
+
+def test_a_device_builds_the_model_without_the_servers_pretrained_file(tmp_path: Path) -> None:
+    """``pretrained`` names a file on the server (another run's folder): the server loads it,
+    and a device, whose trainable weights all come from the server each round, rebuilds the
+    shape without it (it has no such file)."""
+    source = tmp_path / "elsewhere" / "checkpoint.pt"
+    settings = DeploySettings.from_run_config(
+        {"method": "fedhide", "backbone": "logmel-tdnn", "pretrained": str(source)}
+    )
+    with pytest.raises(Exception, match="checkpoint.pt"):
+        build_model(settings, 2)  # the server's side reads it: missing here
+    model = build_model(settings, 2, on_device=True)
+    source.parent.mkdir()
+    torch.save({"backbone": {k: v + 1 for k, v in model.backbone.state_dict().items()}}, source)
+    server = build_model(settings, 2)
+    name = next(name for name, _ in model.backbone.named_parameters())
+    loaded = dict(server.backbone.named_parameters())[name]
+    torch.testing.assert_close(loaded, dict(model.backbone.named_parameters())[name] + 1)

@@ -66,12 +66,16 @@ def _crop_samples(config: RunConfig, dataset: FederatedDataset) -> int:
     return max(1, round(config.data.crop_seconds * dataset.spec["sample_rate"]))
 
 
-def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -> Any:
+def build_run_backbone(
+    config: RunConfig, modality: str, spec: dict[str, Any], *, weights_travel: bool = False
+) -> Any:
     """The run's backbone: ``--backbone``, the pretrained weights' own, or the modality's
     default, with the options its method asks for (FedHide: 512-d, Hamming window), initialised
     from the seed (then loaded from ``--pretrained`` when given: the weights' architecture, so
     without the method's options). The simulator and the Flower deployment build it the same
-    way."""
+    way, except that a Flower device (``weights_travel``) loads no weights file: every trainable
+    weight comes from the server each round, so only frozen pretrained weights (``ge2e``'s
+    LSTM, which never travel) are loaded there."""
     from .models import BACKBONES, build_backbone, default_backbone, load_backbone_checkpoint
     from .pretrained import WEIGHTS, fetch
 
@@ -86,7 +90,7 @@ def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -
         options["freeze_encoder"] = False
     torch.manual_seed(config.seed)  # the backbone's initial weights follow from the seed
     backbone = build_backbone(name, spec, **options)
-    if config.model.pretrained:
+    if config.model.pretrained and not (weights_travel and not _has_frozen(backbone)):
         # A known name ("ge2e") is fetched once from its pinned wheel; a run folder gives its
         # checkpoint.pt (its trained model's backbone); anything else is a file.
         path = Path(
@@ -96,6 +100,11 @@ def build_run_backbone(config: RunConfig, modality: str, spec: dict[str, Any]) -
             path = path / CHECKPOINT
         load_backbone_checkpoint(backbone, path)
     return backbone
+
+
+def _has_frozen(backbone: torch.nn.Module) -> bool:
+    """Whether a backbone keeps weights out of training (and so out of every message)."""
+    return any(not parameter.requires_grad for parameter in backbone.parameters())
 
 
 def engine_config(config: RunConfig, crop: int) -> EngineConfig:
