@@ -113,6 +113,18 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+#: What a method sends beside its update, outside the DP mechanism (docs/deploy.md, "Not
+#: covered"): every DP row that quotes such a method says so (issue 34).
+OUTSIDE_EPSILON = {"fedhide": "proxy", "fedgn": "proxy", "fedcs": "proxy",
+                   "fedaws": "class embedding"}  # fmt: skip
+
+
+def method_label(method: str, private: bool) -> str:
+    """A table's method cell: the name, and under DP what travels outside the ε."""
+    sent = OUTSIDE_EPSILON.get(method)
+    return f"{method} ({sent} outside ε)" if private and sent else method
+
+
 #: Keys that do not change what a run trains.
 def dataset_file(scale: str, dataset: str, root: str | None) -> str:
     """The dataset's file (built once with seed 0, so every seed of a comparison trains on the

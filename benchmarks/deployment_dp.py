@@ -37,6 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from _runs import method_label
+
 from uvtrain.io import save_figure, write_json
 from uvtrain.privacy import membership_eer_floor
 
@@ -273,7 +275,7 @@ def table(folder: Path, out: Path) -> list[dict[str, Any]]:
         rounds = f"{entry['rounds']}" + (" (partial)" if entry["partial"] else "")
         change = entry.get("enrollment_change")
         lines.append("| " + " | ".join([
-            entry["method"], _cohort(entry),
+            method_label(entry["method"], bool(privacy)), _cohort(entry),
             _number(privacy.get("epsilon"), 2) if privacy else "∞ (off)",
             f"{privacy['delta']:.2g}" if privacy else "–",
             _number(privacy.get("noise_multiplier"), 3) if privacy else "–",

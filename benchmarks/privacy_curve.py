@@ -29,7 +29,15 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from _runs import dataset_file, finished_run, report, settings, train_once, write_table
+from _runs import (
+    dataset_file,
+    finished_run,
+    method_label,
+    report,
+    settings,
+    train_once,
+    write_table,
+)
 
 from uvtrain.config import RunConfig
 from uvtrain.io import save_figure, write_json
@@ -224,7 +232,7 @@ def main() -> None:
         if row["update_noise_multiplier"] is not None:
             noise += f" ({row['update_noise_multiplier']:.3f})"
         line = [
-            row["method"],
+            method_label(row["method"], math.isfinite(eps)),
             "∞ (off)" if not math.isfinite(eps) else f"{eps:g}",
             str(row["rounds"]),
             noise,
