@@ -210,6 +210,11 @@ def row(folder: Path, name: str, spec: list[str]) -> dict[str, Any] | None:
                 privacy["noise_multiplier"], privacy["sampling_rate"], privacy["rounds"]
             ),
         }
+        if deployment:  # the simulation's own users: noise z·m/M at their own rate m/N
+            scale = fraction * 1000 / deployment["noise_cohort"]
+            entry["privacy"]["simulated_floor"] = membership_eer_floor(
+                privacy["noise_multiplier"] * scale, fraction, privacy["rounds"]
+            )
     return entry
 
 
@@ -250,6 +255,15 @@ def _cohort(entry: dict[str, Any]) -> str:
             f"{privacy['population']:,} (trains {real} of 1,000)")  # fmt: skip
 
 
+def _floors(privacy: dict[str, Any]) -> str:
+    """The membership floor of the stated ε, and of the simulation's own users (when they
+    differ: simulated deployment scale)."""
+    text = _number(privacy["floor"])
+    if "simulated_floor" in privacy:
+        text += f" / {_number(privacy['simulated_floor'])} as simulated"
+    return text
+
+
 def _number(value: float | None, digits: int = 3) -> str:
     return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
@@ -267,7 +281,7 @@ def table(folder: Path, out: Path) -> list[dict[str, Any]]:
             reference = _eval_at(folder / baseline["run"], entry["rounds"])
         if reference is not None:
             entry["enrollment_change"] = entry["enrollment"] - reference
-    header = ["method", "cohort", "ε", "δ", "z", "rounds", "codeword EER", "membership floor",
+    header = ["method", "cohort", "ε", "δ", "z", "rounds", "codeword EER", "membership floor (stated ε / as simulated)",
               "enrollment EER (test_known)", "change vs no DP", "enrollment EER (unknown)"]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for entry in entries:
@@ -281,7 +295,7 @@ def table(folder: Path, out: Path) -> list[dict[str, Any]]:
             _number(privacy.get("noise_multiplier"), 3) if privacy else "–",
             rounds,
             _number(entry.get("codeword")) if entry["method"] == "feduv" else "–",
-            _number(privacy.get("floor")) if privacy and entry["method"] == "feduv" else "–",
+            _floors(privacy) if privacy and entry["method"] == "feduv" else "–",
             _number(entry["enrollment"]),
             "–" if change is None or not privacy else f"{change:+.3f}",
             _number(entry["enrollment_unknown"]),
