@@ -22,10 +22,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .calibration import MODES as ENROLLMENT_MODES
 from .errors import BundleError
 
 MECHANISMS = ("central", "distributed")
-ENROLLMENT_MODES = ("prototype", "codeword")
 _TRAINING_KEYS = {"method", "privacy", "enrollment"}
 _PRIVACY_KEYS = {"mechanism", "epsilon", "delta", "simulated_deployment", "membership_eer_floor"}
 

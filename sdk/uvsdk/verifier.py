@@ -67,7 +67,7 @@ DEFAULT_TARGET_TPR = 0.95
 _VERIFIER_FAR: Any = object()  # enroll(far=...) not given: the Verifier's own
 WINDOW_BATCH = 16  # windows per model call: bounds memory for long clips
 _SEARCH_ORDER = "pass a bundle (--bundle PATH) or set UVSDK_BUNDLE"
-MODES = ("auto", "prototype", "codeword")
+REQUESTED_MODES = ("auto", "prototype", "codeword")
 """The enrollment modes a caller may ask for (docs/spec.md §9.1 step 5)."""
 
 
@@ -137,9 +137,9 @@ def check_mode(requested: str, manifest: Manifest) -> None:
     Raises
     ------
     EnrollmentError
-        ``requested`` is not one of :data:`MODES`, or is ``codeword`` on an embedding bundle.
+        ``requested`` is not one of :data:`REQUESTED_MODES`, or is ``codeword`` on an embedding bundle.
     """
-    if requested not in MODES:
+    if requested not in REQUESTED_MODES:
         raise EnrollmentError(
             f"the enrollment mode must be auto, prototype or codeword, not {requested!r:.40}"
         )
