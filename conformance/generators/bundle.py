@@ -113,6 +113,7 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
         ("cohort-sha-newline", {**with_cohort, "cohort.sha256": "ab" * 32 + "\n"}),
         ("cohort-unknown-key", {**with_cohort, "cohort.extra": 1}),
         ("conditions-newline", {"calibration.prototype.conditions": ["clean\n"]}),
+        *_training_changes(),
         ("extra-keys-kept", {"licence": "CC0"}),
         ("description", {"description": "a line"}),
     ]
@@ -140,6 +141,71 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return cases
+
+
+#: a DP-trained FedUV model's ``training`` (spec §3.10)
+TRAINING = {
+    "method": "feduv",
+    "privacy": {
+        "mechanism": "central",
+        "epsilon": 8,
+        "delta": 1e-06,
+        "simulated_deployment": False,
+        "membership_eer_floor": 0.39,
+    },
+    "enrollment": "prototype",
+}
+
+
+def _training_changes() -> list[tuple[str, dict[str, Any]]]:
+    """The manifest's ``training``: valid forms, and each malformed one (spec §3.10)."""
+    privacy = "training.privacy"
+    with_training = {"training": TRAINING}
+    embedding = {"output.kind": "embedding", "code": _DELETE, "calibration": _DELETE}
+    return [
+        ("training", with_training),
+        ("training-null", {"training": None}),
+        ("training-without-dp", {"training": {**TRAINING, "privacy": None}}),
+        ("training-codeword-enrollment", {**with_training, "training.enrollment": "codeword"}),
+        ("training-distributed", {**with_training, f"{privacy}.mechanism": "distributed"}),
+        ("training-simulated", {**with_training, f"{privacy}.simulated_deployment": True}),
+        ("training-floor-0", {**with_training, f"{privacy}.membership_eer_floor": 0}),
+        ("training-floor-half", {**with_training, f"{privacy}.membership_eer_floor": 0.5}),
+        ("training-epsilon-float", {**with_training, f"{privacy}.epsilon": 0.25}),
+        ("training-on-embedding", {**embedding, **with_training}),
+        ("training-not-an-object", {"training": "feduv"}),
+        ("training-unknown-key", {**with_training, "training.rounds": 200}),
+        ("training-method-missing", {**with_training, "training.method": _DELETE}),
+        ("training-method-empty", {**with_training, "training.method": ""}),
+        ("training-method-not-a-string", {**with_training, "training.method": 1}),
+        ("training-privacy-missing", {**with_training, privacy: _DELETE}),
+        ("training-privacy-not-an-object", {**with_training, privacy: "central"}),
+        ("training-privacy-unknown-key", {**with_training, f"{privacy}.rounds": 200}),
+        ("training-mechanism-unknown", {**with_training, f"{privacy}.mechanism": "local"}),
+        ("training-mechanism-missing", {**with_training, f"{privacy}.mechanism": _DELETE}),
+        ("training-epsilon-zero", {**with_training, f"{privacy}.epsilon": 0}),
+        ("training-epsilon-negative", {**with_training, f"{privacy}.epsilon": -1.0}),
+        ("training-epsilon-string", {**with_training, f"{privacy}.epsilon": "8"}),
+        ("training-epsilon-boolean", {**with_training, f"{privacy}.epsilon": True}),
+        ("training-epsilon-missing", {**with_training, f"{privacy}.epsilon": _DELETE}),
+        ("training-delta-zero", {**with_training, f"{privacy}.delta": 0}),
+        ("training-delta-one", {**with_training, f"{privacy}.delta": 1}),
+        ("training-delta-null", {**with_training, f"{privacy}.delta": None}),
+        ("training-simulated-number", {**with_training, f"{privacy}.simulated_deployment": 1}),
+        (
+            "training-simulated-missing",
+            {**with_training, f"{privacy}.simulated_deployment": _DELETE},
+        ),
+        ("training-floor-negative", {**with_training, f"{privacy}.membership_eer_floor": -0.01}),
+        ("training-floor-above-half", {**with_training, f"{privacy}.membership_eer_floor": 0.51}),
+        ("training-floor-missing", {**with_training, f"{privacy}.membership_eer_floor": _DELETE}),
+        ("training-enrollment-unknown", {**with_training, "training.enrollment": "auto"}),
+        ("training-enrollment-missing", {**with_training, "training.enrollment": _DELETE}),
+        (
+            "training-codeword-enrollment-on-embedding",
+            {**embedding, **with_training, "training.enrollment": "codeword"},
+        ),
+    ]
 
 
 def generate() -> dict[str, Any]:

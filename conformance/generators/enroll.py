@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from uvsdk.bundle import Manifest
 from uvsdk.calibration import (
     check_far,
     normalised_leave_one_out,
@@ -17,8 +18,9 @@ from uvsdk.calibration import (
 from uvsdk.codeword import bipolar, encode
 from uvsdk.cohort import as_norm
 from uvsdk.scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
-from uvsdk.verifier import MIN_ENROLLMENT_SAMPLES
+from uvsdk.verifier import MIN_ENROLLMENT_SAMPLES, REQUESTED_MODES, enrollment_mode
 
+from .bundle import TRAINING
 from .shared import CONFORMANCE, DEFAULT_BUNDLE, bits, document, f32, outcome, verifier, wav
 
 COHORT = "bundles/voice-embedding-cohort.uvb"
@@ -30,6 +32,38 @@ MIXED = [
     "speaker1-1.wav",
     "speaker2-1.wav",
 ]
+
+
+def _mode_cases() -> list[dict[str, Any]]:
+    """The enrollment mode (spec §9.1 step 5) for each bundle kind, manifest ``training``
+    (absent, ``enrollment`` prototype, ``enrollment`` codeword), requested mode and whether the
+    user's template holds a codeword → the mode, or the error."""
+    cases = []
+    trainings = [None, TRAINING, {**TRAINING, "privacy": None, "enrollment": "codeword"}]
+    for bundle in ("bundles/voice-codeword.uvb", "bundles/voice-embedding.uvb"):
+        base = verifier(bundle).bundle.manifest.to_dict()
+        for training in trainings:
+            codeword_enrollment = training is not None and training["enrollment"] == "codeword"
+            if codeword_enrollment and base["output"]["kind"] != "codeword":
+                continue  # refused with the manifest (vectors/bundle.json)
+            manifest = Manifest.from_dict({**base, "training": training})
+            for requested in (*REQUESTED_MODES, "Codeword"):
+                for holds in (True, False):
+                    mode, error = outcome(
+                        lambda r=requested, m=manifest, h=holds: enrollment_mode(r, m, h)
+                    )
+                    case: dict[str, Any] = {
+                        "bundle": bundle,
+                        "training": training,
+                        "requested": requested,
+                        "holds_codeword": holds,
+                    }
+                    if error is None:
+                        case["mode"] = mode
+                    else:
+                        case["error"] = type(error).__name__
+                    cases.append(case)
+    return cases
 
 
 def generate() -> dict[str, Any]:
@@ -196,7 +230,9 @@ def generate() -> dict[str, Any]:
         "max(warm-up, row) for one without), the own samples it rejects and whether the "
         "re-record advice applies; then verification of other outputs (normalised likewise). "
         "Scores within 1e-9, the prototype within 1e-6; `error` names the SDK's exception "
-        "(spec §4, §6, §9).",
+        "(spec §4, §6, §9). `modes`: the enrollment mode chosen from the requested mode, the "
+        "bundle's kind and manifest `training`, and whether the template holds a codeword "
+        "(spec §9.1 step 5).",
         minimum_samples=MIN_ENROLLMENT_SAMPLES,
         cases=cases,
         too_few={
@@ -206,4 +242,5 @@ def generate() -> dict[str, Any]:
         },
         calibration_sha256=calibrations,
         far_checks=far_checks,
+        modes=_mode_cases(),
     )

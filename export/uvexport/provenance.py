@@ -32,8 +32,8 @@ def run_extra(
 ) -> dict[str, Any]:
     """The manifest's extra keys for a run folder: ``provenance`` (method, dataset, rounds,
     backbone, the report's EER per split, the pretrained weights), ``data_licence``, then
-    ``extra`` (the caller's), then ``weights_licence`` when the run started from pretrained
-    weights."""
+    ``extra`` (the caller's), ``training`` when the run has a report (:func:`run_training`),
+    then ``weights_licence`` when the run started from pretrained weights."""
     report_path = run_dir / REPORT
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     provenance = {
@@ -44,10 +44,63 @@ def run_extra(
         "metrics": {name: split.get("eer") for name, split in report.get("splits", {}).items()},
     }
     extra = {"provenance": provenance, "data_licence": dataset.licence, **(extra or {})}
+    if report:
+        extra["training"] = run_training(report, config.method.name, model.output_kind)
     if config.model.pretrained:
         provenance["pretrained"] = _pretrained_provenance(config.model.pretrained)
         extra["weights_licence"] = provenance["pretrained"]["licence"]
     return extra
+
+
+def run_training(report: dict[str, Any], method: str, output_kind: str) -> dict[str, Any]:
+    """The manifest's ``training`` (docs/spec.md §3.10) from a run's ``report.json``.
+
+    Parameters
+    ----------
+    report:
+        The run's report; its ``privacy`` is ``None`` without DP.
+    method:
+        The training method's name (``feduv``, ``fedhide``, ...).
+    output_kind:
+        ``codeword`` or ``embedding``.
+
+    Returns
+    -------
+    dict
+        ``method``, ``privacy`` (mechanism, ε, δ, whether the noise is a simulated deployment's,
+        the membership EER floor; ``None`` without DP) and ``enrollment``: ``prototype`` for an
+        embedding model and for a codeword model trained with DP (whose codeword mode the
+        privacy guarantee bounds: the floor), ``codeword`` for a codeword model without DP.
+    """
+    spent = report.get("privacy")
+    privacy = None
+    if spent is not None:
+        privacy = {
+            "mechanism": spent["mechanism"],
+            "epsilon": spent["epsilon"],
+            "delta": spent["delta"],
+            "simulated_deployment": spent.get("simulated_deployment") is not None,
+            "membership_eer_floor": _membership_eer_floor(spent),
+        }
+    by_codeword = output_kind == "codeword" and privacy is None
+    return {
+        "method": method,
+        "privacy": privacy,
+        "enrollment": "codeword" if by_codeword else "prototype",
+    }
+
+
+def _membership_eer_floor(privacy: dict[str, Any]) -> float:
+    """The report's floor; computed from its noise, sampling rate and rounds for a report
+    written before the trainer stated it."""
+    floor = privacy.get("membership_eer_floor")
+    if floor is None:
+        from uvtrain.privacy import membership_eer_floor
+
+        floor = membership_eer_floor(
+            privacy["noise_multiplier"], privacy["sampling_rate"], privacy["rounds"]
+        )
+    return float(floor)
 
 
 def bundle_input(modality: str, spec: dict[str, Any]) -> AudioInput | ImageInput:

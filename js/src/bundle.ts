@@ -16,6 +16,7 @@ import { pyG, pyReprCut, pyRound, pyStrRepr } from "./pyfmt.js";
 import { parseCalibration, type Calibration, type PrototypeScore } from "./calibration.js";
 import { COHORT_FILE, Cohort, MAX_COHORT_BYTES, parseCohortSpec, type CohortSpec } from "./cohort.js";
 import { codeFingerprint, unpackGenerator, type BitMatrix } from "./codeword.js";
+import { parseTraining, type Training } from "./training.js";
 
 export const FORMAT = "uvsdk-bundle/1";
 export const METHODS = ["feduv", "fedhide", "fedaws", "softmax", "fedface", "fedgn", "fedcs", "reference"];
@@ -78,6 +79,8 @@ export interface Manifest {
   calibration: Calibration | null;
   /** The manifest's `cohort` (null: none; prototype scores are raw cosines). */
   cohort: CohortSpec | null;
+  /** How the model was trained and the default enrollment mode (null: not stated). */
+  training: Training | null;
   /** The keys the SDK does not read (provenance, metrics, ...), as plain JSON. */
   extra: Record<string, unknown>;
 }
@@ -184,7 +187,7 @@ function parseCode(spec: JsonValue | undefined, kind: string, dim: number): Code
   return { family, n, k, dMin, idBits, generator, fingerprint: codeFingerprint(generator) };
 }
 
-const KNOWN = new Set(["format", "name", "method", "modality", "input", "output", "code", "model_sha256", "calibration", "cohort"]);
+const KNOWN = new Set(["format", "name", "method", "modality", "input", "output", "code", "model_sha256", "calibration", "cohort", "training"]);
 
 /**
  * `Manifest.from_dict`: validate a parsed manifest (from {@link parseJson}); every problem is a
@@ -222,6 +225,8 @@ export function parseManifest(data: JsonValue): Manifest {
   if (data["calibration"] !== undefined && data["calibration"] !== null) {
     calibration = parseCalibration(data["calibration"], kind, prototypeScore(cohort));
   }
+  let training: Training | null = null;
+  if (data["training"] !== undefined && data["training"] !== null) training = parseTraining(data["training"], kind);
   const extra: Record<string, unknown> = {};
   for (const key of Object.keys(data)) if (!KNOWN.has(key)) extra[key] = toPlain(data[key]);
   return {
@@ -235,6 +240,7 @@ export function parseManifest(data: JsonValue): Manifest {
     code,
     calibration,
     cohort,
+    training,
     extra,
   };
 }

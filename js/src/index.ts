@@ -13,6 +13,7 @@ export * from "./media.js";
 export * from "./scoring.js";
 export * from "./calibration.js";
 export * from "./cohort.js";
+export * from "./training.js";
 export * from "./codeword.js";
 export * from "./template.js";
 export * from "./backoff.js";

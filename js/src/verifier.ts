@@ -7,7 +7,7 @@
 import type { InferenceSession, Tensor } from "onnxruntime-common";
 import * as backoffRules from "./backoff.js";
 import { BackoffPolicy } from "./backoff.js";
-import type { Bundle, AudioInput, Code } from "./bundle.js";
+import type { Bundle, AudioInput, Code, Manifest } from "./bundle.js";
 import { DEFAULT_FAR, checkFar, expected, rowFor, userThreshold, type Calibration, type Mode, type Row } from "./calibration.js";
 import { bipolar, encode, newMessage, randomUserId } from "./codeword.js";
 import { normalisedLeaveOneOut, type Cohort } from "./cohort.js";
@@ -22,7 +22,7 @@ import {
   type MediaReason,
 } from "./errors.js";
 import { checkAudio, repeatPad, trimSilence, windowStarts } from "./media.js";
-import { pyStrRepr } from "./pyfmt.js";
+import { pyReprCut, pyStrRepr } from "./pyfmt.js";
 import { codewordScore, cosine, leaveOneOutScores, prototype, warmupThreshold } from "./scoring.js";
 import {
   checkUser,
@@ -39,6 +39,44 @@ export const MIN_ENROLLMENT_SAMPLES = 5;
 export const DEFAULT_TARGET_TPR = 0.95;
 /** Windows per model call: bounds memory for long clips. */
 export const WINDOW_BATCH = 16;
+/** The enrollment modes a caller may ask for (docs/spec.md §9.1 step 5). */
+export const REQUESTED_MODES = ["auto", "prototype", "codeword"] as const;
+export type RequestedMode = (typeof REQUESTED_MODES)[number];
+
+/**
+ * `check_mode`: refuse, before any work, a mode that is unknown or that the bundle cannot give
+ * (an EnrollmentError: `codeword` on an embedding bundle).
+ */
+export function checkMode(requested: string, manifest: Pick<Manifest, "code">): void {
+  if (!(REQUESTED_MODES as readonly string[]).includes(requested)) {
+    throw new EnrollmentError(`the enrollment mode must be auto, prototype or codeword, not ${pyReprCut(requested)}`);
+  }
+  if (requested === "codeword" && manifest.code === null) {
+    throw new EnrollmentError("codeword mode needs a codeword bundle, and this bundle outputs embeddings");
+  }
+}
+
+/**
+ * `enrollment_mode`: the mode enrollment uses (docs/spec.md §9.1 step 5). `auto`: codeword mode
+ * iff the user holds a codeword, the bundle is a codeword bundle and its `training.enrollment`
+ * is not `prototype` (a DP-trained FedUV bundle enrolls by prototype); `prototype`: always
+ * prototype mode; `codeword`: codeword mode, an EnrollmentError when the user holds no codeword
+ * or the bundle outputs embeddings.
+ */
+export function enrollmentMode(requested: string, manifest: Pick<Manifest, "code" | "training">, holdsCodeword: boolean): Mode {
+  checkMode(requested, manifest);
+  if (requested === "codeword") {
+    if (!holdsCodeword) {
+      throw new EnrollmentError(
+        "codeword mode needs the user's codeword, and this user holds none: make one " +
+          "with uvsdk codeword new, or enroll in prototype mode",
+      );
+    }
+    return "codeword";
+  }
+  const byPrototype = manifest.training !== null && manifest.training.enrollment === "prototype";
+  return requested === "auto" && holdsCodeword && manifest.code !== null && !byPrototype ? "codeword" : "prototype";
+}
 
 /** The part of an ONNX Runtime module the core uses (onnxruntime-node / onnxruntime-web). */
 export interface OrtModule {
@@ -418,13 +456,22 @@ export class Verifier {
    * `enroll`: enroll a user from at least five usable samples. The threshold is the bundle's
    * calibrated threshold at `far` (default: the verifier's) for a table with genuine trials
    * (prototype), the warm-up rule at `targetTpr` floored at it for one without (codeword), the
-   * warm-up rule alone without a table (spec §4.3). Codeword mode when the user holds a codeword of the bundle's code, prototype
-   * mode otherwise. Unusable samples are skipped and reported; fewer than five usable ones is
-   * an EnrollmentError and nothing is written.
+   * warm-up rule alone without a table (spec §4.3). `mode` ({@link enrollmentMode}, default
+   * `auto`): codeword mode when the user holds a codeword and the bundle is a codeword bundle
+   * whose `training.enrollment` is not `prototype`; `prototype` always; `codeword` insists (an
+   * EnrollmentError without one). The codeword must be of the bundle's code. Unusable samples are
+   * skipped and reported; fewer than five usable ones is an EnrollmentError and nothing is
+   * written.
    */
   async enroll(
     samples: Sample[],
-    options: { user?: string; targetTpr?: number; far?: number | null; onSample?: (report: SampleReport) => void } = {},
+    options: {
+      user?: string;
+      targetTpr?: number;
+      far?: number | null;
+      mode?: RequestedMode;
+      onSample?: (report: SampleReport) => void;
+    } = {},
   ): Promise<EnrollmentReport> {
     const user = options.user ?? "default";
     const targetTpr = options.targetTpr ?? DEFAULT_TARGET_TPR;
@@ -436,6 +483,8 @@ export class Verifier {
     if (far !== null && calibration !== null) {
       for (const table of Object.values(calibration.tables)) if (table) rowFor(table, far);
     }
+    const requested = options.mode ?? "auto";
+    checkMode(requested, manifest);
     if (samples.length === 0) throw new EnrollmentError("no samples given");
     const reports: SampleReport[] = [];
     const vectors: Float32Array[] = [];
@@ -456,7 +505,7 @@ export class Verifier {
     return this.locked(user, async () => {
       const existing = (await this.templates.exists(user)) ? await this.templates.load(user) : null;
       const base = existing ?? newTemplate(user, this.clock());
-      const useCodeword = base.codeword !== null && manifest.code !== null;
+      const useCodeword = enrollmentMode(requested, manifest, base.codeword !== null) === "codeword";
       if (useCodeword && base.codeSha256 !== manifest.code!.fingerprint) {
         throw new ModelMismatchError(
           `user ${pyStrRepr(user)}'s codeword was made for another code than ` +

@@ -178,6 +178,7 @@ function showBundle(bundle) {
   const description = m.extra?.description ?? m.extra?.provenance?.description;
   $("b-desc").textContent = typeof description === "string" ? description : "—";
   $("b-method").textContent = `${m.method} (${m.outputKind}, ${m.dim}-d)`;
+  $("b-training").textContent = trainingText(m);
   const input = m.input;
   $("b-input").textContent =
     input.kind === "audio"
@@ -186,6 +187,19 @@ function showBundle(bundle) {
   $("b-signed").textContent = bundle.signedBy ? `verified, key ${bundle.signedBy}` : "not checked (no trusted key given to this page)";
   showCalibration(m.calibration, m.outputKind);
   ui.info.hidden = false;
+}
+
+/** How the model was trained (the manifest's `training`, as `uvsdk info` says it): no secret. */
+function trainingText(m) {
+  const training = m.training;
+  if (training === null) return "not stated";
+  const privacy = training.privacy;
+  const guarantee = privacy === null ? "without differential privacy" : uv.describePrivacy(privacy);
+  let text = `${training.method}, ${guarantee}; enrolls by ${training.enrollment} by default`;
+  if (privacy !== null && m.code !== null) {
+    text += `. Codeword mode is bounded by the privacy guarantee: its EER cannot go below ${privacy.membershipEerFloor} here`;
+  }
+  return text;
 }
 
 /** A false-accept (or any) rate as a person reads it: 0.01 -> "1 in 100", 0.0001 -> "1 in 10,000". */

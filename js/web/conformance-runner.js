@@ -230,6 +230,17 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         else refused(() => uv.checkFar(c.far), (e) => e instanceof uv.CalibrationError, "CalibrationError");
       });
     }
+    for (const c of doc.modes) {
+      const stated = c.training === null ? "no training" : `training.enrollment ${c.training.enrollment}`;
+      const holds = c.holds_codeword ? "a codeword" : "no codeword";
+      add("enroll", `mode ${c.requested}: ${c.bundle}, ${stated}, ${holds}`, async () => {
+        const b = await bundle(c.bundle);
+        const training = c.training === null ? null : uv.parseTraining(c.training, b.manifest.outputKind);
+        const manifest = { ...b.manifest, training };
+        if (c.error) refused(() => uv.enrollmentMode(c.requested, manifest, c.holds_codeword), (e) => e.constructor.name === c.error, c.error);
+        else same(uv.enrollmentMode(c.requested, manifest, c.holds_codeword), c.mode, "mode");
+      });
+    }
   }
 
   if (docs.codeword) {

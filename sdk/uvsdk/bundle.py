@@ -25,6 +25,7 @@ from .calibration import Calibration
 from .codeword import code_fingerprint, pack_generator, unpack_generator
 from .cohort import COHORT_FILE, MAX_COHORT_BYTES, Cohort, CohortSpec
 from .errors import BundleError, SignatureError
+from .training import Training
 
 FORMAT = "uvsdk-bundle/1"
 METHODS = ("feduv", "fedhide", "fedaws", "softmax", "fedface", "fedgn", "fedcs", "reference")
@@ -126,6 +127,7 @@ class Manifest:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     calibration: Calibration | None = field(default=None, compare=False)
     cohort: CohortSpec | None = field(default=None, compare=False)
+    training: Training | None = field(default=None, compare=False)
 
     @property
     def prototype_score(self) -> str:
@@ -181,6 +183,9 @@ class Manifest:
                 output_kind=kind,
                 prototype_score="cosine" if cohort is None else "as-norm",
             )
+        training = None
+        if data.get("training") is not None:
+            training = Training.from_dict(data["training"], kind)
         known = {
             "format",
             "name",
@@ -192,9 +197,23 @@ class Manifest:
             "model_sha256",
             "calibration",
             "cohort",
+            "training",
         }
         extra = {key: value for key, value in data.items() if key not in known}
-        return cls(name, method, modality, source, kind, dim, sha, code, extra, calibration, cohort)
+        return cls(
+            name,
+            method,
+            modality,
+            source,
+            kind,
+            dim,
+            sha,
+            code,
+            extra,
+            calibration,
+            cohort,
+            training,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``format`` first); ``from_dict(to_dict())`` is the identity."""
@@ -222,6 +241,8 @@ class Manifest:
             data["cohort"] = self.cohort.to_dict()
         if self.calibration is not None:
             data["calibration"] = self.calibration.to_dict()
+        if self.training is not None:
+            data["training"] = self.training.to_dict()
         data.update(self.extra)
         return data
 

@@ -165,6 +165,15 @@ def enroll(
             show_default=FAR_SHOWN,
         ),
     ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="auto | prototype | codeword. auto: by the user's codeword when they hold one "
+            "and the bundle is a codeword bundle that does not enroll by prototype (a "
+            "DP-trained one does: see uvsdk info); codeword: insist on the codeword.",
+        ),
+    ] = "auto",
 ) -> None:
     """Enroll a user from a folder of samples (at least 5 usable).
 
@@ -183,7 +192,7 @@ def enroll(
         else:
             typer.echo(f"  skipped  {sample.detail}")
 
-    report = verifier.enroll(samples, user=user, target_tpr=tpr, on_sample=show)
+    report = verifier.enroll(samples, user=user, target_tpr=tpr, on_sample=show, mode=mode)
     typer.echo(
         f"enrolled {user!r} in {report.mode} mode from {report.used} of {len(report.samples)} "
         f"samples (target TPR {report.target_tpr:g}); template: {printable(str(report.template))}"
@@ -352,6 +361,7 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
                 f"{code.id_bits} id bits"
             )
         typer.echo(f"  model sha256: {manifest.model_sha256}")
+        _show_training(manifest)
         _show_calibration(manifest.calibration)
         if manifest.cohort is not None:  # public vectors of other people: counts only
             typer.echo(
@@ -384,6 +394,33 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
         typer.echo(f"  {name}  (updated {when})")
     for entry, why in verifier.store.ignored():
         typer.echo(f"  ignored: {printable(entry)} ({why})")
+
+
+def _show_training(manifest: Any) -> None:
+    """How the model was trained and the enrollment mode that follows (public: no user's data).
+
+    Parameters
+    ----------
+    manifest:
+        The bundle's :class:`uvsdk.bundle.Manifest`.
+    """
+    training = manifest.training
+    if training is None:
+        typer.echo("  training: not stated")
+        default = "codeword when the user holds one" if manifest.code is not None else "prototype"
+        typer.echo(f"  enrollment: {default} (--mode to choose)")
+        return
+    privacy = training.privacy
+    guarantee = "without differential privacy" if privacy is None else privacy.describe()
+    typer.echo(f"  training: {printable(training.method)}, {guarantee}")
+    typer.echo(f"  enrollment: {training.enrollment} by default (--mode to choose)")
+    if privacy is not None and manifest.code is not None:
+        typer.echo(
+            "  codeword mode is bounded by the privacy guarantee: its EER cannot go below "
+            f"{privacy.membership_eer_floor:.2g} here; this bundle enrolls by "
+            f"{training.enrollment} unless --mode "
+            f"{'codeword' if training.enrollment == 'prototype' else 'prototype'}"
+        )
 
 
 def _show_calibration(calibration: Any) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import backoff as backoff_rules
-from .bundle import AudioInput, Bundle, Code, ImageInput
+from .bundle import AudioInput, Bundle, Code, ImageInput, Manifest
 from .calibration import (
     DEFAULT_FAR,
     check_far,
@@ -67,6 +67,8 @@ DEFAULT_TARGET_TPR = 0.95
 _VERIFIER_FAR: Any = object()  # enroll(far=...) not given: the Verifier's own
 WINDOW_BATCH = 16  # windows per model call: bounds memory for long clips
 _SEARCH_ORDER = "pass a bundle (--bundle PATH) or set UVSDK_BUNDLE"
+REQUESTED_MODES = ("auto", "prototype", "codeword")
+"""The enrollment modes a caller may ask for (docs/spec.md §9.1 step 5)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,64 @@ class Decision:
     score: float
     threshold: float
     accepted: bool
+
+
+def check_mode(requested: str, manifest: Manifest) -> None:
+    """Refuse, before any work, a mode that is unknown or that the bundle cannot give.
+
+    Raises
+    ------
+    EnrollmentError
+        ``requested`` is not one of :data:`REQUESTED_MODES`, or is ``codeword`` on an embedding bundle.
+    """
+    if requested not in REQUESTED_MODES:
+        raise EnrollmentError(
+            f"the enrollment mode must be auto, prototype or codeword, not {requested!r:.40}"
+        )
+    if requested == "codeword" and manifest.code is None:
+        raise EnrollmentError(
+            "codeword mode needs a codeword bundle, and this bundle outputs embeddings"
+        )
+
+
+def enrollment_mode(requested: str, manifest: Manifest, holds_codeword: bool) -> str:
+    """The mode enrollment uses (docs/spec.md §9.1 step 5).
+
+    Parameters
+    ----------
+    requested:
+        ``auto``: codeword mode iff the user holds a codeword, the bundle is a codeword bundle and
+        its manifest's ``training.enrollment`` is not ``prototype`` (a DP-trained FedUV bundle
+        enrolls by prototype: codeword mode is bounded by the privacy guarantee there).
+        ``prototype``: always prototype mode. ``codeword``: codeword mode, or an error.
+    manifest:
+        The bundle's manifest.
+    holds_codeword:
+        Whether the user's template holds a codeword.
+
+    Returns
+    -------
+    str
+        ``codeword`` or ``prototype``.
+
+    Raises
+    ------
+    EnrollmentError
+        An unknown mode; ``codeword`` on an embedding bundle or for a user without a codeword.
+    """
+    check_mode(requested, manifest)
+    if requested == "codeword":
+        if not holds_codeword:
+            raise EnrollmentError(
+                "codeword mode needs the user's codeword, and this user holds none: make one "
+                "with uvsdk codeword new, or enroll in prototype mode"
+            )
+        return "codeword"
+    training = manifest.training
+    by_prototype = training is not None and training.enrollment == "prototype"
+    if requested == "auto" and holds_codeword and manifest.code is not None and not by_prototype:
+        return "codeword"
+    return "prototype"
 
 
 def default_bundle_path() -> Path:
@@ -353,14 +413,18 @@ class Verifier:
         *,
         on_sample: Callable[[SampleReport], None] | None = None,
         far: float | None = _VERIFIER_FAR,
+        mode: str = "auto",
     ) -> EnrollmentReport:
         """Enroll a user from at least five usable samples.
 
         The threshold is the warm-up rule at ``target_tpr``, raised to the bundle's calibrated
         threshold at ``far`` (default: the verifier's ``far``) when that is higher.
 
-        Codeword mode when the user already holds a codeword (``new_codeword``) and the bundle is
-        a codeword bundle of the same code; prototype mode otherwise. Unusable files (too short,
+        ``mode`` (:func:`enrollment_mode`): ``auto`` is codeword mode when the user already holds
+        a codeword (``new_codeword``), the bundle is a codeword bundle and its manifest does not
+        say ``training.enrollment: prototype`` (a DP-trained FedUV bundle); ``prototype`` always
+        enrolls by prototype; ``codeword`` insists on the codeword, an :class:`EnrollmentError`
+        without one. The codeword must be of the bundle's code. Unusable files (too short,
         silent, clipped, undecodable, ...) are skipped and reported through ``on_sample`` and the
         report; fewer than five usable ones is an :class:`EnrollmentError` and nothing is written.
         """
@@ -371,6 +435,7 @@ class Verifier:
         far = None if far is None else check_far(far)
         self.store.path(user)  # validates the name before any work
         manifest = self.bundle.manifest
+        check_mode(mode, manifest)
         calibration = manifest.calibration
         if far is not None and calibration is not None:
             for table in calibration.tables.values():
@@ -399,16 +464,18 @@ class Verifier:
         with self.store.locked(user, create=True):
             existing = self.store.load(user) if self.store.exists(user) else None
             base = existing or Template(user=user, created=self.clock())
-            if base.codeword is not None and manifest.code is not None:
+            mode = enrollment_mode(mode, manifest, base.codeword is not None)
+            if mode == "codeword":
+                assert manifest.code is not None and base.codeword is not None
                 if base.code_sha256 != manifest.code.fingerprint:
                     raise ModelMismatchError(
                         f"user {user!r}'s codeword was made for another code than "
                         f"{self.bundle.path.name}'s; make a new one with uvsdk codeword new"
                     )
-                mode, reference = "codeword", None
+                reference = None
                 scores = codeword_scores(bipolar(base.codeword), matrix)
             else:
-                mode, reference = "prototype", prototype(matrix).astype(np.float32)
+                reference = prototype(matrix).astype(np.float32)
                 cohort = self.bundle.cohort
                 if cohort is None:
                     scores = leave_one_out_scores(matrix)
