@@ -19,7 +19,8 @@
 //   /bundles/<name>.uvb    -> ../conformance/bundles/<name>.uvb
 //   /conformance/...       -> ../conformance/  (vectors, audio, bundles, keys: the browser conformance run)
 import { createServer } from "node:http";
-import { createReadStream, promises as fs } from "node:fs";
+import { constants, promises as fs } from "node:fs";
+import { pipeline } from "node:stream";
 import * as path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -112,27 +113,60 @@ async function handle(req, res) {
   if (raw === "/favicon.ico") return send(204, "");
   const file = resolvePath(raw);
   if (file === null) return send(404, "not found\n");
-  let stat;
-  try {
-    // the real path must stay inside too (no symlink out of a served folder)
-    const real = await fs.realpath(file);
-    const roots = [...MOUNTS.map(([, r]) => r), BUNDLES, path.dirname(DEFAULT_BUNDLE)];
-    const realRoots = await Promise.all(roots.map((r) => fs.realpath(r).catch(() => r)));
-    if (!realRoots.some((r) => real.startsWith(r + path.sep))) return send(404, "not found\n");
-    stat = await fs.stat(real);
-  } catch {
-    return send(404, "not found\n");
-  }
-  if (!stat.isFile()) return send(404, "not found\n");
+  const opened = await openServed(file);
+  if (opened === null) return send(404, "not found\n");
+  const { handle, stat } = opened;
   res.writeHead(200, {
     ...HEADERS,
     "Content-Type": MIME[path.extname(file).toLowerCase()],
     "Content-Length": stat.size,
   });
-  if (req.method === "HEAD") return res.end();
-  createReadStream(file)
-    .on("error", () => res.destroy())
-    .pipe(res);
+  if (req.method === "HEAD") {
+    await handle.close();
+    return res.end();
+  }
+  // pipeline closes the handle however the response ends (a client gone early included)
+  pipeline(handle.createReadStream({ start: 0 }), res, () => undefined);
+}
+
+/**
+ * Open `file` once and check what was opened: a regular file whose real path (of the open
+ * handle: /proc/self/fd where there is one) lies inside a served folder. The response is read
+ * from this handle, so a symbolic link swapped in after the check changes nothing. Resolves to
+ * `{handle, stat}` (the caller closes the handle), or null (404).
+ */
+export async function openServed(file) {
+  let handle;
+  try {
+    handle = await fs.open(file, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0));
+  } catch {
+    return null;
+  }
+  try {
+    const stat = await handle.stat();
+    const real = await realPathOf(handle, file, stat);
+    const roots = [...MOUNTS.map(([, r]) => r), BUNDLES, path.dirname(DEFAULT_BUNDLE)];
+    const realRoots = await Promise.all(roots.map((r) => fs.realpath(r).catch(() => r)));
+    if (stat.isFile() && real !== null && realRoots.some((r) => real.startsWith(r + path.sep))) {
+      return { handle, stat };
+    }
+  } catch {
+    // unreadable: 404 below
+  }
+  await handle.close();
+  return null;
+}
+
+/** The real path of the open `handle`, or null when it cannot be told for sure. */
+async function realPathOf(handle, file, stat) {
+  try {
+    return await fs.readlink(`/proc/self/fd/${handle.fd}`);
+  } catch {
+    // no /proc: the real path of the name, if it is still the file that was opened
+    const real = await fs.realpath(file);
+    const now = await fs.stat(real);
+    return now.ino === stat.ino && now.dev === stat.dev ? real : null;
+  }
 }
 
 /** Start the server on 127.0.0.1; resolves to `{server, port, url, close()}`. */

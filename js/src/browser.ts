@@ -26,7 +26,10 @@ function done(tx: IDBTransaction): Promise<void> {
 
 /** A {@link TemplateStore} in IndexedDB (object stores "templates" and "generations"). */
 export class IndexedDBStore implements TemplateStore {
-  private constructor(private readonly db: IDBDatabase) {}
+  private constructor(
+    private readonly db: IDBDatabase,
+    private readonly name: string,
+  ) {}
 
   /** Open (creating if needed) the database `name`. */
   static async open(name = "uvsdk", factory: IDBFactory = indexedDB): Promise<IndexedDBStore> {
@@ -36,7 +39,7 @@ export class IndexedDBStore implements TemplateStore {
       if (!db.objectStoreNames.contains(TEMPLATES)) db.createObjectStore(TEMPLATES);
       if (!db.objectStoreNames.contains(GENERATIONS)) db.createObjectStore(GENERATIONS);
     };
-    return new IndexedDBStore(await request(req));
+    return new IndexedDBStore(await request(req), name);
   }
 
   async read(user: string): Promise<Uint8Array | null> {
@@ -85,6 +88,27 @@ export class IndexedDBStore implements TemplateStore {
     const tx = this.db.transaction(GENERATIONS, "readwrite");
     tx.objectStore(GENERATIONS).delete(keyIdHex);
     await done(tx);
+  }
+
+  /**
+   * Take the user's lock for a read-modify-write (spec §12): the Web Lock
+   * `uvsdk:<database>:<user>`, shared by every tab and worker of the origin. Without the Web
+   * Locks API, the verifier's lock within this page is all there is.
+   */
+  async lock(user: string): Promise<() => Promise<void>> {
+    const locks = (globalThis as { navigator?: { locks?: LockManager } }).navigator?.locks;
+    if (!locks) return async () => undefined;
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    await new Promise<void>((granted, refused) => {
+      locks
+        .request(`uvsdk:${this.name}:${user}`, { mode: "exclusive" }, () => {
+          granted();
+          return held;
+        })
+        .catch(refused);
+    });
+    return async () => release();
   }
 
   /** Close the database. */

@@ -89,6 +89,9 @@ export class RollbackError extends TemplateError {}
 /** The template was made with another model (or code) than the bundle in use. */
 export class ModelMismatchError extends TemplateError {}
 
+/** The store or freshness folder or a template file can be written by another user, or is theirs. */
+export class StorePermissionError extends UvsdkError {}
+
 /** No passphrase or platform key could be had. */
 export class KeyUnavailableError extends UvsdkError {}
 

@@ -1,12 +1,14 @@
 /**
  * Node-only parts: {@link FileStore} (one `<user>.uvt` file per user, generations in a state
- * folder outside the store, as the Python FileFreshness) and {@link decodeWavFile}.
+ * folder outside the store, as the Python FileFreshness; the per-user lock file the Python
+ * takes too) and {@link decodeWavFile}.
  */
-import { promises as fs, constants } from "node:fs";
+import { promises as fs, constants, type Stats } from "node:fs";
 import * as path from "node:path";
 import * as os from "node:os";
 import { randomBytes } from "node:crypto";
-import { NotEnrolledError, TemplateError, UvsdkError, MediaError } from "./errors.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { NotEnrolledError, StorePermissionError, TemplateError, UvsdkError, MediaError } from "./errors.js";
 import { MAX_FILE_BYTES, SUFFIX, type TemplateStore } from "./template.js";
 import { decodeWav, type DecodedAudio } from "./media.js";
 import { printable } from "./errors.js";
@@ -75,6 +77,185 @@ export async function atomicWrite(target: string, bytes: Uint8Array, mustExist: 
   }
 }
 
+/**
+ * `files.check_private`: refuse a folder that another user (not root) owns or that group or
+ * others can write, as ssh refuses such a `~/.ssh`. A missing folder passes (nothing to trust yet).
+ */
+export async function checkPrivate(directory: string, what: string): Promise<void> {
+  if (typeof process.geteuid !== "function") return; // Windows: ACLs, not mode bits
+  let info: Stats;
+  try {
+    info = await fs.stat(directory);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw new UvsdkError(`cannot read the ${what} ${printable(directory)} (${osMessage(error)})`);
+  }
+  if (info.uid !== process.geteuid() && info.uid !== 0) {
+    throw new StorePermissionError(
+      `the ${what} ${printable(directory)} belongs to another user (uid ${info.uid}): refusing to use it; use a folder of your own`,
+    );
+  }
+  if (info.mode & 0o022) {
+    throw new StorePermissionError(
+      `the ${what} ${printable(directory)} is writable by other users (mode ${modeText(info)}): ` +
+        `refusing to use it; run chmod go-w ${printable(directory)}`,
+    );
+  }
+}
+
+/** `files.check_private_file`: the same for a file already opened (its handle's stat). */
+export function checkPrivateFile(info: Stats, file: string): void {
+  if (typeof process.geteuid !== "function") return;
+  const name = printable(path.basename(file));
+  if (info.uid !== process.geteuid() && info.uid !== 0) {
+    throw new StorePermissionError(`${name} belongs to another user (uid ${info.uid}): refusing to use it`);
+  }
+  if (info.mode & 0o022) {
+    throw new StorePermissionError(
+      `${name} is writable by other users (mode ${modeText(info)}): refusing to use it; run chmod 600 ${printable(file)}`,
+    );
+  }
+}
+
+function modeText(info: Stats): string {
+  return (info.mode & 0o7777).toString(8).padStart(4, "0");
+}
+
+/**
+ * `files.open_regular`: open for reading only a regular file, never following a symbolic link
+ * and never blocking on a FIFO or device (O_NONBLOCK, then fstat). Null when there is no file.
+ */
+export async function openRegular(file: string): Promise<{ handle: fs.FileHandle; info: Stats } | null> {
+  const name = printable(path.basename(file));
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(file, constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0) | (constants.O_NONBLOCK ?? 0));
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return null;
+    if (code === "ELOOP" || code === "EMLINK") throw new TemplateError(`${name} is a symbolic link, not a regular file`);
+    throw new TemplateError(`${name}: cannot read (${osMessage(error)})`);
+  }
+  const info = await handle.stat();
+  if (!info.isFile()) {
+    await handle.close();
+    throw new TemplateError(`${name} is not a regular file`);
+  }
+  return { handle, info };
+}
+
+/** A user's lock file is `<store>/.<user>.lock` (spec §10.1; `files.user_lock`). */
+export const LOCK_SUFFIX = ".lock";
+const BREAK_SUFFIX = ".break";
+const FIRST_WAIT_MS = 2;
+const LONGEST_WAIT_MS = 50;
+
+/**
+ * `files.user_lock`: take `<directory>/.<user>.lock`, the per-user lock every uvsdk process
+ * takes (Python's and this port's alike); resolves to the function that releases it.
+ *
+ * The file holds `<pid> <random token> <host name>`, written whole to a file of its own and then
+ * hard-linked into place (which fails while another holds the lock). A waiting process polls; a
+ * lock whose process no longer exists on this host was left by a crash and is removed, by one
+ * process at a time (`.<user>.lock.break`, taken the same way).
+ */
+export async function userLock(directory: string, user: string): Promise<() => Promise<void>> {
+  const lock = path.join(directory, `.${user}${LOCK_SUFFIX}`);
+  const owner = `${process.pid} ${randomBytes(8).toString("hex")} ${os.hostname()}\n`;
+  const candidate = `${lock}.${randomBytes(6).toString("hex")}`;
+  try {
+    await fs.writeFile(candidate, owner, { flag: "wx", mode: 0o600 });
+  } catch (error) {
+    throw new UvsdkError(`cannot lock ${printable(directory)} (${osMessage(error)})`);
+  }
+  try {
+    await acquire(lock, candidate, owner);
+  } finally {
+    await fs.unlink(candidate).catch(() => undefined);
+  }
+  return async () => {
+    await removeIfHeldBy(lock, owner).catch(() => undefined);
+  };
+}
+
+async function acquire(lock: string, candidate: string, owner: string): Promise<void> {
+  let wait = FIRST_WAIT_MS;
+  for (;;) {
+    if (await linked(candidate, lock)) return;
+    const holder = await readLock(lock);
+    if (holder === null) continue; // released meanwhile
+    if (holderAlive(holder)) {
+      await sleep(wait);
+      wait = Math.min(2 * wait, LONGEST_WAIT_MS);
+    } else {
+      await breakStale(lock, candidate, owner, holder);
+    }
+  }
+}
+
+/** Remove `lock` if it still holds `stale`, under the break lock (one breaker at a time). */
+async function breakStale(lock: string, candidate: string, owner: string, stale: string): Promise<void> {
+  const guard = lock + BREAK_SUFFIX;
+  if (!(await linked(candidate, guard))) {
+    const breaker = await readLock(guard);
+    if (breaker !== null && !holderAlive(breaker)) await removeIfHeldBy(guard, breaker); // a breaker that crashed in turn
+    else await sleep(FIRST_WAIT_MS);
+    return;
+  }
+  try {
+    await removeIfHeldBy(lock, stale);
+  } finally {
+    await removeIfHeldBy(guard, owner);
+  }
+}
+
+/** Hard-link `from` as `to`: true, or false when `to` exists. */
+async function linked(from: string, to: string): Promise<boolean> {
+  try {
+    await fs.link(from, to);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") return false;
+    throw new UvsdkError(`cannot lock ${printable(path.dirname(to))} (${osMessage(error)})`);
+  }
+}
+
+async function readLock(lock: string): Promise<string | null> {
+  const opened = await openRegular(lock);
+  if (opened === null) return null;
+  try {
+    const buffer = new Uint8Array(256);
+    const { bytesRead } = await opened.handle.read(buffer, 0, buffer.length, 0);
+    return Buffer.from(buffer.subarray(0, bytesRead)).toString("latin1");
+  } finally {
+    await opened.handle.close();
+  }
+}
+
+async function removeIfHeldBy(lock: string, holder: string): Promise<void> {
+  if ((await readLock(lock)) !== holder) return;
+  await fs.unlink(lock).catch(() => undefined);
+}
+
+/** Whether the process a lock file names may still hold it (another host's is taken to). */
+function holderAlive(holder: string): boolean {
+  const fields = holder.split(/\s+/).filter(Boolean);
+  if (fields.length !== 3 || !/^\d+$/.test(fields[0]!)) return false; // not a lock any uvsdk wrote whole
+  if (fields[2] !== os.hostname()) return true;
+  return processExists(Number(fields[0]));
+}
+
+function processExists(pid: number): boolean {
+  if (pid <= 0) return false;
+  if (pid === process.pid || process.platform === "win32") return true; // as the Python's
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code !== "ESRCH";
+  }
+}
+
 /** A folder of `<user>.uvt` templates; generations in `<stateDir>/freshness/<salt hex>.gen`. */
 export class FileStore implements TemplateStore {
   readonly directory: string;
@@ -95,17 +276,12 @@ export class FileStore implements TemplateStore {
   }
 
   async read(user: string): Promise<Uint8Array | null> {
-    const file = this.file(user);
-    let handle: fs.FileHandle;
+    await checkPrivate(this.directory, "store");
+    const opened = await openRegular(this.file(user));
+    if (opened === null) return null;
+    const { handle, info } = opened;
     try {
-      handle = await fs.open(file, constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0));
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-      throw new TemplateError(`${user}${SUFFIX}: cannot read (${osMessage(error)})`);
-    }
-    try {
-      const info = await handle.stat();
-      if (!info.isFile()) throw new TemplateError(`${user}${SUFFIX}: not a regular file`);
+      checkPrivateFile(info, this.file(user));
       const buffer = new Uint8Array(Math.min(info.size, MAX_FILE_BYTES) + 1);
       const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
       return buffer.slice(0, bytesRead);
@@ -116,7 +292,27 @@ export class FileStore implements TemplateStore {
 
   async write(user: string, bytes: Uint8Array, options: { mustExist?: boolean } = {}): Promise<void> {
     if (!options.mustExist) await fs.mkdir(this.directory, { recursive: true, mode: 0o700 });
+    await checkPrivate(this.directory, "store");
+    await this.checkFreshness(); // before the file: never half a write
     await atomicWrite(this.file(user), bytes, options.mustExist ?? false);
+  }
+
+  /** Take the user's lock ({@link userLock}); a missing store is made with `create`, else there is nothing to lock. */
+  async lock(user: string, options: { create?: boolean } = {}): Promise<() => Promise<void>> {
+    if (options.create) await fs.mkdir(this.directory, { recursive: true, mode: 0o700 });
+    try {
+      if (!(await fs.stat(this.directory)).isDirectory()) return async () => undefined;
+    } catch {
+      return async () => undefined;
+    }
+    await checkPrivate(this.directory, "store");
+    return userLock(this.directory, user);
+  }
+
+  /** Refuse a state or freshness folder another user could write (they could lock the owner out). */
+  private async checkFreshness(): Promise<void> {
+    await checkPrivate(this.stateDir, "state folder");
+    await checkPrivate(path.join(this.stateDir, "freshness"), "freshness folder");
   }
 
   async remove(user: string): Promise<boolean> {
@@ -131,12 +327,17 @@ export class FileStore implements TemplateStore {
 
   async getGeneration(keyIdHex: string): Promise<number | null> {
     const file = this.generationFile(keyIdHex);
+    await this.checkFreshness();
+    const opened = await openRegular(file);
+    if (opened === null) return null;
     let text: string;
     try {
-      text = await fs.readFile(file, "ascii");
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-      throw new TemplateError(`cannot read the template's freshness record ${printable(file)} (${osMessage(error)})`);
+      checkPrivateFile(opened.info, file);
+      const buffer = new Uint8Array(64);
+      const { bytesRead } = await opened.handle.read(buffer, 0, buffer.length, 0);
+      text = Buffer.from(buffer.subarray(0, bytesRead)).toString("ascii");
+    } finally {
+      await opened.handle.close();
     }
     if (!/^\s*[-+]?\d+\s*$/.test(text)) throw new TemplateError(`the template's freshness record ${printable(file)} is damaged`);
     return Number(text.trim());
@@ -145,6 +346,7 @@ export class FileStore implements TemplateStore {
   async setGeneration(keyIdHex: string, generation: number): Promise<void> {
     const file = this.generationFile(keyIdHex);
     await fs.mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+    await this.checkFreshness();
     await atomicWrite(file, new TextEncoder().encode(`${generation}\n`), false);
   }
 

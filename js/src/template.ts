@@ -69,6 +69,12 @@ export interface TemplateStore {
   setGeneration(keyIdHex: string, generation: number): Awaitable<void>;
   /** Forget a generation record (when its template is deleted). */
   removeGeneration?(keyIdHex: string): Awaitable<void>;
+  /**
+   * Take the user's lock across processes or tabs (spec §10.1, §12) for a read-modify-write;
+   * resolves to the function that releases it. `create` makes the store first (enrollment).
+   * A store without it is serialised within this process only.
+   */
+  lock?(user: string, options?: { create?: boolean }): Promise<() => Promise<void>>;
 }
 
 /** A {@link TemplateStore} in memory (tests; apps that persist the bytes themselves). */

@@ -269,16 +269,32 @@ export class Verifier {
     return new Verifier(options);
   }
 
-  /** Run `task` with the user's lock held (read-modify-write of a template, in this process). */
-  private async locked<T>(user: string, task: () => Promise<T>): Promise<T> {
+  /**
+   * Run `task` with the user's lock held for a read-modify-write of a template: in this process
+   * (a promise chain per user), and across processes or tabs where the store has a lock
+   * (FileStore: the lock file Python takes too; IndexedDBStore: Web Locks). `create` makes the
+   * store first (enrollment, codeword creation), so writers racing to create it are serialised.
+   */
+  private async locked<T>(user: string, task: () => Promise<T>, options: { create?: boolean } = {}): Promise<T> {
+    const held = () => this.heldAcrossProcesses(user, task, options.create ?? false);
     const before = this.locks.get(user) ?? Promise.resolve();
-    const run = before.then(task, task);
+    const run = before.then(held, held);
     const tail = run.catch(() => undefined);
     this.locks.set(user, tail);
     try {
       return await run;
     } finally {
       if (this.locks.get(user) === tail) this.locks.delete(user);
+    }
+  }
+
+  private async heldAcrossProcesses<T>(user: string, task: () => Promise<T>, create: boolean): Promise<T> {
+    const store = this.templates.store;
+    const release = store.lock ? await store.lock(user, { create }) : null;
+    try {
+      return await task();
+    } finally {
+      await release?.();
     }
   }
 
@@ -447,7 +463,7 @@ export class Verifier {
       const base = existing ?? newTemplate(user, this.clock());
       await this.templates.save({ ...base, codeword: bits, userId: chosen, codeSha256: chosenCode.fingerprint });
       return typeof chosen === "bigint" && chosen <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(chosen) : chosen;
-    });
+    }, { create: true });
   }
 
   // -- enrollment --------------------------------------------------------------------------
@@ -561,7 +577,7 @@ export class Verifier {
         ownRejected,
         advice,
       };
-    });
+    }, { create: true });
   }
 
   // -- verification ------------------------------------------------------------------------

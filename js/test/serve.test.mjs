@@ -10,7 +10,10 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { request } from "node:http";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
-import { startServer, resolvePath } from "../scripts/serve.mjs";
+import { mkdtemp, readFile, rm, symlink, unlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { openServed, startServer, resolvePath } from "../scripts/serve.mjs";
 
 const JS = fileURLToPath(new URL("..", import.meta.url));
 const SCRIPT = fileURLToPath(new URL("../scripts/serve.mjs", import.meta.url));
@@ -195,3 +198,25 @@ for (const { signal, target, to } of KILLS) {
     await again.close();
   });
 }
+
+test("serve.mjs reads the file it checked: a symbolic link swapped after the check serves nothing outside", async (t) => {
+  const outside = await mkdtemp(join(tmpdir(), "uvsdk-serve-"));
+  const secret = join(outside, "secret.js");
+  await writeFile(secret, "outside the served folders\n");
+  const inside = join(JS, "dist", "src", "index.js");
+  const link = join(JS, "dist", `swapped-${process.pid}.js`);
+  t.after(() => Promise.all([unlink(link).catch(() => undefined), rm(outside, { recursive: true })]));
+  await symlink(inside, link);
+  assert.equal(resolvePath(`/dist/swapped-${process.pid}.js`), link);
+  const opened = await openServed(link); // the check passes: the link points inside
+  assert.ok(opened);
+  await unlink(link);
+  await symlink(secret, link); // the attack: the link swapped between the check and the read
+  try {
+    const served = await opened.handle.readFile("utf8");
+    assert.equal(served, await readFile(inside, "utf8"));
+  } finally {
+    await opened.handle.close();
+  }
+  assert.equal(await openServed(link), null, "a link pointing outside is refused");
+});

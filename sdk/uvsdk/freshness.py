@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import oskeyring
 from .errors import KeyUnavailableError, TemplateError
-from .files import atomic_write, make_private_dir
+from .files import atomic_write, check_private, check_private_file, make_private_dir, open_regular
 
 
 def default_state_dir() -> Path:
@@ -44,10 +44,19 @@ class FileFreshness:
     def _path(self, key_id: bytes) -> Path:
         return self.directory / "freshness" / f"{key_id.hex()}.gen"
 
+    def check_permissions(self) -> None:
+        """Refuse a state or freshness folder another user could write to (as the store's): they
+        could put a higher generation in a record and lock the owner out of their template."""
+        check_private(self.directory, "state folder")
+        check_private(self.directory / "freshness", "freshness folder")
+
     def get(self, key_id: bytes) -> int | None:
         path = self._path(key_id)
+        self.check_permissions()
         try:
-            text = path.read_text(encoding="ascii")
+            with os.fdopen(open_regular(path), "rb") as handle:
+                check_private_file(handle.fileno(), path)
+                text = handle.read(64).decode("ascii")
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as error:
@@ -63,6 +72,7 @@ class FileFreshness:
     def set(self, key_id: bytes, generation: int) -> None:
         path = self._path(key_id)
         make_private_dir(path.parent)
+        self.check_permissions()
         atomic_write(path, f"{generation}\n".encode("ascii"), must_exist=False)
 
     def delete(self, key_id: bytes) -> None:
@@ -81,6 +91,9 @@ class KeyringFreshness:
     """
 
     kind = "keyring"
+
+    def check_permissions(self) -> None:
+        """Nothing to check: the keyring is the user's own."""
 
     def get(self, key_id: bytes) -> int | None:
         entry = oskeyring.read(oskeyring.generation_entry(key_id))
@@ -104,6 +117,9 @@ class KeyringKeyFreshness:
     """The generation of a keyring-key template, kept in the key's own keyring entry."""
 
     kind = "keyring"
+
+    def check_permissions(self) -> None:
+        """Nothing to check: the keyring is the user's own."""
 
     def get(self, key_id: bytes) -> int | None:
         entry = oskeyring.read(oskeyring.key_entry(key_id))

@@ -57,7 +57,15 @@ from .errors import (
     UvsdkError,
     WrongKeyError,
 )
-from .files import atomic_write, check_private, check_private_file, make_private_dir
+from .files import (
+    TEMPORARY_SUFFIX,
+    atomic_write,
+    check_private,
+    check_private_file,
+    make_private_dir,
+    open_regular,
+    user_lock,
+)
 from .freshness import (
     KEYRING_KEY_FRESHNESS,
     FileFreshness,
@@ -511,7 +519,7 @@ class TemplateStore:
         if self.directory.is_dir():
             self.check_permissions()
         try:
-            with open(path, "rb") as handle:
+            with os.fdopen(open_regular(path), "rb") as handle:
                 check_private_file(handle.fileno(), path)
                 blob = handle.read(_MAX_FILE_BYTES + 1)
         except FileNotFoundError:
@@ -570,6 +578,7 @@ class TemplateStore:
         aad = header.pack()
         sealed = template.replace(generation=generation).to_payload()
         blob = aad + AESGCM(key).encrypt(header.nonce, sealed, aad)
+        self._freshness_for(header).check_permissions()  # before the file: never half a write
         atomic_write(path, blob, must_exist=not create)
         self._keys[template.user] = (header, key)
         self._generations[template.user] = generation
@@ -607,22 +616,26 @@ class TemplateStore:
         self._generations.pop(user, None)
 
     def _stale_temporaries(self, user: str) -> list[Path]:
-        """Temporary files of interrupted writes of this user's template (``.<user>.uvt.*``)."""
+        """Temporary files of interrupted writes of this user's template: ``.<user>.uvt.<12 hex
+        digits>.tmp``, and 0.1's ``.<user>.uvt.<8 characters>`` (never another user's lock file,
+        ``.<user>.uvt.lock`` being user ``<user>.uvt``'s)."""
         if not self.directory.is_dir():
             return []
-        prefix = f".{self.path(user).name}."
-        return [p for p in self.directory.iterdir() if p.name.startswith(prefix)]
+        name = re.escape(self.path(user).name)
+        pattern = re.compile(
+            rf"\.{name}\.([0-9a-f]{{12}}{re.escape(TEMPORARY_SUFFIX)}|[a-z0-9_]{{8}})"
+        )
+        return [p for p in self.directory.iterdir() if pattern.fullmatch(p.name)]
 
     @contextlib.contextmanager
     def locked(self, user: str, *, create: bool = False) -> Iterator[None]:
-        """Hold an exclusive lock for a read-modify-write of the user's template.
+        """Hold the user's lock for a read-modify-write of the user's template.
 
-        The lock is ``flock`` on the store folder itself, so no lock file is left behind. With
+        The lock is the file ``<store>/.<user>.lock`` (:func:`uvsdk.files.user_lock`), the same
+        one the TypeScript port takes, so processes of either exclude each other. With
         ``create`` the folder is made first (mode 0700), so writers racing to create a store are
         serialised too; without it a missing store is not created, and there is nothing to lock.
         Under the lock, temporary files left by an interrupted write of this user are removed.
-        Where ``fcntl`` is missing (Windows) writes stay atomic through ``os.replace`` but are
-        not serialised.
         """
         self.path(user)  # validates the name
         if create:
@@ -631,17 +644,8 @@ class TemplateStore:
             yield
             return
         self.check_permissions()
-        try:
-            import fcntl
-        except ImportError:
-            yield
-            return
-        descriptor = os.open(self.directory, os.O_RDONLY)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        with user_lock(self.directory, user):
             for leftover in self._stale_temporaries(user):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
             yield
-        finally:
-            os.close(descriptor)  # closing releases the lock
