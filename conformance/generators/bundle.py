@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import struct
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +254,9 @@ def generate() -> dict[str, Any]:
         ("truncated", image[: len(image) // 2], []),
         ("not-a-zip", b"hello, world" * 10, []),
         *_cohort_archives(members, public),
+        *_ort_archives(members),
+        *_lying_zip_archives(members),
+        *_hostile_json_archives(members),
     ]
     archive_cases = []
     with tempfile.TemporaryDirectory() as folder:
@@ -260,7 +265,7 @@ def generate() -> dict[str, Any]:
             path.write_bytes(blob)
             pems = [_pem(k) for k in keys]
             loaded, error = outcome(lambda p=path, t=pems: Bundle(p, trusted_keys=t or None))
-            expected = _COHORT_REFUSALS.get(name)
+            expected = _COHORT_REFUSALS.get(name) or _READING_REFUSALS.get(name)
             assert expected is None or expected in str(error), (name, error)
             archive_cases.append(
                 {
@@ -284,7 +289,9 @@ def generate() -> dict[str, Any]:
         "opened with: valid or the SDK's exception, and the signing key's fingerprint "
         "(first 16 hex digits of SHA-256 of the raw key); the cohort archives "
         "(cohort.f32 and the manifest's cohort, spec §3.9) are the image bundle given a small "
-        "cohort, signed with the conformance key or edited (spec §3).",
+        "cohort, signed with the conformance key or edited; the ort-* archives add a model.ort, "
+        "the zip-* archives have zip entries that lie about their size, CRC or method, and the "
+        "json-* archives hostile manifest JSON at and over the limits of spec §3.3 (spec §3).",
         base_manifest=base,
         manifests=manifests,
         archives=archive_cases,
@@ -429,3 +436,145 @@ def _pem(raw_hex: str) -> bytes:
     return key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+
+
+#: what the SDK's refusal of each model.ort, lying-zip and hostile-JSON archive says (checked here)
+_READING_REFUSALS = {
+    "ort-member-unnamed": "model.ort does not match the manifest's ort.sha256",
+    "ort-sha-mismatch": "model.ort does not match the manifest's ort.sha256",
+    "ort-file-name": "ort.file must be 'model.ort'",
+    "zip-model-inflates-past-declared-size": "model.onnx inflates to more than the",
+    "zip-manifest-declares-1000-bytes": "manifest.json inflates to more than the 1000 bytes",
+    "zip-model-shorter-than-declared": "its zip entry declares",
+    "zip-stored-longer-than-declared": "its zip entry declares",
+    "zip-crc-mismatch": "does not match its zip entry's CRC-32",
+    "zip-encrypted": "model.onnx is encrypted",
+    "zip-method-bzip2": "compression method 12",
+    "zip-deflate-stream-cut": "not a readable bundle",
+    "json-calibration-count-10^400": "a number of 401 characters",
+    "json-integer-4301-digits": "a number of 4301 characters",
+    "json-integer-2^53": "an integer beyond 2**53 - 1",
+    "json-number-65-characters": "a number of 65 characters",
+    "json-depth-65": "nested deeper than 64 levels",
+    "json-depth-10000": "nested deeper than 64 levels",
+}
+
+
+def _ort_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[str]]]:
+    """The image bundle with a model.ort member, named by the manifest's ``ort`` or not."""
+    ort = b"an ORT-format model (conformance: its bytes are never run)"
+    digest = hashlib.sha256(ort).hexdigest()
+
+    def with_ort(spec: dict[str, Any] | None) -> bytes:
+        manifest = json.loads(image["manifest.json"])
+        if spec is not None:
+            manifest["ort"] = spec
+        text = (json.dumps(manifest, indent=2) + "\n").encode()
+        return _zip(image, {"manifest.json": text, "model.ort": ort, "signature.ed25519": None})
+
+    return [
+        ("ort-named", with_ort({"file": "model.ort", "sha256": digest}), []),
+        ("ort-member-unnamed", with_ort(None), []),
+        ("ort-sha-mismatch", with_ort({"file": "model.ort", "sha256": "0" * 64}), []),
+        ("ort-file-name", with_ort({"file": "model.onnx.ort", "sha256": digest}), []),
+    ]
+
+
+def _deflate(data: bytes) -> bytes:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
+
+
+def _raw_zip(entries: list[dict[str, Any]]) -> bytes:
+    """A zip archive written entry by entry (``name``, ``payload`` as stored, ``method``,
+    declared ``size``, ``crc``, ``flags``), recording whatever each entry claims."""
+    local, central = b"", b""
+    for entry in entries:
+        name, payload = entry["name"].encode(), entry["payload"]
+        fields = (entry["flags"], entry["method"], 0, 0x21, entry["crc"], len(payload))
+        header = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, *fields, entry["size"], len(name), 0)
+        central += struct.pack(
+            "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, *fields, entry["size"], len(name), 0, 0, 0, 0, 0,
+            len(local),
+        ) + name  # fmt: skip
+        local += header + name + payload
+    count = len(entries)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, len(central), len(local), 0)
+    return local + central + end
+
+
+def _lying_zip_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[str]]]:
+    """The image bundle (unsigned) with one zip entry lying; the declared size and CRC are the
+    real content's, so a reader that stops quietly at the declared size loads the bundle."""
+    image = {name: data for name, data in image.items() if name != "signature.ed25519"}
+
+    def entry(name: str, **lie: Any) -> dict[str, Any]:
+        content = image[name]
+        plain = {"name": name, "payload": _deflate(content), "method": zipfile.ZIP_DEFLATED}
+        return {**plain, "size": len(content), "crc": zlib.crc32(content), "flags": 0, **lie}
+
+    def lying(name: str, **lie: Any) -> bytes:
+        return _raw_zip([entry(member, **(lie if member == name else {})) for member in image])
+
+    model, manifest = image["model.onnx"], image["manifest.json"]
+    cut = _deflate(model)[: len(_deflate(model)) // 2]
+    return [
+        ("zip-written-entry-by-entry", lying("model.onnx"), []),
+        (
+            "zip-model-inflates-past-declared-size",
+            lying("model.onnx", payload=_deflate(model + bytes(1 << 20))),
+            [],
+        ),
+        (
+            "zip-manifest-declares-1000-bytes",
+            lying("manifest.json", payload=_deflate(manifest + b" " * (1 << 20)), size=1000),
+            [],
+        ),
+        ("zip-model-shorter-than-declared", lying("model.onnx", payload=_deflate(model[:-10])), []),
+        (
+            "zip-stored-longer-than-declared",
+            lying("model.onnx", payload=model + bytes(4), method=zipfile.ZIP_STORED),
+            [],
+        ),
+        ("zip-crc-mismatch", lying("model.onnx", crc=zlib.crc32(model) ^ 1), []),
+        ("zip-encrypted", lying("model.onnx", flags=1), []),
+        ("zip-method-bzip2", lying("model.onnx", method=zipfile.ZIP_BZIP2), []),
+        ("zip-deflate-stream-cut", lying("model.onnx", payload=cut), []),
+    ]
+
+
+def _hostile_json_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[str]]]:
+    """The image bundle (unsigned) given the voice-embedding bundle's calibration, its manifest
+    text then edited: numbers and nesting at and over the limits of spec §3.3."""
+    manifest = json.loads(image["manifest.json"])
+    with zipfile.ZipFile(CONFORMANCE / "bundles/voice-embedding.uvb") as voice:
+        manifest["calibration"] = json.loads(voice.read("manifest.json"))["calibration"]
+    text = json.dumps(manifest, indent=2)
+
+    def archive(changed: str) -> bytes:
+        return _zip(image, {"manifest.json": changed.encode(), "signature.ed25519": None})
+
+    def with_key(value: str) -> bytes:
+        return archive(text[:-1] + f', "extra": {value}}}')
+
+    def nested(levels: int) -> str:
+        return "[" * (levels - 1) + "]" * (levels - 1)
+
+    huge = "1" + "0" * 400
+    return [
+        ("json-calibrated", archive(text), []),
+        (
+            "json-calibration-count-10^400",
+            archive(text.replace('"people": 24', f'"people": {huge}')),
+            [],
+        ),
+        ("json-integer-4301-digits", with_key("9" * 4301), []),
+        ("json-integer-2^53", with_key(str(2**53)), []),
+        ("json-integer-2^53-1", with_key(str(-(2**53 - 1))), []),
+        ("json-number-65-characters", with_key("0." + "1" * 63), []),
+        ("json-number-64-characters", with_key("0." + "1" * 62), []),
+        ("json-depth-64", with_key(nested(64)), []),
+        ("json-depth-65", with_key(nested(65)), []),
+        ("json-depth-10000", with_key(nested(10_000)), []),
+        ("json-brackets-in-strings", with_key('"' + "[" * 100 + '\\"' + "{" * 100 + '"'), []),
+    ]

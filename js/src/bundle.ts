@@ -3,13 +3,14 @@
  *
  * A bundle is a zip archive holding `model.onnx`, `manifest.json` and optionally
  * `signature.ed25519` (Ed25519 over the exact bytes of `manifest.json`), and `cohort.f32` (the
- * AS-norm cohort, cohort.ts) exactly when the manifest has a `cohort`. The manifest names the
+ * AS-norm cohort, cohort.ts) exactly when the manifest has a `cohort`, and `model.ort` (checked, not
+ * run) only when the manifest's `ort` names it. Members are read bounded (archive.ts). The manifest names the
  * SHA-256 of the model and of the cohort, so a signature over the manifest covers them too. The ONNX Runtime
  * session is not opened here (see verifier.ts): this module has no runtime dependency.
  */
-import { unzipSync } from "fflate";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, SignatureError } from "./errors.js";
+import { readZipMembers } from "./archive.js";
 import { ab, hex, webCrypto } from "./bytes.js";
 import { isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./pyjson.js";
 import { pyG, pyReprCut, pyRound, pyStrRepr } from "./pyfmt.js";
@@ -21,6 +22,7 @@ import { parseTraining, type Training } from "./training.js";
 export const FORMAT = "uvsdk-bundle/1";
 export const METHODS = ["feduv", "fedhide", "fedaws", "softmax", "fedface", "fedgn", "fedcs", "reference"];
 export const MODEL_FILE = "model.onnx";
+export const ORT_FILE = "model.ort";
 export const MANIFEST_FILE = "manifest.json";
 export const SIGNATURE_FILE = "signature.ed25519";
 export const MAX_MEMBER_BYTES = 512 * 1024 * 1024;
@@ -28,6 +30,7 @@ export const MAX_MANIFEST_BYTES = 1024 * 1024;
 export const MAX_SIGNATURE_BYTES = 1024;
 const MEMBER_LIMITS: Record<string, number> = {
   [MODEL_FILE]: MAX_MEMBER_BYTES,
+  [ORT_FILE]: MAX_MEMBER_BYTES,
   [MANIFEST_FILE]: MAX_MANIFEST_BYTES,
   [SIGNATURE_FILE]: MAX_SIGNATURE_BYTES,
   [COHORT_FILE]: MAX_COHORT_BYTES,
@@ -187,6 +190,26 @@ function parseCode(spec: JsonValue | undefined, kind: string, dim: number): Code
   return { family, n, k, dMin, idBits, generator, fingerprint: codeFingerprint(generator) };
 }
 
+/** `_check_ort`: the optional `ort` object, `model.ort` and its SHA-256 (other keys are facts). */
+function checkOrt(spec: JsonValue | undefined): void {
+  if (spec === undefined || spec === null) return;
+  if (!isObject(spec)) throw new BundleError("manifest: ort must be an object");
+  if (spec["file"] !== ORT_FILE) throw new BundleError(`manifest: ort.file must be ${pyStrRepr(ORT_FILE)}`);
+  if (!SHA256_HEX.test(get(spec, "sha256", "str", "ort."))) {
+    throw new BundleError("manifest: ort.sha256 is not 64 lowercase hex digits");
+  }
+}
+
+/** `Bundle.__init__`'s check of model.ort: present only with the manifest's `ort`, and its SHA-256. */
+async function checkOrtMember(manifest: Manifest, data: Uint8Array | undefined, name: string): Promise<void> {
+  if (data === undefined) return;
+  const spec = manifest.extra["ort"] as { sha256: string } | null | undefined;
+  const digest = hex(new Uint8Array(await webCrypto().subtle.digest("SHA-256", ab(data))));
+  if (spec === undefined || spec === null || digest !== spec.sha256) {
+    throw new BundleError(`${name}: model.ort does not match the manifest's ort.sha256 (the bundle was modified or damaged)`);
+  }
+}
+
 const KNOWN = new Set(["format", "name", "method", "modality", "input", "output", "code", "model_sha256", "calibration", "cohort", "training"]);
 
 /**
@@ -219,6 +242,7 @@ export function parseManifest(data: JsonValue): Manifest {
   const sha: string = get(data, "model_sha256", "str");
   if (!SHA256_HEX.test(sha)) throw new BundleError("manifest: model_sha256 is not 64 lowercase hex digits");
   const code = parseCode(data["code"], kind, dim);
+  checkOrt(data["ort"]);
   let cohort: CohortSpec | null = null;
   if (data["cohort"] !== undefined && data["cohort"] !== null) cohort = parseCohortSpec(data["cohort"]);
   let calibration: Calibration | null = null;
@@ -259,26 +283,9 @@ function loadCohort(manifest: Manifest, data: Uint8Array | undefined, name: stri
   return Cohort.fromMember(data, spec, manifest.dim, name);
 }
 
-function tooLarge(bundle: string, member: string, size: number): string {
-  return `${bundle}: ${member} is ${size} bytes, more than the ${MEMBER_LIMITS[member]} accepted (not a bundle?)`;
-}
-
-/** `_read_members`: the bundle's files from the zip archive, with the per-member size limits. */
+/** `_read_members`: the bundle's files from the zip archive, bounded (archive.ts). */
 function readMembers(bytes: Uint8Array, name: string): Record<string, Uint8Array> {
-  try {
-    return unzipSync(bytes, {
-      filter(file) {
-        const limit = MEMBER_LIMITS[file.name];
-        if (limit === undefined) return false;
-        if (file.originalSize > limit) throw new BundleError(tooLarge(name, file.name, file.originalSize));
-        return true;
-      },
-    });
-  } catch (error) {
-    if (error instanceof BundleError) throw error;
-    const detail = error instanceof Error ? error.message : String(error);
-    throw new BundleError(`${name}: not a readable bundle (truncated or corrupt: ${detail})`);
-  }
+  return readZipMembers(bytes, MEMBER_LIMITS, name);
 }
 
 /** Options of {@link loadBundle}. */
@@ -337,6 +344,7 @@ export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions =
       `${name}: model.onnx does not match the manifest's model_sha256 (the bundle was modified or damaged)`,
     );
   }
+  await checkOrtMember(manifest, members[ORT_FILE], name);
   const cohort = loadCohort(manifest, members[COHORT_FILE], name);
   const signature = members[SIGNATURE_FILE] ?? null;
   let signedBy: string | null = null;

@@ -184,25 +184,36 @@ function ascii(bytes: Uint8Array, at: number): string {
   return String.fromCharCode(bytes[at]!, bytes[at + 1]!, bytes[at + 2]!, bytes[at + 3]!);
 }
 
+/** Where a WAV file's samples lie and how they are encoded: what {@link wavLayout} checked. */
+export interface WavLayout {
+  float: boolean;
+  bits: number;
+  channels: number;
+  rate: number;
+  blockAlign: number;
+  /** Byte offset and length of the samples in the file. */
+  dataOffset: number;
+  frames: number;
+}
+
 /**
- * Decode a WAV file (RIFF/WAVE): PCM 8 (unsigned), 16, 24 and 32-bit, IEEE float 32 and 64-bit,
- * plain or WAVE_FORMAT_EXTENSIBLE, any channel count. Values are scaled as libsndfile does
- * (integer / 2^(bits−1), float32 result); channels are averaged to mono in float64, then rounded
- * to float32, as media.load_audio. Refuses (MediaError) what load_audio refuses: `undecodable`,
- * `truncated` (a data chunk shorter than its header says), `too_long` (over `maxSeconds`), `empty`,
- * `non_finite`.
+ * The checks {@link decodeWav} makes before decoding a sample, on a file of `fileSize` bytes of
+ * which `read(at, length)` returns the bytes at `at` (fewer at the end): its chunks, encoding,
+ * sample rate, truncation and length (`too_long` over `maxSeconds`, `empty`). Reads only the
+ * chunk headers and the fmt chunk, so a file is refused before its samples are read.
  */
-export function decodeWav(
-  bytes: Uint8Array,
+export function wavLayout(
+  read: (at: number, length: number) => Uint8Array,
+  fileSize: number,
   options: { name?: string; maxSeconds?: number } = {},
-): DecodedAudio {
+): WavLayout {
   const name = options.name ?? "audio";
   const maxSeconds = options.maxSeconds ?? DEFAULT_MAX_SECONDS;
   const bad = (detail: string) => new MediaError(`${name}: not a readable audio file (${detail})`, "undecodable");
-  if (bytes.length < 12 || ascii(bytes, 0) !== "RIFF" || ascii(bytes, 8) !== "WAVE") {
+  const head = read(0, 12);
+  if (fileSize < 12 || head.length < 12 || ascii(head, 0) !== "RIFF" || ascii(head, 8) !== "WAVE") {
     throw bad("not a RIFF/WAVE file");
   }
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let at = 12;
   let format = -1;
   let channels = 0;
@@ -210,23 +221,26 @@ export function decodeWav(
   let bits = 0;
   let blockAlign = 0;
   let data: { offset: number; size: number } | null = null;
-  while (at + 8 <= bytes.length) {
-    const id = ascii(bytes, at);
-    const size = view.getUint32(at + 4, true);
+  while (at + 8 <= fileSize) {
+    const header = read(at, 8);
+    const id = ascii(header, 0);
+    const size = new DataView(header.buffer, header.byteOffset, 8).getUint32(4, true);
     const body = at + 8;
     if (id === "fmt ") {
-      if (size < 16 || body + 16 > bytes.length) throw bad("fmt chunk too short");
-      format = view.getUint16(body, true);
-      channels = view.getUint16(body + 2, true);
-      rate = view.getUint32(body + 4, true);
-      blockAlign = view.getUint16(body + 12, true);
-      bits = view.getUint16(body + 14, true);
+      if (size < 16 || body + 16 > fileSize) throw bad("fmt chunk too short");
+      const fmt = read(body, Math.min(size, 40));
+      const view = new DataView(fmt.buffer, fmt.byteOffset, fmt.byteLength);
+      format = view.getUint16(0, true);
+      channels = view.getUint16(2, true);
+      rate = view.getUint32(4, true);
+      blockAlign = view.getUint16(12, true);
+      bits = view.getUint16(14, true);
       if (format === FORMAT_EXTENSIBLE) {
-        if (size < 40 || body + 40 > bytes.length) throw bad("extensible fmt chunk too short");
-        format = view.getUint16(body + 24, true); // first two bytes of the sub-format GUID
+        if (size < 40 || body + 40 > fileSize) throw bad("extensible fmt chunk too short");
+        format = view.getUint16(24, true); // first two bytes of the sub-format GUID
       }
     } else if (id === "data") {
-      const present = bytes.length - body;
+      const present = fileSize - body;
       if (size > present && size !== STREAMING_SIZE) {
         throw new MediaError(
           `${name}: truncated: the file is shorter than its header says (data chunk: ${size} bytes announced, ${present} present)`,
@@ -247,8 +261,7 @@ export function decodeWav(
   const pcm = format === FORMAT_PCM && [8, 16, 24, 32].includes(bits);
   const float = format === FORMAT_FLOAT && (bits === 32 || bits === 64);
   if (!pcm && !float) throw bad(`unsupported encoding: format ${format}, ${bits} bits`);
-  const width = bits / 8;
-  if (blockAlign !== width * channels) throw bad("inconsistent block alignment");
+  if (blockAlign !== (bits / 8) * channels) throw bad("inconsistent block alignment");
   const frames = Math.floor(data.size / blockAlign);
   if (frames > maxSeconds * rate) {
     throw new MediaError(
@@ -257,6 +270,30 @@ export function decodeWav(
     );
   }
   if (frames === 0) throw new MediaError(`${name}: empty: the file holds no audio samples`, "empty");
+  return { float, bits, channels, rate, blockAlign, dataOffset: data.offset, frames };
+}
+
+/**
+ * Decode a WAV file (RIFF/WAVE): PCM 8 (unsigned), 16, 24 and 32-bit, IEEE float 32 and 64-bit,
+ * plain or WAVE_FORMAT_EXTENSIBLE, any channel count. Values are scaled as libsndfile does
+ * (integer / 2^(bits−1), float32 result); channels are averaged to mono in float64, then rounded
+ * to float32, as media.load_audio. Refuses (MediaError) what load_audio refuses: `undecodable`,
+ * `truncated` (a data chunk shorter than its header says), `too_long` (over `maxSeconds`), `empty`,
+ * `non_finite`.
+ */
+export function decodeWav(
+  bytes: Uint8Array,
+  options: { name?: string; maxSeconds?: number } = {},
+): DecodedAudio {
+  const layout = wavLayout((at, length) => bytes.subarray(at, at + length), bytes.length, options);
+  return decodeWavSamples(bytes.subarray(layout.dataOffset), layout, options.name ?? "audio");
+}
+
+/** The samples of a WAV file whose {@link wavLayout} is `layout`, from `bytes` (its data chunk on). */
+export function decodeWavSamples(bytes: Uint8Array, layout: WavLayout, name: string): DecodedAudio {
+  const { float, bits, channels, rate, blockAlign, frames } = layout;
+  const width = bits / 8;
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const read = (offset: number): number => {
     if (float) return Math.fround(bits === 32 ? view.getFloat32(offset, true) : view.getFloat64(offset, true));
     switch (bits) {
@@ -274,7 +311,7 @@ export function decodeWav(
   };
   const samples = new Float32Array(frames);
   for (let f = 0; f < frames; f++) {
-    const base = data.offset + f * blockAlign;
+    const base = f * blockAlign;
     if (channels === 1) {
       samples[f] = read(base);
     } else {

@@ -3,14 +3,14 @@
  * folder outside the store, as the Python FileFreshness; the per-user lock file the Python
  * takes too) and {@link decodeWavFile}.
  */
-import { promises as fs, constants, type Stats } from "node:fs";
+import { promises as fs, constants, readSync, type Stats } from "node:fs";
 import * as path from "node:path";
 import * as os from "node:os";
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { NotEnrolledError, StorePermissionError, TemplateError, UvsdkError, MediaError } from "./errors.js";
 import { MAX_FILE_BYTES, SUFFIX, type TemplateStore } from "./template.js";
-import { decodeWav, type DecodedAudio } from "./media.js";
+import { decodeWavSamples, wavLayout, type DecodedAudio } from "./media.js";
 import { printable } from "./errors.js";
 
 export * from "./index.js";
@@ -355,15 +355,61 @@ export class FileStore implements TemplateStore {
   }
 }
 
-/** Read and decode a WAV file (media.decodeWav), named by its file name in messages. */
+/**
+ * Read and decode a WAV file (media.decodeWav), named by its file name in messages. The header is
+ * read first, and a file refused by it (too long for `maxSeconds`, truncated, not WAV) is refused
+ * before its samples are read, as media.load_audio refuses it; then only the samples are read.
+ */
 export async function decodeWavFile(file: string, options: { maxSeconds?: number } = {}): Promise<DecodedAudio> {
   const name = printable(path.basename(file));
-  let bytes: Uint8Array;
-  try {
-    bytes = await fs.readFile(file);
-  } catch (error) {
+  const unreadable = (error: unknown) => {
     const code = (error as NodeJS.ErrnoException).code;
-    throw new MediaError(code === "ENOENT" ? `${name}: no such file` : `${name}: not a readable audio file (${osMessage(error)})`);
+    return new MediaError(code === "ENOENT" ? `${name}: no such file` : `${name}: not a readable audio file (${osMessage(error)})`);
+  };
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(file, constants.O_RDONLY);
+  } catch (error) {
+    throw unreadable(error);
   }
-  return decodeWav(bytes, { name, maxSeconds: options.maxSeconds });
+  try {
+    const info = await handle.stat();
+    if (!info.isFile()) throw new MediaError(`${name}: not a regular file`, "undecodable");
+    const layout = wavLayout((at, length) => readAt(handle, at, length), info.size, { name, maxSeconds: options.maxSeconds });
+    const length = layout.frames * layout.blockAlign;
+    const samples = await readSamples(handle, layout.dataOffset, length);
+    if (samples.length < length) {
+      throw new MediaError(`${name}: truncated: the file became shorter while being read`, "truncated");
+    }
+    return decodeWavSamples(samples, layout, name);
+  } catch (error) {
+    if (error instanceof MediaError) throw error;
+    throw unreadable(error);
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Up to `length` bytes of the open file at `position` (fewer at its end): small header reads. */
+function readAt(handle: fs.FileHandle, position: number, length: number): Uint8Array {
+  const buffer = new Uint8Array(length);
+  let filled = 0;
+  while (filled < length) {
+    const count = readSync(handle.fd, buffer, filled, length - filled, position + filled);
+    if (count === 0) break;
+    filled += count;
+  }
+  return buffer.subarray(0, filled);
+}
+
+/** Up to `length` bytes of the open file at `position` (fewer at its end), without blocking. */
+async function readSamples(handle: fs.FileHandle, position: number, length: number): Promise<Uint8Array> {
+  const buffer = new Uint8Array(length);
+  let filled = 0;
+  while (filled < length) {
+    const { bytesRead } = await handle.read(buffer, filled, length - filled, position + filled);
+    if (bytesRead === 0) break;
+    filled += bytesRead;
+  }
+  return buffer.subarray(0, filled);
 }

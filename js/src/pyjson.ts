@@ -24,10 +24,57 @@ export class JsonSyntaxError extends Error {
   }
 }
 
+/** Raised for text over the limits below (Python: uvsdk.jsonlimits.JsonLimitError). */
+export class JsonLimitError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "JsonLimitError";
+  }
+}
+
+/** Most arrays and objects open at once (the outermost counts), as uvsdk.jsonlimits.MAX_DEPTH. */
+export const MAX_DEPTH = 64;
+/** Longest number literal accepted, in characters. */
+export const MAX_NUMBER_CHARACTERS = 64;
+/** Largest magnitude of an integer literal: what a `number` holds exactly. */
+export const MAX_INTEGER = BigInt(Number.MAX_SAFE_INTEGER);
+
+const STRING_OR_BRACKET = /"(?:[^"\\]|\\[\s\S])*"|[[\]{}]/g;
+
+/** `jsonlimits.check_depth`: refuse text whose brackets outside strings nest deeper than MAX_DEPTH. */
+export function checkDepth(text: string): void {
+  let depth = 0;
+  for (const match of text.matchAll(STRING_OR_BRACKET)) {
+    const token = match[0];
+    if (token === "[" || token === "{") {
+      depth++;
+      if (depth > MAX_DEPTH) throw new JsonLimitError(`nested deeper than ${MAX_DEPTH} levels`);
+    } else if (token === "]" || token === "}") depth--;
+  }
+}
+
+/** A number literal within the limits, as `jsonlimits._integer` and `_float` read it. */
+function numberValue(literal: string, integer: boolean): bigint | number {
+  if (literal.length > MAX_NUMBER_CHARACTERS) {
+    throw new JsonLimitError(
+      `a number of ${literal.length} characters, more than the ${MAX_NUMBER_CHARACTERS} accepted`,
+    );
+  }
+  if (!integer) return Number(literal);
+  const value = BigInt(literal);
+  if (value > MAX_INTEGER || -value > MAX_INTEGER) throw new JsonLimitError("an integer beyond 2**53 - 1 in magnitude");
+  return value;
+}
+
 const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?/y;
 
-/** Parse JSON text the way Python's `json.loads` does (see the module comment). */
+/**
+ * Parse JSON text the way `uvsdk.jsonlimits.load_bounded_json` does: Python's `json.loads` (see
+ * the module comment) within MAX_DEPTH (checked first) and the number limits. Throws
+ * JsonSyntaxError or JsonLimitError.
+ */
 export function parseJson(text: string): JsonValue {
+  checkDepth(text);
   let i = 0;
   const ws = () => {
     while (i < text.length) {
@@ -39,8 +86,7 @@ export function parseJson(text: string): JsonValue {
   const fail = (message: string): never => {
     throw new JsonSyntaxError(message, i);
   };
-  const value = (depth: number): JsonValue => {
-    if (depth > 1000) fail("too deeply nested");
+  const value = (): JsonValue => {
     ws();
     const c = text[i];
     if (c === "{") {
@@ -58,7 +104,7 @@ export function parseJson(text: string): JsonValue {
         ws();
         if (text[i] !== ":") fail("Expecting ':' delimiter");
         i++;
-        object[key] = value(depth + 1);
+        object[key] = value();
         ws();
         if (text[i] === ",") {
           i++;
@@ -80,7 +126,7 @@ export function parseJson(text: string): JsonValue {
         return array;
       }
       for (;;) {
-        array.push(value(depth + 1));
+        array.push(value());
         ws();
         if (text[i] === ",") {
           i++;
@@ -104,8 +150,7 @@ export function parseJson(text: string): JsonValue {
     const match = NUMBER.exec(text);
     if (!match) return fail("Expecting value");
     i += match[0].length;
-    if (match[1] === undefined && match[2] === undefined) return BigInt(match[0]);
-    return Number(match[0]);
+    return numberValue(match[0], match[1] === undefined && match[2] === undefined);
   };
   const string = (): string => {
     i++; // opening quote
@@ -138,7 +183,7 @@ export function parseJson(text: string): JsonValue {
       }
     }
   };
-  const result = value(0);
+  const result = value();
   ws();
   if (i !== text.length) fail("Extra data");
   return result;

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import zipfile
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from .archive import read_zip_members, too_large
 from .calibration import Calibration
 from .codeword import code_fingerprint, pack_generator, unpack_generator
 from .cohort import COHORT_FILE, MAX_COHORT_BYTES, Cohort, CohortSpec
 from .errors import BundleError, SignatureError
+from .jsonlimits import JsonLimitError, load_bounded_json
 from .training import Training
 
 FORMAT = "uvsdk-bundle/1"
@@ -297,15 +300,11 @@ def _read_members(path: Path) -> dict[str, bytes]:
                 if (path / name).is_file():
                     members[name] = _read_bounded(path / name, path.name)
             return members
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                if info.filename in names:
-                    if info.file_size > _MEMBER_LIMITS[info.filename]:
-                        raise BundleError(_too_large(path.name, info.filename, info.file_size))
-                    members[info.filename] = archive.read(info)
+        with open(path, "rb") as handle:
+            return read_zip_members(handle, _MEMBER_LIMITS, path.name)
     except FileNotFoundError:
         raise BundleError(f"bundle not found: {path}") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as error:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError) as error:
         raise BundleError(
             f"{path.name}: not a readable bundle (truncated or corrupt: {error})"
         ) from None
@@ -317,8 +316,7 @@ def _read_members(path: Path) -> dict[str, bytes]:
 
 
 def _too_large(bundle: str, member: str, size: int) -> str:
-    limit = _MEMBER_LIMITS[member]
-    return f"{bundle}: {member} is {size} bytes, more than the {limit} accepted (not a bundle?)"
+    return too_large(bundle, member, size, _MEMBER_LIMITS[member])
 
 
 def _read_bounded(path: Path, bundle: str) -> bytes:
@@ -387,8 +385,8 @@ class Bundle:
             if name not in members:
                 raise BundleError(f"{self.path.name}: the bundle has no {name}")
         try:
-            data = json.loads(members[MANIFEST_FILE].decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            data = load_bounded_json(members[MANIFEST_FILE].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, JsonLimitError) as error:
             raise BundleError(
                 f"{self.path.name}: manifest.json is not valid JSON ({error})"
             ) from None
