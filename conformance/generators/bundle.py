@@ -133,13 +133,16 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
             change["delete"] = deleted
         _, error = outcome(lambda d=data: Manifest.from_dict(d))
         if error is None and data["model_sha256"] != model_sha:
-            error = UvsdkError("model.onnx does not match the manifest's model_sha256")
+            error = UvsdkError(
+                "model.onnx does not match the manifest's model_sha256",
+                code="bundle.digest-mismatch",
+            )
         cases.append(
             {
                 "name": name,
                 **change,
                 "valid": error is None,
-                **({"error": str(error)} if error is not None else {}),
+                **({"error": error.code} if error is not None else {}),
             }
         )
     return cases
@@ -274,7 +277,7 @@ def generate() -> dict[str, Any]:
                     "trusted_keys_hex": keys,
                     "valid": error is None,
                     **(
-                        {"error": type(error).__name__}
+                        {"error": error.code}
                         if error is not None
                         else {"signed_by": loaded.signed_by}
                     ),
@@ -284,9 +287,8 @@ def generate() -> dict[str, Any]:
         "bundle",
         "Manifests to accept or refuse: base_manifest (the voice-codeword bundle's) with `set` "
         "(dotted paths, numbers index arrays) and `delete` applied; model_sha256 must match "
-        "the bundle's model; `error` is the SDK's message, which names the key (a port's "
-        "wording may differ). Then whole archives, with the trusted Ed25519 public keys (raw, hex) they are "
-        "opened with: valid or the SDK's exception, and the signing key's fingerprint "
+        "the bundle's model; `error` is the error code (spec §14). Then whole archives, with the trusted Ed25519 public keys (raw, hex) they are "
+        "opened with: valid or the error code, and the signing key's fingerprint "
         "(first 16 hex digits of SHA-256 of the raw key); the cohort archives "
         "(cohort.f32 and the manifest's cohort, spec §3.9) are the image bundle given a small "
         "cohort, signed with the conformance key or edited; the ort-* archives add a model.ort, "
@@ -440,7 +442,7 @@ def _pem(raw_hex: str) -> bytes:
 
 #: what the SDK's refusal of each model.ort, lying-zip and hostile-JSON archive says (checked here)
 _READING_REFUSALS = {
-    "ort-member-unnamed": "model.ort does not match the manifest's ort.sha256",
+    "ort-member-unnamed": "model.ort is not named in the manifest (no ort key)",
     "ort-sha-mismatch": "model.ort does not match the manifest's ort.sha256",
     "ort-file-name": "ort.file must be 'model.ort'",
     "zip-model-inflates-past-declared-size": "model.onnx inflates to more than the",

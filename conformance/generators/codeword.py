@@ -14,6 +14,7 @@ from uvsdk.codeword import (
     new_message,
     pack_generator,
     unpack_generator,
+    user_id_bits,
 )
 
 from .shared import CONFORMANCE, bits, document, outcome
@@ -94,14 +95,12 @@ def generate() -> dict[str, Any]:
     ]:
         _, error = outcome(lambda e=encoded, kk=k, nn=n: unpack_generator(e, kk, nn))
         assert error is not None, name
-        refused.append(
-            {"name": name, "generator": encoded, "k": k, "n": n, "error": type(error).__name__}
-        )
-    out_of_range = [
-        {"user_id": 2**32, "id_bits": 32},
-        {"user_id": -1, "id_bits": 32},
-        {"user_id": 4, "id_bits": 2},
-    ]
+        refused.append({"name": name, "generator": encoded, "k": k, "n": n, "error": error.code})
+    out_of_range = []
+    for user_id, id_bits in ((2**32, 32), (-1, 32), (4, 2)):
+        _, error = outcome(lambda u=user_id, b=id_bits: user_id_bits(u, b))
+        assert error is not None, user_id
+        out_of_range.append({"user_id": user_id, "id_bits": id_bits, "error": error.code})
     return document(
         "codeword",
         "m = id (id_bits bits, most significant first) || random bits; c = m G mod 2; "

@@ -61,7 +61,7 @@ def _mode_cases() -> list[dict[str, Any]]:
                     if error is None:
                         case["mode"] = mode
                     else:
-                        case["error"] = type(error).__name__
+                        case["error"] = error.code
                     cases.append(case)
     return cases
 
@@ -180,7 +180,7 @@ def generate() -> dict[str, Any]:
             )
         )
         if error is not None:
-            case["error"] = type(error).__name__
+            case["error"] = error.code
             cases.append(case)
             continue
         threshold, row = result
@@ -219,7 +219,9 @@ def generate() -> dict[str, Any]:
     far_checks = []
     for far in (0.5, 0.01, 1e-5, 0.0, 0.51, -0.1, 1.0):
         _, error = outcome(lambda f=far: check_far(f))
-        far_checks.append({"far": far, "valid": error is None})
+        far_checks.append(
+            {"far": far, "valid": error is None, **({"error": error.code} if error else {})}
+        )
     return document(
         "enroll",
         "Enrollment from the model's outputs (the enrollment_outputs stand in for embedding the "
@@ -229,7 +231,7 @@ def generate() -> dict[str, Any]:
         "calibration row and the final threshold (the row's for a table with genuine trials, "
         "max(warm-up, row) for one without), the own samples it rejects and whether the "
         "re-record advice applies; then verification of other outputs (normalised likewise). "
-        "Scores within 1e-9, the prototype within 1e-6; `error` names the SDK's exception "
+        "Scores within 1e-9, the prototype within 1e-6; `error` is the error code "
         "(spec §4, §6, §9). `modes`: the enrollment mode chosen from the requested mode, the "
         "bundle's kind and manifest `training`, and whether the template holds a codeword "
         "(spec §9.1 step 5).",
@@ -238,7 +240,7 @@ def generate() -> dict[str, Any]:
         too_few={
             "bundle": "bundles/voice-embedding.uvb",
             "enrollment_outputs": short,
-            "error": "EnrollmentError",
+            "error": "enroll.too-few-samples",
         },
         calibration_sha256=calibrations,
         far_checks=far_checks,

@@ -12,7 +12,6 @@ import numpy as np
 
 from uvsdk import backoff as backoff_rules
 from uvsdk import template as templates
-from uvsdk.errors import UvsdkError
 from uvsdk.freshness import FileFreshness
 
 from .shared import b64, bits, document, f32, outcome
@@ -38,7 +37,7 @@ def _seal(
 
 
 def _open(blob: bytes, passphrase: str, user: str, record: int | None = None) -> dict[str, Any]:
-    """Open the bytes with the SDK's own TemplateStore.load; the payload, or the error kind."""
+    """Open the bytes with the SDK's own TemplateStore.load; the payload, or the error code."""
     with tempfile.TemporaryDirectory() as folder:
         store_dir = Path(folder) / "store"
         store_dir.mkdir(mode=0o700)
@@ -51,27 +50,7 @@ def _open(blob: bytes, passphrase: str, user: str, record: int | None = None) ->
         loaded, error = outcome(lambda: store.load(user))
     if error is None:
         return {"ok": True, "generation": loaded.generation, "cohort": loaded.cohort}
-    return {"ok": False, "error": _template_error(error)}
-
-
-_TEMPLATE_ERRORS = [
-    ("not a uvsdk template", "not_a_template"),
-    ("header was modified", "header_modified"),
-    ("key parameters", "key_parameters"),
-    ("unknown key derivation", "key_parameters"),
-    ("wrong passphrase", "wrong_key"),
-    ("was modified or is damaged", "modified"),
-    ("content is malformed", "malformed"),
-    ("belongs to another user", "wrong_user"),
-    ("older than the last one written", "rollback"),
-]
-
-
-def _template_error(error: UvsdkError) -> str:
-    for text, kind in _TEMPLATE_ERRORS:
-        if text in str(error):
-            return kind
-    raise AssertionError(f"unexpected template error: {error}")
+    return {"ok": False, "error": error.code}
 
 
 def _rehash(blob: bytearray) -> bytearray:
@@ -253,7 +232,7 @@ def generate() -> dict[str, Any]:
         "The UVT2 file: seal (passphrase, salt, nonce, scrypt cost, payload -> file bytes), "
         "the payload's fields, and opening (file, passphrase, the user it is opened as, the "
         "generation recorded outside the file -> ok with the generation and the payload's "
-        "cohort, or the error kind); payloads are written as version 3 (with `cohort`) and "
+        "cohort, or the error code); payloads are written as version 3 (with `cohort`) and "
         "versions 1 and 2 are read (cohort null) (spec §10).",
         key_check_example={"key_hex": bytes(range(32)).hex(), "check_hex": key_check},
         seal=seal_cases,

@@ -63,7 +63,7 @@ export function readZipMembers(bytes: Uint8Array, limits: Record<string, number>
       const start = dataOffset(bytes, entry);
       const content = entry.method === STORED ? readStored(bytes, start, entry, bundle) : readDeflated(bytes, start, entry, bundle);
       if (crc32(content) !== entry.crc) {
-        throw new BundleError(`${bundle}: ${entry.name} does not match its zip entry's CRC-32 (damaged)`);
+        throw new BundleError(`${bundle}: ${entry.name} does not match its zip entry's CRC-32 (damaged)`, "bundle.unreadable");
       }
       members[entry.name] = content;
     }
@@ -71,7 +71,7 @@ export function readZipMembers(bytes: Uint8Array, limits: Record<string, number>
   } catch (error) {
     if (error instanceof BundleError) throw error;
     const detail = error instanceof Error ? error.message : String(error);
-    throw new BundleError(`${bundle}: not a readable bundle (truncated or corrupt: ${detail})`);
+    throw new BundleError(`${bundle}: not a readable bundle (truncated or corrupt: ${detail})`, "bundle.unreadable");
   }
 }
 
@@ -81,11 +81,11 @@ export function tooLarge(bundle: string, member: string, size: number, limit: nu
 }
 
 function checkEntry(entry: Entry, limit: number, bundle: string): void {
-  if (entry.size > limit) throw new BundleError(tooLarge(bundle, entry.name, entry.size, limit));
-  if (entry.flags & ENCRYPTED) throw new BundleError(`${bundle}: ${entry.name} is encrypted (a bundle's members are not)`);
+  if (entry.size > limit) throw new BundleError(tooLarge(bundle, entry.name, entry.size, limit), "bundle.unreadable");
+  if (entry.flags & ENCRYPTED) throw new BundleError(`${bundle}: ${entry.name} is encrypted (a bundle's members are not)`, "bundle.unreadable");
   if (entry.method !== STORED && entry.method !== DEFLATED) {
     throw new BundleError(
-      `${bundle}: ${entry.name} uses zip compression method ${entry.method} (a bundle's members are stored or deflated)`,
+      `${bundle}: ${entry.name} uses zip compression method ${entry.method} (a bundle's members are stored or deflated)`, "bundle.unreadable",
     );
   }
 }
@@ -206,7 +206,7 @@ function dataOffset(bytes: Uint8Array, entry: Entry): number {
 }
 
 function sizeMismatch(bundle: string, entry: Entry, size: number): BundleError {
-  return new BundleError(`${bundle}: ${entry.name} holds ${size} bytes, not the ${entry.size} its zip entry declares (damaged?)`);
+  return new BundleError(`${bundle}: ${entry.name} holds ${size} bytes, not the ${entry.size} its zip entry declares (damaged?)`, "bundle.unreadable");
 }
 
 function readStored(bytes: Uint8Array, start: number, entry: Entry, bundle: string): Uint8Array {
@@ -226,7 +226,7 @@ function readDeflated(bytes: Uint8Array, start: number, entry: Entry, bundle: st
   });
   if (result.produced > entry.size) {
     throw new BundleError(
-      `${bundle}: ${entry.name} inflates to more than the ${entry.size} bytes its zip entry declares (not a bundle?)`,
+      `${bundle}: ${entry.name} inflates to more than the ${entry.size} bytes its zip entry declares (not a bundle?)`, "bundle.unreadable",
     );
   }
   if (!result.ended) throw new Unreadable(`the deflate stream of ${entry.name} is cut short`);

@@ -13,14 +13,14 @@ const GENERATIONS = "generations";
 function request<T>(req: IDBRequest<T>): Promise<T> {
   return new Promise((resolve, reject) => {
     req.onsuccess = () => resolve(req.result);
-    req.onerror = () => reject(new UvsdkError(`IndexedDB: ${req.error?.name ?? "error"}`));
+    req.onerror = () => reject(new UvsdkError(`IndexedDB: ${req.error?.name ?? "error"}`, "store.io"));
   });
 }
 
 function done(tx: IDBTransaction): Promise<void> {
   return new Promise((resolve, reject) => {
     tx.oncomplete = () => resolve();
-    tx.onabort = tx.onerror = () => reject(new UvsdkError(`IndexedDB: ${tx.error?.name ?? "transaction aborted"}`));
+    tx.onabort = tx.onerror = () => reject(new UvsdkError(`IndexedDB: ${tx.error?.name ?? "transaction aborted"}`, "store.io"));
   });
 }
 

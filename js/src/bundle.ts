@@ -205,8 +205,14 @@ async function checkOrtMember(manifest: Manifest, data: Uint8Array | undefined, 
   if (data === undefined) return;
   const spec = manifest.extra["ort"] as { sha256: string } | null | undefined;
   const digest = hex(new Uint8Array(await webCrypto().subtle.digest("SHA-256", ab(data))));
-  if (spec === undefined || spec === null || digest !== spec.sha256) {
-    throw new BundleError(`${name}: model.ort does not match the manifest's ort.sha256 (the bundle was modified or damaged)`);
+  if (spec === undefined || spec === null) {
+    throw new BundleError(`${name}: model.ort is not named in the manifest (no ort key)`, "bundle.member-unexpected");
+  }
+  if (digest !== spec.sha256) {
+    throw new BundleError(
+      `${name}: model.ort does not match the manifest's ort.sha256 (the bundle was modified or damaged)`,
+      "bundle.digest-mismatch",
+    );
   }
 }
 
@@ -220,7 +226,7 @@ export function parseManifest(data: JsonValue): Manifest {
   if (!isObject(data)) throw new BundleError("manifest: not a JSON object");
   const fmt = data["format"];
   if (fmt !== FORMAT) {
-    throw new BundleError(`unknown bundle format ${pyReprCut(fmt, 1000)}: this SDK reads ${pyStrRepr(FORMAT)}`);
+    throw new BundleError(`unknown bundle format ${pyReprCut(fmt, 1000)}: this SDK reads ${pyStrRepr(FORMAT)}`, "bundle.unsupported");
   }
   const name: string = get(data, "name", "str");
   const method: string = get(data, "method", "str");
@@ -278,8 +284,8 @@ export function prototypeScore(cohort: CohortSpec | null): PrototypeScore {
 function loadCohort(manifest: Manifest, data: Uint8Array | undefined, name: string): Cohort | null {
   const spec = manifest.cohort;
   if (spec === null && data === undefined) return null;
-  if (spec === null) throw new BundleError(`${name}: cohort.f32 is not named in the manifest (no cohort key)`);
-  if (data === undefined) throw new BundleError(`${name}: the manifest names a cohort and there is no ${COHORT_FILE}`);
+  if (spec === null) throw new BundleError(`${name}: cohort.f32 is not named in the manifest (no cohort key)`, "bundle.member-unexpected");
+  if (data === undefined) throw new BundleError(`${name}: the manifest names a cohort and there is no ${COHORT_FILE}`, "bundle.member-missing");
   return Cohort.fromMember(data, spec, manifest.dim, name);
 }
 
@@ -307,7 +313,7 @@ async function ed25519Verify(key: Uint8Array, signature: Uint8Array, message: Ui
     publicKey = await subtle.importKey("raw", ab(key), { name: "Ed25519" }, false, ["verify"]);
   } catch (error) {
     throw new SignatureError(
-      `cannot use trusted key ${hex(sha256(key)).slice(0, 16)} (${(error as Error).message}): a trusted key is 32 raw bytes`,
+      `cannot use trusted key ${hex(sha256(key)).slice(0, 16)} (${(error as Error).message}): a trusted key is 32 raw bytes`, "bundle.trusted-key",
     );
   }
   try {
@@ -326,7 +332,7 @@ export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions =
   const name = options.name ?? "bundle.uvb";
   const members = readMembers(bytes, name);
   for (const member of [MANIFEST_FILE, MODEL_FILE]) {
-    if (!(member in members)) throw new BundleError(`${name}: the bundle has no ${member}`);
+    if (!(member in members)) throw new BundleError(`${name}: the bundle has no ${member}`, "bundle.member-missing");
   }
   const manifestBytes = members[MANIFEST_FILE]!;
   let data: JsonValue;
@@ -341,7 +347,7 @@ export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions =
   const digest = hex(new Uint8Array(await webCrypto().subtle.digest("SHA-256", ab(modelBytes))));
   if (digest !== manifest.modelSha256) {
     throw new BundleError(
-      `${name}: model.onnx does not match the manifest's model_sha256 (the bundle was modified or damaged)`,
+      `${name}: model.onnx does not match the manifest's model_sha256 (the bundle was modified or damaged)`, "bundle.digest-mismatch",
     );
   }
   await checkOrtMember(manifest, members[ORT_FILE], name);
@@ -369,7 +375,7 @@ export function ed25519KeyFromPem(pem: string): Uint8Array {
   // SEQUENCE { SEQUENCE { OID 1.3.101.112 } BIT STRING { 0x00, key } }: 12-byte prefix
   const prefix = [0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00];
   if (der.length !== 44 || prefix.some((b, i) => der[i] !== b)) {
-    throw new SignatureError("the trusted key is not an Ed25519 public key (PEM SubjectPublicKeyInfo)");
+    throw new SignatureError("the trusted key is not an Ed25519 public key (PEM SubjectPublicKeyInfo)", "bundle.trusted-key");
   }
   return der.slice(12);
 }

@@ -67,12 +67,12 @@ export interface Calibration {
 /** `check_far`: `far` in (0, 0.5], else a CalibrationError. */
 export function checkFar(far: unknown): number {
   if (typeof far !== "number" && typeof far !== "bigint") {
-    throw new CalibrationError(`the FAR must be a number in (0, ${MAX_FAR}], not ${pyReprCut(far, 80)}`);
+    throw new CalibrationError(`the FAR must be a number in (0, ${MAX_FAR}], not ${pyReprCut(far, 80)}`, "calibration.far-invalid");
   }
   const value = Number(far);
   if (!(Number.isFinite(value) && value > 0 && value <= MAX_FAR)) {
     throw new CalibrationError(
-      `the FAR must be in (0, ${MAX_FAR}], not ${Number.isInteger(value) ? String(value) : pyFloatRepr(value)}`,
+      `the FAR must be in (0, ${MAX_FAR}], not ${Number.isInteger(value) ? String(value) : pyFloatRepr(value)}`, "calibration.far-invalid",
     );
   }
   return value;
@@ -298,7 +298,7 @@ export function parseCalibration(
 ): Calibration {
   if (!isObject(data)) throw new BundleError("manifest: calibration must be an object");
   if (!isVersionTwo(data["version"])) {
-    throw new BundleError(`manifest: calibration version ${pyReprCut(data["version"], 1000)} is not ${VERSION}`);
+    throw new BundleError(`manifest: calibration version ${pyReprCut(data["version"], 1000)} is not ${VERSION}`, "bundle.unsupported");
   }
   const description = data["data"];
   if (typeof description !== "string") throw new BundleError("manifest: calibration.data must be a string");

@@ -89,7 +89,7 @@ export function codeFingerprint(g: BitMatrix): string {
 export function userIdBits(userId: number | bigint, idBits: number): Uint8Array {
   const id = BigInt(userId);
   if (id < 0n || id >= 1n << BigInt(idBits)) {
-    throw new UvsdkError(`user id ${id} is out of range: it must be in [0, 2^${idBits})`);
+    throw new UvsdkError(`user id ${id} is out of range: it must be in [0, 2^${idBits})`, "codeword.user-id");
   }
   const out = new Uint8Array(idBits);
   for (let i = 0; i < idBits; i++) out[i] = Number((id >> BigInt(idBits - 1 - i)) & 1n);
@@ -122,7 +122,7 @@ export function newMessage(
   random?: number | bigint,
 ): Uint8Array {
   if (!(0 < idBits && idBits < k)) {
-    throw new UvsdkError(`the code has ${k} message bits, too few for ${idBits} id bits`);
+    throw new UvsdkError(`the code has ${k} message bits, too few for ${idBits} id bits`, "argument.invalid");
   }
   const tailBits = k - idBits;
   const r = random === undefined ? randomBits(tailBits) : BigInt(random);

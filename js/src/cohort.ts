@@ -89,12 +89,12 @@ export class Cohort {
   static fromMember(data: Uint8Array, spec: CohortSpec, dim: number, bundle: string): Cohort {
     if (hex(sha256(data)) !== spec.sha256) {
       throw new BundleError(
-        `${bundle}: cohort.f32 does not match the manifest's cohort.sha256 (the bundle was modified or damaged)`,
+        `${bundle}: cohort.f32 does not match the manifest's cohort.sha256 (the bundle was modified or damaged)`, "bundle.digest-mismatch",
       );
     }
     const expectedBytes = 4 * spec.count * dim;
     if (data.length !== expectedBytes) {
-      throw new BundleError(`${bundle}: cohort.f32 is ${data.length} bytes, not count x dim x 4 = ${expectedBytes}`);
+      throw new BundleError(`${bundle}: cohort.f32 is ${data.length} bytes, not count x dim x 4 = ${expectedBytes}`, "bundle.member-invalid");
     }
     const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
     const vectors: Float64Array[] = [];
@@ -103,11 +103,11 @@ export class Cohort {
       let zero = true;
       for (let j = 0; j < dim; j++) {
         const x = view.getFloat32(4 * (r * dim + j), true);
-        if (!Number.isFinite(x)) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite or zero vector`);
+        if (!Number.isFinite(x)) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite or zero vector`, "bundle.member-invalid");
         if (x !== 0) zero = false;
         row[j] = x;
       }
-      if (zero) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite or zero vector`);
+      if (zero) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite or zero vector`, "bundle.member-invalid");
       vectors.push(row);
     }
     return new Cohort(vectors, spec.topK);

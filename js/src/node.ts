@@ -45,7 +45,7 @@ export async function atomicWrite(target: string, bytes: Uint8Array, mustExist: 
       if ((error as NodeJS.ErrnoException).code === "ENOENT") {
         throw new NotEnrolledError(`${printable(folder)} no longer exists (deleted?): nothing written`);
       }
-      throw new UvsdkError(`cannot write to ${printable(folder)} (${osMessage(error)})`);
+      throw new UvsdkError(`cannot write to ${printable(folder)} (${osMessage(error)})`, "store.io");
     }
     created = true;
     await handle.writeFile(bytes);
@@ -70,7 +70,7 @@ export async function atomicWrite(target: string, bytes: Uint8Array, mustExist: 
     }
   } catch (error) {
     if (error instanceof UvsdkError) throw error;
-    throw new UvsdkError(`cannot write ${printable(name)} (${osMessage(error)})`);
+    throw new UvsdkError(`cannot write ${printable(name)} (${osMessage(error)})`, "store.io");
   } finally {
     if (handle) await handle.close().catch(() => undefined);
     if (created) await fs.unlink(temporary).catch(() => undefined);
@@ -88,7 +88,7 @@ export async function checkPrivate(directory: string, what: string): Promise<voi
     info = await fs.stat(directory);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
-    throw new UvsdkError(`cannot read the ${what} ${printable(directory)} (${osMessage(error)})`);
+    throw new UvsdkError(`cannot read the ${what} ${printable(directory)} (${osMessage(error)})`, "store.io");
   }
   if (info.uid !== process.geteuid() && info.uid !== 0) {
     throw new StorePermissionError(
@@ -133,13 +133,13 @@ export async function openRegular(file: string): Promise<{ handle: fs.FileHandle
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     if (code === "ENOENT") return null;
-    if (code === "ELOOP" || code === "EMLINK") throw new TemplateError(`${name} is a symbolic link, not a regular file`);
-    throw new TemplateError(`${name}: cannot read (${osMessage(error)})`);
+    if (code === "ELOOP" || code === "EMLINK") throw new TemplateError(`${name} is a symbolic link, not a regular file`, "template.unreadable");
+    throw new TemplateError(`${name}: cannot read (${osMessage(error)})`, "template.unreadable");
   }
   const info = await handle.stat();
   if (!info.isFile()) {
     await handle.close();
-    throw new TemplateError(`${name} is not a regular file`);
+    throw new TemplateError(`${name} is not a regular file`, "template.unreadable");
   }
   return { handle, info };
 }
@@ -166,7 +166,7 @@ export async function userLock(directory: string, user: string): Promise<() => P
   try {
     await fs.writeFile(candidate, owner, { flag: "wx", mode: 0o600 });
   } catch (error) {
-    throw new UvsdkError(`cannot lock ${printable(directory)} (${osMessage(error)})`);
+    throw new UvsdkError(`cannot lock ${printable(directory)} (${osMessage(error)})`, "store.io");
   }
   try {
     await acquire(lock, candidate, owner);
@@ -216,7 +216,7 @@ async function linked(from: string, to: string): Promise<boolean> {
     return true;
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "EEXIST") return false;
-    throw new UvsdkError(`cannot lock ${printable(path.dirname(to))} (${osMessage(error)})`);
+    throw new UvsdkError(`cannot lock ${printable(path.dirname(to))} (${osMessage(error)})`, "store.io");
   }
 }
 
@@ -271,7 +271,7 @@ export class FileStore implements TemplateStore {
   }
 
   private generationFile(keyIdHex: string): string {
-    if (!/^[0-9a-f]+$/.test(keyIdHex)) throw new UvsdkError("a key id is lowercase hex");
+    if (!/^[0-9a-f]+$/.test(keyIdHex)) throw new UvsdkError("a key id is lowercase hex", "argument.invalid");
     return path.join(this.stateDir, "freshness", `${keyIdHex}.gen`);
   }
 
@@ -321,7 +321,7 @@ export class FileStore implements TemplateStore {
       return true;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
-      throw new UvsdkError(`cannot remove ${user}${SUFFIX} (${osMessage(error)})`);
+      throw new UvsdkError(`cannot remove ${user}${SUFFIX} (${osMessage(error)})`, "store.io");
     }
   }
 
@@ -339,7 +339,7 @@ export class FileStore implements TemplateStore {
     } finally {
       await opened.handle.close();
     }
-    if (!/^\s*[-+]?\d+\s*$/.test(text)) throw new TemplateError(`the template's freshness record ${printable(file)} is damaged`);
+    if (!/^\s*[-+]?\d+\s*$/.test(text)) throw new TemplateError(`the template's freshness record ${printable(file)} is damaged`, "template.freshness");
     return Number(text.trim());
   }
 

@@ -376,7 +376,7 @@ export function fromPayload(payload: Uint8Array): Template {
     };
   } catch (error) {
     const type = error instanceof PyException ? error.pyType : "ValueError";
-    throw new TemplateError(`the template's content is malformed (${type})`);
+    throw new TemplateError(`the template's content is malformed (${type})`, "template.malformed");
   }
 }
 
@@ -420,10 +420,10 @@ export function parseFile(blob: Uint8Array, name = "template"): { header: Header
   let version: 1 | 2;
   if (magic === MAGIC && blob.length >= 4) version = 2;
   else if (magic === MAGIC_V1 && blob.length >= 4) version = 1;
-  else if (blob.length < 4 + 16) throw new TemplateError(`${name}: not a uvsdk template (too short: ${blob.length} bytes)`);
-  else throw new TemplateError(`${name}: not a uvsdk template (bad magic)`);
+  else if (blob.length < 4 + 16) throw new TemplateError(`${name}: not a uvsdk template (too short: ${blob.length} bytes)`, "template.not-a-template");
+  else throw new TemplateError(`${name}: not a uvsdk template (bad magic)`, "template.not-a-template");
   const size = version === 2 ? HEADER_SIZE : HEADER_V1_SIZE;
-  if (blob.length < size + 16) throw new TemplateError(`${name}: not a uvsdk template (too short: ${blob.length} bytes)`);
+  if (blob.length < size + 16) throw new TemplateError(`${name}: not a uvsdk template (too short: ${blob.length} bytes)`, "template.not-a-template");
   const header: Header = {
     version,
     kdf: blob[4]!,
@@ -435,19 +435,19 @@ export function parseFile(blob: Uint8Array, name = "template"): { header: Header
     nonce: version === 2 ? blob.slice(48, 60) : blob.slice(40, 52),
   };
   if (version === 2 && !equalBytes(headerDigest(header), blob.subarray(40, 48))) {
-    throw new TemplateError(`${name}: the template's header was modified or is damaged`);
+    throw new TemplateError(`${name}: the template's header was modified or is damaged`, "template.header-modified");
   }
   if (header.kdf === KDF_SCRYPT) {
     const [low, high] = SCRYPT_LOG2_N_RANGE;
     if (!(low <= header.log2N && header.log2N <= high && header.r === SCRYPT_R && header.p === SCRYPT_P)) {
-      throw new TemplateError(`${name}: the template's key parameters are not ones this SDK writes (modified?)`);
+      throw new TemplateError(`${name}: the template's key parameters are not ones this SDK writes (modified?)`, "template.key-parameters");
     }
   } else if (header.kdf === KDF_KEYRING) {
     if (header.log2N !== 0 || header.r !== 0 || header.p !== 0) {
-      throw new TemplateError(`${name}: the template's key parameters are malformed (modified?)`);
+      throw new TemplateError(`${name}: the template's key parameters are malformed (modified?)`, "template.key-parameters");
     }
   } else {
-    throw new TemplateError(`${name}: unknown key derivation ${header.kdf} (modified?)`);
+    throw new TemplateError(`${name}: unknown key derivation ${header.kdf} (modified?)`, "template.key-parameters");
   }
   return { header, sealed: blob.slice(size) };
 }
@@ -523,7 +523,7 @@ export interface TemplatesOptions {
 /** `store.path(user)`'s name check: 1-64 letters, digits, '.', '_' or '-'. */
 export function checkUser(user: unknown): string {
   if (typeof user !== "string" || !USER_NAME.test(user)) {
-    throw new UvsdkError(`invalid user name ${pyReprCut(user, 80)}: use 1-64 letters, digits, '.', '_' or '-'`);
+    throw new UvsdkError(`invalid user name ${pyReprCut(user, 80)}: use 1-64 letters, digits, '.', '_' or '-'`, "store.user-name");
   }
   return user;
 }
@@ -549,10 +549,10 @@ export class Templates {
     const [low, high] = SCRYPT_LOG2_N_RANGE;
     const log2N = options.scryptLog2N ?? SCRYPT_LOG2_N;
     if (!(Number.isInteger(log2N) && low <= log2N && log2N <= high)) {
-      throw new UvsdkError(`scrypt_log2_n must be in [${low}, ${high}], not ${log2N}`);
+      throw new UvsdkError(`scrypt_log2_n must be in [${low}, ${high}], not ${log2N}`, "argument.invalid");
     }
     if (options.platformKey && (options.platformKey.id.length !== 16 || options.platformKey.key.length !== 32)) {
-      throw new UvsdkError("a platform key needs a 16-byte id and a 32-byte key");
+      throw new UvsdkError("a platform key needs a 16-byte id and a 32-byte key", "argument.invalid");
     }
     this.scryptLog2N = log2N;
   }
@@ -581,7 +581,7 @@ export class Templates {
     let candidates: Uint8Array[];
     if (header.kdf === KDF_KEYRING) {
       if (!this.platformKey || !equalBytes(this.platformKey.id, header.salt)) {
-        throw new WrongKeyError(`${name}: its key is not in this keyring`);
+        throw new WrongKeyError(`${name}: its key is not in this keyring`, "template.wrong-key");
       }
       candidates = [this.platformKey.key];
     } else {
@@ -601,7 +601,7 @@ export class Templates {
         return key;
       }
     }
-    if (header.kdf === KDF_KEYRING) throw new WrongKeyError(`${name}: wrong keyring key`);
+    if (header.kdf === KDF_KEYRING) throw new WrongKeyError(`${name}: wrong keyring key`, "template.wrong-key");
     if (typeof this.passphraseSource !== "string") this.passphrase = null; // ask again next time
     const hint = header.version === 2 ? "" : " (or its header was modified)";
     throw new WrongKeyError(`${name}: wrong passphrase${hint}`);
@@ -633,13 +633,13 @@ export class Templates {
     const name = `${user}${SUFFIX}`;
     const blob = await this.store.read(user);
     if (blob === null) throw new NotEnrolledError(`user ${pyStrRepr(user)} is not enrolled in this store (run uvsdk enroll)`);
-    if (blob.length > MAX_FILE_BYTES) throw new TemplateError(`${name}: too large to be a template`);
+    if (blob.length > MAX_FILE_BYTES) throw new TemplateError(`${name}: too large to be a template`, "template.not-a-template");
     const { header, sealed } = parseFile(blob, name);
     const key = await this.openKey(header, name);
     const payload = await open(key, header.nonce, sealed, packHeader(header));
     if (payload === null) throw new TemplateError(`${name}: the template was modified or is damaged`);
     const template = fromPayload(payload);
-    if (template.user !== user) throw new TemplateError(`${name}: the template belongs to another user (renamed file?)`);
+    if (template.user !== user) throw new TemplateError(`${name}: the template belongs to another user (renamed file?)`, "template.wrong-user");
     const recorded = await this.store.getGeneration(hex(header.salt));
     if (recorded !== null && template.generation < recorded) {
       throw new RollbackError(
@@ -674,7 +674,7 @@ export class Templates {
     try {
       await this.store.setGeneration(hex(header.salt), generation);
     } catch (error) {
-      throw new UvsdkError(`${user}${SUFFIX} was written, but its freshness record was not (${(error as Error).message})`);
+      throw new UvsdkError(`${user}${SUFFIX} was written, but its freshness record was not (${(error as Error).message})`, "template.freshness");
     }
     return generation;
   }

@@ -49,10 +49,10 @@ export type RequestedMode = (typeof REQUESTED_MODES)[number];
  */
 export function checkMode(requested: string, manifest: Pick<Manifest, "code">): void {
   if (!(REQUESTED_MODES as readonly string[]).includes(requested)) {
-    throw new EnrollmentError(`the enrollment mode must be auto, prototype or codeword, not ${pyReprCut(requested)}`);
+    throw new EnrollmentError(`the enrollment mode must be auto, prototype or codeword, not ${pyReprCut(requested)}`, "enroll.mode");
   }
   if (requested === "codeword" && manifest.code === null) {
-    throw new EnrollmentError("codeword mode needs a codeword bundle, and this bundle outputs embeddings");
+    throw new EnrollmentError("codeword mode needs a codeword bundle, and this bundle outputs embeddings", "enroll.mode");
   }
 }
 
@@ -69,7 +69,7 @@ export function enrollmentMode(requested: string, manifest: Pick<Manifest, "code
     if (!holdsCodeword) {
       throw new EnrollmentError(
         "codeword mode needs the user's codeword, and this user holds none: make one " +
-          "with uvsdk codeword new, or enroll in prototype mode",
+          "with uvsdk codeword new, or enroll in prototype mode", "enroll.mode",
       );
     }
     return "codeword";
@@ -308,10 +308,10 @@ export class Verifier {
       session = await this.ort.InferenceSession.create(this.bundle.modelBytes, this.sessionOptions);
     } catch (error) {
       const message = String((error as Error)?.message ?? error).split("\n")[0]!.slice(0, 200);
-      throw new BundleError(`${name}: model.onnx does not load (${message})`);
+      throw new BundleError(`${name}: model.onnx does not load (${message})`, "bundle.model");
     }
     if (session.inputNames.length !== 1 || session.inputNames[0] !== "input" || !session.outputNames.includes("output")) {
-      throw new BundleError(`${name}: the model needs one input 'input' and an 'output'`);
+      throw new BundleError(`${name}: the model needs one input 'input' and an 'output'`, "bundle.model");
     }
     const audio = this.bundle.manifest.modality === "audio";
     const meta = (session as unknown as { inputMetadata?: Array<{ isTensor?: boolean; type?: string; shape?: unknown[] }> })
@@ -324,7 +324,7 @@ export class Verifier {
         const pyType = type === "float32" ? "tensor(float)" : type === "uint8" ? "tensor(uint8)" : `tensor(${type})`;
         const expected = audio ? "('tensor(float)', 2)" : "('tensor(uint8)', 4)";
         throw new BundleError(
-          `${name}: the model's input is ${pyType} of rank ${rank}, the ${this.bundle.manifest.modality} contract is ${expected}`,
+          `${name}: the model's input is ${pyType} of rank ${rank}, the ${this.bundle.manifest.modality} contract is ${expected}`, "bundle.model",
         );
       }
     }
@@ -354,17 +354,17 @@ export class Verifier {
       output = result["output"]!;
     } catch (error) {
       const message = String((error as Error)?.message ?? error).split("\n")[0]!.slice(0, 200);
-      throw new BundleError(`${name}: the model failed to run (${message})`);
+      throw new BundleError(`${name}: the model failed to run (${message})`, "bundle.model");
     }
     if (output.dims.length !== 2 || output.dims[0] !== dims[0] || output.dims[1] !== dim) {
       throw new BundleError(
-        `${name}: the model returned shape (${output.dims.join(", ")}), the manifest promises [${dims[0]}, ${dim}]`,
+        `${name}: the model returned shape (${output.dims.join(", ")}), the manifest promises [${dims[0]}, ${dim}]`, "bundle.model",
       );
     }
     const data = output.data;
-    if (!(data instanceof Float32Array)) throw new BundleError(`${name}: the model's output is not float32`);
+    if (!(data instanceof Float32Array)) throw new BundleError(`${name}: the model's output is not float32`, "bundle.model");
     for (let i = 0; i < data.length; i++) {
-      if (!Number.isFinite(data[i]!)) throw new BundleError(`${name}: the model returned non-finite values`);
+      if (!Number.isFinite(data[i]!)) throw new BundleError(`${name}: the model returned non-finite values`, "bundle.model");
     }
     return data;
   }
@@ -428,7 +428,7 @@ export class Verifier {
    * clipped refused) or verification applies, and how many seconds would be used.
    */
   checkSample(samples: Float32Array, options: { enrollment?: boolean; name?: string } = {}): SampleReport {
-    if (this.bundle.manifest.input.kind !== "audio") throw new UvsdkError("checkSample is for audio bundles");
+    if (this.bundle.manifest.input.kind !== "audio") throw new UvsdkError("checkSample is for audio bundles", "argument.invalid");
     try {
       const { seconds, starts } = this.prepareAudio(samples, !options.enrollment, options.name ?? "input");
       return { ok: true, message: "usable", seconds, windows: starts.length };
@@ -447,7 +447,7 @@ export class Verifier {
   async newCodeword(user = "default", userId?: number | bigint, code?: Code): Promise<number | bigint> {
     const chosenCode = code ?? this.bundle.manifest.code;
     if (!chosenCode) {
-      throw new BundleError(`${this.bundle.name} outputs embeddings, not codewords: codeword new needs a codeword bundle`);
+      throw new BundleError(`${this.bundle.name} outputs embeddings, not codewords: codeword new needs a codeword bundle`, "bundle.wrong-kind");
     }
     checkUser(user);
     return this.locked(user, async () => {
@@ -455,7 +455,7 @@ export class Verifier {
       if (existing !== null && existing.codeword !== null) {
         throw new UvsdkError(
           `user ${pyStrRepr(user)} already has a codeword; delete the template first ` +
-            `(uvsdk delete --user ${user}) if you really mean to replace it`,
+            `(uvsdk delete --user ${user}) if you really mean to replace it`, "codeword.exists",
         );
       }
       const chosen = userId === undefined ? randomUserId(chosenCode.idBits) : userId;
@@ -491,7 +491,7 @@ export class Verifier {
   ): Promise<EnrollmentReport> {
     const user = options.user ?? "default";
     const targetTpr = options.targetTpr ?? DEFAULT_TARGET_TPR;
-    if (!(targetTpr > 0 && targetTpr <= 1)) throw new UvsdkError(`the target TPR must be in (0, 1], not ${targetTpr}`);
+    if (!(targetTpr > 0 && targetTpr <= 1)) throw new UvsdkError(`the target TPR must be in (0, 1], not ${targetTpr}`, "argument.invalid");
     const far = options.far === undefined ? this.far : options.far === null ? null : checkFar(options.far);
     checkUser(user);
     const manifest = this.bundle.manifest;
@@ -501,7 +501,7 @@ export class Verifier {
     }
     const requested = options.mode ?? "auto";
     checkMode(requested, manifest);
-    if (samples.length === 0) throw new EnrollmentError("no samples given");
+    if (samples.length === 0) throw new EnrollmentError("no samples given", "enroll.samples");
     const reports: SampleReport[] = [];
     const vectors: Float32Array[] = [];
     for (let i = 0; i < samples.length; i++) {

@@ -173,7 +173,7 @@ test("templates: invalid user names, platform key (kdf 2), errors carry no secre
 });
 
 test("messages are one line with control characters escaped", () => {
-  assert.equal(new UvsdkError("a\nb   c").message, "a b c");
+  assert.equal(new UvsdkError("a\nb   c", "store.io").message, "a b c");
   assert.equal(printable("x\x1by"), "x\\x1by");
 });
 

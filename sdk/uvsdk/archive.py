@@ -62,7 +62,8 @@ def read_zip_members(handle: BinaryIO, limits: Mapping[str, int], bundle: str) -
             content = _inflate_bounded(handle, info, bundle)
         if zlib.crc32(content) != info.CRC:
             raise BundleError(
-                f"{bundle}: {info.filename} does not match its zip entry's CRC-32 (damaged)"
+                f"{bundle}: {info.filename} does not match its zip entry's CRC-32 (damaged)",
+                code="bundle.unreadable",
             )
         members[info.filename] = content
     return members
@@ -76,13 +77,19 @@ def too_large(bundle: str, member: str, size: int, limit: int) -> str:
 def _check_entry(info: zipfile.ZipInfo, limit: int, bundle: str) -> None:
     """What the zip directory says of an entry, checked before any of it is read."""
     if info.file_size > limit:
-        raise BundleError(too_large(bundle, info.filename, info.file_size, limit))
+        raise BundleError(
+            too_large(bundle, info.filename, info.file_size, limit), code="bundle.unreadable"
+        )
     if info.flag_bits & ENCRYPTED:
-        raise BundleError(f"{bundle}: {info.filename} is encrypted (a bundle's members are not)")
+        raise BundleError(
+            f"{bundle}: {info.filename} is encrypted (a bundle's members are not)",
+            code="bundle.unreadable",
+        )
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         raise BundleError(
             f"{bundle}: {info.filename} uses zip compression method {info.compress_type} "
-            "(a bundle's members are stored or deflated)"
+            "(a bundle's members are stored or deflated)",
+            code="bundle.unreadable",
         )
 
 
@@ -104,7 +111,8 @@ def _data_offset(handle: BinaryIO, info: zipfile.ZipInfo) -> int:
 def _size_mismatch(bundle: str, info: zipfile.ZipInfo, size: int) -> BundleError:
     return BundleError(
         f"{bundle}: {info.filename} holds {size} bytes, not the {info.file_size} "
-        "its zip entry declares (damaged?)"
+        "its zip entry declares (damaged?)",
+        code="bundle.unreadable",
     )
 
 
@@ -135,7 +143,8 @@ def _inflate_bounded(handle: BinaryIO, info: zipfile.ZipInfo, bundle: str) -> by
             if produced > declared:
                 raise BundleError(
                     f"{bundle}: {info.filename} inflates to more than the {declared} bytes its "
-                    "zip entry declares (not a bundle?)"
+                    "zip entry declares (not a bundle?)",
+                    code="bundle.unreadable",
                 )
             parts.append(part)
             pending = inflater.unconsumed_tail

@@ -144,7 +144,10 @@ class Manifest:
             raise BundleError("manifest: not a JSON object")
         fmt = data.get("format")
         if fmt != FORMAT:
-            raise BundleError(f"unknown bundle format {fmt!r}: this SDK reads {FORMAT!r}")
+            raise BundleError(
+                f"unknown bundle format {fmt!r}: this SDK reads {FORMAT!r}",
+                code="bundle.unsupported",
+            )
         name = _get(data, "name", str)
         method = _get(data, "method", str)
         if method not in METHODS:
@@ -303,14 +306,16 @@ def _read_members(path: Path) -> dict[str, bytes]:
         with open(path, "rb") as handle:
             return read_zip_members(handle, _MEMBER_LIMITS, path.name)
     except FileNotFoundError:
-        raise BundleError(f"bundle not found: {path}") from None
+        raise BundleError(f"bundle not found: {path}", code="bundle.not-found") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError) as error:
         raise BundleError(
-            f"{path.name}: not a readable bundle (truncated or corrupt: {error})"
+            f"{path.name}: not a readable bundle (truncated or corrupt: {error})",
+            code="bundle.unreadable",
         ) from None
     except OSError as error:
         raise BundleError(
-            f"{path.name}: cannot read the bundle ({error.strerror or error})"
+            f"{path.name}: cannot read the bundle ({error.strerror or error})",
+            code="bundle.unreadable",
         ) from None
     return members
 
@@ -325,10 +330,10 @@ def _read_bounded(path: Path, bundle: str) -> bytes:
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
-            raise BundleError(_too_large(bundle, path.name, size))
+            raise BundleError(_too_large(bundle, path.name, size), code="bundle.unreadable")
         data = handle.read(limit + 1)
     if len(data) > limit:  # grew while being read
-        raise BundleError(_too_large(bundle, path.name, len(data)))
+        raise BundleError(_too_large(bundle, path.name, len(data)), code="bundle.unreadable")
     return data
 
 
@@ -343,9 +348,14 @@ def load_public_keys(sources: Iterable[str | Path | bytes]) -> list[Any]:
             pem = source if isinstance(source, bytes) else Path(source).read_bytes()
             key = load_pem_public_key(pem)
         except (OSError, ValueError) as error:
-            raise SignatureError(f"cannot read trusted key {source!s:.80}: {error}") from None
+            raise SignatureError(
+                f"cannot read trusted key {source!s:.80}: {error}", code="bundle.trusted-key"
+            ) from None
         if not isinstance(key, Ed25519PublicKey):
-            raise SignatureError(f"trusted key {source!s:.80} is not an Ed25519 public key")
+            raise SignatureError(
+                f"trusted key {source!s:.80} is not an Ed25519 public key",
+                code="bundle.trusted-key",
+            )
         keys.append(key)
     return keys
 
@@ -383,7 +393,9 @@ class Bundle:
         members = _read_members(self.path)
         for name in (MANIFEST_FILE, MODEL_FILE):
             if name not in members:
-                raise BundleError(f"{self.path.name}: the bundle has no {name}")
+                raise BundleError(
+                    f"{self.path.name}: the bundle has no {name}", code="bundle.member-missing"
+                )
         try:
             data = load_bounded_json(members[MANIFEST_FILE].decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, JsonLimitError) as error:
@@ -395,16 +407,24 @@ class Bundle:
         if hashlib.sha256(self.model_bytes).hexdigest() != self.manifest.model_sha256:
             raise BundleError(
                 f"{self.path.name}: model.onnx does not match the manifest's model_sha256 "
-                "(the bundle was modified or damaged)"
+                "(the bundle was modified or damaged)",
+                code="bundle.digest-mismatch",
             )
         self.ort_bytes = members.get(ORT_FILE)
         ort = self.manifest.extra.get("ort")
-        if self.ort_bytes is not None and (
-            ort is None or hashlib.sha256(self.ort_bytes).hexdigest() != ort["sha256"]
+        if self.ort_bytes is not None and ort is None:
+            raise BundleError(
+                f"{self.path.name}: model.ort is not named in the manifest (no ort key)",
+                code="bundle.member-unexpected",
+            )
+        if (
+            self.ort_bytes is not None
+            and hashlib.sha256(self.ort_bytes).hexdigest() != ort["sha256"]
         ):
             raise BundleError(
                 f"{self.path.name}: model.ort does not match the manifest's ort.sha256 "
-                "(the bundle was modified or damaged)"
+                "(the bundle was modified or damaged)",
+                code="bundle.digest-mismatch",
             )
         self.cohort_bytes = members.get(COHORT_FILE)
         self.cohort = self._load_cohort()
@@ -422,11 +442,13 @@ class Bundle:
             return None
         if spec is None:
             raise BundleError(
-                f"{self.path.name}: cohort.f32 is not named in the manifest (no cohort key)"
+                f"{self.path.name}: cohort.f32 is not named in the manifest (no cohort key)",
+                code="bundle.member-unexpected",
             )
         if data is None:
             raise BundleError(
-                f"{self.path.name}: the manifest names a cohort and there is no {COHORT_FILE}"
+                f"{self.path.name}: the manifest names a cohort and there is no {COHORT_FILE}",
+                code="bundle.member-missing",
             )
         return Cohort.from_member(data, spec, self.manifest.dim, self.path.name)
 
@@ -469,18 +491,22 @@ class Bundle:
             )
         except Exception as error:  # onnxruntime raises its own unexported exception types
             message = str(error).splitlines()[0][:200]
-            raise BundleError(f"{self.path.name}: model.onnx does not load ({message})") from None
+            raise BundleError(
+                f"{self.path.name}: model.onnx does not load ({message})", code="bundle.model"
+            ) from None
         inputs, outputs = session.get_inputs(), session.get_outputs()
         audio = self.manifest.modality == "audio"
         expected = ("tensor(float)", 2) if audio else ("tensor(uint8)", 4)
         if [i.name for i in inputs] != ["input"] or "output" not in [o.name for o in outputs]:
             raise BundleError(
-                f"{self.path.name}: the model needs one input 'input' and an 'output'"
+                f"{self.path.name}: the model needs one input 'input' and an 'output'",
+                code="bundle.model",
             )
         if (inputs[0].type, len(inputs[0].shape)) != expected:
             raise BundleError(
                 f"{self.path.name}: the model's input is {inputs[0].type} of rank "
-                f"{len(inputs[0].shape)}, the {self.manifest.modality} contract is {expected}"
+                f"{len(inputs[0].shape)}, the {self.manifest.modality} contract is {expected}",
+                code="bundle.model",
             )
         return session
 
@@ -491,12 +517,17 @@ class Bundle:
             (output,) = self.session.run(["output"], {"input": np.ascontiguousarray(batch, dtype)})
         except Exception as error:  # onnxruntime's own exception types
             message = str(error).splitlines()[0][:200]
-            raise BundleError(f"{self.path.name}: the model failed to run ({message})") from None
+            raise BundleError(
+                f"{self.path.name}: the model failed to run ({message})", code="bundle.model"
+            ) from None
         if output.ndim != 2 or output.shape != (batch.shape[0], self.manifest.dim):
             raise BundleError(
                 f"{self.path.name}: the model returned shape {output.shape}, "
-                f"the manifest promises [{batch.shape[0]}, {self.manifest.dim}]"
+                f"the manifest promises [{batch.shape[0]}, {self.manifest.dim}]",
+                code="bundle.model",
             )
         if not np.all(np.isfinite(output)):
-            raise BundleError(f"{self.path.name}: the model returned non-finite values")
+            raise BundleError(
+                f"{self.path.name}: the model returned non-finite values", code="bundle.model"
+            )
         return output.astype(np.float32)

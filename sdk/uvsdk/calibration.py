@@ -96,9 +96,14 @@ def check_far(far: float) -> float:
     try:
         value = float(far)
     except (TypeError, ValueError):
-        raise CalibrationError(f"the FAR must be a number in (0, {MAX_FAR}], not {far!r}") from None
+        raise CalibrationError(
+            f"the FAR must be a number in (0, {MAX_FAR}], not {far!r}",
+            code="calibration.far-invalid",
+        ) from None
     if not (math.isfinite(value) and 0.0 < value <= MAX_FAR):
-        raise CalibrationError(f"the FAR must be in (0, {MAX_FAR}], not {far}")
+        raise CalibrationError(
+            f"the FAR must be in (0, {MAX_FAR}], not {far}", code="calibration.far-invalid"
+        )
     return value
 
 
@@ -232,7 +237,8 @@ class Calibration:
             raise BundleError("manifest: calibration must be an object")
         if data.get("version") != VERSION:
             raise BundleError(
-                f"manifest: calibration version {data.get('version')!r} is not {VERSION}"
+                f"manifest: calibration version {data.get('version')!r} is not {VERSION}",
+                code="bundle.unsupported",
             )
         description = data.get("data")
         if not isinstance(description, str):

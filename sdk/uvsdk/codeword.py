@@ -76,7 +76,10 @@ def code_fingerprint(generator: np.ndarray) -> str:
 def user_id_bits(user_id: int, id_bits: int) -> np.ndarray:
     """The user id as ``id_bits`` bits, most significant first."""
     if not 0 <= user_id < 2**id_bits:
-        raise UvsdkError(f"user id {user_id} is out of range: it must be in [0, 2^{id_bits})")
+        raise UvsdkError(
+            f"user id {user_id} is out of range: it must be in [0, 2^{id_bits})",
+            code="codeword.user-id",
+        )
     return np.array([(user_id >> shift) & 1 for shift in range(id_bits - 1, -1, -1)], np.uint8)
 
 
@@ -88,7 +91,9 @@ def random_user_id(id_bits: int) -> int:
 def new_message(user_id: int, id_bits: int, k: int) -> np.ndarray:
     """``m = b ‖ r``: the id bits followed by ``k − id_bits`` bits from :mod:`secrets`."""
     if not 0 < id_bits < k:
-        raise UvsdkError(f"the code has {k} message bits, too few for {id_bits} id bits")
+        raise UvsdkError(
+            f"the code has {k} message bits, too few for {id_bits} id bits", code="argument.invalid"
+        )
     random_bits = secrets.randbits(k - id_bits)
     tail = np.array([(random_bits >> i) & 1 for i in range(k - id_bits)], dtype=np.uint8)
     return np.concatenate([user_id_bits(user_id, id_bits), tail])

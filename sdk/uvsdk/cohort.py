@@ -100,16 +100,21 @@ class Cohort:
         if hashlib.sha256(data).hexdigest() != spec.sha256:
             raise BundleError(
                 f"{bundle}: cohort.f32 does not match the manifest's cohort.sha256 "
-                "(the bundle was modified or damaged)"
+                "(the bundle was modified or damaged)",
+                code="bundle.digest-mismatch",
             )
         if len(data) != 4 * spec.count * dim:
             raise BundleError(
                 f"{bundle}: cohort.f32 is {len(data)} bytes, not count x dim x 4 = "
-                f"{4 * spec.count * dim}"
+                f"{4 * spec.count * dim}",
+                code="bundle.member-invalid",
             )
         vectors = np.frombuffer(data, dtype="<f4").reshape(spec.count, dim)
         if not np.all(np.isfinite(vectors)) or np.any(np.linalg.norm(vectors, axis=1) == 0):
-            raise BundleError(f"{bundle}: cohort.f32 holds a non-finite or zero vector")
+            raise BundleError(
+                f"{bundle}: cohort.f32 holds a non-finite or zero vector",
+                code="bundle.member-invalid",
+            )
         return cls(vectors, spec.top_k)
 
     def statistics(

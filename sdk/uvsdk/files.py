@@ -36,7 +36,7 @@ def check_private(directory: Path, what: str) -> None:
         return
     except OSError as error:
         raise UvsdkError(
-            f"cannot read the {what} {directory} ({error.strerror or error})"
+            f"cannot read the {what} {directory} ({error.strerror or error})", code="store.io"
         ) from None
     if info.st_uid not in (os.geteuid(), 0):
         raise StorePermissionError(
@@ -71,7 +71,7 @@ def make_private_dir(directory: Path) -> None:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as error:
         raise UvsdkError(
-            f"cannot create the folder {directory} ({error.strerror or error})"
+            f"cannot create the folder {directory} ({error.strerror or error})", code="store.io"
         ) from None
 
 
@@ -91,7 +91,9 @@ def atomic_write(path: Path, blob: bytes, *, must_exist: bool) -> None:
             f"{path.parent} no longer exists (deleted?): nothing written"
         ) from None
     except OSError as error:
-        raise UvsdkError(f"cannot write to {path.parent} ({error.strerror or error})") from None
+        raise UvsdkError(
+            f"cannot write to {path.parent} ({error.strerror or error})", code="store.io"
+        ) from None
     target = path.name if relative else str(path)
     name = f".{path.name}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}"
     temporary = name if relative else str(path.parent / name)
@@ -125,7 +127,9 @@ def atomic_write(path: Path, blob: bytes, *, must_exist: bool) -> None:
                 f"{path.parent} no longer exists (deleted?): nothing written"
             ) from None
         if isinstance(error, OSError):
-            raise UvsdkError(f"cannot write {path} ({error.strerror or error})") from None
+            raise UvsdkError(
+                f"cannot write {path} ({error.strerror or error})", code="store.io"
+            ) from None
         raise
     finally:
         if folder is not None:
@@ -144,11 +148,13 @@ def open_regular(path: Path) -> int:
         descriptor = os.open(path, flags | getattr(os, "O_BINARY", 0))
     except OSError as error:
         if os.path.islink(path):
-            raise TemplateError(f"{path.name} is a symbolic link, not a regular file") from None
+            raise TemplateError(
+                f"{path.name} is a symbolic link, not a regular file", code="template.unreadable"
+            ) from None
         raise error
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):
         os.close(descriptor)
-        raise TemplateError(f"{path.name} is not a regular file")
+        raise TemplateError(f"{path.name} is not a regular file", code="template.unreadable")
     return descriptor
 
 
@@ -171,7 +177,9 @@ def user_lock(directory: Path, user: str) -> Iterator[None]:
         with os.fdopen(descriptor, "w", encoding="ascii") as handle:
             handle.write(owner)
     except OSError as error:
-        raise UvsdkError(f"cannot lock {directory} ({error.strerror or error})") from None
+        raise UvsdkError(
+            f"cannot lock {directory} ({error.strerror or error})", code="store.io"
+        ) from None
     try:
         _acquire(lock, candidate, owner)
     finally:
@@ -193,7 +201,9 @@ def _acquire(lock: Path, candidate: Path, owner: str) -> None:
         except FileExistsError:
             pass
         except OSError as error:
-            raise UvsdkError(f"cannot lock {lock.parent} ({error.strerror or error})") from None
+            raise UvsdkError(
+                f"cannot lock {lock.parent} ({error.strerror or error})", code="store.io"
+            ) from None
         holder = _read_lock(lock)
         if holder is None:
             continue  # released meanwhile
@@ -217,7 +227,9 @@ def _break_stale(lock: Path, candidate: Path, owner: str, stale: str) -> None:
             time.sleep(_FIRST_WAIT_SECONDS)
         return
     except OSError as error:
-        raise UvsdkError(f"cannot lock {lock.parent} ({error.strerror or error})") from None
+        raise UvsdkError(
+            f"cannot lock {lock.parent} ({error.strerror or error})", code="store.io"
+        ) from None
     try:
         _remove_if_held_by(lock, stale)
     finally:
@@ -231,7 +243,9 @@ def _read_lock(lock: Path) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as error:
-        raise UvsdkError(f"cannot read the lock {lock} ({error.strerror or error})") from None
+        raise UvsdkError(
+            f"cannot read the lock {lock} ({error.strerror or error})", code="store.io"
+        ) from None
     with os.fdopen(descriptor, "rb") as handle:
         return handle.read(256).decode("ascii", "replace")
 

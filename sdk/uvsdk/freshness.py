@@ -61,12 +61,15 @@ class FileFreshness:
             return None
         except (OSError, UnicodeDecodeError) as error:
             raise TemplateError(
-                f"cannot read the template's freshness record {path} ({error})"
+                f"cannot read the template's freshness record {path} ({error})",
+                code="template.freshness",
             ) from None
         try:
             value = int(text.strip())
         except ValueError:
-            raise TemplateError(f"the template's freshness record {path} is damaged") from None
+            raise TemplateError(
+                f"the template's freshness record {path} is damaged", code="template.freshness"
+            ) from None
         return value
 
     def set(self, key_id: bytes, generation: int) -> None:
@@ -110,7 +113,9 @@ def _parse_generation(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise TemplateError("the template's keyring freshness record is damaged") from None
+        raise TemplateError(
+            "the template's keyring freshness record is damaged", code="template.freshness"
+        ) from None
 
 
 class KeyringKeyFreshness:

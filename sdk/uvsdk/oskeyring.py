@@ -45,7 +45,9 @@ def decode_key_entry(entry: str) -> tuple[bytes, int | None]:
     try:
         return base64.b64decode(encoded, validate=True), (int(generation) if generation else None)
     except ValueError:
-        raise TemplateError("the template's keyring entry is damaged") from None
+        raise TemplateError(
+            "the template's keyring entry is damaged", code="template.wrong-key"
+        ) from None
 
 
 def read(entry: str) -> str | None:

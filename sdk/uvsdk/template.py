@@ -201,7 +201,8 @@ class Template:
             )
         except (ValueError, KeyError, TypeError, OverflowError) as error:
             raise TemplateError(
-                f"the template's content is malformed ({type(error).__name__})"
+                f"the template's content is malformed ({type(error).__name__})",
+                code="template.malformed",
             ) from None
 
 
@@ -261,29 +262,46 @@ def parse_file(blob: bytes, name: str = "template") -> tuple[_Header, bytes]:
     elif magic == MAGIC_V1:
         layout, version = _HEADER_V1, 1
     elif len(blob) < 4 + 16:
-        raise TemplateError(f"{name}: not a uvsdk template (too short: {len(blob)} bytes)")
+        raise TemplateError(
+            f"{name}: not a uvsdk template (too short: {len(blob)} bytes)",
+            code="template.not-a-template",
+        )
     else:
-        raise TemplateError(f"{name}: not a uvsdk template (bad magic)")
+        raise TemplateError(
+            f"{name}: not a uvsdk template (bad magic)", code="template.not-a-template"
+        )
     if len(blob) < layout.size + 16:
-        raise TemplateError(f"{name}: not a uvsdk template (too short: {len(blob)} bytes)")
+        raise TemplateError(
+            f"{name}: not a uvsdk template (too short: {len(blob)} bytes)",
+            code="template.not-a-template",
+        )
     if version == 2:
         _, kdf, log2_n, r, p, salt, check, digest, nonce = layout.unpack_from(blob)
     else:
         _, kdf, log2_n, r, p, salt, check, nonce = layout.unpack_from(blob)
     header = _Header(kdf, log2_n, r, p, salt, check, nonce, version)
     if version == 2 and not hmac.compare_digest(header.digest(), digest):
-        raise TemplateError(f"{name}: the template's header was modified or is damaged")
+        raise TemplateError(
+            f"{name}: the template's header was modified or is damaged",
+            code="template.header-modified",
+        )
     if kdf == KDF_SCRYPT:
         low, high = SCRYPT_LOG2_N_RANGE
         if not (low <= log2_n <= high and r == SCRYPT_R and p == SCRYPT_P):
             raise TemplateError(
-                f"{name}: the template's key parameters are not ones this SDK writes (modified?)"
+                f"{name}: the template's key parameters are not ones this SDK writes (modified?)",
+                code="template.key-parameters",
             )
     elif kdf == KDF_KEYRING:
         if (log2_n, r, p) != (0, 0, 0):
-            raise TemplateError(f"{name}: the template's key parameters are malformed (modified?)")
+            raise TemplateError(
+                f"{name}: the template's key parameters are malformed (modified?)",
+                code="template.key-parameters",
+            )
     else:
-        raise TemplateError(f"{name}: unknown key derivation {kdf} (modified?)")
+        raise TemplateError(
+            f"{name}: unknown key derivation {kdf} (modified?)", code="template.key-parameters"
+        )
     return header, blob[layout.size :]
 
 
@@ -380,14 +398,19 @@ class TemplateStore:
         self.use_keyring = use_keyring
         low, high = SCRYPT_LOG2_N_RANGE
         if scrypt_log2_n is not None and not low <= scrypt_log2_n <= high:
-            raise UvsdkError(f"scrypt_log2_n must be in [{low}, {high}], not {scrypt_log2_n}")
+            raise UvsdkError(
+                f"scrypt_log2_n must be in [{low}, {high}], not {scrypt_log2_n}",
+                code="argument.invalid",
+            )
         self.scrypt_log2_n = scrypt_log2_n
         if freshness == "file":
             self.freshness: Freshness = FileFreshness()
         elif freshness == "keyring":
             self.freshness = KeyringFreshness()
         elif isinstance(freshness, str):
-            raise UvsdkError(f"freshness must be 'file' or 'keyring', not {freshness!r}")
+            raise UvsdkError(
+                f"freshness must be 'file' or 'keyring', not {freshness!r}", code="argument.invalid"
+            )
         else:
             self.freshness = freshness
         self._keys: dict[str, tuple[_Header, bytes]] = {}  # user -> header and key last used
@@ -401,7 +424,8 @@ class TemplateStore:
         """``<store>/<user>.uvt`` for a valid user name."""
         if not isinstance(user, str) or not _USER_NAME.match(user):
             raise UvsdkError(
-                f"invalid user name {user!r:.80}: use 1-64 letters, digits, '.', '_' or '-'"
+                f"invalid user name {user!r:.80}: use 1-64 letters, digits, '.', '_' or '-'",
+                code="store.io",
             )
         return self.directory / f"{user}{SUFFIX}"
 
@@ -426,7 +450,8 @@ class TemplateStore:
             entries = sorted(os.scandir(self.directory), key=lambda e: e.name)
         except OSError as error:
             raise UvsdkError(
-                f"cannot list the store {self.directory} ({error.strerror or error})"
+                f"cannot list the store {self.directory} ({error.strerror or error})",
+                code="store.user-name",
             ) from None
         for entry in entries:
             if not entry.name.endswith(SUFFIX) or entry.name.startswith("."):
@@ -472,7 +497,9 @@ class TemplateStore:
         if header.kdf == KDF_KEYRING:
             key = oskeyring.get_key(header.salt)
             if key is None:
-                raise WrongKeyError(f"{name}: its key is not in this keyring")
+                raise WrongKeyError(
+                    f"{name}: its key is not in this keyring", code="template.wrong-key"
+                )
             candidates = [key]
         else:
             passphrase = self._get_passphrase(confirm=False)
@@ -490,7 +517,7 @@ class TemplateStore:
                 self._derived[cache_key] = key
                 return key
         if header.kdf == KDF_KEYRING:
-            raise WrongKeyError(f"{name}: wrong keyring key")
+            raise WrongKeyError(f"{name}: wrong keyring key", code="template.wrong-key")
         if not isinstance(self._passphrase_source, str):
             self._passphrase = None  # ask again next time instead of keeping a mistyped one
         hint = "" if header.version == 2 else " (or its header was modified)"
@@ -527,9 +554,13 @@ class TemplateStore:
                 f"user {user!r} is not enrolled in {self.directory} (run uvsdk enroll)"
             ) from None
         except OSError as error:
-            raise TemplateError(f"{name}: cannot read ({error.strerror or error})") from None
+            raise TemplateError(
+                f"{name}: cannot read ({error.strerror or error})", code="template.unreadable"
+            ) from None
         if len(blob) > _MAX_FILE_BYTES:
-            raise TemplateError(f"{name}: too large to be a template")
+            raise TemplateError(
+                f"{name}: too large to be a template", code="template.not-a-template"
+            )
         header, sealed = parse_file(blob, name)
         key = self._open_key(header, name)
         from cryptography.exceptions import InvalidTag
@@ -541,7 +572,10 @@ class TemplateStore:
             raise TemplateError(f"{name}: the template was modified or is damaged") from None
         template = Template.from_payload(payload)
         if template.user != user:
-            raise TemplateError(f"{name}: the template belongs to another user (renamed file?)")
+            raise TemplateError(
+                f"{name}: the template belongs to another user (renamed file?)",
+                code="template.wrong-user",
+            )
         recorded = self._freshness_for(header).get(header.salt)
         if recorded is not None and template.generation < recorded:
             raise RollbackError(
@@ -586,7 +620,8 @@ class TemplateStore:
             self._freshness_for(header).set(header.salt, generation)
         except UvsdkError as error:
             raise UvsdkError(
-                f"{path.name} was written, but its freshness record was not ({error})"
+                f"{path.name} was written, but its freshness record was not ({error})",
+                code="template.freshness",
             ) from None
         return path
 

@@ -141,11 +141,13 @@ def check_mode(requested: str, manifest: Manifest) -> None:
     """
     if requested not in REQUESTED_MODES:
         raise EnrollmentError(
-            f"the enrollment mode must be auto, prototype or codeword, not {requested!r:.40}"
+            f"the enrollment mode must be auto, prototype or codeword, not {requested!r:.40}",
+            code="enroll.mode",
         )
     if requested == "codeword" and manifest.code is None:
         raise EnrollmentError(
-            "codeword mode needs a codeword bundle, and this bundle outputs embeddings"
+            "codeword mode needs a codeword bundle, and this bundle outputs embeddings",
+            code="enroll.mode",
         )
 
 
@@ -179,7 +181,8 @@ def enrollment_mode(requested: str, manifest: Manifest, holds_codeword: bool) ->
         if not holds_codeword:
             raise EnrollmentError(
                 "codeword mode needs the user's codeword, and this user holds none: make one "
-                "with uvsdk codeword new, or enroll in prototype mode"
+                "with uvsdk codeword new, or enroll in prototype mode",
+                code="enroll.mode",
             )
         return "codeword"
     training = manifest.training
@@ -198,7 +201,8 @@ def default_bundle_path() -> Path:
     if shipped.is_file():
         return shipped
     raise BundleError(
-        f"no model bundle: {_SEARCH_ORDER} (the default bundle is missing from this installation)"
+        f"no model bundle: {_SEARCH_ORDER} (the default bundle is missing from this installation)",
+        code="bundle.not-found",
     )
 
 
@@ -226,7 +230,8 @@ def trusted_keys_from_environment() -> list[str]:
     if not keys:
         raise SignatureError(
             "UVSDK_TRUSTED_KEYS is set but names no key file: give PEM paths separated by "
-            f"{os.pathsep!r}, or unset it"
+            f"{os.pathsep!r}, or unset it",
+            code="bundle.trusted-key",
         )
     return keys
 
@@ -386,14 +391,16 @@ class Verifier:
         if code is None:
             raise BundleError(
                 f"{self.bundle.path.name} outputs embeddings, not codewords: "
-                "codeword new needs a codeword bundle"
+                "codeword new needs a codeword bundle",
+                code="bundle.wrong-kind",
             )
         with self.store.locked(user, create=True):
             existing = self.store.load(user) if self.store.exists(user) else None
             if existing is not None and existing.codeword is not None:
                 raise UvsdkError(
                     f"user {user!r} already has a codeword; delete the template first "
-                    f"(uvsdk delete --user {user}) if you really mean to replace it"
+                    f"(uvsdk delete --user {user}) if you really mean to replace it",
+                    code="codeword.exists",
                 )
             chosen_id = random_user_id(code.id_bits) if user_id is None else int(user_id)
             bits = encode(new_message(chosen_id, code.id_bits, code.k), code.generator)
@@ -429,7 +436,9 @@ class Verifier:
         report; fewer than five usable ones is an :class:`EnrollmentError` and nothing is written.
         """
         if not 0.0 < target_tpr <= 1.0:
-            raise UvsdkError(f"the target TPR must be in (0, 1], not {target_tpr}")
+            raise UvsdkError(
+                f"the target TPR must be in (0, 1], not {target_tpr}", code="argument.invalid"
+            )
         if far is _VERIFIER_FAR:
             far = self.far
         far = None if far is None else check_far(far)
@@ -621,19 +630,21 @@ def _list_samples(samples: str | Path | Iterable[str | Path]) -> list[Path]:
     if isinstance(samples, str | Path):
         folder = Path(samples).expanduser()
         if not folder.exists():
-            raise EnrollmentError(f"samples folder not found: {folder}")
+            raise EnrollmentError(f"samples folder not found: {folder}", code="enroll.samples")
         if not folder.is_dir():
-            raise EnrollmentError(f"not a folder: {folder}")
+            raise EnrollmentError(f"not a folder: {folder}", code="enroll.samples")
         try:
             files = sorted(
                 p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
             )
         except OSError as error:
-            raise EnrollmentError(f"cannot read {folder} ({error.strerror or error})") from None
+            raise EnrollmentError(
+                f"cannot read {folder} ({error.strerror or error})", code="enroll.samples"
+            ) from None
         if not files:
-            raise EnrollmentError(f"the samples folder {folder} is empty")
+            raise EnrollmentError(f"the samples folder {folder} is empty", code="enroll.samples")
         return files
     files = [Path(p) for p in samples]
     if not files:
-        raise EnrollmentError("no samples given")
+        raise EnrollmentError("no samples given", code="enroll.samples")
     return files
