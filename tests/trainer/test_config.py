@@ -68,7 +68,7 @@ from uvtrain.methods import PARAMETERS, MethodParameters  # noqa: E402
         (lambda: Schedule(local_epochs=1.5), "local_epochs must be int"),
         (lambda: Schedule(local_steps=3, local_epochs=1), "not both"),
         (lambda: Data("x", clients=1), "clients must be at least 2"),
-        (lambda: Data("x", crop_seconds=-1.0), "crop_seconds must be >= 0"),
+        (lambda: Data("x", crop_seconds=-1.0), "crop_seconds must be in [0, 3600]"),
         (lambda: Model(backbone=3), "backbone must be str"),
     ],
 )
@@ -141,6 +141,7 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
         )
     del old["negative_loss"]  # FedUV's form of the negative loss came later too
     del old["softmax_head"]  # and so did softmax's head
+    del old["train_pretrained"]  # and the pretrained start's
     assert len(old) == 47
     config = RunConfig.from_flat(old, other_methods="ignore")
     assert config.method == FedUV(code_length=255) and config.schedule.rounds == 5
