@@ -290,13 +290,14 @@ def party(name: str, people: int, seed: int) -> FederatedDataset:
 
 def test_fedface_runs_end_to_end_from_root(tmp_path: Path) -> None:
     """``uvtrain run --preset fedface-3party --root DIR``: DIR holds the three parties' files
-    (Sec. 4.1: MS1M, GA, VGG at 112x112), tiny; one round of one local step of batch 2."""
+    (Sec. 4.1: MS1M, GA, VGG at 112x112), tiny; one round of one local step of batch 2, on the
+    small IR (the preset's IR-18 takes half a minute of CPU here)."""
     files = ("ms1mv2-112.npz", "asian-deepglint-112.npz", "vggface2-112.npz")
     for seed, name in enumerate(files):
         party(name.removesuffix("-112.npz"), 3, seed).save(tmp_path / "parties" / name)
     out = tmp_path / "run"
     arguments = ["run", "--preset", "fedface-3party", "--root", str(tmp_path / "parties")]
-    schedule = "--rounds 1 --local-steps 1 --batch-size 2"
+    schedule = "--rounds 1 --local-steps 1 --batch-size 2 --backbone ir-small"
     result = runner.invoke(app, [*arguments, "--out", str(out), *schedule.split()])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
