@@ -253,7 +253,8 @@ def _random_split(
         if count is None:
             count = unknown_count(len(eligible))
         unknown = _draw(rng, eligible, count, corpus, what + " (as unknown)")
-        return [name for name in eligible if name not in set(unknown)], unknown
+        held = set(unknown)
+        return [name for name in eligible if name not in held], unknown
     known = _draw(rng, eligible, protocol.identities, corpus, what)
     chosen = set(known)
     rest = [name for name in _eligible(index, protocol.unknown_samples or 1) if name not in chosen]
