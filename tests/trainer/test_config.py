@@ -122,6 +122,16 @@ def test_one_resume_check_frees_how_a_run_is_carried_out_not_what_it_trains() ->
     assert changed_settings({**before, "wait": 3}, before, also_free=("wait",)) == []
 
 
+#: The data protocol's keys of the Data part (issue 35), newer than the config.json files below.
+DATA_PROTOCOL_KEYS = (
+    "identities",
+    "unknown_identities",
+    "samples_per_split",
+    "unknown_samples",
+    "official_split",
+)
+
+
 def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
     with pytest.raises(ConfigError, match="weight is a parameter of fedhide, fedgn, fedcs"):
         RunConfig.from_flat({"method": "feduv", "dataset": "x", "weight": 3.0})
@@ -134,6 +144,8 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
         del old[key]  # the privacy part came later
     for key in ("aggregation", "local_epochs", "lr_milestones", "lr_gamma", *SERVER_KEYS):
         del old[key]  # so did these schedule options
+    for key in DATA_PROTOCOL_KEYS:
+        del old[key]  # and the data protocol's keys
     newer = {"embedding_dim", "window", "solo_party"}  # FedHide's, FedFace's keys added later
     for kind in METHODS.values():
         old.update(

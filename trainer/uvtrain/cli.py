@@ -261,11 +261,34 @@ def data_build(
     root: Annotated[
         Path | None, typer.Option(help="Cache folder, or the corpus's local copy.")
     ] = None,
+    identities: Annotated[
+        int | None, typer.Option(help="Corpus: exactly this many known identities.")
+    ] = None,
+    unknown_identities: Annotated[
+        int | None, typer.Option(help="Corpus: identities held out as unknown.")
+    ] = None,
+    samples_per_split: Annotated[
+        str,
+        typer.Option(help="Corpus: TRAIN,VALIDATION,TEST samples per known identity (25,10,10)."),
+    ] = "",
+    unknown_samples: Annotated[
+        int | None, typer.Option(help="Corpus: samples of every unknown identity.")
+    ] = None,
+    official_split: Annotated[
+        bool,
+        typer.Option(help="Corpus: its own test identities (or CIFAR-100's test images)."),
+    ] = False,
 ) -> None:
-    """Build (generate or read) a dataset into the cache."""
+    """Build (generate or read) a dataset into the cache; the corpus options are uvtrain run's
+    data protocol keys (a preset's: uvtrain run --preset NAME --dry-run)."""
+    from .data.protocol import DataProtocol
     from .data.registry import build_dataset
 
-    path = build_dataset(name, root=root, speakers=speakers, seed=seed, progress=True)
+    protocol = DataProtocol.from_keys(
+        identities, unknown_identities, samples_per_split, unknown_samples, official_split
+    )
+    options = {} if protocol is None else {"protocol": protocol}
+    path = build_dataset(name, root=root, speakers=speakers, seed=seed, progress=True, **options)
     typer.echo(f"built {name}: {path}")
 
 

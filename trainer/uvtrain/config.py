@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .data.protocol import DataProtocol
+from .errors import ConfigError, DatasetError
 from .validation import check_field, check_types
 
 
@@ -231,7 +232,12 @@ def step_factor(text: str, gamma: float, round_number: int) -> float:
 @dataclass(frozen=True)
 class Data:
     """What the run trains on. ``crop_seconds``: audio training samples are random windows of this
-    length (0: whole clips)."""
+    length (0: whole clips).
+
+    ``identities``, ``unknown_identities``, ``samples_per_split``, ``unknown_samples`` and
+    ``official_split`` are a paper's data protocol for a corpus read from ``root``
+    (:class:`uvtrain.data.protocol.DataProtocol`; the presets set them); none set: the loaders'
+    small defaults (a capped choice of identities, 20 % unknown, 60/20/20 splits)."""
 
     dataset: str = field(metadata={"help": "Dataset name or .npz path.", "flower": False})
     clients: int | None = field(
@@ -244,6 +250,44 @@ class Data:
         default=1.0,
         metadata={"help": "Audio: train on random windows this long (0: whole)."},
     )
+    identities: int | None = field(
+        default=None,
+        metadata={
+            "help": "Corpus: exactly this many known identities (default: the loader's cap).",
+            "flower": False,
+        },
+    )
+    unknown_identities: int | None = field(
+        default=None,
+        metadata={
+            "help": "Corpus: identities held out as unknown (default: the official test ones, "
+            "else a quarter as many as the known).",
+            "flower": False,
+        },
+    )
+    samples_per_split: str = field(
+        default="",
+        metadata={
+            "help": "Corpus: TRAIN,VALIDATION,TEST samples of every known identity, e.g. "
+            "25,10,10 (default: all, 60/20/20).",
+            "flower": False,
+        },
+    )
+    unknown_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": "Corpus: samples of every unknown identity (default: all).",
+            "flower": False,
+        },
+    )
+    official_split: bool = field(
+        default=False,
+        metadata={
+            "help": "Corpus: its own test part (VoxCeleb1/2's test speakers, VGGFace2's test/ "
+            "are unknown; CIFAR-100's test images the test split).",
+            "flower": False,
+        },
+    )
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -251,6 +295,20 @@ class Data:
             raise ConfigError("clients must be at least 2")
         if not 0 <= self.crop_seconds <= 3600:
             raise ConfigError("crop_seconds must be in [0, 3600] (0: train on whole clips)")
+        self.protocol()  # a bad protocol key is refused here, in one line
+
+    def protocol(self) -> DataProtocol | None:
+        """The data protocol of these keys, ``None`` when none is set."""
+        try:
+            return DataProtocol.from_keys(
+                self.identities,
+                self.unknown_identities,
+                self.samples_per_split,
+                self.unknown_samples,
+                self.official_split,
+            )
+        except DatasetError as error:
+            raise ConfigError(str(error)) from None
 
 
 @dataclass(frozen=True)

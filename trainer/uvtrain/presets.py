@@ -7,7 +7,10 @@ paper does not say (and what we chose), and what differs because something is no
 ``--config`` file given beside the preset override it (command line > file > preset > defaults).
 
 The paper's own data is what ``--dataset``/``--root`` point at (the loaders exist: ``uvtrain data
-list``). Where that data cannot be had, a dataset of the same shape (users × training samples
+list``), read under the paper's data protocol (the data keys ``identities``,
+``unknown_identities``, ``samples_per_split``, ``unknown_samples``, ``official_split``:
+:mod:`uvtrain.data.protocol`), so that ``uvtrain run --preset NAME --root DIR`` on a copy in its
+official layout needs nothing else. Where that data cannot be had, a dataset of the same shape (users × training samples
 per user × input) stands in for speed runs (``stand_in``; ``benchmarks/paper_scale.py``).
 
 Papers (../shared/papers in the development checkout): FedUV — Hosseini et al., "Federated
@@ -68,6 +71,34 @@ _FEDUV_SCHEDULE: dict[str, Any] = {
     "local_epochs": 1,  # Sec. 6.2: "1 local epoch" (Algorithm 1's UserUpdate)
     "server_optimizer": "sgd",  # plain FedAvg (η 1), not FedUV's default server lr
     "server_lr": 1.0,
+}
+#: FedUV Sec. 6.1, per dataset: 1,000 training users with train/validation/test examples each, and
+#: a separate test set of users "not selected for training".
+_FEDUV_DATA: dict[str, dict[str, Any]] = {
+    # "1,000 speakers ... 25 training, 10 validation and 10 test examples for each speaker ...
+    # a separate test set of 1,000 examples by choosing 5 utterances from 200 of the remaining"
+    "voxceleb": {
+        "identities": 1000,
+        "samples_per_split": "25,10,10",
+        "unknown_identities": 200,
+        "unknown_samples": 5,
+    },
+    # "1,000 identities from those who had at least 30 images ... 20, 5 and 5 ... 1,000 images
+    # from individuals that were not selected for training (one example per person)"
+    "celeba": {
+        "identities": 1000,
+        "samples_per_split": "20,5,5",
+        "unknown_identities": 1000,
+        "unknown_samples": 1,
+    },
+    # "1,000 writers each with 50 training, 15 validation, and 15 test examples ... 1,000
+    # examples from writers that were not selected for training (one example per writer)"
+    "mnistuv": {
+        "identities": 1000,
+        "samples_per_split": "50,15,15",
+        "unknown_identities": 1000,
+        "unknown_samples": 1,
+    },
 }
 _FEDUV_NOTES = (
     "c: 127 here; the paper also trains 255 and 511 (Table 1): --code-length 255|511",
@@ -130,6 +161,7 @@ PRESETS: dict[str, Preset] = {
         {
             **_FEDUV_SCHEDULE,
             "dataset": "voxceleb1",
+            **_FEDUV_DATA["voxceleb"],
             "batch_size": 16,
             "crop_seconds": 2.0,
             "backbone": "feduv-voxceleb-conv1d",
@@ -138,6 +170,10 @@ PRESETS: dict[str, Preset] = {
         (
             *_FEDUV_NOTES,
             "network: Table 2's VoxCeleb conv1d (16-kHz input is downsampled to 8 kHz in it)",
+            "data: 1,000 of VoxCeleb1's 1,251 speakers with at least 45 utterances, 25/10/10 "
+            "utterances each (the centre 2 s of each); 200 other speakers x 5 are unknown. The "
+            "paper's clips come 'from videos recorded in one setting': ours from any of a "
+            "speaker's videos",
         ),
     ),
     "feduv-celeba": Preset(
@@ -148,11 +184,17 @@ PRESETS: dict[str, Preset] = {
         {
             **_FEDUV_SCHEDULE,
             "dataset": "celeba",
+            **_FEDUV_DATA["celeba"],
             "batch_size": 16,
             "backbone": "feduv-celeba-conv2d",
         },
         {"users": 1000, "samples": 20, "input": "64x64x3 images"},
-        (*_FEDUV_NOTES, "network: Table 2's CelebA conv2d"),
+        (
+            *_FEDUV_NOTES,
+            "network: Table 2's CelebA conv2d",
+            "data: 1,000 identities of at least 30 images, 20/5/5 each; 1,000 other identities "
+            "x 1 image are unknown",
+        ),
     ),
     "feduv-mnistuv": Preset(
         "feduv-mnistuv",
@@ -162,11 +204,18 @@ PRESETS: dict[str, Preset] = {
         {
             **_FEDUV_SCHEDULE,
             "dataset": "mnist-uv",
+            **_FEDUV_DATA["mnistuv"],
             "batch_size": 16,
             "backbone": "feduv-mnistuv-conv2d",
         },
         {"users": 1000, "samples": 50, "input": "28x28x4 images"},
-        (*_FEDUV_NOTES, "network: Table 2's MNIST-UV conv2d (p = 3 on its first conv)"),
+        (
+            *_FEDUV_NOTES,
+            "network: Table 2's MNIST-UV conv2d (p = 3 on its first conv)",
+            "data: 1,000 LEAF FEMNIST writers, 50/15/15 examples each, every example a distinct "
+            "combination of the writer's images of 2, 3, 4 and 5, each image in one split only; "
+            "1,000 other writers x 1 example are unknown",
+        ),
     ),
     "fedhide-cifar100": Preset(
         "fedhide-cifar100",
@@ -176,6 +225,12 @@ PRESETS: dict[str, Preset] = {
         {
             **_FEDHIDE_COMMON,
             "dataset": "cifar-100",
+            # Sec. 4.1: "100 clients, each with 500 images from the same class. The remaining
+            # 100 images per class are reserved for testing"
+            "identities": 100,
+            "official_split": True,
+            "samples_per_split": "450,50,100",
+            "unknown_identities": 0,
             "clients": 100,
             "fraction": 0.1,
             "rounds": 100_000,
@@ -183,7 +238,14 @@ PRESETS: dict[str, Preset] = {
             "backbone": "resnet18-small",
         },
         {"users": 100, "samples": 500, "input": "32x32x3 images"},
-        (*_FEDHIDE_NOTES, "metric: the paper reports accuracy on seen clients' test sets"),
+        (
+            *_FEDHIDE_NOTES,
+            "metric: the paper reports accuracy on seen clients' test sets",
+            "data: each class's 500 training images give 450 to train and 50 to validation (the "
+            "enrollment the report's prototype figures need; the paper trains on all 500), its "
+            "100 test images the test split; no unknown classes (Table 1: '100 seen clients')",
+            "augmentation: the paper's random flips and rotations are not applied yet",
+        ),
     ),
     "fedhide-voxceleb1": Preset(
         "fedhide-voxceleb1",
@@ -193,6 +255,10 @@ PRESETS: dict[str, Preset] = {
         {
             **_FEDHIDE_COMMON,
             "dataset": "voxceleb1",
+            # Sec. 4.1: "Following the standard split, we employ 1,211 clients for training ...
+            # The remaining 40 speakers are used to evaluate"
+            "identities": 1211,
+            "official_split": True,
             "clients": 1211,
             "fraction": 0.01,
             "rounds": 50_000,
@@ -205,6 +271,11 @@ PRESETS: dict[str, Preset] = {
         (
             *_FEDHIDE_NOTES,
             "test: the paper scores ten 3-s crops per utterance pair on the official list",
+            "data: the 1,211 development speakers, every utterance (about 122 each), split "
+            "60/20/20 (the paper trains on all; validation is the enrollment of the report's "
+            "test_known figures); the 40 test speakers id10270-id10309 are unknown, all their "
+            "utterances. Each utterance is its centre 2 s, stored: the paper's random 2-s crop "
+            "of the whole utterance is not built yet",
         ),
     ),
     "fedhide-vggface2": Preset(
@@ -215,6 +286,10 @@ PRESETS: dict[str, Preset] = {
         {
             **_FEDHIDE_COMMON,
             "dataset": "vggface2",
+            # Sec. 4.1: "Following the standard split, we employ 8,631 clients for training ...
+            # The remaining 500 users are used to measure validation verification performance"
+            "identities": 8631,
+            "official_split": True,
             "clients": 8631,
             "fraction": 0.001,
             "rounds": 400_000,
@@ -222,7 +297,13 @@ PRESETS: dict[str, Preset] = {
             "backbone": "ir-small",
         },
         {"users": 8631, "samples": 362, "input": "64x64x3 images"},
-        (*_FEDHIDE_NOTES, "network: the paper's MobileFaceNet is not built; ir-small stands in"),
+        (
+            *_FEDHIDE_NOTES,
+            "network: the paper's MobileFaceNet is not built; ir-small stands in",
+            "data: the 8,631 train/ identities, every image, split 60/20/20 (the paper trains on "
+            "all); the 500 test/ identities are unknown. Images are resized whole: the paper's "
+            "FaceNet face detection is not built yet",
+        ),
     ),
     "fedface-3party": Preset(
         "fedface-3party",
@@ -233,8 +314,11 @@ PRESETS: dict[str, Preset] = {
         {"users": 3, "samples": "the parties' datasets", "input": "112x112x3 images"},
         (
             "parties: one dataset each (MS1M, GA, VGG), as .npz files you make at 112x112 "
-            "(benchmarks/fedface-paper.toml shows how for VGGFace2); --dataset NAME "
-            "--partition random splits one dataset instead",
+            "(benchmarks/fedface-paper.toml shows how for VGGFace2) in one folder: --root DIR "
+            "reads DIR/ms1mv2-112.npz and the others; --dataset NAME --partition random splits "
+            "one dataset instead",
+            "data (Sec. 4.1): each party trains on its whole dataset; the paper validates and "
+            "tests on other benchmarks, here on each dataset's unknown people (as it was built)",
             "validators: the paper's are LFW, CPLFW, CALFW, CFP-FP and AgeDB (half of each "
             "benchmark's folds; the other half evaluates); here half of each party dataset's "
             "unknown people, the other half is the test set",

@@ -34,14 +34,18 @@ from .io import (
 from .progress import Progress
 
 if TYPE_CHECKING:
+    from .data.protocol import Plan
     from .privacy import PrivacyPlan
 
 
 def load_data(config: RunConfig) -> FederatedDataset:
-    """The run's dataset, limited to its first ``clients`` known identities."""
+    """The run's dataset (under its data protocol, :meth:`uvtrain.config.Data.protocol`), limited
+    to its first ``clients`` known identities."""
     from .data.registry import load_dataset
 
-    dataset = load_dataset(config.data.dataset, root=config.data.root, seed=config.seed)
+    protocol = config.data.protocol()
+    options = {} if protocol is None else {"protocol": protocol}
+    dataset = load_dataset(config.data.dataset, root=config.data.root, seed=config.seed, **options)
     if config.data.clients is not None:
         if config.data.clients > len(dataset.clients):
             raise ConfigError(
@@ -57,6 +61,19 @@ def load_data(config: RunConfig) -> FederatedDataset:
             dataset.extra,
         )
     return dataset
+
+
+def plan_data(config: RunConfig) -> Plan:
+    """What :func:`load_data` reads of the run's corpus under its data protocol, nothing
+    decoded (:func:`uvtrain.data.registry.plan_dataset`): the same copy, protocol and seed."""
+    from .data.registry import plan_dataset
+
+    protocol = config.data.protocol()
+    if protocol is None:
+        raise ConfigError("no data protocol: set identities, samples_per_split, ... first")
+    return plan_dataset(
+        config.data.dataset, root=config.data.root, seed=config.seed, protocol=protocol
+    )
 
 
 def _crop_samples(config: RunConfig, dataset: FederatedDataset) -> int:

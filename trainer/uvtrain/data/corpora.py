@@ -13,6 +13,14 @@ fetches them once and points ``--root`` (or ``$UVTRAIN_DATA/NAME``) at the copy.
 4. holds out ``unknown_fraction`` of the identities as unknown users and splits every identity's
    samples 60/20/20 (:func:`uvtrain.data.base.assemble`).
 
+With a ``protocol`` (:class:`uvtrain.data.protocol.DataProtocol`: a paper's identities, unknown
+identities and samples per split, set by the presets) steps 2 and 4 are the protocol's instead:
+:func:`plan_corpus` plans every identity's samples from the index, and only those are decoded
+(the caps, ``min_per_identity`` and ``unknown_fraction`` are then not used; a file that does not
+decode stops the build, as the protocol's counts are exact). ``official_split`` reads the
+corpus's own split: VoxCeleb1's test speakers id10270-id10309, VoxCeleb2's ``test/``, VGGFace2's
+``test/`` are the unknown identities, CIFAR-100's test images each class's test split.
+
 Layouts read:
 
 * VoxCeleb1 — ``root/wav/idXXXXX/<video>/<nnnnn>.wav`` (Nagrani et al., 2017);
@@ -32,8 +40,10 @@ Layouts read:
 from __future__ import annotations
 
 import json
+import math
 import pickle
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,9 +53,17 @@ from uvsdk.errors import MediaError
 from uvsdk.media import load_audio, load_image
 
 from ..progress import Progress
-from .base import UNKNOWN_FRACTION, DatasetError, FederatedDataset, assemble, fit_length
+from .base import (
+    UNKNOWN_FRACTION,
+    ClientData,
+    DatasetError,
+    FederatedDataset,
+    assemble,
+    fit_length,
+)
+from .protocol import DataProtocol, Plan, plan_identities
 
-__all__ = ["celeba", "cifar100", "mnist_uv", "vggface2", "voxceleb1", "voxceleb2"]
+__all__ = ["celeba", "cifar100", "mnist_uv", "plan_corpus", "vggface2", "voxceleb1", "voxceleb2"]
 
 #: Version of the loaders: part of the cache key.
 VERSION = 1
@@ -192,6 +210,83 @@ def _index_identity_folders(folders: Iterable[Path], pattern: str) -> dict[str, 
     return {name: files for name, files in index.items() if files}
 
 
+@dataclass(frozen=True)
+class Sources:
+    """A corpus's index: identity → its items, with the corpus's official test part apart
+    (``test_identities``: other identities; ``test_samples``: other samples of the same ones)."""
+
+    index: dict[str, list[Any]]
+    test_identities: dict[str, list[Any]] | None = None
+    test_samples: dict[str, list[Any]] | None = None
+
+    def plan(self, corpus: str, protocol: DataProtocol, seed: int) -> Plan:
+        """The protocol's plan: on the official split, or on every identity and sample pooled."""
+        if protocol.official_split:
+            return plan_identities(
+                corpus,
+                self.index,
+                protocol,
+                seed=seed,
+                test_identities=self.test_identities,
+                test_samples=self.test_samples,
+            )
+        pooled = {name: list(items) for name, items in self.index.items()}
+        for part in (self.test_identities, self.test_samples):
+            for name, items in (part or {}).items():
+                pooled.setdefault(name, []).extend(items)
+        return plan_identities(corpus, pooled, protocol, seed=seed)
+
+
+def _decode_plan(
+    corpus: str,
+    plan: Plan,
+    decode: Callable[[Any], np.ndarray],
+    sample_shape: tuple[int, ...],
+    dtype: type,
+    progress: bool,
+) -> tuple[list[ClientData], list[ClientData]]:
+    """Decode every planned item: known clients with their splits, unknown identities (all of an
+    unknown identity's samples in its train split; they never train)."""
+    total = sum(len(part) for parts in plan.known.values() for part in parts)
+    total += sum(len(items) for items in plan.unknown.values())
+
+    def stack(items: list[Any], bar: Progress) -> np.ndarray:
+        decoded = []
+        for item in items:
+            try:
+                decoded.append(decode(item))
+            except MediaError as error:
+                raise DatasetError(f"{corpus}: {item} does not decode ({error})") from None
+            bar.update(1)
+        return np.stack(decoded) if decoded else np.zeros((0, *sample_shape), dtype)
+
+    with Progress(corpus, total, unit="file", enabled=progress) as bar:
+        known = [
+            ClientData(name, *(stack(part, bar) for part in parts))
+            for name, parts in plan.known.items()
+        ]
+        unknown = []
+        for name, items in plan.unknown.items():
+            samples = stack(items, bar)
+            unknown.append(ClientData(name, samples, samples[:0], samples[:0]))
+    return known, unknown
+
+
+def _planned_dataset(
+    corpus: str,
+    modality: str,
+    spec: dict[str, Any],
+    clients: tuple[list[ClientData], list[ClientData]],
+    *,
+    root: Path,
+    licence: str,
+    protocol: DataProtocol,
+) -> FederatedDataset:
+    known, unknown = clients
+    extra = {"root": str(root), "skipped": 0, "protocol": protocol.describe()}
+    return FederatedDataset(corpus, modality, spec, known, unknown, licence, extra)
+
+
 # --------------------------------------------------------------------------------------------------
 # VoxCeleb
 
@@ -204,7 +299,7 @@ _AUDIO_PREFERENCE = {".wav": 0, ".flac": 1, ".m4a": 2}
 def _voxceleb(
     corpus: str,
     root: Path,
-    index: dict[str, list[Path]],
+    sources: Sources,
     *,
     clip_seconds: float,
     max_identities: int | None,
@@ -213,10 +308,31 @@ def _voxceleb(
     unknown_fraction: float,
     seed: int,
     progress: bool,
+    protocol: DataProtocol | None,
     hint: str = "",
 ) -> FederatedDataset:
+    index = {**sources.index, **(sources.test_identities or {})}
     if not index:
         raise DatasetError(f"{corpus}: no identity folder with audio under {root}{hint}")
+    if protocol is not None:
+        length = int(round(clip_seconds * SAMPLE_RATE))
+        clients = _decode_plan(
+            corpus,
+            sources.plan(corpus, protocol, seed),
+            lambda path: _audio_clip(path, clip_seconds),
+            (length,),
+            np.float32,
+            progress,
+        )
+        return _planned_dataset(
+            corpus,
+            "audio",
+            _audio_spec(clip_seconds),
+            clients,
+            root=root,
+            licence=VOXCELEB_LICENCE,
+            protocol=protocol,
+        )
     selected = select(
         index,
         min_per_identity=min_per_identity,
@@ -245,6 +361,20 @@ def _voxceleb(
     )
 
 
+#: VoxCeleb1's test speakers (its verification split: 40 speakers, id10270 to id10309; FedHide
+#: Sec. 4.1 tests on them and trains on the other 1,211).
+VOXCELEB1_TEST_SPEAKERS = frozenset(f"id{number}" for number in range(10270, 10310))
+
+
+def voxceleb1_sources(root: Path) -> Sources:
+    """VoxCeleb1's utterance files by speaker, its 40 test speakers apart."""
+    wav = _folder(root / "wav", "voxceleb1", VOXCELEB1_LAYOUT)
+    index = _index_identity_folders([wav], "*/*.wav")
+    test = {name: files for name, files in index.items() if name in VOXCELEB1_TEST_SPEAKERS}
+    development = {name: files for name, files in index.items() if name not in test}
+    return Sources(development, test_identities=test)
+
+
 def voxceleb1(
     root: str | Path,
     *,
@@ -255,6 +385,7 @@ def voxceleb1(
     unknown_fraction: float = UNKNOWN_FRACTION,
     seed: int = 0,
     progress: bool = True,
+    protocol: DataProtocol | None = None,
 ) -> FederatedDataset:
     """Load a local VoxCeleb1 copy (``root/wav/idXXXXX/<video>/<nnnnn>.wav``).
 
@@ -276,6 +407,9 @@ def voxceleb1(
         Seed of the choices and splits.
     progress : bool, optional
         Show a progress bar.
+    protocol : DataProtocol, optional
+        A paper's identities and samples (the module's step 2 and 4 replaced); its
+        ``official_split`` holds out the 40 test speakers id10270-id10309.
 
     Returns
     -------
@@ -283,12 +417,10 @@ def voxceleb1(
         Audio, float32 ``[n, clip_seconds * 16000]``; identities are the ``idXXXXX`` folders.
     """
     root = Path(root).expanduser()
-    wav = _folder(root / "wav", "voxceleb1", VOXCELEB1_LAYOUT)
-    index = _index_identity_folders([wav], "*/*.wav")
     return _voxceleb(
         "voxceleb1",
         root,
-        index,
+        voxceleb1_sources(root),
         clip_seconds=clip_seconds,
         max_identities=max_identities,
         max_per_identity=max_per_identity,
@@ -296,6 +428,7 @@ def voxceleb1(
         unknown_fraction=unknown_fraction,
         seed=seed,
         progress=progress,
+        protocol=protocol,
     )
 
 
@@ -309,6 +442,23 @@ def _prefer_decodable(files: list[Path]) -> list[Path]:
     return sorted(best.values())
 
 
+def voxceleb2_sources(root: Path) -> Sources:
+    """VoxCeleb2's utterance files by speaker (a ``.wav``/``.flac`` conversion rather than the
+    ``.m4a``), its ``test/`` speakers apart."""
+    parts = {part: root / part / "aac" for part in ("dev", "test")}
+    if not any(folder.is_dir() for folder in parts.values()):
+        _folder(parts["dev"], "voxceleb2", VOXCELEB2_LAYOUT)
+    indexes: dict[str, dict[str, list[Path]]] = {}
+    for part, folder in parts.items():
+        index: dict[str, list[Path]] = {}
+        for pattern in ("*/*.m4a", "*/*.wav", "*/*.flac"):
+            found = _index_identity_folders([folder], pattern) if folder.is_dir() else {}
+            for name, files in found.items():
+                index.setdefault(name, []).extend(files)
+        indexes[part] = {name: _prefer_decodable(files) for name, files in index.items()}
+    return Sources(indexes["dev"], test_identities=indexes["test"])
+
+
 def voxceleb2(
     root: str | Path,
     *,
@@ -319,30 +469,23 @@ def voxceleb2(
     unknown_fraction: float = UNKNOWN_FRACTION,
     seed: int = 0,
     progress: bool = True,
+    protocol: DataProtocol | None = None,
 ) -> FederatedDataset:
     """Load a local VoxCeleb2 copy (``root/dev/aac/idXXXXX/<video>/<nnnnn>.m4a``, and ``test/aac``).
 
     The published files are AAC (``.m4a``), which libsndfile (hence the SDK) does not decode:
     convert them to ``.wav`` or ``.flac`` in the same layout (e.g. ``ffmpeg -i 00001.m4a -ac 1 -ar
     16000 00001.wav``); a conversion is used in preference to the ``.m4a`` beside it.
-    Parameters as for :func:`voxceleb1`.
+    Parameters as for :func:`voxceleb1` (``official_split``: the ``test/`` speakers are unknown).
     """
     root = Path(root).expanduser()
-    parts = [root / part / "aac" for part in ("dev", "test") if (root / part / "aac").is_dir()]
-    if not parts:
-        _folder(root / "dev" / "aac", "voxceleb2", VOXCELEB2_LAYOUT)
-    index: dict[str, list[Path]] = {}
-    for pattern in ("*/*.m4a", "*/*.wav", "*/*.flac"):
-        for name, files in _index_identity_folders(parts, pattern).items():
-            index.setdefault(name, []).extend(files)
-    index = {name: _prefer_decodable(files) for name, files in index.items()}
     hint = (
         ": .m4a (AAC) does not decode with libsndfile; convert to .wav or .flac in the same layout"
     )
     return _voxceleb(
         "voxceleb2",
         root,
-        index,
+        voxceleb2_sources(root),
         clip_seconds=clip_seconds,
         max_identities=max_identities,
         max_per_identity=max_per_identity,
@@ -350,6 +493,7 @@ def voxceleb2(
         unknown_fraction=unknown_fraction,
         seed=seed,
         progress=progress,
+        protocol=protocol,
         hint=hint,
     )
 
@@ -366,7 +510,7 @@ VGGFACE2_LAYOUT = "ROOT/{train,test}/n000002/0001_01.jpg"
 def _images(
     corpus: str,
     root: Path,
-    index: dict[str, list[Path]],
+    sources: Sources,
     *,
     height: int,
     width: int,
@@ -378,9 +522,23 @@ def _images(
     unknown_fraction: float,
     seed: int,
     progress: bool,
+    protocol: DataProtocol | None,
 ) -> FederatedDataset:
+    spec = {"height": height, "width": width, "channels": channels}
+    if protocol is not None:
+        clients = _decode_plan(
+            corpus,
+            sources.plan(corpus, protocol, seed),
+            lambda path: load_image(path, height, width, channels),
+            (height, width, channels),
+            np.uint8,
+            progress,
+        )
+        return _planned_dataset(
+            corpus, "image", spec, clients, root=root, licence=licence, protocol=protocol
+        )
     selected = select(
-        index,
+        {**sources.index, **(sources.test_identities or {})},
         min_per_identity=min_per_identity,
         max_identities=max_identities,
         max_per_identity=max_per_identity,
@@ -393,7 +551,6 @@ def _images(
         corpus=corpus,
         progress=progress,
     )
-    spec = {"height": height, "width": width, "channels": channels}
     return _finish(
         corpus,
         "image",
@@ -426,6 +583,13 @@ def _celeba_index(annotation: Path, images: Path) -> dict[str, list[Path]]:
     return index
 
 
+def celeba_sources(root: Path) -> Sources:
+    """CelebA's aligned images by identity (``Anno/identity_CelebA.txt``)."""
+    images = _folder(root / "Img" / "img_align_celeba", "celeba", CELEBA_LAYOUT)
+    annotation = _file(root / "Anno" / "identity_CelebA.txt", "celeba", CELEBA_LAYOUT)
+    return Sources(_celeba_index(annotation, images))
+
+
 def celeba(
     root: str | Path,
     *,
@@ -438,6 +602,7 @@ def celeba(
     unknown_fraction: float = UNKNOWN_FRACTION,
     seed: int = 0,
     progress: bool = True,
+    protocol: DataProtocol | None = None,
 ) -> FederatedDataset:
     """Load a local CelebA copy: aligned images grouped by ``Anno/identity_CelebA.txt``.
 
@@ -449,6 +614,8 @@ def celeba(
         Sample shape (resize to cover, centre crop).
     max_identities, max_per_identity, min_per_identity, unknown_fraction, seed, progress
         As for :func:`voxceleb1`.
+    protocol : DataProtocol, optional
+        As for :func:`voxceleb1` (CelebA has no official split of identities).
 
     Returns
     -------
@@ -456,13 +623,10 @@ def celeba(
         Images, uint8 ``[n, height, width, channels]``; identities are CelebA's identity numbers.
     """
     root = Path(root).expanduser()
-    images = _folder(root / "Img" / "img_align_celeba", "celeba", CELEBA_LAYOUT)
-    annotation = _file(root / "Anno" / "identity_CelebA.txt", "celeba", CELEBA_LAYOUT)
-    index = _celeba_index(annotation, images)
     return _images(
         "celeba",
         root,
-        index,
+        celeba_sources(root),
         height=height,
         width=width,
         channels=channels,
@@ -473,7 +637,22 @@ def celeba(
         unknown_fraction=unknown_fraction,
         seed=seed,
         progress=progress,
+        protocol=protocol,
     )
+
+
+def vggface2_sources(root: Path) -> Sources:
+    """VGGFace2's images by identity: ``train/`` (8,631 identities), ``test/`` (500) apart."""
+    parts = {part: root / part for part in ("train", "test")}
+    if not any(folder.is_dir() for folder in parts.values()):
+        _folder(parts["train"], "vggface2", VGGFACE2_LAYOUT)
+    indexes = {
+        part: _index_identity_folders([folder], "*.jpg") if folder.is_dir() else {}
+        for part, folder in parts.items()
+    }
+    if not indexes["train"] and not indexes["test"]:
+        raise DatasetError(f"vggface2: no identity folder with .jpg images under {root}")
+    return Sources(indexes["train"], test_identities=indexes["test"])
 
 
 def vggface2(
@@ -488,23 +667,18 @@ def vggface2(
     unknown_fraction: float = UNKNOWN_FRACTION,
     seed: int = 0,
     progress: bool = True,
+    protocol: DataProtocol | None = None,
 ) -> FederatedDataset:
     """Load a local VGGFace2 copy: ``root/train/`` and ``root/test/`` identity folders of JPEGs.
 
-    The two parts hold disjoint identities; both are read when present. Parameters as for
-    :func:`celeba`.
+    The two parts hold disjoint identities; both are read when present (``official_split``: the
+    ``test/`` identities are the unknown ones). Parameters as for :func:`celeba`.
     """
     root = Path(root).expanduser()
-    parts = [root / part for part in ("train", "test") if (root / part).is_dir()]
-    if not parts:
-        _folder(root / "train", "vggface2", VGGFACE2_LAYOUT)
-    index = _index_identity_folders(parts, "*.jpg")
-    if not index:
-        raise DatasetError(f"vggface2: no identity folder with .jpg images under {root}")
     return _images(
         "vggface2",
         root,
-        index,
+        vggface2_sources(root),
         height=height,
         width=width,
         channels=channels,
@@ -515,6 +689,7 @@ def vggface2(
         unknown_fraction=unknown_fraction,
         seed=seed,
         progress=progress,
+        protocol=protocol,
     )
 
 
@@ -592,13 +767,18 @@ def mnist_uv(
     unknown_fraction: float = UNKNOWN_FRACTION,
     seed: int = 0,
     progress: bool = True,
+    protocol: DataProtocol | None = None,
 ) -> FederatedDataset:
     """Build MNIST-UV from a local LEAF FEMNIST copy: one client per writer.
 
     The FedUV paper (Hosseini et al., 2021, Sec. 6.1) makes a handwriting-verification task from
     EMNIST by stacking, per writer, one image each of the digits 2, 3, 4 and 5 into a 28×28×4
     example. Here each writer gives as many examples as its rarest of those digits allows, each
-    image used once. LEAF's ``x`` holds 784 floats in [0, 1] with the paper's white background at
+    image used once; with a ``protocol``'s ``samples_per_split`` (the paper's 50/15/15), as the
+    paper makes them: each digit's images are divided between train, validation and test
+    (:func:`digit_shares`), and each split's examples are distinct combinations of its own
+    images, so that "the same sub-image might appear in several examples" of a split but never in
+    two splits (:func:`stack_split`). LEAF's ``x`` holds 784 floats in [0, 1] with the paper's white background at
     1.0; ``invert`` stores ink as 255 (MNIST's convention).
 
     Parameters
@@ -611,6 +791,9 @@ def mnist_uv(
         Store ``255 × (1 − x)`` rather than ``255 × x``.
     max_identities, max_per_identity, min_per_identity, unknown_fraction, seed, progress
         As for :func:`voxceleb1`.
+    protocol : DataProtocol, optional
+        As for :func:`voxceleb1` (LEAF's train/test divides each writer's samples: no official
+        split of writers).
 
     Returns
     -------
@@ -620,6 +803,18 @@ def mnist_uv(
     root = Path(root).expanduser()
     _folder(root, "mnist-uv", FEMNIST_LAYOUT)
     writers = _femnist_digits(_femnist_files(root), tuple(digits), invert, progress)
+    spec = {"height": FEMNIST_SIDE, "width": FEMNIST_SIDE, "channels": len(digits)}
+    if protocol is not None:
+        clients = _mnist_uv_planned(writers, tuple(digits), protocol, seed)
+        return _planned_dataset(
+            "mnist-uv",
+            "image",
+            spec,
+            clients,
+            root=root,
+            licence=FEMNIST_LICENCE,
+            protocol=protocol,
+        )
     examples = {writer: list(range(min(map(len, d.values())))) for writer, d in writers.items()}
     selected = select(
         examples,
@@ -632,7 +827,6 @@ def mnist_uv(
     for position, writer in enumerate(selected):
         rng = np.random.default_rng([seed, 0xD1, position])
         samples[writer] = stack_digits(writers[writer], tuple(digits), rng)[:max_per_identity]
-    spec = {"height": FEMNIST_SIDE, "width": FEMNIST_SIDE, "channels": len(digits)}
     return _finish(
         "mnist-uv",
         "image",
@@ -644,6 +838,101 @@ def mnist_uv(
         unknown_fraction=unknown_fraction,
         seed=seed,
     )
+
+
+def digit_shares(count: int, split: tuple[int, int, int]) -> tuple[int, int, int]:
+    """How many of a writer's ``count`` images of one digit go to train, validation and test:
+    validation and test in proportion to ``split`` (at least one each when asked), train the
+    rest."""
+    total = sum(split)
+    val, test = (max(1, round(count * part / total)) if part else 0 for part in split[1:])
+    return count - val - test, val, test
+
+
+def can_split(counts: list[int], split: tuple[int, int, int]) -> bool:
+    """Whether images of each digit in these ``counts`` make ``split`` distinct examples."""
+    shares = [digit_shares(count, split) for count in counts]
+    for position, wanted in enumerate(split):
+        sizes = [share[position] for share in shares]
+        if wanted and (min(sizes) < 1 or math.prod(sizes) < wanted):
+            return False
+    return True
+
+
+def combinations(images: list[np.ndarray], count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` distinct examples, each one image of every digit (``images[d]``: digit d's),
+    stacked as channels: a random choice of the combinations without repetition."""
+    sizes = [len(part) for part in images]
+    picks = rng.choice(math.prod(sizes), size=count, replace=False)
+    chosen = np.unravel_index(picks, sizes)
+    return np.stack([part[rows] for part, rows in zip(images, chosen, strict=True)], axis=-1)
+
+
+def stack_split(
+    per_digit: dict[int, list[np.ndarray]],
+    digits: tuple[int, ...],
+    split: tuple[int, int, int],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One writer's train, validation and test examples, FedUV Sec. 6.1: every digit's images
+    divided between the splits (:func:`digit_shares`), each split's examples distinct
+    combinations of its own images (a sub-image may recur within a split, never across)."""
+    parts: list[list[np.ndarray]] = [[], [], []]
+    for digit in digits:
+        images = np.stack(per_digit[digit])[rng.permutation(len(per_digit[digit]))]
+        train, val, _ = digit_shares(len(images), split)
+        for position, piece in enumerate(np.split(images, [train, train + val])):
+            parts[position].append(piece)
+    return tuple(  # type: ignore[return-value]
+        combinations(parts[position], wanted, rng)
+        if wanted
+        else np.zeros((0, FEMNIST_SIDE, FEMNIST_SIDE, len(digits)), np.uint8)
+        for position, wanted in enumerate(split)
+    )
+
+
+def mnist_uv_sources(
+    writers: dict[str, dict[int, list[np.ndarray]]],
+    digits: tuple[int, ...],
+    split: tuple[int, int, int] | None,
+) -> Sources:
+    """The writers and the examples each can make: as many as ``split`` asks when
+    :func:`can_split`, else its examples with each image once (fewer than ``split`` asks)."""
+    index = {}
+    for writer, per_digit in writers.items():
+        counts = [len(per_digit[digit]) for digit in digits]
+        examples = min(counts)
+        if split is not None:
+            examples = sum(split) if can_split(counts, split) else min(examples, sum(split) - 1)
+        index[writer] = list(range(examples))
+    return Sources(index)
+
+
+def _mnist_uv_planned(
+    writers: dict[str, dict[int, list[np.ndarray]]],
+    digits: tuple[int, ...],
+    protocol: DataProtocol,
+    seed: int,
+) -> tuple[list[ClientData], list[ClientData]]:
+    """The protocol's writers and examples: a writer's items are the examples it can make (as
+    many as its split asks when :func:`can_split`, else its examples with each image once)."""
+    split = protocol.samples_per_split
+    plan = mnist_uv_sources(writers, digits, split).plan("mnist-uv", protocol, seed)
+    known = []
+    for position, (writer, slots) in enumerate(plan.known.items()):
+        rng = np.random.default_rng([seed, 0xD1, position])
+        if split is not None:
+            known.append(ClientData(writer, *stack_split(writers[writer], digits, split, rng)))
+        else:
+            examples = stack_digits(writers[writer], digits, rng)
+            known.append(ClientData(writer, *(examples[list(part)] for part in slots)))
+    unknown = []
+    for position, (writer, slots) in enumerate(plan.unknown.items()):
+        rng = np.random.default_rng([seed, 0xD2, position])
+        images = [np.stack(writers[writer][digit]) for digit in digits]
+        examples = combinations(images, len(slots), rng)
+        unknown.append(ClientData(writer, examples, examples[:0], examples[:0]))
+    return known, unknown
 
 
 # --------------------------------------------------------------------------------------------------
@@ -694,12 +983,15 @@ def cifar100(
     unknown_fraction: float = UNKNOWN_FRACTION,
     seed: int = 0,
     progress: bool = True,
+    protocol: DataProtocol | None = None,
 ) -> FederatedDataset:
     """Load a local CIFAR-100 copy (python version) with one identity per fine class.
 
     The FedHide paper (Sec. 4.1, Table 1) treats each of the 100 fine classes as a client's
-    identity, with the 500 training images of the class, and tests on the other 100. Here the
-    train and test pickles are pooled (600 images a class) and re-split 60/20/20.
+    identity, with the 500 training images of the class, and tests on the other 100. Without a
+    protocol the train and test pickles are pooled (600 images a class) and re-split 60/20/20;
+    a protocol's ``official_split`` keeps them apart (train and validation from the training
+    images, test from the test images: the preset's 450/50/100).
 
     Parameters
     ----------
@@ -707,6 +999,8 @@ def cifar100(
         The folder holding ``cifar-100-python/`` (or that folder itself).
     max_identities, max_per_identity, min_per_identity, unknown_fraction, seed, progress
         As for :func:`voxceleb1` (``progress`` is accepted for a uniform signature).
+    protocol : DataProtocol, optional
+        As for :func:`voxceleb1`.
 
     Returns
     -------
@@ -715,28 +1009,31 @@ def cifar100(
     """
     del progress
     root = Path(root).expanduser()
-    folder = root / "cifar-100-python"
-    if not folder.is_dir() and (root / "meta").is_file():
-        folder = root
-    _folder(folder, "cifar-100", CIFAR_LAYOUT)
-    parts = [
-        _unpickle(_file(folder / part, "cifar-100", CIFAR_LAYOUT)) for part in ("train", "test")
-    ]
-    meta = _unpickle(_file(folder / "meta", "cifar-100", CIFAR_LAYOUT))
-    try:
-        pixels = np.concatenate([np.asarray(part[b"data"], dtype=np.uint8) for part in parts])
-        labels = np.concatenate(
-            [np.asarray(part[b"fine_labels"], dtype=np.int64) for part in parts]
+    images, sources = cifar100_sources(root)
+    spec = {"height": 32, "width": 32, "channels": 3}
+    if protocol is not None:
+        plan = sources.plan("cifar-100", protocol, seed)
+        known = [
+            ClientData(name, *(np.ascontiguousarray(images[rows]) for rows in parts))
+            for name, parts in plan.known.items()
+        ]
+        unknown = []
+        for name, rows in plan.unknown.items():
+            samples = np.ascontiguousarray(images[rows])
+            unknown.append(ClientData(name, samples, samples[:0], samples[:0]))
+        return _planned_dataset(
+            "cifar-100",
+            "image",
+            spec,
+            (known, unknown),
+            root=root,
+            licence=CIFAR_LICENCE,
+            protocol=protocol,
         )
-        names = [bytes(name).decode() for name in meta[b"fine_label_names"]]
-    except KeyError as error:
-        raise DatasetError(f"cifar-100: a pickle lacks the key {error.args[0]!r}") from None
-    if pixels.ndim != 2 or pixels.shape[1] != 3072 or len(pixels) != len(labels):
-        raise DatasetError("cifar-100: data must be [n, 3072] uint8 with one fine label each")
-    if labels.size and not 0 <= labels.min() <= labels.max() < len(names):
-        raise DatasetError("cifar-100: a fine label has no name in meta")
-    images = pixels.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-    index = {names[label]: list(np.flatnonzero(labels == label)) for label in np.unique(labels)}
+    index = {
+        name: [*rows, *(sources.test_samples or {}).get(name, [])]
+        for name, rows in sources.index.items()
+    }
     selected = select(
         index,
         min_per_identity=min_per_identity,
@@ -756,3 +1053,67 @@ def cifar100(
         unknown_fraction=unknown_fraction,
         seed=seed,
     )
+
+
+def cifar100_sources(root: Path) -> tuple[np.ndarray, Sources]:
+    """CIFAR-100's images (uint8 ``[60000, 32, 32, 3]``: the training pickle's, then the test
+    pickle's) and their rows by fine class, the test pickle's rows apart."""
+    folder = root / "cifar-100-python"
+    if not folder.is_dir() and (root / "meta").is_file():
+        folder = root
+    _folder(folder, "cifar-100", CIFAR_LAYOUT)
+    parts = [
+        _unpickle(_file(folder / part, "cifar-100", CIFAR_LAYOUT)) for part in ("train", "test")
+    ]
+    meta = _unpickle(_file(folder / "meta", "cifar-100", CIFAR_LAYOUT))
+    try:
+        pixels = [np.asarray(part[b"data"], dtype=np.uint8) for part in parts]
+        labels = [np.asarray(part[b"fine_labels"], dtype=np.int64) for part in parts]
+        names = [bytes(name).decode() for name in meta[b"fine_label_names"]]
+    except KeyError as error:
+        raise DatasetError(f"cifar-100: a pickle lacks the key {error.args[0]!r}") from None
+    everything = np.concatenate(pixels)
+    if (
+        everything.ndim != 2
+        or everything.shape[1] != 3072
+        or any(len(rows) != len(classes) for rows, classes in zip(pixels, labels, strict=True))
+    ):
+        raise DatasetError("cifar-100: data must be [n, 3072] uint8 with one fine label each")
+    every_label = np.concatenate(labels)
+    if every_label.size and not 0 <= every_label.min() <= every_label.max() < len(names):
+        raise DatasetError("cifar-100: a fine label has no name in meta")
+    images = everything.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    offset = len(labels[0])
+    train, test = (
+        {
+            names[label]: [int(row) + start for row in np.flatnonzero(classes == label)]
+            for label in np.unique(classes)
+        }
+        for classes, start in ((labels[0], 0), (labels[1], offset))
+    )
+    return images, Sources(train, test_samples=test)
+
+
+# --------------------------------------------------------------------------------------------------
+# Plans
+
+
+def plan_corpus(name: str, root: Path, protocol: DataProtocol, seed: int = 0) -> Plan:
+    """The plan the loader of corpus ``name`` decodes under ``protocol`` (the same index and
+    choice, nothing decoded): which identities are known with which train/validation/test items,
+    which are unknown with which items. MNIST-UV's items are example numbers."""
+    if name == "mnist-uv":
+        _folder(root, "mnist-uv", FEMNIST_LAYOUT)
+        writers = _femnist_digits(_femnist_files(root), MNIST_UV_DIGITS, True, False)
+        sources = mnist_uv_sources(writers, MNIST_UV_DIGITS, protocol.samples_per_split)
+    elif name == "cifar-100":
+        sources = cifar100_sources(root)[1]
+    else:
+        finders = {
+            "voxceleb1": voxceleb1_sources,
+            "voxceleb2": voxceleb2_sources,
+            "celeba": celeba_sources,
+            "vggface2": vggface2_sources,
+        }
+        sources = finders[name](root)
+    return sources.plan(name, protocol, seed)

@@ -35,6 +35,7 @@ from .base import (
     combine,
     data_root,
 )
+from .protocol import DataProtocol, Plan
 
 __all__ = [
     "DATASETS",
@@ -44,6 +45,7 @@ __all__ = [
     "formant_voices",
     "list_datasets",
     "load_dataset",
+    "plan_dataset",
 ]
 
 #: Options that change how a dataset is built, not what it holds: not part of its cache key.
@@ -267,6 +269,13 @@ def _resolve(
     identify it)."""
     info = _lookup(name)
     arguments = dict(options, seed=seed)
+    if arguments.get("protocol") is None:
+        arguments.pop("protocol", None)
+    elif not info.needs_root:
+        raise DatasetError(
+            f"{name}: identities, unknown_identities, samples_per_split, unknown_samples and "
+            "official_split choose from a corpus read with --root, not from a generated set"
+        )
     if speakers is not None:
         if not info.takes_speakers:
             raise DatasetError(f"{name}: --speakers applies to generated voice sets only")
@@ -283,12 +292,34 @@ def _resolve(
         raise DatasetError(f"{name}: {error}") from None
     bound.apply_defaults()
     key = {
-        parameter: str(value) if isinstance(value, Path) else value
+        parameter: _key_value(value)
         for parameter, value in bound.arguments.items()
         if parameter not in RUNTIME_OPTIONS
     }
     key.update(dataset=name, version=info.version)
     return info, bound.arguments, cache_path(name, key, folder)
+
+
+def _key_value(value: Any) -> Any:
+    """A builder argument as it enters the cache key (a path as text, a protocol as its keys)."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, DataProtocol):
+        return value.describe()
+    return value
+
+
+def plan_dataset(
+    name: str, *, root: str | Path | None = None, seed: int = 0, protocol: DataProtocol
+) -> Plan:
+    """What :func:`load_dataset` would read of corpus ``name`` under ``protocol``: its known
+    identities with their train/validation/test items and its unknown ones with theirs, from the
+    copy at ``root`` (as the loader finds it), nothing decoded (:func:`uvtrain.data.corpora.
+    plan_corpus`)."""
+    info = _lookup(name)
+    if not info.needs_root:
+        raise DatasetError(f"{name}: not a corpus read with --root: it has no plan")
+    return corpora.plan_corpus(name, _corpus_root(info, root), protocol, seed)
 
 
 def dataset_path(
@@ -354,6 +385,17 @@ def _is_path(name_or_path: str | Path) -> bool:
     return text.endswith(".npz") or "/" in text or "\\" in text or Path(text).is_file()
 
 
+def _part_under(part: str, root: str | Path | None) -> tuple[str, Path | None]:
+    """One of several datasets with ``--root DIR``: a dataset name is read from ``DIR/NAME``, a
+    relative file path is ``DIR/PATH`` (the FedFace preset's party files in one folder)."""
+    if root is None:
+        return part, None
+    if part in DATASETS:
+        return part, Path(root) / part
+    path = Path(part).expanduser()
+    return str(path if path.is_absolute() else Path(root) / path), None
+
+
 def load_dataset(
     name_or_path: str | Path,
     *,
@@ -370,7 +412,8 @@ def load_dataset(
     name_or_path : str or Path
         A name of :data:`DATASETS`, or the path of a file written by :meth:`FederatedDataset.save`.
     root : str or Path, optional
-        A corpus's local copy, or another dataset's cache folder, as for :func:`build_dataset`.
+        A corpus's local copy, or another dataset's cache folder, as for :func:`build_dataset`;
+        with several datasets, the folder that holds them (:func:`_part_under`).
     seed : int, optional
         Seed of the dataset.
     **options
@@ -384,14 +427,14 @@ def load_dataset(
     """
     several = "," in str(name_or_path) and not Path(str(name_or_path)).is_file()
     if several:  # one per cross-silo party (base.combine)
-        parts = [part.strip() for part in str(name_or_path).split(",")]
-        if root is not None:
-            raise DatasetError(
-                "--root names one dataset's copy: with several datasets, give .npz paths or "
-                "put each corpus at $UVTRAIN_DATA/NAME"
-            )
-        return combine([load_dataset(part, seed=seed, **options) for part in parts])
+        parts = [_part_under(part.strip(), root) for part in str(name_or_path).split(",")]
+        return combine([load_dataset(part, root=at, seed=seed, **options) for part, at in parts])
     if _is_path(name_or_path):
+        if options.get("protocol") is not None:
+            raise DatasetError(
+                f"{name_or_path}: a dataset file is used as it was built; the data protocol "
+                "keys choose from a corpus (uvtrain data build NAME --root DIR ... to make one)"
+            )
         return FederatedDataset.load(name_or_path)
     speakers = options.pop("speakers", None)
     path = dataset_path(str(name_or_path), root=root, speakers=speakers, seed=seed, **options)
