@@ -113,9 +113,11 @@ def test_the_sdk_refuses_a_model_ort_the_manifest_does_not_name(
             },
         ),
     }
-    for bundle in refused.values():
-        with pytest.raises(BundleError, match="model.ort does not match the manifest"):
+    codes = {"tampered": "bundle.digest-mismatch", "unnamed": "bundle.member-unexpected"}
+    for name, bundle in refused.items():
+        with pytest.raises(BundleError) as refusal:
             Bundle(bundle)
+        assert refusal.value.code == codes[name], (name, str(refusal.value))
     # The manifest's own ort object is validated.
     for bad, message in (
         ({"file": "other.ort"}, "ort.file must be 'model.ort'"),
