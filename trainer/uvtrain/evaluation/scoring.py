@@ -70,9 +70,7 @@ def score_splits(
         # What the SDK does with an embedding bundle: the user's reference is the normalised
         # mean of their enrollment (here: validation) embeddings, the warm-up scores are the
         # enrollment clips' leave-one-out cosines. The learnt prototypes w_c are reported too.
-        references = np.stack(
-            [prototype(outputs["val"][labels["val"] == user]) for user in range(users)]
-        )
+        references = enrollment_references(outputs["val"], labels["val"], users)
         protocol = prototype_protocol
 
     curves = {}
@@ -128,16 +126,15 @@ def _class_row_warmup(scored: dict[str, Any], rows: np.ndarray, target_tpr: floa
     validation samples' cosines with their own row (FedUV Sec. 6.2: a warm-up phase for the
     baselines too), then accepts or rejects the test samples and the unseen identities'."""
     outputs, labels, unknown = scored["outputs"], scored["labels"], scored["unknown_outputs"]
-    val, test = cosine_scores(rows, outputs["val"]), cosine_scores(rows, outputs["test"])
-    others = cosine_scores(rows, unknown) if unknown is not None else None
-    val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
-    for user in range(rows.shape[0]):
-        mine = labels["test"] == user
-        val_by_user[user] = val[labels["val"] == user, user]
-        genuine_by_user[user] = test[mine, user]
-        impostors = [test[~mine, user]] + ([others[:, user]] if others is not None else [])
-        impostor_by_user[user] = np.concatenate(impostors)
-    return warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, target_tpr)
+    val = cosine_scores(rows, outputs["val"])
+    warmups = {user: val[labels["val"] == user, user] for user in range(rows.shape[0])}
+    return _warmup_of_users(
+        warmups,
+        cosine_scores(rows, outputs["test"]),
+        labels["test"],
+        cosine_scores(rows, unknown) if unknown is not None else None,
+        target_tpr,
+    )
 
 
 def class_row_splits(
@@ -167,6 +164,33 @@ def class_row_splits(
     return curves
 
 
+def enrollment_references(vectors: np.ndarray, labels: np.ndarray, users: int) -> np.ndarray:
+    """``[users, dim]``: each user's reference as the SDK makes it, the prototype of their
+    enrollment (here: validation) vectors."""
+    return np.stack([prototype(vectors[labels == user]) for user in range(users)])
+
+
+def _warmup_of_users(
+    warmups: dict[int, np.ndarray],
+    test_scores: np.ndarray,
+    test_labels: np.ndarray,
+    unknown_scores: np.ndarray | None,
+    target_tpr: float,
+) -> dict[str, Any]:
+    """:func:`warmup_evaluation` of the users in ``warmups`` (their warm-up scores): each user's
+    test samples as genuine trials, every other test sample and every unseen identity's as
+    impostors, from the ``[samples, users]`` score matrices."""
+    genuine, impostor = {}, {}
+    for user in warmups:
+        mine = test_labels == user
+        genuine[user] = test_scores[mine, user]
+        others = [test_scores[~mine, user]]
+        if unknown_scores is not None:
+            others.append(unknown_scores[:, user])
+        impostor[user] = np.concatenate(others)
+    return warmup_evaluation(warmups, genuine, impostor, target_tpr)
+
+
 def enrollment_splits(scored: dict[str, Any], users: int, target_tpr: float) -> dict[str, Any]:
     """A codeword model verified by enrollment (issue 34): its outputs scored as the SDK's
     prototype mode scores any bundle (spec §9.1), ignoring the trained codewords. Each user's
@@ -177,9 +201,7 @@ def enrollment_splits(scored: dict[str, Any], users: int, target_tpr: float) -> 
     enrollment"): the template is made after training, on the device.
     Returns ``{"splits", "warmup", "curves"}``."""
     outputs, labels = scored["outputs"], scored["labels"]
-    references = np.stack(
-        [prototype(outputs["val"][labels["val"] == user]) for user in range(users)]
-    )
+    references = enrollment_references(outputs["val"], labels["val"], users)
     curves = {
         name: prototype_protocol(outputs[split], labels[split], references)
         for name, split in (("train", "train"), ("test_known", "test"))
@@ -187,22 +209,19 @@ def enrollment_splits(scored: dict[str, Any], users: int, target_tpr: float) -> 
     }
     if scored["unknown_outputs"] is not None:
         curves["unknown"] = pair_protocol(scored["unknown_outputs"], scored["unknown_labels"])
-    test_scores = cosine_scores(references, outputs["test"])
     unknown = scored["unknown_outputs"]
-    unknown_scores = cosine_scores(references, unknown) if unknown is not None else None
-    val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
+    warmups = {}
     for user in range(users):
         enrolled = outputs["val"][labels["val"] == user]
-        if len(enrolled) < 2:
-            continue
-        mine = labels["test"] == user
-        val_by_user[user] = leave_one_out_scores(enrolled)
-        genuine_by_user[user] = test_scores[mine, user]
-        others = [test_scores[~mine, user]]
-        if unknown_scores is not None:
-            others.append(unknown_scores[:, user])
-        impostor_by_user[user] = np.concatenate(others)
-    warmup = warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, target_tpr)
+        if len(enrolled) >= 2:
+            warmups[user] = leave_one_out_scores(enrolled)
+    warmup = _warmup_of_users(
+        warmups,
+        cosine_scores(references, outputs["test"]),
+        labels["test"],
+        cosine_scores(references, unknown) if unknown is not None else None,
+        target_tpr,
+    )
     return {
         "splits": {name: split_metrics(*pair) for name, pair in curves.items()},
         "warmup": warmup,
@@ -249,22 +268,20 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
 
     # One [samples, users] matrix per split (the SDK scores a stack of references at once).
     val_scores = score(references, outputs["val"])
-    test_scores = score(references, outputs["test"])
-    unknown_scores = score(references, unknown_outputs) if unknown_outputs is not None else None
-    val_by_user, genuine_by_user, impostor_by_user = {}, {}, {}
+    warmups = {}
     for user in range(users):
-        mine = labels["test"] == user
         enrolled = labels["val"] == user
         if algorithm.output_kind == "codeword" or enrolled.sum() < 2:
-            val_by_user[user] = val_scores[enrolled, user]
+            warmups[user] = val_scores[enrolled, user]
         else:
-            val_by_user[user] = leave_one_out_scores(outputs["val"][enrolled])
-        genuine_by_user[user] = test_scores[mine, user]
-        others = [test_scores[~mine, user]]
-        if unknown_scores is not None:
-            others.append(unknown_scores[:, user])
-        impostor_by_user[user] = np.concatenate(others)
-    warmup = warmup_evaluation(val_by_user, genuine_by_user, impostor_by_user, target_tpr)
+            warmups[user] = leave_one_out_scores(outputs["val"][enrolled])
+    warmup = _warmup_of_users(
+        warmups,
+        score(references, outputs["test"]),
+        labels["test"],
+        score(references, unknown_outputs) if unknown_outputs is not None else None,
+        target_tpr,
+    )
 
     codeword = algorithm.output_kind == "codeword"
     enrollment = None
