@@ -195,7 +195,7 @@ def row(folder: Path, name: str, spec: list[str]) -> dict[str, Any] | None:
         entry["codeword"] = eers.get("test_known")
         entry["enrollment"] = eers.get("enrollment_test_known")
         entry["enrollment_unknown"] = eers.get("enrollment_unknown")
-        privacy = _privacy_of(folder / f"{name}.log")
+        privacy = _privacy_of(folder / name)
     entry["privacy"] = None
     if privacy is not None:
         deployment = privacy.get("simulated_deployment")
@@ -218,32 +218,13 @@ def row(folder: Path, name: str, spec: list[str]) -> dict[str, Any] | None:
     return entry
 
 
-def _privacy_of(log: Path) -> dict[str, Any] | None:
-    """A stopped run's plan, read back from the first line ``uvtrain run`` printed."""
-    if not log.is_file():
-        return None
-    for line in log.read_text().splitlines():
-        if line.startswith("user-level DP"):
-            return _parse_plan(line)
-    return None
+def _privacy_of(folder: Path) -> dict[str, Any] | None:
+    """A stopped run's plan, made again from its ``config.json`` as ``uvtrain run`` made it."""
+    from uvtrain.run import privacy_plan, read_config
 
-
-def _parse_plan(line: str) -> dict[str, Any]:
-    import re
-
-    number = r"([0-9.e+-]+)"
-    epsilon = float(re.search(rf"ε = {number}", line).group(1))
-    delta = float(re.search(rf"δ = {number}", line).group(1))
-    noise = float(re.search(rf"\(z = {number}", line).group(1))
-    rate = float(re.search(rf"q = {number}", line).group(1))
-    rounds = int(re.search(r"over (\d+) rounds", line).group(1))
-    found = re.search(r"cohorts of ([0-9,]+) from ([0-9,]+) users", line)
-    deployment = None
-    if found:
-        deployment = {"noise_cohort": int(found.group(1).replace(",", "")),
-                      "population": int(found.group(2).replace(",", ""))}  # fmt: skip
-    return {"epsilon": epsilon, "delta": delta, "noise_multiplier": noise, "sampling_rate": rate,
-            "rounds": rounds, "simulated_deployment": deployment, "users": 1000}  # fmt: skip
+    config = read_config(folder)
+    plan = privacy_plan(config, config.data.clients)
+    return None if plan is None else plan.report()
 
 
 def _cohort(entry: dict[str, Any]) -> str:

@@ -200,14 +200,19 @@ def test_deployment_dp_tables_finished_and_stopped_runs(tmp_path: Path) -> None:
     finished("uv-e8-sim1000", 0.30, 0.034, plan.report())
     stopped = tmp_path / "runs" / "uv-e4-sim5000"
     stopped.mkdir()
-    (stopped / "config.json").write_text("{}")
+    from uvtrain.config import RunConfig
+
+    stopped_settings = {"method": "feduv", "dataset": "x.npz", "clients": 1000, "fraction": 0.1,
+                        "rounds": 800, "dp": "central", "dp_epsilon": 4.0, "clip_norm": 0.1,
+                        "dp_noise_cohort": 5000, "dp_population": 10**6}  # fmt: skip
+    config = RunConfig.from_flat(stopped_settings).to_dict()
+    (stopped / "config.json").write_text(json.dumps(config))
     (stopped / "metrics.jsonl").write_text(
         json.dumps({"round": 200, "eer": {"test_known": 0.38, "enrollment_test_known": 0.13}})
         + "\n"
     )
     other = plan_privacy("central", clip_norm=0.1, rounds=800, cohort=100, users=1000,
                          target_epsilon=4, noise_cohort=5000, population=10**6)  # fmt: skip
-    (tmp_path / "runs" / "uv-e4-sim5000.log").write_text(other.describe() + "\nround 1\n")
     entries = {e["run"]: e for e in table(tmp_path / "runs", tmp_path / "out")}
     assert set(entries) == {"uv-off-m100", "uv-e8-sim1000", "uv-e4-sim5000"}
     full = entries["uv-e8-sim1000"]
@@ -218,7 +223,9 @@ def test_deployment_dp_tables_finished_and_stopped_runs(tmp_path: Path) -> None:
     early = entries["uv-e4-sim5000"]
     assert early["partial"] and early["rounds"] == 200
     assert early["enrollment_change"] == pytest.approx(0.13 - 0.1)  # the no-DP run at round 200
-    assert early["privacy"]["noise_cohort"] == 5000 and early["privacy"]["epsilon"] == 4
+    assert early["privacy"]["noise_cohort"] == 5000
+    assert early["privacy"]["epsilon"] == pytest.approx(4, abs=1e-3)  # at most the budget
+    assert early["privacy"]["noise_multiplier"] == other.noise_multiplier  # the run's own plan
     text = (tmp_path / "out" / "deployment-dp.md").read_text()
     assert "200 (partial)" in text and "simulated deployment: noise of 5,000 of 1,000,000" in text
     assert _is_png(tmp_path / "out" / "deployment-dp.png")
