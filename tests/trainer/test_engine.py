@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from uvtrain.algorithms import FedAvg, FedAwS, FedCS, FedGN, FedHide, FedUV, Softmax  # noqa: E402
-from uvtrain.engine import EngineConfig, Simulation, TrainingError  # noqa: E402
+from uvtrain.engine import EngineConfig, Simulation, TrainingError, vmap_runs  # noqa: E402
 from uvtrain.errors import ConfigError  # noqa: E402
 
 
@@ -345,3 +345,14 @@ def test_local_epochs_are_refused_beside_local_steps() -> None:
         EngineConfig(local_steps=2, local_epochs=1)
     with pytest.raises(ConfigError, match="local_epochs"):
         EngineConfig(local_epochs=0)
+
+
+def test_recurrent_models_train_by_the_loop_on_cuda_only() -> None:
+    """cuDNN's LSTM fails under vmap (H100, 2026-11-26): such a model is looped on CUDA, and
+    nothing else changes (the CPU and every non-recurrent model keep vmap)."""
+    lstm = nn.Sequential(nn.Linear(4, 4), nn.LSTM(4, 4, batch_first=True))
+    convolution = nn.Sequential(nn.Conv1d(1, 2, 3), nn.Flatten())
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert not vmap_runs(lstm, cuda)
+    assert vmap_runs(lstm, cpu)
+    assert vmap_runs(convolution, cuda)

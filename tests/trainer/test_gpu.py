@@ -35,6 +35,17 @@ CASES = {
     "softmax": ["--method", "softmax"],
     "feduv-local-epochs": ["--method", "feduv", "--local-epochs", "1"],
     "feduv-dp": ["--method", "feduv", "--dp", "central", "--dp-epsilon", "50"],
+    # an LSTM under DP: cuDNN's LSTM cannot run under vmap, so CUDA takes the loop
+    "ge2e-dp": [
+        "--method",
+        "feduv",
+        "--backbone",
+        "ge2e-lstm",
+        "--dp",
+        "central",
+        "--dp-epsilon",
+        "50",
+    ],  # fmt: skip
     "fedface": ["--method", "fedface", "--parties", "2", "--validators", "1"],
 }
 

@@ -661,6 +661,8 @@ class Simulation(GlobalModel):
             # DP rounds need every client's own update: on a CPU the loop gives it faster than
             # vmap, whose per-client convolutions become grouped ones (benchmarks/simulate.py)
             vectorised = False
+        if path is None and not vmap_runs(self.model, self.device):
+            vectorised = False
         if batched:
             assert fused is not None and isinstance(batches, Tensor)
             mean, private, losses = self._local_batched(
@@ -736,6 +738,17 @@ def _step_rows(
         name: value.index_copy(0, index, rows[name] - lr * grads[name])
         for name, value in stacked.items()
     }
+
+
+def vmap_runs(model: nn.Module, device: torch.device) -> bool:
+    """Whether ``torch.func.vmap`` can run ``model``'s training step on ``device``.
+
+    cuDNN's recurrent layers cannot: under vmap their flattened weights are functorch wrappers
+    without storage ("Cannot access storage of TensorWrapper", first seen on an H100 with the
+    GE2E encoder under DP, 2026-11-26). Such a model trains each client by the loop on CUDA;
+    the batched one-pass step, which does not vmap the gradient, is unaffected.
+    """
+    return device.type != "cuda" or not any(isinstance(m, nn.RNNBase) for m in model.modules())
 
 
 def _concat(pieces: list[Tensors]) -> Tensors:
