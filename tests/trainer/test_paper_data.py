@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -302,3 +303,123 @@ def test_fedface_runs_end_to_end_from_root(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert report["clients"] == 9 and report["config"]["parties"] == 3
+
+
+# -- FedHide Sec. 4.1's data preparation (issue 35, item 2) ---------------------------------------
+
+
+def test_batches_without_lengths_are_drawn_as_before() -> None:
+    """Runs without ``random_crop`` draw exactly the batches they drew before lengths existed
+    (the first value of each window, recorded with the code before the change)."""
+    from uvtrain.engine import draw_batches, epoch_batches
+
+    samples = torch.arange(5 * 40, dtype=torch.float32).reshape(5, 40)
+    drawn = draw_batches(samples, 2, 3, 8, np.random.default_rng(7))
+    assert drawn[..., 0].long().tolist() == [[89, 148, 190], [120, 56, 107]]
+    epochs = epoch_batches(samples, 1, 2, 8, np.random.default_rng(7))
+    assert [batch[:, 0].long().tolist() for batch in epochs] == [[99, 25], [187, 47], [121]]
+
+
+def test_random_crops_stay_inside_each_utterance_and_change_at_every_draw() -> None:
+    """Sec. 4.1: "we randomly crop a 2-second temporal segment from each utterance": row r holds
+    r * 1000 + t for t below its length, then padding (-1) that no crop may reach."""
+    from uvtrain.engine import draw_batches, epoch_batches
+
+    lengths = np.array([8, 12, 20, 40])
+    rows = np.full((4, 40), -1.0, np.float32)
+    for row, length in enumerate(lengths):
+        rows[row, :length] = row * 1000 + np.arange(length)
+    samples = torch.as_tensor(rows)
+    rng = np.random.default_rng(0)
+    starts: dict[int, set[int]] = {row: set() for row in range(4)}
+    for _ in range(3):
+        batches = [draw_batches(samples, 5, 4, 8, rng, lengths)]
+        batches += epoch_batches(samples, 2, 3, 8, rng, lengths)
+        for window in torch.cat([batch.reshape(-1, 8) for batch in batches]):
+            row, start = divmod(int(window[0]), 1000)
+            assert torch.equal(window, samples[row, start : start + 8])  # a piece of it, no pad
+            starts[row].add(start)
+    assert starts[0] == {0}  # no longer than a crop: the whole of it
+    assert len(starts[2]) > 3 and len(starts[3]) > 5 and max(starts[3]) > 12  # fresh crops
+
+
+def write_wav(path: Path, seconds: float, value: float) -> None:
+    import soundfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    steps = np.arange(round(seconds * 16000))
+    signal = value * np.sin(steps / 7.0) + 1e-4 * steps / steps.size
+    soundfile.write(path, signal.astype(np.float32), 16000, subtype="PCM_16")
+
+
+def test_fedhide_voxceleb1_keeps_training_utterances_whole(tmp_path: Path) -> None:
+    """The preset's ``random_crop``: training utterances whole up to 6 s (lengths 3, 4.5 and the
+    centre 6 s of 7 s), evaluation utterances and the unknown speakers' the centre 2 s, exactly as
+    without it."""
+    from uvtrain.data.corpora import voxceleb1
+    from uvtrain.data.protocol import DataProtocol
+
+    root = tmp_path / "voxceleb1"
+    for speaker, name in enumerate(["id10001", "id10002", "id10270"]):
+        for number, seconds in enumerate([3.0, 4.5, 7.0, 2.5, 3.5]):
+            write_wav(root / "wav" / name / "v" / f"{number:05d}.wav", seconds, 0.1 + speaker / 10)
+    config = resolve({"root": str(root)}, preset="fedhide-voxceleb1", parameters_only=True)
+    assert config.data.random_crop and config.data.crop_seconds == 2.0
+    assert not resolve({}, preset="fedhide-cifar100", parameters_only=True).data.random_crop
+    protocol = DataProtocol.from_keys(2, None, "3,1,1", None, True)
+    whole = voxceleb1(root, whole_seconds=6.0, protocol=protocol, progress=False)
+    clipped = voxceleb1(root, protocol=protocol, progress=False)
+    pairs = zip(whole.clients + whole.unknown, clipped.clients + clipped.unknown, strict=True)
+    for mine, centre in pairs:
+        np.testing.assert_array_equal(mine.val, centre.val)
+        np.testing.assert_array_equal(mine.test, centre.test)
+    assert [c.identity for c in whole.unknown] == ["id10270"] and whole.unknown[0].lengths is None
+    np.testing.assert_array_equal(whole.unknown[0].train, clipped.unknown[0].train)
+    for client in whole.clients:
+        assert client.train.shape == (3, 96000) and client.val.shape == (1, 32000)
+        assert set(client.lengths.tolist()) <= {48000, 56000, 72000, 96000}
+        for row, length in zip(client.train, client.lengths, strict=True):
+            assert np.all(row[length:] == 0) and np.any(row[length - 100 : length] != 0)
+    loaded = FederatedDataset.load(whole.save(tmp_path / "whole.npz"))
+    np.testing.assert_array_equal(loaded.clients[1].lengths, whole.clients[1].lengths)
+    with pytest.raises(Exception, match="needs a data protocol"):
+        voxceleb1(root, whole_seconds=6.0, progress=False)
+    result = runner.invoke(
+        app, ["run", "--method", "fedhide", "--dataset", "cifar-100", "--random-crop", "--dry-run"]
+    )
+    assert result.exit_code == 2 and "random_crop applies to voxceleb1" in result.output
+
+
+def test_fedhide_voxceleb1_simulation_draws_random_crops_from_root(tmp_path: Path) -> None:
+    """What ``uvtrain run --preset fedhide-voxceleb1 --root DIR`` trains on (a tiny real copy, a
+    small backbone): the simulation holds the whole utterances with their lengths and every
+    batch sample is a 2-s piece of one of them, starting anywhere in it."""
+    from uvtrain.run import load_data, make_simulation
+
+    root = tmp_path / "voxceleb1"
+    for speaker, name in enumerate(["id10001", "id10002", "id10270"]):
+        for number, seconds in enumerate([3.0, 4.5, 2.5, 3.5, 2.2]):
+            write_wav(root / "wav" / name / "v" / f"{number:05d}.wav", seconds, 0.1 + speaker / 10)
+    config = resolve(
+        {"root": str(root), "samples_per_split": "3,1,1", "identities": 2, "clients": 2,
+         "backbone": "voxceleb-conv1d", "device": "cpu"},
+        preset="fedhide-voxceleb1",
+    )  # fmt: skip
+    simulation = make_simulation(config, load_data(config))
+    starts = set()
+    for round_number in range(1, 4):
+        clients = simulation.clients_of_round(round_number)
+        batches = simulation.batches_of_round(round_number, clients)
+        assert batches.shape[-1] == 32000
+        for position, client in enumerate(clients):
+            rows, lengths = simulation.data[client].numpy(), simulation.lengths[client]
+            for window in batches[position].reshape(-1, 32000).numpy():
+                found = [
+                    (row, start)
+                    for row in range(len(rows))
+                    for start in np.flatnonzero(rows[row, : lengths[row] - 32000 + 1] == window[0])
+                    if np.array_equal(rows[row, start : start + 32000], window)
+                ]
+                assert found, "a crop that is not a piece of one of the client's utterances"
+                starts.add(found[0][1])
+    assert len(starts) > 5

@@ -100,43 +100,69 @@ def loss_shared(algorithm: FedAvg, params: Tensors, shared: Tensors) -> Tensors:
 
 
 def draw_batches(
-    samples: Tensor, steps: int, size: int, crop: int, rng: np.random.Generator
+    samples: Tensor,
+    steps: int,
+    size: int,
+    crop: int,
+    rng: np.random.Generator,
+    lengths: np.ndarray | None = None,
 ) -> Tensor:
     """``[E, B, ...]``: one client's E batches of B samples drawn with ``rng`` (with replacement
     only when it holds fewer than B); with ``crop`` > 0, each 1-D sample (audio) is cut to a random
-    window of ``crop`` steps. The simulator and a Flower device draw their batches with this."""
+    window of ``crop`` steps, within its own ``lengths[i]`` first steps when given (utterances kept
+    whole: :class:`uvtrain.data.base.ClientData`). The simulator and a Flower device draw their
+    batches with this."""
     available = len(samples)
-    picks = [rng.choice(available, size=size, replace=available < size) for _ in range(steps)]
-    index = torch.as_tensor(np.stack(picks), device=samples.device)
-    return random_windows(samples[index], crop, rng)
+    picks = np.stack(
+        [rng.choice(available, size=size, replace=available < size) for _ in range(steps)]
+    )
+    index = torch.as_tensor(picks, device=samples.device)
+    return random_windows(samples[index], crop, rng, None if lengths is None else lengths[picks])
 
 
 def epoch_batches(
-    samples: Tensor, epochs: int, size: int, crop: int, rng: np.random.Generator
+    samples: Tensor,
+    epochs: int,
+    size: int,
+    crop: int,
+    rng: np.random.Generator,
+    lengths: np.ndarray | None = None,
 ) -> list[Tensor]:
     """One client's ``epochs`` passes over its own samples: each a fresh permutation (from
     ``rng``) cut into mini-batches of ``size``, the last one smaller when ``size`` does not divide
     the client's sample count (kept, not dropped: every sample is seen once per epoch, as in
     FedAvg's ``UserUpdate``, Algorithm 1 of the FedUV paper). ``E · ⌈n / B⌉`` batches; with
-    ``crop`` > 0 each 1-D sample (audio) is cut to a random window of ``crop`` steps."""
+    ``crop`` > 0 each 1-D sample (audio) is cut to a random window of ``crop`` steps (within its
+    ``lengths``, as for :func:`draw_batches`)."""
     available = len(samples)
     batches = []
     for _ in range(epochs):
-        order = torch.as_tensor(rng.permutation(available), device=samples.device)
+        permutation = rng.permutation(available)
+        order = torch.as_tensor(permutation, device=samples.device)
         for start in range(0, available, size):
             picked = samples[order[start : start + size]]
-            batches.append(random_windows(picked[None], crop, rng)[0])
+            own = None if lengths is None else lengths[permutation[start : start + size]][None]
+            batches.append(random_windows(picked[None], crop, rng, own)[0])
     return batches
 
 
-def random_windows(batches: Tensor, crop: int, rng: np.random.Generator) -> Tensor:
+def random_windows(
+    batches: Tensor, crop: int, rng: np.random.Generator, lengths: np.ndarray | None = None
+) -> Tensor:
     """``[E, B, length]`` audio batches cut to a random window of ``crop`` steps per sample, the
-    usual augmentation of speaker training; other batches (images, ``crop`` 0) as they are."""
+    usual augmentation of speaker training; other batches (images, ``crop`` 0) as they are.
+
+    ``lengths`` (``[E, B]``, optional): how many first steps of each sample are its signal (the
+    rest is padding); a window then starts uniformly in ``[0, lengths − crop]`` (at 0 when the
+    signal is no longer than ``crop``), so that it never reaches the padding."""
     length = batches.shape[-1]
     if not (crop and batches.dim() == 3 and length > crop):
         return batches
     steps, size = batches.shape[:2]
-    offsets = rng.integers(0, length - crop + 1, size=(steps, size))
+    if lengths is None:
+        offsets = rng.integers(0, length - crop + 1, size=(steps, size))
+    else:
+        offsets = rng.integers(0, np.maximum(lengths - crop, 0) + 1)
     window = torch.as_tensor(offsets, device=batches.device)[..., None] + torch.arange(
         crop, device=batches.device
     )
@@ -279,6 +305,10 @@ class Simulation(GlobalModel):
         Its mechanism (:class:`uvtrain.privacy.UserLevelDP`, noise from ``(seed, round,
         client)``) runs as the per-client postprocessing (its user half) and the aggregator
         (its server half over the plain sum); cohorts are then Poisson-sampled.
+    lengths:
+        Per client, the signal length of each of its audio samples kept whole (zero-padded
+        rows: :class:`uvtrain.data.base.ClientData` ``lengths``), or ``None``; each training
+        window is then a random crop within the signal.
     """
 
     def __init__(
@@ -289,6 +319,7 @@ class Simulation(GlobalModel):
         config: EngineConfig,
         device: torch.device | str = "cpu",
         privacy: Any = None,
+        lengths: Sequence[np.ndarray | None] | None = None,
     ) -> None:
         self.algorithm, self.config = algorithm, config
         self.device = torch.device(device)
@@ -297,6 +328,7 @@ class Simulation(GlobalModel):
         self.model = algorithm.build_model(backbone, self.num_clients).to(self.device).eval()
         self.params, self.buffers = split_parameters(self.model)
         self.data = [torch.as_tensor(samples).to(self.device) for samples in client_data]
+        self.lengths = list(lengths) if lengths is not None else [None] * len(self.data)
         self.sizes = torch.tensor([len(samples) for samples in client_data], dtype=torch.float32)
         dim = self.embedding_dim = int(backbone.embedding_dim)
         generator = torch.Generator().manual_seed(config.seed)
@@ -361,7 +393,9 @@ class Simulation(GlobalModel):
         steps, size = self.config.local_steps, self.config.batch_size
         return torch.stack(
             [
-                draw_batches(self.data[client], steps, size, self.config.crop, rng)
+                draw_batches(
+                    self.data[client], steps, size, self.config.crop, rng, self.lengths[client]
+                )
                 for client in clients
             ]
         )
@@ -375,7 +409,9 @@ class Simulation(GlobalModel):
         rng = np.random.default_rng([self.config.seed, round_number, 1])
         epochs, size = self.config.local_epochs, self.config.batch_size
         return [
-            epoch_batches(self.data[client], epochs, size, self.config.crop, rng)
+            epoch_batches(
+                self.data[client], epochs, size, self.config.crop, rng, self.lengths[client]
+            )
             for client in clients
         ]
 
