@@ -423,3 +423,57 @@ def test_fedhide_voxceleb1_simulation_draws_random_crops_from_root(tmp_path: Pat
                 assert found, "a crop that is not a piece of one of the client's utterances"
                 starts.add(found[0][1])
     assert len(starts) > 5
+
+
+def test_rotate_images_flips_and_turns_about_the_centre() -> None:
+    """Plain-torch flips and rotations (torchvision does not load beside our torch): a flip
+    mirrors left-right, a quarter turn is ``rot90`` anticlockwise, 0 degrees changes nothing,
+    and a small turn leaves the centre where it was and blackens the corners."""
+    from uvtrain.engine import rotate_images
+
+    images = torch.randint(1, 256, (2, 3, 8, 8, 3), dtype=torch.uint8)  # any leading dimensions
+    same = rotate_images(images, np.zeros(6), np.zeros(6, bool))
+    assert torch.equal(same, images)
+    flips = np.array([True, False] * 3)
+    mirrored = rotate_images(images, np.zeros(6), flips).reshape(6, 8, 8, 3)
+    flat = images.reshape(6, 8, 8, 3)
+    assert torch.equal(mirrored[0], flat[0].flip(1)) and torch.equal(mirrored[1], flat[1])
+    turned = rotate_images(images, np.full(6, 90.0), np.zeros(6, bool)).reshape(6, 8, 8, 3)
+    assert torch.equal(turned, torch.rot90(flat, 1, dims=(1, 2)))  # anticlockwise, rows down
+    tilted = rotate_images(images, np.full(6, 30.0), np.zeros(6, bool)).reshape(6, 8, 8, 3)
+    assert torch.equal(tilted[:, 3:5, 3:5], flat[:, 3:5, 3:5]) and (tilted[:, 0, 0] == 0).all()
+
+
+def test_fedhide_cifar100_augments_training_batches_only() -> None:
+    """The preset's ``augment``: every training image of a batch is a flip and rotation of a
+    client's image, drawn afresh each round; off (the default), the batches are the images as
+    stored; evaluation embeds the stored images."""
+    from uvtrain.algorithms import FedHide
+    from uvtrain.engine import EngineConfig, Simulation, flip_and_rotate
+    from uvtrain.models import build_backbone
+
+    config = resolve({"dataset": "cifar-100"}, preset="fedhide-cifar100", parameters_only=True)
+    assert config.data.augment
+    assert not resolve({}, preset="fedhide-vggface2", parameters_only=True).data.augment
+    rng = np.random.default_rng(0)
+    data = [rng.integers(0, 256, (3, 8, 8, 3), dtype=np.uint8) for _ in range(4)]
+    spec = {"height": 8, "width": 8, "channels": 3}
+
+    def simulation(augment: bool) -> Simulation:
+        schedule = EngineConfig(fraction=0.5, batch_size=3, seed=2, augment=augment)
+        torch.manual_seed(0)
+        return Simulation(FedHide(), build_backbone("celeba-conv2d", spec), data, schedule)
+
+    plain, augmented = simulation(False), simulation(True)
+    clients = plain.clients_of_round(1)
+    stored = plain.batches_of_round(1, clients)
+    rng = np.random.default_rng([2, 1, 1])
+    for _ in clients:  # the draws of the plain batches, then the augmentation's
+        rng.choice(3, size=3, replace=False)
+    expected = flip_and_rotate(stored, rng)
+    assert torch.equal(augmented.batches_of_round(1, clients), expected)
+    assert not torch.equal(expected, stored)
+    assert not torch.equal(augmented.batches_of_round(2, clients), stored)
+    rows = {tuple(image.flatten().tolist()) for client in data for image in client}
+    assert all(tuple(image.flatten().tolist()) in rows for image in stored.reshape(-1, 8, 8, 3))
+    np.testing.assert_array_equal(augmented.outputs(data[0]), plain.outputs(data[0]))

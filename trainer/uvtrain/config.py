@@ -239,7 +239,9 @@ class Data:
     length (0: whole clips). ``random_crop`` (VoxCeleb, under a data protocol): the training
     utterances are kept whole (up to :data:`uvtrain.data.corpora.RANDOM_CROP_SECONDS`), so that
     each window is a fresh random crop of the whole utterance at every step, not of its stored
-    centre clip; evaluation keeps the centre clip.
+    centre clip; evaluation keeps the centre clip. ``augment`` (images): every training sample
+    randomly flipped and rotated each time it enters a batch (:func:`uvtrain.engine.
+    flip_and_rotate`), never at evaluation.
 
     ``identities``, ``unknown_identities``, ``samples_per_split``, ``unknown_samples`` and
     ``official_split`` are a paper's data protocol for a corpus read from ``root``
@@ -292,6 +294,14 @@ class Data:
         metadata={
             "help": "Corpus: its own test part (VoxCeleb1/2's test speakers, VGGFace2's test/ "
             "are unknown; CIFAR-100's test images the test split).",
+            "flower": False,
+        },
+    )
+    augment: bool = field(
+        default=False,
+        metadata={
+            "help": "Images: flip each training sample horizontally at random and rotate it "
+            "by up to 15 degrees, at every step (never at evaluation).",
             "flower": False,
         },
     )

@@ -64,14 +64,16 @@ class EngineConfig(Schedule):
     :meth:`~uvtrain.config.Schedule.learning_rate`) and how the simulator runs it: ``seed`` (every
     draw follows from ``(seed, round)``), ``chunk_size`` (clients per vectorised call),
     ``vectorised`` and ``batched`` (the local-update paths of this module's docstring; the maths
-    is the same), and ``crop`` (> 0: each training sample is a random window of this many steps,
-    audio)."""
+    is the same), ``crop`` (> 0: each training sample is a random window of this many steps,
+    audio) and ``augment`` (images: each training sample randomly flipped and rotated,
+    :func:`flip_and_rotate`)."""
 
     seed: int = 0
     chunk_size: int = 64
     vectorised: bool = True
     batched: bool = True  # use the exact one-pass step when it applies (E = 1, FedAvg mean)
     crop: int = 0
+    augment: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -167,6 +169,44 @@ def random_windows(
         crop, device=batches.device
     )
     return torch.gather(batches, -1, window)
+
+
+#: Largest rotation of the image augmentation, degrees: FedHide Sec. 4.1 applies "random
+#: horizontal flips and rotations" without stating their range; ±15° is our choice.
+ROTATION_DEGREES = 15.0
+
+
+def flip_and_rotate(images: Tensor, rng: np.random.Generator) -> Tensor:
+    """Images ``[..., H, W, C]`` (any dtype), each flipped horizontally with probability 1/2 and
+    rotated about its centre by an angle uniform in ±:data:`ROTATION_DEGREES`, from ``rng``
+    (:func:`rotate_images`): the training-time augmentation of FedHide's CIFAR-100 (Sec. 4.1)."""
+    count = math.prod(images.shape[:-3])
+    flips = rng.random(count) < 0.5
+    angles = rng.uniform(-ROTATION_DEGREES, ROTATION_DEGREES, count)
+    return rotate_images(images, angles, flips)
+
+
+def rotate_images(images: Tensor, angles: np.ndarray, flips: np.ndarray) -> Tensor:
+    """Images ``[..., H, W, C]``, image ``i`` (in row-major order of the leading dimensions)
+    mirrored left-right where ``flips[i]``, then turned by ``angles[i]`` degrees anticlockwise
+    about its centre: nearest-neighbour sampling, zeros where the turn uncovers the corners (as
+    torchvision's ``RandomRotation``, which does not load beside our torch). The dtype is kept."""
+    shape = images.shape
+    device = images.device
+    pixels = images.reshape(-1, *shape[-3:]).permute(0, 3, 1, 2).to(torch.float32)
+    mirrored = torch.as_tensor(flips, device=device)[:, None, None, None]
+    pixels = torch.where(mirrored, pixels.flip(-1), pixels)
+    radians = torch.as_tensor(np.deg2rad(angles), dtype=torch.float32, device=device)
+    cos, sin = radians.cos(), radians.sin()
+    aspect = shape[-3] / shape[-2]  # height / width: the grid's coordinates are normalised
+    zero = torch.zeros_like(cos)
+    theta = torch.stack(
+        [torch.stack([cos, -sin * aspect, zero], -1), torch.stack([sin / aspect, cos, zero], -1)],
+        1,
+    )
+    grid = nn.functional.affine_grid(theta, list(pixels.shape), align_corners=False)
+    turned = nn.functional.grid_sample(pixels, grid, mode="nearest", align_corners=False)
+    return turned.permute(0, 2, 3, 1).to(images.dtype).reshape(shape)
 
 
 def local_update(
@@ -388,10 +428,12 @@ class Simulation(GlobalModel):
 
     def batches_of_round(self, round_number: int, clients: np.ndarray) -> Tensor:
         """``[m, E, B, ...]`` samples: each client's E batches, drawn from ``(seed, round)``; with
-        ``crop``, each 1-D sample (audio) is cut to a random window of ``crop`` steps."""
+        ``crop``, each 1-D sample (audio) is cut to a random window of ``crop`` steps; with
+        ``augment``, each image is randomly flipped and rotated (:func:`flip_and_rotate`; at
+        training only: evaluation embeds the stored samples)."""
         rng = np.random.default_rng([self.config.seed, round_number, 1])
         steps, size = self.config.local_steps, self.config.batch_size
-        return torch.stack(
+        batches = torch.stack(
             [
                 draw_batches(
                     self.data[client], steps, size, self.config.crop, rng, self.lengths[client]
@@ -399,6 +441,7 @@ class Simulation(GlobalModel):
                 for client in clients
             ]
         )
+        return flip_and_rotate(batches, rng) if self.config.augment else batches
 
     def epoch_batches_of_round(self, round_number: int, clients: np.ndarray) -> list[list[Tensor]]:
         """Each client's batches for ``local_epochs`` epochs over its own samples
@@ -408,12 +451,15 @@ class Simulation(GlobalModel):
             raise TrainingError("epoch batches need local_epochs")
         rng = np.random.default_rng([self.config.seed, round_number, 1])
         epochs, size = self.config.local_epochs, self.config.batch_size
-        return [
+        drawn = [
             epoch_batches(
                 self.data[client], epochs, size, self.config.crop, rng, self.lengths[client]
             )
             for client in clients
         ]
+        if self.config.augment:
+            drawn = [[flip_and_rotate(batch, rng) for batch in mine] for mine in drawn]
+        return drawn
 
     def message_noise(self, round_number: int, count: int) -> Tensor:
         """Standard-normal noise ``[count, d]`` (``d`` the embedding's dimension) for the round's

@@ -236,6 +236,8 @@ PRESETS: dict[str, Preset] = {
             "rounds": 100_000,
             "neighbours": 10,
             "backbone": "resnet18-small",
+            # Sec. 4.1: "During training, we apply random horizontal flips and rotations"
+            "augment": True,
         },
         {"users": 100, "samples": 500, "input": "32x32x3 images"},
         (
@@ -244,7 +246,10 @@ PRESETS: dict[str, Preset] = {
             "data: each class's 500 training images give 450 to train and 50 to validation (the "
             "enrollment the report's prototype figures need; the paper trains on all 500), its "
             "100 test images the test split; no unknown classes (Table 1: '100 seen clients')",
-            "augmentation: the paper's random flips and rotations are not applied yet",
+            "augmentation (Sec. 4.1: 'random horizontal flips and rotations', no range stated): "
+            "ours flips with probability 1/2 and rotates by an angle uniform in +-15 degrees "
+            "(nearest pixel, black corners), a fresh draw each time an image enters a local "
+            "batch; never at evaluation",
         ),
     ),
     "fedhide-voxceleb1": Preset(

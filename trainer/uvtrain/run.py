@@ -127,13 +127,15 @@ def _has_frozen(backbone: torch.nn.Module) -> bool:
     return any(not parameter.requires_grad for parameter in backbone.parameters())
 
 
-def engine_config(config: RunConfig, crop: int) -> EngineConfig:
-    """The engine's schedule for a run config (``crop``: audio training window in samples)."""
+def engine_config(config: RunConfig, crop: int, augment: bool = False) -> EngineConfig:
+    """The engine's schedule for a run config (``crop``: audio training window in samples;
+    ``augment``: random flips and rotations of training images)."""
     return EngineConfig(
         **dataclasses.asdict(config.schedule),
         seed=config.seed,
         chunk_size=config.chunk_size,
         crop=crop,
+        augment=augment,
     )
 
 
@@ -231,7 +233,9 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     """Backbone, algorithm and trainer for a config, the trainer picked from :data:`TRAINERS`
     by the setting the method declares."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
-    engine = engine_config(config, _crop_samples(config, dataset))
+    if config.data.augment and dataset.modality != "image":
+        raise ConfigError(f"augment flips and rotates images; {dataset.name} is {dataset.modality}")
+    engine = engine_config(config, _crop_samples(config, dataset), config.data.augment)
     kind = TRAINERS[config.method.setting]
     if config.method.setting != "cross-device":  # cross-silo: refused when --dp is on
         privacy_plan(config, 0)
