@@ -477,3 +477,47 @@ def test_fedhide_cifar100_augments_training_batches_only() -> None:
     rows = {tuple(image.flatten().tolist()) for client in data for image in client}
     assert all(tuple(image.flatten().tolist()) in rows for image in stored.reshape(-1, 8, 8, 3))
     np.testing.assert_array_equal(augmented.outputs(data[0]), plain.outputs(data[0]))
+
+
+def test_vggface2_cuts_each_image_to_its_official_loose_box(tmp_path: Path) -> None:
+    """Sec. 4.1: "we first detect faces" (FaceNet): no detector here, VGGFace2's own loose boxes
+    (``bb_landmark/loose_bb_*.csv``) instead. Each 48x48 image is grey with a 16x24 "face" of
+    its own colour: cut to the box, the 8x8 sample is the face's colour; without the files the
+    image is resized whole (grey at the corners)."""
+    from uvtrain.data.corpora import vggface2
+    from uvtrain.data.protocol import DataProtocol
+
+    root = tmp_path / "vggface2"
+    rows = {"train": ["NAME_ID,X,Y,W,H"], "test": ["NAME_ID,X,Y,W,H"]}
+    faces = {}
+    for number in range(4):
+        part, name = ("train" if number < 3 else "test"), f"n{number:06d}"
+        for image in range(3):
+            pixels = np.full((48, 48, 3), 128, np.uint8)
+            colour = (40 * number + 20, 200 - 30 * image, 60 * image)
+            left, top = 4 + 8 * image, 6 + 4 * number
+            pixels[top : top + 24, left : left + 16] = colour
+            path = root / part / name / f"{image + 1:04d}_01.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels).save(path, quality=100)
+            rows[part].append(f"{name}/{image + 1:04d}_01,{left + 2},{top + 3},12,18")
+            faces[(name, image)] = colour
+    protocol = DataProtocol.from_keys(None, None, "1,1,1", None, True)
+    whole = vggface2(root, height=8, width=8, protocol=protocol, progress=False)
+    assert whole.extra["face_boxes"] == "none" and np.all(whole.clients[0].train[0, 0, 0] > 110)
+    (root / "bb_landmark").mkdir()
+    for part, lines in rows.items():
+        (root / "bb_landmark" / f"loose_bb_{part}.csv").write_text("\n".join(lines) + "\n")
+    cut = vggface2(root, height=8, width=8, protocol=protocol, progress=False)
+    assert (
+        cut.extra["face_boxes"] == "bb_landmark/loose_bb" and cut.unknown[0].identity == "n000003"
+    )
+    colours = {colour for colour in faces.values()}
+    for person in cut.clients + cut.unknown:
+        for sample in np.concatenate([person.train, person.val, person.test]):
+            mean = sample.reshape(-1, 3).mean(0)
+            assert min(np.abs(mean - colour).max() for colour in colours) < 6
+            assert np.ptp(sample.reshape(-1, 3), axis=0).max() < 16  # the face alone, uniform
+    (root / "bb_landmark" / "loose_bb_test.csv").write_text("NAME_ID,X,Y,W,H\nn000003/0001_01,a\n")
+    with pytest.raises(Exception, match="loose_bb_test.csv line 2 is not NAME_ID,X,Y,W,H"):
+        vggface2(root, height=8, width=8, protocol=protocol, progress=False)

@@ -311,8 +311,12 @@ PRESETS: dict[str, Preset] = {
             *_FEDHIDE_NOTES,
             "network: the paper's MobileFaceNet is not built; ir-small stands in",
             "data: the 8,631 train/ identities, every image, split 60/20/20 (the paper trains on "
-            "all); the 500 test/ identities are unknown. Images are resized whole: the paper's "
-            "FaceNet face detection is not built yet",
+            "all); the 500 test/ identities are unknown",
+            "faces: the paper detects them with a pretrained FaceNet (MTCNN, Sec. 4.1); no "
+            "detector runs here. Each image is cut to VGGFace2's official loose face box "
+            "(ROOT/bb_landmark/loose_bb_train.csv and loose_bb_test.csv, from the copy's "
+            "bb_landmark download) before the 64x64 resize; without those files the images "
+            "must come pre-cropped to the face, as they are resized whole",
         ),
     ),
     "fedface-3party": Preset(

@@ -595,13 +595,19 @@ def _images(
     seed: int,
     progress: bool,
     protocol: DataProtocol | None,
+    boxes: dict[str, tuple[int, int, int, int]] | None = None,
 ) -> FederatedDataset:
     spec = {"height": height, "width": width, "channels": channels}
+
+    def decode(path: Path) -> np.ndarray:
+        box = None if boxes is None else boxes.get(f"{path.parent.name}/{path.stem}")
+        return load_image(path, height, width, channels, box)
+
     if protocol is not None:
         clients = _decode_plan(
             corpus,
             sources.plan(corpus, protocol, seed),
-            lambda path: load_image(path, height, width, channels),
+            decode,
             Stacking((height, width, channels), np.uint8),
             progress,
         )
@@ -617,7 +623,7 @@ def _images(
     )
     samples, skipped = _decode(
         selected,
-        lambda path: load_image(path, height, width, channels),
+        decode,
         min_per_identity=min_per_identity,
         corpus=corpus,
         progress=progress,
@@ -712,6 +718,35 @@ def celeba(
     )
 
 
+VGGFACE2_BOXES = "ROOT/bb_landmark/loose_bb_{train,test}.csv (NAME_ID,X,Y,W,H)"
+
+
+def vggface2_boxes(root: Path) -> dict[str, tuple[int, int, int, int]] | None:
+    """VGGFace2's official loose face boxes, ``"n000002/0001_01"`` → ``(x, y, w, h)`` in the
+    image's pixels, from ``root/bb_landmark/loose_bb_train.csv`` and ``loose_bb_test.csv``
+    (the copy's ``bb_landmark`` download; Cao et al., 2018, made them with an MTCNN detector);
+    ``None`` when the copy has neither file."""
+    files = [root / "bb_landmark" / f"loose_bb_{part}.csv" for part in ("train", "test")]
+    if not any(path.is_file() for path in files):
+        return None
+    boxes: dict[str, tuple[int, int, int, int]] = {}
+    for path in (path for path in files if path.is_file()):
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                fields = [field.strip().strip('"') for field in line.split(",")]
+                if number == 1 and fields[0] == "NAME_ID" or fields == [""]:
+                    continue
+                try:
+                    x, y, w, h = (int(float(value)) for value in fields[1:5])
+                except ValueError:
+                    raise DatasetError(
+                        f"vggface2: {path.name} line {number} is not NAME_ID,X,Y,W,H: "
+                        f"{line.strip()[:80]!r}"
+                    ) from None
+                boxes[fields[0]] = (x, y, w, h)
+    return boxes
+
+
 def vggface2_sources(root: Path) -> Sources:
     """VGGFace2's images by identity: ``train/`` (8,631 identities), ``test/`` (500) apart."""
     parts = {part: root / part for part in ("train", "test")}
@@ -743,10 +778,16 @@ def vggface2(
     """Load a local VGGFace2 copy: ``root/train/`` and ``root/test/`` identity folders of JPEGs.
 
     The two parts hold disjoint identities; both are read when present (``official_split``: the
-    ``test/`` identities are the unknown ones). Parameters as for :func:`celeba`.
+    ``test/`` identities are the unknown ones). Faces: the FedHide paper detects them with a
+    pretrained FaceNet (MTCNN) before resizing (Sec. 4.1); no such detector runs here. When the
+    copy holds VGGFace2's official loose boxes (``bb_landmark/loose_bb_train.csv`` and
+    ``loose_bb_test.csv``: :func:`vggface2_boxes`), each image is cut to its face's box first;
+    otherwise (or for an image the files do not list) the whole image is used, which suits
+    pre-cropped faces. ``extra["face_boxes"]`` says which. Parameters as for :func:`celeba`.
     """
     root = Path(root).expanduser()
-    return _images(
+    boxes = vggface2_boxes(root)
+    dataset = _images(
         "vggface2",
         root,
         vggface2_sources(root),
@@ -761,7 +802,10 @@ def vggface2(
         seed=seed,
         progress=progress,
         protocol=protocol,
+        boxes=boxes,
     )
+    dataset.extra["face_boxes"] = "bb_landmark/loose_bb" if boxes is not None else "none"
+    return dataset
 
 
 # --------------------------------------------------------------------------------------------------
