@@ -350,13 +350,31 @@ def _to_mode(img: Image.Image, mode: str) -> Image.Image:
     return img if img.mode == mode else img.convert(mode)
 
 
-def load_image(path: str | os.PathLike[str], height: int, width: int, channels: int) -> np.ndarray:
+def _cut(img: Image.Image, box: tuple[int, int, int, int]) -> Image.Image:
+    """``img`` cut to ``box`` (left, top, width, height), within the image's bounds."""
+    left, top, box_width, box_height = box
+    right = min(img.width, left + box_width)
+    bottom = min(img.height, top + box_height)
+    left, top = max(0, left), max(0, top)
+    if right <= left or bottom <= top:
+        raise ValueError(f"the box {box} lies outside the {img.width}x{img.height} image")
+    return img.crop((left, top, right, bottom))
+
+
+def load_image(
+    path: str | os.PathLike[str],
+    height: int,
+    width: int,
+    channels: int,
+    box: tuple[int, int, int, int] | None = None,
+) -> np.ndarray:
     """Decode an image to uint8 pixels of the given size.
 
     The image is rotated upright by its EXIF orientation, converted from any mode (greyscale,
     palette, 16-bit, CMYK, with or without alpha) to ``L``, ``RGB`` or ``RGBA`` for 1, 3 or 4
-    channels, with transparency composited over white when the target has no alpha, then resized
-    to cover ``width`` x ``height`` keeping its aspect ratio (bicubic) and centre-cropped.
+    channels, with transparency composited over white when the target has no alpha, cut to
+    ``box`` when one is given, then resized to cover ``width`` x ``height`` keeping its aspect
+    ratio (bicubic) and centre-cropped.
 
     Parameters
     ----------
@@ -366,6 +384,9 @@ def load_image(path: str | os.PathLike[str], height: int, width: int, channels: 
         Output size, in pixels.
     channels
         1 (greyscale), 3 (RGB) or 4 (RGBA).
+    box
+        ``(left, top, box_width, box_height)`` in the upright image's pixels (a face detector's
+        box), cut to the image's bounds; ``None``: the whole image.
 
     Returns
     -------
@@ -391,6 +412,8 @@ def load_image(path: str | os.PathLike[str], height: int, width: int, channels: 
             img.load()  # decode now, so truncated or corrupt data fails here
             img = ImageOps.exif_transpose(img)
             img = _to_mode(img, _TARGET_MODES[channels])
+            if box is not None:
+                img = _cut(img, box)
             img = ImageOps.fit(img, (width, height), method=Image.Resampling.BICUBIC)
             pixels = np.array(img, dtype=np.uint8)
     except Image.UnidentifiedImageError as e:

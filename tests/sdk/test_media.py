@@ -588,3 +588,19 @@ def test_trim_silence_cuts_leading_and_trailing_silence_only() -> None:
     short = np.concatenate([quiet, tone[: rate // 10], quiet]).astype(np.float32)
     assert trim_silence(short, rate, min_seconds=0.5).size == rate // 2  # never below the minimum
     assert trim_silence(short, rate).size < rate // 2
+
+
+def test_load_image_cuts_to_a_box_within_the_image(tmp_path):
+    """``box`` (left, top, width, height) is cut before the resize, clipped to the image; a box
+    outside the image is a MediaError."""
+    pixels = np.zeros((20, 30, 3), np.uint8)
+    pixels[5:15, 10:20] = (255, 0, 0)
+    path = tmp_path / "face.png"
+    Image.fromarray(pixels).save(path)
+    face = load_image(path, 4, 4, 3, box=(10, 5, 10, 10))
+    assert np.all(face == (255, 0, 0))
+    clipped = load_image(path, 4, 4, 3, box=(25, -5, 20, 20))  # only x 25-29, y 0-14 exist
+    assert np.all(clipped == 0)
+    assert not np.all(load_image(path, 4, 4, 3) == (255, 0, 0))
+    with pytest.raises(MediaError, match="outside"):
+        load_image(path, 4, 4, 3, box=(40, 0, 5, 5))

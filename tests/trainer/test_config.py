@@ -154,6 +154,8 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
     del old["negative_loss"]  # FedUV's form of the negative loss came later too
     del old["softmax_head"]  # and so did softmax's head
     del old["train_pretrained"]  # and the pretrained start's
+    del old["random_crop"]  # and FedHide's random crops of whole utterances
+    del old["augment"]  # and its image augmentation
     assert len(old) == 47
     config = RunConfig.from_flat(old, other_methods="ignore")
     assert config.method == FedUV(code_length=255) and config.schedule.rounds == 5

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -302,3 +303,221 @@ def test_fedface_runs_end_to_end_from_root(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert report["clients"] == 9 and report["config"]["parties"] == 3
+
+
+# -- FedHide Sec. 4.1's data preparation (issue 35, item 2) ---------------------------------------
+
+
+def test_batches_without_lengths_are_drawn_as_before() -> None:
+    """Runs without ``random_crop`` draw exactly the batches they drew before lengths existed
+    (the first value of each window, recorded with the code before the change)."""
+    from uvtrain.engine import draw_batches, epoch_batches
+
+    samples = torch.arange(5 * 40, dtype=torch.float32).reshape(5, 40)
+    drawn = draw_batches(samples, 2, 3, 8, np.random.default_rng(7))
+    assert drawn[..., 0].long().tolist() == [[89, 148, 190], [120, 56, 107]]
+    epochs = epoch_batches(samples, 1, 2, 8, np.random.default_rng(7))
+    assert [batch[:, 0].long().tolist() for batch in epochs] == [[99, 25], [187, 47], [121]]
+
+
+def test_random_crops_stay_inside_each_utterance_and_change_at_every_draw() -> None:
+    """Sec. 4.1: "we randomly crop a 2-second temporal segment from each utterance": row r holds
+    r * 1000 + t for t below its length, then padding (-1) that no crop may reach."""
+    from uvtrain.engine import draw_batches, epoch_batches
+
+    lengths = np.array([8, 12, 20, 40])
+    rows = np.full((4, 40), -1.0, np.float32)
+    for row, length in enumerate(lengths):
+        rows[row, :length] = row * 1000 + np.arange(length)
+    samples = torch.as_tensor(rows)
+    rng = np.random.default_rng(0)
+    starts: dict[int, set[int]] = {row: set() for row in range(4)}
+    for _ in range(3):
+        batches = [draw_batches(samples, 5, 4, 8, rng, lengths)]
+        batches += epoch_batches(samples, 2, 3, 8, rng, lengths)
+        for window in torch.cat([batch.reshape(-1, 8) for batch in batches]):
+            row, start = divmod(int(window[0]), 1000)
+            assert torch.equal(window, samples[row, start : start + 8])  # a piece of it, no pad
+            starts[row].add(start)
+    assert starts[0] == {0}  # no longer than a crop: the whole of it
+    assert len(starts[2]) > 3 and len(starts[3]) > 5 and max(starts[3]) > 12  # fresh crops
+
+
+def write_wav(path: Path, seconds: float, value: float) -> None:
+    import soundfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    steps = np.arange(round(seconds * 16000))
+    signal = value * np.sin(steps / 7.0) + 1e-4 * steps / steps.size
+    soundfile.write(path, signal.astype(np.float32), 16000, subtype="PCM_16")
+
+
+def test_fedhide_voxceleb1_keeps_training_utterances_whole(tmp_path: Path) -> None:
+    """The preset's ``random_crop``: training utterances whole up to 6 s (lengths 3, 4.5 and the
+    centre 6 s of 7 s), evaluation utterances and the unknown speakers' the centre 2 s, exactly as
+    without it."""
+    from uvtrain.data.corpora import voxceleb1
+    from uvtrain.data.protocol import DataProtocol
+
+    root = tmp_path / "voxceleb1"
+    for speaker, name in enumerate(["id10001", "id10002", "id10270"]):
+        for number, seconds in enumerate([3.0, 4.5, 7.0, 2.5, 3.5]):
+            write_wav(root / "wav" / name / "v" / f"{number:05d}.wav", seconds, 0.1 + speaker / 10)
+    config = resolve({"root": str(root)}, preset="fedhide-voxceleb1", parameters_only=True)
+    assert config.data.random_crop and config.data.crop_seconds == 2.0
+    assert not resolve({}, preset="fedhide-cifar100", parameters_only=True).data.random_crop
+    protocol = DataProtocol.from_keys(2, None, "3,1,1", None, True)
+    whole = voxceleb1(root, whole_seconds=6.0, protocol=protocol, progress=False)
+    clipped = voxceleb1(root, protocol=protocol, progress=False)
+    pairs = zip(whole.clients + whole.unknown, clipped.clients + clipped.unknown, strict=True)
+    for mine, centre in pairs:
+        np.testing.assert_array_equal(mine.val, centre.val)
+        np.testing.assert_array_equal(mine.test, centre.test)
+    assert [c.identity for c in whole.unknown] == ["id10270"] and whole.unknown[0].lengths is None
+    np.testing.assert_array_equal(whole.unknown[0].train, clipped.unknown[0].train)
+    for client in whole.clients:
+        assert client.train.shape == (3, 96000) and client.val.shape == (1, 32000)
+        assert set(client.lengths.tolist()) <= {48000, 56000, 72000, 96000}
+        for row, length in zip(client.train, client.lengths, strict=True):
+            assert np.all(row[length:] == 0) and np.any(row[length - 100 : length] != 0)
+    loaded = FederatedDataset.load(whole.save(tmp_path / "whole.npz"))
+    np.testing.assert_array_equal(loaded.clients[1].lengths, whole.clients[1].lengths)
+    with pytest.raises(Exception, match="needs a data protocol"):
+        voxceleb1(root, whole_seconds=6.0, progress=False)
+    result = runner.invoke(
+        app, ["run", "--method", "fedhide", "--dataset", "cifar-100", "--random-crop", "--dry-run"]
+    )
+    assert result.exit_code == 2 and "random_crop applies to voxceleb1" in result.output
+
+
+def test_fedhide_voxceleb1_simulation_draws_random_crops_from_root(tmp_path: Path) -> None:
+    """What ``uvtrain run --preset fedhide-voxceleb1 --root DIR`` trains on (a tiny real copy, a
+    small backbone): the simulation holds the whole utterances with their lengths and every
+    batch sample is a 2-s piece of one of them, starting anywhere in it."""
+    from uvtrain.run import load_data, make_simulation
+
+    root = tmp_path / "voxceleb1"
+    for speaker, name in enumerate(["id10001", "id10002", "id10270"]):
+        for number, seconds in enumerate([3.0, 4.5, 2.5, 3.5, 2.2]):
+            write_wav(root / "wav" / name / "v" / f"{number:05d}.wav", seconds, 0.1 + speaker / 10)
+    config = resolve(
+        {"root": str(root), "samples_per_split": "3,1,1", "identities": 2, "clients": 2,
+         "backbone": "voxceleb-conv1d", "device": "cpu"},
+        preset="fedhide-voxceleb1",
+    )  # fmt: skip
+    simulation = make_simulation(config, load_data(config))
+    starts = set()
+    for round_number in range(1, 4):
+        clients = simulation.clients_of_round(round_number)
+        batches = simulation.batches_of_round(round_number, clients)
+        assert batches.shape[-1] == 32000
+        for position, client in enumerate(clients):
+            rows, lengths = simulation.data[client].numpy(), simulation.lengths[client]
+            for window in batches[position].reshape(-1, 32000).numpy():
+                found = [
+                    (row, start)
+                    for row in range(len(rows))
+                    for start in np.flatnonzero(rows[row, : lengths[row] - 32000 + 1] == window[0])
+                    if np.array_equal(rows[row, start : start + 32000], window)
+                ]
+                assert found, "a crop that is not a piece of one of the client's utterances"
+                starts.add(found[0][1])
+    assert len(starts) > 5
+
+
+def test_rotate_images_flips_and_turns_about_the_centre() -> None:
+    """Plain-torch flips and rotations (torchvision does not load beside our torch): a flip
+    mirrors left-right, a quarter turn is ``rot90`` anticlockwise, 0 degrees changes nothing,
+    and a small turn leaves the centre where it was and blackens the corners."""
+    from uvtrain.engine import rotate_images
+
+    images = torch.randint(1, 256, (2, 3, 8, 8, 3), dtype=torch.uint8)  # any leading dimensions
+    same = rotate_images(images, np.zeros(6), np.zeros(6, bool))
+    assert torch.equal(same, images)
+    flips = np.array([True, False] * 3)
+    mirrored = rotate_images(images, np.zeros(6), flips).reshape(6, 8, 8, 3)
+    flat = images.reshape(6, 8, 8, 3)
+    assert torch.equal(mirrored[0], flat[0].flip(1)) and torch.equal(mirrored[1], flat[1])
+    turned = rotate_images(images, np.full(6, 90.0), np.zeros(6, bool)).reshape(6, 8, 8, 3)
+    assert torch.equal(turned, torch.rot90(flat, 1, dims=(1, 2)))  # anticlockwise, rows down
+    tilted = rotate_images(images, np.full(6, 30.0), np.zeros(6, bool)).reshape(6, 8, 8, 3)
+    assert torch.equal(tilted[:, 3:5, 3:5], flat[:, 3:5, 3:5]) and (tilted[:, 0, 0] == 0).all()
+
+
+def test_fedhide_cifar100_augments_training_batches_only() -> None:
+    """The preset's ``augment``: every training image of a batch is a flip and rotation of a
+    client's image, drawn afresh each round; off (the default), the batches are the images as
+    stored; evaluation embeds the stored images."""
+    from uvtrain.algorithms import FedHide
+    from uvtrain.engine import EngineConfig, Simulation, flip_and_rotate
+    from uvtrain.models import build_backbone
+
+    config = resolve({"dataset": "cifar-100"}, preset="fedhide-cifar100", parameters_only=True)
+    assert config.data.augment
+    assert not resolve({}, preset="fedhide-vggface2", parameters_only=True).data.augment
+    rng = np.random.default_rng(0)
+    data = [rng.integers(0, 256, (3, 8, 8, 3), dtype=np.uint8) for _ in range(4)]
+    spec = {"height": 8, "width": 8, "channels": 3}
+
+    def simulation(augment: bool) -> Simulation:
+        schedule = EngineConfig(fraction=0.5, batch_size=3, seed=2, augment=augment)
+        torch.manual_seed(0)
+        return Simulation(FedHide(), build_backbone("celeba-conv2d", spec), data, schedule)
+
+    plain, augmented = simulation(False), simulation(True)
+    clients = plain.clients_of_round(1)
+    stored = plain.batches_of_round(1, clients)
+    rng = np.random.default_rng([2, 1, 1])
+    for _ in clients:  # the draws of the plain batches, then the augmentation's
+        rng.choice(3, size=3, replace=False)
+    expected = flip_and_rotate(stored, rng)
+    assert torch.equal(augmented.batches_of_round(1, clients), expected)
+    assert not torch.equal(expected, stored)
+    assert not torch.equal(augmented.batches_of_round(2, clients), stored)
+    rows = {tuple(image.flatten().tolist()) for client in data for image in client}
+    assert all(tuple(image.flatten().tolist()) in rows for image in stored.reshape(-1, 8, 8, 3))
+    np.testing.assert_array_equal(augmented.outputs(data[0]), plain.outputs(data[0]))
+
+
+def test_vggface2_cuts_each_image_to_its_official_loose_box(tmp_path: Path) -> None:
+    """Sec. 4.1: "we first detect faces" (FaceNet): no detector here, VGGFace2's own loose boxes
+    (``bb_landmark/loose_bb_*.csv``) instead. Each 48x48 image is grey with a 16x24 "face" of
+    its own colour: cut to the box, the 8x8 sample is the face's colour; without the files the
+    image is resized whole (grey at the corners)."""
+    from uvtrain.data.corpora import vggface2
+    from uvtrain.data.protocol import DataProtocol
+
+    root = tmp_path / "vggface2"
+    rows = {"train": ["NAME_ID,X,Y,W,H"], "test": ["NAME_ID,X,Y,W,H"]}
+    faces = {}
+    for number in range(4):
+        part, name = ("train" if number < 3 else "test"), f"n{number:06d}"
+        for image in range(3):
+            pixels = np.full((48, 48, 3), 128, np.uint8)
+            colour = (40 * number + 20, 200 - 30 * image, 60 * image)
+            left, top = 4 + 8 * image, 6 + 4 * number
+            pixels[top : top + 24, left : left + 16] = colour
+            path = root / part / name / f"{image + 1:04d}_01.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels).save(path, quality=100)
+            rows[part].append(f"{name}/{image + 1:04d}_01,{left + 2},{top + 3},12,18")
+            faces[(name, image)] = colour
+    protocol = DataProtocol.from_keys(None, None, "1,1,1", None, True)
+    whole = vggface2(root, height=8, width=8, protocol=protocol, progress=False)
+    assert whole.extra["face_boxes"] == "none" and np.all(whole.clients[0].train[0, 0, 0] > 110)
+    (root / "bb_landmark").mkdir()
+    for part, lines in rows.items():
+        (root / "bb_landmark" / f"loose_bb_{part}.csv").write_text("\n".join(lines) + "\n")
+    cut = vggface2(root, height=8, width=8, protocol=protocol, progress=False)
+    assert (
+        cut.extra["face_boxes"] == "bb_landmark/loose_bb" and cut.unknown[0].identity == "n000003"
+    )
+    colours = {colour for colour in faces.values()}
+    for person in cut.clients + cut.unknown:
+        for sample in np.concatenate([person.train, person.val, person.test]):
+            mean = sample.reshape(-1, 3).mean(0)
+            assert min(np.abs(mean - colour).max() for colour in colours) < 6
+            assert np.ptp(sample.reshape(-1, 3), axis=0).max() < 16  # the face alone, uniform
+    (root / "bb_landmark" / "loose_bb_test.csv").write_text("NAME_ID,X,Y,W,H\nn000003/0001_01,a\n")
+    with pytest.raises(Exception, match="loose_bb_test.csv line 2 is not NAME_ID,X,Y,W,H"):
+        vggface2(root, height=8, width=8, protocol=protocol, progress=False)

@@ -278,16 +278,23 @@ def data_build(
         bool,
         typer.Option(help="Corpus: its own test identities (or CIFAR-100's test images)."),
     ] = False,
+    random_crop: Annotated[
+        bool,
+        typer.Option(help="VoxCeleb: keep training utterances whole (up to 6 s) for random crops."),
+    ] = False,
 ) -> None:
     """Build (generate or read) a dataset into the cache; the corpus options are uvtrain run's
     data protocol keys (a preset's: uvtrain run --preset NAME --dry-run)."""
+    from .data.corpora import RANDOM_CROP_SECONDS
     from .data.protocol import DataProtocol
     from .data.registry import build_dataset
 
     protocol = DataProtocol.from_keys(
         identities, unknown_identities, samples_per_split, unknown_samples, official_split
     )
-    options = {} if protocol is None else {"protocol": protocol}
+    options: dict[str, Any] = {} if protocol is None else {"protocol": protocol}
+    if random_crop:
+        options["whole_seconds"] = RANDOM_CROP_SECONDS
     path = build_dataset(name, root=root, speakers=speakers, seed=seed, progress=True, **options)
     typer.echo(f"built {name}: {path}")
 

@@ -229,10 +229,19 @@ def step_factor(text: str, gamma: float, round_number: int) -> float:
     return gamma ** sum(1 for m in milestones(text) if round_number > m)
 
 
+#: The datasets whose training utterances ``random_crop`` keeps whole.
+RANDOM_CROP_DATASETS = ("voxceleb1", "voxceleb2")
+
+
 @dataclass(frozen=True)
 class Data:
     """What the run trains on. ``crop_seconds``: audio training samples are random windows of this
-    length (0: whole clips).
+    length (0: whole clips). ``random_crop`` (VoxCeleb, under a data protocol): the training
+    utterances are kept whole (up to :data:`uvtrain.data.corpora.RANDOM_CROP_SECONDS`), so that
+    each window is a fresh random crop of the whole utterance at every step, not of its stored
+    centre clip; evaluation keeps the centre clip. ``augment`` (images): every training sample
+    randomly flipped and rotated each time it enters a batch (:func:`uvtrain.engine.
+    flip_and_rotate`), never at evaluation.
 
     ``identities``, ``unknown_identities``, ``samples_per_split``, ``unknown_samples`` and
     ``official_split`` are a paper's data protocol for a corpus read from ``root``
@@ -288,6 +297,22 @@ class Data:
             "flower": False,
         },
     )
+    augment: bool = field(
+        default=False,
+        metadata={
+            "help": "Images: flip each training sample horizontally at random and rotate it "
+            "by up to 15 degrees, at every step (never at evaluation).",
+            "flower": False,
+        },
+    )
+    random_crop: bool = field(
+        default=False,
+        metadata={
+            "help": "VoxCeleb: keep training utterances whole (up to 6 s) and crop crop_seconds "
+            "at random at every step (default: the stored centre clip).",
+            "flower": False,
+        },
+    )
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -295,7 +320,12 @@ class Data:
             raise ConfigError("clients must be at least 2")
         if not 0 <= self.crop_seconds <= 3600:
             raise ConfigError("crop_seconds must be in [0, 3600] (0: train on whole clips)")
-        self.protocol()  # a bad protocol key is refused here, in one line
+        protocol = self.protocol()  # a bad protocol key is refused here, in one line
+        if self.random_crop and (self.dataset not in RANDOM_CROP_DATASETS or protocol is None):
+            raise ConfigError(
+                "random_crop applies to voxceleb1 and voxceleb2 under a data protocol "
+                "(identities, samples_per_split, ...; the fedhide-voxceleb1 preset sets both)"
+            )
 
     def protocol(self) -> DataProtocol | None:
         """The data protocol of these keys, ``None`` when none is set."""

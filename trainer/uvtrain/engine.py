@@ -64,14 +64,16 @@ class EngineConfig(Schedule):
     :meth:`~uvtrain.config.Schedule.learning_rate`) and how the simulator runs it: ``seed`` (every
     draw follows from ``(seed, round)``), ``chunk_size`` (clients per vectorised call),
     ``vectorised`` and ``batched`` (the local-update paths of this module's docstring; the maths
-    is the same), and ``crop`` (> 0: each training sample is a random window of this many steps,
-    audio)."""
+    is the same), ``crop`` (> 0: each training sample is a random window of this many steps,
+    audio) and ``augment`` (images: each training sample randomly flipped and rotated,
+    :func:`flip_and_rotate`)."""
 
     seed: int = 0
     chunk_size: int = 64
     vectorised: bool = True
     batched: bool = True  # use the exact one-pass step when it applies (E = 1, FedAvg mean)
     crop: int = 0
+    augment: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -100,47 +102,111 @@ def loss_shared(algorithm: FedAvg, params: Tensors, shared: Tensors) -> Tensors:
 
 
 def draw_batches(
-    samples: Tensor, steps: int, size: int, crop: int, rng: np.random.Generator
+    samples: Tensor,
+    steps: int,
+    size: int,
+    crop: int,
+    rng: np.random.Generator,
+    lengths: np.ndarray | None = None,
 ) -> Tensor:
     """``[E, B, ...]``: one client's E batches of B samples drawn with ``rng`` (with replacement
     only when it holds fewer than B); with ``crop`` > 0, each 1-D sample (audio) is cut to a random
-    window of ``crop`` steps. The simulator and a Flower device draw their batches with this."""
+    window of ``crop`` steps, within its own ``lengths[i]`` first steps when given (utterances kept
+    whole: :class:`uvtrain.data.base.ClientData`). The simulator and a Flower device draw their
+    batches with this."""
     available = len(samples)
-    picks = [rng.choice(available, size=size, replace=available < size) for _ in range(steps)]
-    index = torch.as_tensor(np.stack(picks), device=samples.device)
-    return random_windows(samples[index], crop, rng)
+    picks = np.stack(
+        [rng.choice(available, size=size, replace=available < size) for _ in range(steps)]
+    )
+    index = torch.as_tensor(picks, device=samples.device)
+    return random_windows(samples[index], crop, rng, None if lengths is None else lengths[picks])
 
 
 def epoch_batches(
-    samples: Tensor, epochs: int, size: int, crop: int, rng: np.random.Generator
+    samples: Tensor,
+    epochs: int,
+    size: int,
+    crop: int,
+    rng: np.random.Generator,
+    lengths: np.ndarray | None = None,
 ) -> list[Tensor]:
     """One client's ``epochs`` passes over its own samples: each a fresh permutation (from
     ``rng``) cut into mini-batches of ``size``, the last one smaller when ``size`` does not divide
     the client's sample count (kept, not dropped: every sample is seen once per epoch, as in
     FedAvg's ``UserUpdate``, Algorithm 1 of the FedUV paper). ``E · ⌈n / B⌉`` batches; with
-    ``crop`` > 0 each 1-D sample (audio) is cut to a random window of ``crop`` steps."""
+    ``crop`` > 0 each 1-D sample (audio) is cut to a random window of ``crop`` steps (within its
+    ``lengths``, as for :func:`draw_batches`)."""
     available = len(samples)
     batches = []
     for _ in range(epochs):
-        order = torch.as_tensor(rng.permutation(available), device=samples.device)
+        permutation = rng.permutation(available)
+        order = torch.as_tensor(permutation, device=samples.device)
         for start in range(0, available, size):
             picked = samples[order[start : start + size]]
-            batches.append(random_windows(picked[None], crop, rng)[0])
+            own = None if lengths is None else lengths[permutation[start : start + size]][None]
+            batches.append(random_windows(picked[None], crop, rng, own)[0])
     return batches
 
 
-def random_windows(batches: Tensor, crop: int, rng: np.random.Generator) -> Tensor:
+def random_windows(
+    batches: Tensor, crop: int, rng: np.random.Generator, lengths: np.ndarray | None = None
+) -> Tensor:
     """``[E, B, length]`` audio batches cut to a random window of ``crop`` steps per sample, the
-    usual augmentation of speaker training; other batches (images, ``crop`` 0) as they are."""
+    usual augmentation of speaker training; other batches (images, ``crop`` 0) as they are.
+
+    ``lengths`` (``[E, B]``, optional): how many first steps of each sample are its signal (the
+    rest is padding); a window then starts uniformly in ``[0, lengths − crop]`` (at 0 when the
+    signal is no longer than ``crop``), so that it never reaches the padding."""
     length = batches.shape[-1]
     if not (crop and batches.dim() == 3 and length > crop):
         return batches
     steps, size = batches.shape[:2]
-    offsets = rng.integers(0, length - crop + 1, size=(steps, size))
+    if lengths is None:
+        offsets = rng.integers(0, length - crop + 1, size=(steps, size))
+    else:
+        offsets = rng.integers(0, np.maximum(lengths - crop, 0) + 1)
     window = torch.as_tensor(offsets, device=batches.device)[..., None] + torch.arange(
         crop, device=batches.device
     )
     return torch.gather(batches, -1, window)
+
+
+#: Largest rotation of the image augmentation, degrees: FedHide Sec. 4.1 applies "random
+#: horizontal flips and rotations" without stating their range; ±15° is our choice.
+ROTATION_DEGREES = 15.0
+
+
+def flip_and_rotate(images: Tensor, rng: np.random.Generator) -> Tensor:
+    """Images ``[..., H, W, C]`` (any dtype), each flipped horizontally with probability 1/2 and
+    rotated about its centre by an angle uniform in ±:data:`ROTATION_DEGREES`, from ``rng``
+    (:func:`rotate_images`): the training-time augmentation of FedHide's CIFAR-100 (Sec. 4.1)."""
+    count = math.prod(images.shape[:-3])
+    flips = rng.random(count) < 0.5
+    angles = rng.uniform(-ROTATION_DEGREES, ROTATION_DEGREES, count)
+    return rotate_images(images, angles, flips)
+
+
+def rotate_images(images: Tensor, angles: np.ndarray, flips: np.ndarray) -> Tensor:
+    """Images ``[..., H, W, C]``, image ``i`` (in row-major order of the leading dimensions)
+    mirrored left-right where ``flips[i]``, then turned by ``angles[i]`` degrees anticlockwise
+    about its centre: nearest-neighbour sampling, zeros where the turn uncovers the corners (as
+    torchvision's ``RandomRotation``, which does not load beside our torch). The dtype is kept."""
+    shape = images.shape
+    device = images.device
+    pixels = images.reshape(-1, *shape[-3:]).permute(0, 3, 1, 2).to(torch.float32)
+    mirrored = torch.as_tensor(flips, device=device)[:, None, None, None]
+    pixels = torch.where(mirrored, pixels.flip(-1), pixels)
+    radians = torch.as_tensor(np.deg2rad(angles), dtype=torch.float32, device=device)
+    cos, sin = radians.cos(), radians.sin()
+    aspect = shape[-3] / shape[-2]  # height / width: the grid's coordinates are normalised
+    zero = torch.zeros_like(cos)
+    theta = torch.stack(
+        [torch.stack([cos, -sin * aspect, zero], -1), torch.stack([sin / aspect, cos, zero], -1)],
+        1,
+    )
+    grid = nn.functional.affine_grid(theta, list(pixels.shape), align_corners=False)
+    turned = nn.functional.grid_sample(pixels, grid, mode="nearest", align_corners=False)
+    return turned.permute(0, 2, 3, 1).to(images.dtype).reshape(shape)
 
 
 def local_update(
@@ -279,6 +345,10 @@ class Simulation(GlobalModel):
         Its mechanism (:class:`uvtrain.privacy.UserLevelDP`, noise from ``(seed, round,
         client)``) runs as the per-client postprocessing (its user half) and the aggregator
         (its server half over the plain sum); cohorts are then Poisson-sampled.
+    lengths:
+        Per client, the signal length of each of its audio samples kept whole (zero-padded
+        rows: :class:`uvtrain.data.base.ClientData` ``lengths``), or ``None``; each training
+        window is then a random crop within the signal.
     """
 
     def __init__(
@@ -289,6 +359,7 @@ class Simulation(GlobalModel):
         config: EngineConfig,
         device: torch.device | str = "cpu",
         privacy: Any = None,
+        lengths: Sequence[np.ndarray | None] | None = None,
     ) -> None:
         self.algorithm, self.config = algorithm, config
         self.device = torch.device(device)
@@ -297,6 +368,7 @@ class Simulation(GlobalModel):
         self.model = algorithm.build_model(backbone, self.num_clients).to(self.device).eval()
         self.params, self.buffers = split_parameters(self.model)
         self.data = [torch.as_tensor(samples).to(self.device) for samples in client_data]
+        self.lengths = list(lengths) if lengths is not None else [None] * len(self.data)
         self.sizes = torch.tensor([len(samples) for samples in client_data], dtype=torch.float32)
         dim = self.embedding_dim = int(backbone.embedding_dim)
         generator = torch.Generator().manual_seed(config.seed)
@@ -356,15 +428,20 @@ class Simulation(GlobalModel):
 
     def batches_of_round(self, round_number: int, clients: np.ndarray) -> Tensor:
         """``[m, E, B, ...]`` samples: each client's E batches, drawn from ``(seed, round)``; with
-        ``crop``, each 1-D sample (audio) is cut to a random window of ``crop`` steps."""
+        ``crop``, each 1-D sample (audio) is cut to a random window of ``crop`` steps; with
+        ``augment``, each image is randomly flipped and rotated (:func:`flip_and_rotate`; at
+        training only: evaluation embeds the stored samples)."""
         rng = np.random.default_rng([self.config.seed, round_number, 1])
         steps, size = self.config.local_steps, self.config.batch_size
-        return torch.stack(
+        batches = torch.stack(
             [
-                draw_batches(self.data[client], steps, size, self.config.crop, rng)
+                draw_batches(
+                    self.data[client], steps, size, self.config.crop, rng, self.lengths[client]
+                )
                 for client in clients
             ]
         )
+        return flip_and_rotate(batches, rng) if self.config.augment else batches
 
     def epoch_batches_of_round(self, round_number: int, clients: np.ndarray) -> list[list[Tensor]]:
         """Each client's batches for ``local_epochs`` epochs over its own samples
@@ -374,10 +451,15 @@ class Simulation(GlobalModel):
             raise TrainingError("epoch batches need local_epochs")
         rng = np.random.default_rng([self.config.seed, round_number, 1])
         epochs, size = self.config.local_epochs, self.config.batch_size
-        return [
-            epoch_batches(self.data[client], epochs, size, self.config.crop, rng)
+        drawn = [
+            epoch_batches(
+                self.data[client], epochs, size, self.config.crop, rng, self.lengths[client]
+            )
             for client in clients
         ]
+        if self.config.augment:
+            drawn = [[flip_and_rotate(batch, rng) for batch in mine] for mine in drawn]
+        return drawn
 
     def message_noise(self, round_number: int, count: int) -> Tensor:
         """Standard-normal noise ``[count, d]`` (``d`` the embedding's dimension) for the round's

@@ -236,6 +236,8 @@ PRESETS: dict[str, Preset] = {
             "rounds": 100_000,
             "neighbours": 10,
             "backbone": "resnet18-small",
+            # Sec. 4.1: "During training, we apply random horizontal flips and rotations"
+            "augment": True,
         },
         {"users": 100, "samples": 500, "input": "32x32x3 images"},
         (
@@ -244,7 +246,10 @@ PRESETS: dict[str, Preset] = {
             "data: each class's 500 training images give 450 to train and 50 to validation (the "
             "enrollment the report's prototype figures need; the paper trains on all 500), its "
             "100 test images the test split; no unknown classes (Table 1: '100 seen clients')",
-            "augmentation: the paper's random flips and rotations are not applied yet",
+            "augmentation (Sec. 4.1: 'random horizontal flips and rotations', no range stated): "
+            "ours flips with probability 1/2 and rotates by an angle uniform in +-15 degrees "
+            "(nearest pixel, black corners), a fresh draw each time an image enters a local "
+            "batch; never at evaluation",
         ),
     ),
     "fedhide-voxceleb1": Preset(
@@ -264,7 +269,9 @@ PRESETS: dict[str, Preset] = {
             "rounds": 50_000,
             "neighbours": 10,
             "backbone": "fast-resnet34",
+            # Sec. 4.1: "we randomly crop a 2-second temporal segment from each utterance"
             "crop_seconds": 2.0,
+            "random_crop": True,
             "window": "hamming",  # Sec. 4.1: "a Hamming window of 25ms length and 10ms hop size"
         },
         {"users": 1211, "samples": 122, "input": "2-s crops at 16 kHz, 40 mel bands"},
@@ -274,8 +281,11 @@ PRESETS: dict[str, Preset] = {
             "data: the 1,211 development speakers, every utterance (about 122 each), split "
             "60/20/20 (the paper trains on all; validation is the enrollment of the report's "
             "test_known figures); the 40 test speakers id10270-id10309 are unknown, all their "
-            "utterances. Each utterance is its centre 2 s, stored: the paper's random 2-s crop "
-            "of the whole utterance is not built yet",
+            "utterances",
+            "crops: a fresh random 2-s crop of each training utterance every time it enters a "
+            "local batch (Sec. 4.1); utterances are kept whole up to 6 s (a longer one: its "
+            "centre 6 s; VoxCeleb1's last at least 4 s). Validation, test and the unknown "
+            "speakers' utterances are their centre 2 s, a fixed crop, for the report's scores",
         ),
     ),
     "fedhide-vggface2": Preset(
@@ -301,8 +311,12 @@ PRESETS: dict[str, Preset] = {
             *_FEDHIDE_NOTES,
             "network: the paper's MobileFaceNet is not built; ir-small stands in",
             "data: the 8,631 train/ identities, every image, split 60/20/20 (the paper trains on "
-            "all); the 500 test/ identities are unknown. Images are resized whole: the paper's "
-            "FaceNet face detection is not built yet",
+            "all); the 500 test/ identities are unknown",
+            "faces: the paper detects them with a pretrained FaceNet (MTCNN, Sec. 4.1); no "
+            "detector runs here. Each image is cut to VGGFace2's official loose face box "
+            "(ROOT/bb_landmark/loose_bb_train.csv and loose_bb_test.csv, from the copy's "
+            "bb_landmark download) before the 64x64 resize; without those files the images "
+            "must come pre-cropped to the face, as they are resized whole",
         ),
     ),
     "fedface-3party": Preset(

@@ -41,10 +41,13 @@ if TYPE_CHECKING:
 def load_data(config: RunConfig) -> FederatedDataset:
     """The run's dataset (under its data protocol, :meth:`uvtrain.config.Data.protocol`), limited
     to its first ``clients`` known identities."""
+    from .data.corpora import RANDOM_CROP_SECONDS
     from .data.registry import load_dataset
 
     protocol = config.data.protocol()
-    options = {} if protocol is None else {"protocol": protocol}
+    options: dict[str, Any] = {} if protocol is None else {"protocol": protocol}
+    if config.data.random_crop:
+        options["whole_seconds"] = RANDOM_CROP_SECONDS
     dataset = load_dataset(config.data.dataset, root=config.data.root, seed=config.seed, **options)
     if config.data.clients is not None:
         if config.data.clients > len(dataset.clients):
@@ -124,13 +127,15 @@ def _has_frozen(backbone: torch.nn.Module) -> bool:
     return any(not parameter.requires_grad for parameter in backbone.parameters())
 
 
-def engine_config(config: RunConfig, crop: int) -> EngineConfig:
-    """The engine's schedule for a run config (``crop``: audio training window in samples)."""
+def engine_config(config: RunConfig, crop: int, augment: bool = False) -> EngineConfig:
+    """The engine's schedule for a run config (``crop``: audio training window in samples;
+    ``augment``: random flips and rotations of training images)."""
     return EngineConfig(
         **dataclasses.asdict(config.schedule),
         seed=config.seed,
         chunk_size=config.chunk_size,
         crop=crop,
+        augment=augment,
     )
 
 
@@ -178,7 +183,8 @@ def _cross_device(
 ) -> Simulation:
     clients = [client.train for client in dataset.clients]
     privacy = privacy_plan(config, len(clients))  # its mechanism is built with the simulation
-    return Simulation(config.method, backbone, clients, engine, device, privacy)
+    lengths = [client.lengths for client in dataset.clients]
+    return Simulation(config.method, backbone, clients, engine, device, privacy, lengths)
 
 
 def _cross_silo(
@@ -186,6 +192,10 @@ def _cross_silo(
 ) -> Any:
     from .crosssilo import make_cross_silo
 
+    if config.data.random_crop:
+        raise ConfigError(
+            f"random_crop is a cross-device option; {config.method.name} is cross-silo"
+        )
     if engine.aggregation != "weighted" or engine.local_epochs is not None:
         raise ConfigError(
             f"--aggregation and --local-epochs are cross-device options; {config.method.name} "
@@ -223,7 +233,9 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     """Backbone, algorithm and trainer for a config, the trainer picked from :data:`TRAINERS`
     by the setting the method declares."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
-    engine = engine_config(config, _crop_samples(config, dataset))
+    if config.data.augment and dataset.modality != "image":
+        raise ConfigError(f"augment flips and rotates images; {dataset.name} is {dataset.modality}")
+    engine = engine_config(config, _crop_samples(config, dataset), config.data.augment)
     kind = TRAINERS[config.method.setting]
     if config.method.setting != "cross-device":  # cross-silo: refused when --dp is on
         privacy_plan(config, 0)

@@ -20,16 +20,31 @@ from ..io import atomic_write
 
 @dataclass(frozen=True)
 class ClientData:
-    """One identity's samples, split into train, validation and test."""
+    """One identity's samples, split into train, validation and test.
+
+    ``lengths`` (int64 ``[len(train)]``, or ``None``): audio training utterances kept whole, each
+    train row holding ``lengths[i]`` samples of its utterance followed by zero padding; the
+    engine then crops each at random within its own length (:func:`uvtrain.engine.draw_batches`).
+    ``None``: every row is a whole sample.
+    """
 
     identity: str
     train: np.ndarray
     val: np.ndarray
     test: np.ndarray
+    lengths: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if len(self.train) == 0:
             raise DatasetError(f"client {self.identity!r} has no training samples")
+        if self.lengths is not None and (
+            self.lengths.shape != (len(self.train),)
+            or self.lengths.min() < 1
+            or self.lengths.max() > self.train.shape[-1]
+        ):
+            raise DatasetError(
+                f"client {self.identity!r}: lengths must give each training row's samples"
+            )
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,8 @@ class FederatedDataset:
             for index, client in enumerate(members):
                 for split in ("train", "val", "test"):
                     arrays[f"{group}/{index}/{split}"] = getattr(client, split)
+                if client.lengths is not None:
+                    arrays[f"{group}/{index}/lengths"] = client.lengths
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         atomic_write(path, lambda file: np.savez(file, **arrays))
         return path
@@ -109,6 +126,7 @@ class FederatedDataset:
                             data[f"{group}/{index}/train"],
                             data[f"{group}/{index}/val"],
                             data[f"{group}/{index}/test"],
+                            _lengths(data, f"{group}/{index}/lengths"),
                         )
                         for index, identity in enumerate(meta[group])
                     ]
@@ -140,6 +158,11 @@ class FederatedDataset:
             meta.get("licence", "unknown"),
             meta.get("extra", {}),
         )
+
+
+def _lengths(data: Any, key: str) -> np.ndarray | None:
+    """A client's training lengths from an open ``.npz`` (``None`` when it has none)."""
+    return data[key] if key in data.files else None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -71,6 +71,11 @@ VERSION = 1
 SAMPLE_RATE = 16000
 #: Longest audio file decoded, seconds (VoxCeleb's longest utterances last about 2.5 minutes).
 MAX_AUDIO_SECONDS = 300.0
+#: Longest training utterance kept whole for random crops (the ``random_crop`` config key: the
+#: loaders' ``whole_seconds``), seconds. VoxCeleb1's utterances last at least 4 s (8.2 s on
+#: average); a longer one keeps its centre 6 s, so the training split takes at most 3 times the
+#: memory of its centre 2-s clips (float32 ``[n, 96000]`` rows with lengths).
+RANDOM_CROP_SECONDS = 6.0
 #: Digits stacked as the channels of an MNIST-UV example (FedUV paper, Sec. 6.1).
 MNIST_UV_DIGITS = (2, 3, 4, 5)
 #: LEAF FEMNIST labels 0–9 are the digits (10–35 upper case, 36–61 lower case).
@@ -185,9 +190,14 @@ def _finish(
     )
 
 
+def _audio_file(path: Path) -> np.ndarray:
+    """A file's signal at 16 kHz (at most :data:`MAX_AUDIO_SECONDS` of it)."""
+    return load_audio(path, SAMPLE_RATE, max_seconds=MAX_AUDIO_SECONDS)
+
+
 def _audio_clip(path: Path, clip_seconds: float) -> np.ndarray:
     """The centre ``clip_seconds`` of a file at 16 kHz (repeated when the file is shorter)."""
-    signal = load_audio(path, SAMPLE_RATE, max_seconds=MAX_AUDIO_SECONDS)
+    signal = _audio_file(path)
     length = int(round(clip_seconds * SAMPLE_RATE))
     return fit_length(signal, length, offset=(signal.size - length) // 2)
 
@@ -237,12 +247,59 @@ class Sources:
         return plan_identities(corpus, pooled, protocol, seed=seed)
 
 
+@dataclass(frozen=True)
+class Stacking:
+    """How one identity's decoded samples become its splits: stacked as they are
+    (``sample_shape``, ``dtype`` for an empty split), or, with ``whole`` > 0 (audio, the
+    loaders' ``whole_seconds``), the training utterances kept whole up to ``whole`` samples
+    (:func:`padded_rows`, with their lengths) and every other split (validation, test, the
+    unknown identities') the centre ``clip`` samples of each, the deterministic crop evaluation
+    scores."""
+
+    sample_shape: tuple[int, ...]
+    dtype: type
+    clip: int = 0
+    whole: int = 0
+
+    def stack(self, decoded: list[np.ndarray]) -> np.ndarray:
+        """The samples stacked (the centre clips when ``whole``)."""
+        if self.whole:
+            decoded = [fit_length(x, self.clip, offset=(x.size - self.clip) // 2) for x in decoded]
+        return np.stack(decoded) if decoded else np.zeros((0, *self.sample_shape), self.dtype)
+
+    def client(
+        self, name: str, train: list[np.ndarray], val: list[np.ndarray], test: list[np.ndarray]
+    ) -> ClientData:
+        """A known identity's splits."""
+        if not self.whole:
+            return ClientData(name, *(self.stack(part) for part in (train, val, test)))
+        rows, lengths = padded_rows(train, self.clip, self.whole)
+        return ClientData(name, rows, self.stack(val), self.stack(test), lengths)
+
+    def unknown(self, name: str, samples: list[np.ndarray]) -> ClientData:
+        """An unknown identity: all its samples in its train split (it never trains)."""
+        stacked = self.stack(samples)
+        return ClientData(name, stacked, stacked[:0], stacked[:0])
+
+
+def padded_rows(signals: list[np.ndarray], clip: int, whole: int) -> tuple[np.ndarray, np.ndarray]:
+    """Utterances kept whole for random crops: each one's centre ``whole`` samples when longer
+    (repeated to ``clip`` when shorter than one crop), in a float32 ``[n, whole]`` row padded with
+    zeros, and int64 ``[n]`` lengths (the samples of each row that are its utterance)."""
+    rows = np.zeros((len(signals), whole), np.float32)
+    lengths = np.zeros(len(signals), np.int64)
+    for row, signal in enumerate(signals):
+        size = min(max(signal.size, clip), whole)
+        rows[row, :size] = fit_length(signal, size, offset=(signal.size - size) // 2)
+        lengths[row] = size
+    return rows, lengths
+
+
 def _decode_plan(
     corpus: str,
     plan: Plan,
     decode: Callable[[Any], np.ndarray],
-    sample_shape: tuple[int, ...],
-    dtype: type,
+    stacking: Stacking,
     progress: bool,
 ) -> tuple[list[ClientData], list[ClientData]]:
     """Decode every planned item: known clients with their splits, unknown identities (all of an
@@ -250,25 +307,24 @@ def _decode_plan(
     total = sum(len(part) for parts in plan.known.values() for part in parts)
     total += sum(len(items) for items in plan.unknown.values())
 
-    def stack(items: list[Any], bar: Progress) -> np.ndarray:
-        decoded = []
+    def decoded(items: list[Any], bar: Progress) -> list[np.ndarray]:
+        samples = []
         for item in items:
             try:
-                decoded.append(decode(item))
+                samples.append(decode(item))
             except MediaError as error:
                 raise DatasetError(f"{corpus}: {item} does not decode ({error})") from None
             bar.update(1)
-        return np.stack(decoded) if decoded else np.zeros((0, *sample_shape), dtype)
+        return samples
 
     with Progress(corpus, total, unit="file", enabled=progress) as bar:
         known = [
-            ClientData(name, *(stack(part, bar) for part in parts))
+            stacking.client(name, *(decoded(part, bar) for part in parts))
             for name, parts in plan.known.items()
         ]
-        unknown = []
-        for name, items in plan.unknown.items():
-            samples = stack(items, bar)
-            unknown.append(ClientData(name, samples, samples[:0], samples[:0]))
+        unknown = [
+            stacking.unknown(name, decoded(items, bar)) for name, items in plan.unknown.items()
+        ]
     return known, unknown
 
 
@@ -302,6 +358,7 @@ def _voxceleb(
     sources: Sources,
     *,
     clip_seconds: float,
+    whole_seconds: float | None,
     max_identities: int | None,
     max_per_identity: int | None,
     min_per_identity: int,
@@ -316,12 +373,12 @@ def _voxceleb(
         raise DatasetError(f"{corpus}: no identity folder with audio under {root}{hint}")
     if protocol is not None:
         length = int(round(clip_seconds * SAMPLE_RATE))
+        whole = int(round(whole_seconds * SAMPLE_RATE)) if whole_seconds else 0
         clients = _decode_plan(
             corpus,
             sources.plan(corpus, protocol, seed),
-            lambda path: _audio_clip(path, clip_seconds),
-            (length,),
-            np.float32,
+            _audio_file if whole else lambda path: _audio_clip(path, clip_seconds),
+            Stacking((length,), np.float32, clip=length, whole=max(whole, length) if whole else 0),
             progress,
         )
         return _planned_dataset(
@@ -332,6 +389,11 @@ def _voxceleb(
             root=root,
             licence=VOXCELEB_LICENCE,
             protocol=protocol,
+        )
+    if whole_seconds:
+        raise DatasetError(
+            f"{corpus}: whole_seconds (random crops) needs a data protocol: set identities, "
+            "samples_per_split, ... (the fedhide-voxceleb1 preset does)"
         )
     selected = select(
         index,
@@ -379,6 +441,7 @@ def voxceleb1(
     root: str | Path,
     *,
     clip_seconds: float = 2.0,
+    whole_seconds: float | None = None,
     max_identities: int | None = 200,
     max_per_identity: int | None = 20,
     min_per_identity: int = 3,
@@ -390,13 +453,19 @@ def voxceleb1(
     """Load a local VoxCeleb1 copy (``root/wav/idXXXXX/<video>/<nnnnn>.wav``).
 
     One sample per utterance file: its centre ``clip_seconds`` at 16 kHz (repeated when shorter).
+    With ``whole_seconds`` (and a ``protocol``), the known speakers' training utterances are kept
+    whole instead, up to ``whole_seconds`` (the centre of a longer one), for the engine's random
+    crops at every step (FedHide Sec. 4.1); their validation and test utterances and the unknown
+    speakers' stay the centre ``clip_seconds``, the deterministic crop evaluation scores.
 
     Parameters
     ----------
     root : str or Path
         The folder holding ``wav/``.
     clip_seconds : float, optional
-        Length of each sample.
+        Length of each sample (of each evaluation sample with ``whole_seconds``).
+    whole_seconds : float, optional
+        Keep training utterances whole up to this long (:class:`ClientData` ``lengths``).
     max_identities, max_per_identity : int or None, optional
         Caps (seeded random choice); ``None`` keeps all.
     min_per_identity : int, optional
@@ -422,6 +491,7 @@ def voxceleb1(
         root,
         voxceleb1_sources(root),
         clip_seconds=clip_seconds,
+        whole_seconds=whole_seconds,
         max_identities=max_identities,
         max_per_identity=max_per_identity,
         min_per_identity=min_per_identity,
@@ -463,6 +533,7 @@ def voxceleb2(
     root: str | Path,
     *,
     clip_seconds: float = 2.0,
+    whole_seconds: float | None = None,
     max_identities: int | None = 200,
     max_per_identity: int | None = 20,
     min_per_identity: int = 3,
@@ -487,6 +558,7 @@ def voxceleb2(
         root,
         voxceleb2_sources(root),
         clip_seconds=clip_seconds,
+        whole_seconds=whole_seconds,
         max_identities=max_identities,
         max_per_identity=max_per_identity,
         min_per_identity=min_per_identity,
@@ -523,15 +595,20 @@ def _images(
     seed: int,
     progress: bool,
     protocol: DataProtocol | None,
+    boxes: dict[str, tuple[int, int, int, int]] | None = None,
 ) -> FederatedDataset:
     spec = {"height": height, "width": width, "channels": channels}
+
+    def decode(path: Path) -> np.ndarray:
+        box = None if boxes is None else boxes.get(f"{path.parent.name}/{path.stem}")
+        return load_image(path, height, width, channels, box)
+
     if protocol is not None:
         clients = _decode_plan(
             corpus,
             sources.plan(corpus, protocol, seed),
-            lambda path: load_image(path, height, width, channels),
-            (height, width, channels),
-            np.uint8,
+            decode,
+            Stacking((height, width, channels), np.uint8),
             progress,
         )
         return _planned_dataset(
@@ -546,7 +623,7 @@ def _images(
     )
     samples, skipped = _decode(
         selected,
-        lambda path: load_image(path, height, width, channels),
+        decode,
         min_per_identity=min_per_identity,
         corpus=corpus,
         progress=progress,
@@ -641,6 +718,35 @@ def celeba(
     )
 
 
+VGGFACE2_BOXES = "ROOT/bb_landmark/loose_bb_{train,test}.csv (NAME_ID,X,Y,W,H)"
+
+
+def vggface2_boxes(root: Path) -> dict[str, tuple[int, int, int, int]] | None:
+    """VGGFace2's official loose face boxes, ``"n000002/0001_01"`` → ``(x, y, w, h)`` in the
+    image's pixels, from ``root/bb_landmark/loose_bb_train.csv`` and ``loose_bb_test.csv``
+    (the copy's ``bb_landmark`` download; Cao et al., 2018, made them with an MTCNN detector);
+    ``None`` when the copy has neither file."""
+    files = [root / "bb_landmark" / f"loose_bb_{part}.csv" for part in ("train", "test")]
+    if not any(path.is_file() for path in files):
+        return None
+    boxes: dict[str, tuple[int, int, int, int]] = {}
+    for path in (path for path in files if path.is_file()):
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                fields = [field.strip().strip('"') for field in line.split(",")]
+                if number == 1 and fields[0] == "NAME_ID" or fields == [""]:
+                    continue
+                try:
+                    x, y, w, h = (int(float(value)) for value in fields[1:5])
+                except ValueError:
+                    raise DatasetError(
+                        f"vggface2: {path.name} line {number} is not NAME_ID,X,Y,W,H: "
+                        f"{line.strip()[:80]!r}"
+                    ) from None
+                boxes[fields[0]] = (x, y, w, h)
+    return boxes
+
+
 def vggface2_sources(root: Path) -> Sources:
     """VGGFace2's images by identity: ``train/`` (8,631 identities), ``test/`` (500) apart."""
     parts = {part: root / part for part in ("train", "test")}
@@ -672,10 +778,16 @@ def vggface2(
     """Load a local VGGFace2 copy: ``root/train/`` and ``root/test/`` identity folders of JPEGs.
 
     The two parts hold disjoint identities; both are read when present (``official_split``: the
-    ``test/`` identities are the unknown ones). Parameters as for :func:`celeba`.
+    ``test/`` identities are the unknown ones). Faces: the FedHide paper detects them with a
+    pretrained FaceNet (MTCNN) before resizing (Sec. 4.1); no such detector runs here. When the
+    copy holds VGGFace2's official loose boxes (``bb_landmark/loose_bb_train.csv`` and
+    ``loose_bb_test.csv``: :func:`vggface2_boxes`), each image is cut to its face's box first;
+    otherwise (or for an image the files do not list) the whole image is used, which suits
+    pre-cropped faces. ``extra["face_boxes"]`` says which. Parameters as for :func:`celeba`.
     """
     root = Path(root).expanduser()
-    return _images(
+    boxes = vggface2_boxes(root)
+    dataset = _images(
         "vggface2",
         root,
         vggface2_sources(root),
@@ -690,7 +802,10 @@ def vggface2(
         seed=seed,
         progress=progress,
         protocol=protocol,
+        boxes=boxes,
     )
+    dataset.extra["face_boxes"] = "bb_landmark/loose_bb" if boxes is not None else "none"
+    return dataset
 
 
 # --------------------------------------------------------------------------------------------------
