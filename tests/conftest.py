@@ -35,7 +35,8 @@ from uvtrain.data.formant import voice_corpus
 SAMPLE_RATE = 16000
 N_SPEAKERS = 10
 CLIPS = 8
-FIXTURES = Path(__file__).parent / "fixtures"
+#: the BCH generators uvtrain ships (read as files: the SDK tests need no trainer import)
+SHIPPED_CODES = Path(__file__).resolve().parents[1] / "trainer" / "uvtrain" / "bch"
 AUDIO = AudioInput(sample_rate=SAMPLE_RATE, window_seconds=2.0, hop_seconds=1.0, min_seconds=0.5)
 PASSPHRASE = "correct horse battery staple"
 
@@ -105,18 +106,13 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _committed_codes_cache(tmp_path_factory: pytest.TempPathFactory):
+def _session_codes_cache(tmp_path_factory: pytest.TempPathFactory):
     """``$UVTRAIN_CACHE`` for the session, in this process and every process a test starts (the
-    Flower federation's, ``uvtrain`` and the benchmarks run as subprocesses): a fresh folder
-    holding the committed BCH generators (``fixtures/bch_*.json``, each checked against galois
-    in tests/sdk/test_codeword.py), so that no process compiles galois with numba (about 15
-    CPU-seconds a process, 25 for n = 511) except the tests of the build itself. The README's
-    blocks are left a reader's empty cache (tests/test_readme.py), and the developer's own cache
-    is never written."""
+    Flower federation's, ``uvtrain`` and the benchmarks run as subprocesses): a fresh, empty
+    folder, so that the developer's own cache is never read or written. The paper's BCH codes
+    ship with uvtrain (``uvtrain/bch/``, checked against galois in tests/sdk/test_codeword.py),
+    so no process compiles galois with numba except the tests of the build itself."""
     cache = tmp_path_factory.mktemp("uvtrain-cache")
-    (cache / "codes").mkdir()
-    for spec in FIXTURES.glob("bch_*.json"):
-        shutil.copyfile(spec, cache / "codes" / spec.name)
     previous = os.environ.get("UVTRAIN_CACHE")
     os.environ["UVTRAIN_CACHE"] = str(cache)
     yield cache
@@ -128,8 +124,8 @@ def _committed_codes_cache(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def bch127() -> Code:
-    """BCH(127, 64) with its generator from the committed fixture (checked against galois)."""
-    spec = json.loads((FIXTURES / "bch_127_64.json").read_text())
+    """BCH(127, 64) with the generator uvtrain ships (checked against galois)."""
+    spec = json.loads((SHIPPED_CODES / "bch_127_64.json").read_text())
     generator = unpack_generator(spec["generator"], spec["k"], spec["n"])
     return Code("bch", spec["n"], spec["k"], spec["d_min"], 32, generator)
 

@@ -19,7 +19,7 @@ from uvsdk.codeword import (
 )
 from uvsdk.errors import BundleError, UvsdkError
 
-from ..conftest import FIXTURES
+from ..conftest import SHIPPED_CODES
 
 CODES = [(127, 64, 21), (255, 71, 59), (511, 67, 175)]
 
@@ -59,12 +59,12 @@ def test_distinct_ids_give_distinct_codewords_at_distance_d_min(
 
 
 @pytest.mark.parametrize(("n", "k", "d_min"), CODES)
-def test_committed_fixtures_are_galois_generators(
+def test_the_shipped_codes_are_galois_generators(
     galois_codes: dict, n: int, k: int, d_min: int
 ) -> None:
-    """The committed generators: the SDK tests' BCH(127, 64), and the three codes every test
-    session's ``$UVTRAIN_CACHE`` starts with (tests/conftest.py)."""
-    spec = json.loads((FIXTURES / f"bch_{n}_{k}.json").read_text())
+    """The generators uvtrain ships (``uvtrain/bch/``): the paper's three codes, which every
+    FedUV run and the SDK tests' BCH(127, 64) read instead of compiling galois."""
+    spec = json.loads((SHIPPED_CODES / f"bch_{n}_{k}.json").read_text())
     assert (spec["n"], spec["k"], spec["d_min"]) == (n, k, d_min)
     fixture = unpack_generator(spec["generator"], k, n)
     np.testing.assert_array_equal(fixture, np.asarray(galois_codes[n].G, np.uint8))
@@ -73,22 +73,41 @@ def test_committed_fixtures_are_galois_generators(
 def test_the_trainers_codes_are_built_with_galois_once_then_read_from_the_cache(
     galois_codes: dict, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``uvtrain.codes.bch_code`` on an empty cache (a fresh machine) builds the code with galois
-    and caches it; the next call reads the cache without galois. The test session's other
-    processes start from the committed generators instead (tests/conftest.py)."""
+    """A code uvtrain does not ship is built by ``uvtrain.codes.bch_code`` with galois on an
+    empty cache (a fresh machine) and cached; the next call reads the cache without galois.
+    (The shipped folder is emptied here so that BCH(127, 64) stands for such a code.)"""
+    import sys
+
+    from uvtrain import codes
+
+    monkeypatch.setenv("UVTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(codes, "SHIPPED_CODES", tmp_path / "nothing shipped")
+    built = codes.bch_code(127)
+    assert (built.n, built.k, built.d_min, built.id_bits) == (127, 64, 21, 32)
+    np.testing.assert_array_equal(built.generator, np.asarray(galois_codes[127].G, np.uint8))
+    assert (tmp_path / "codes" / "bch_127_64.json").is_file()
+    monkeypatch.setitem(sys.modules, "galois", None)  # importing galois now fails
+    cached = codes.bch_code(127)
+    assert cached.d_min == 21
+    np.testing.assert_array_equal(cached.generator, built.generator)
+
+
+def test_the_papers_codes_need_no_galois_and_no_cache(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh machine's first FedUV run reads the paper's codes from the package: no galois
+    (13 s of numba compilation a process), nothing written to the cache."""
     import sys
 
     from uvtrain.codes import bch_code
 
     monkeypatch.setenv("UVTRAIN_CACHE", str(tmp_path))
-    built = bch_code(127)
-    assert (built.n, built.k, built.d_min, built.id_bits) == (127, 64, 21, 32)
-    np.testing.assert_array_equal(built.generator, np.asarray(galois_codes[127].G, np.uint8))
-    assert (tmp_path / "codes" / "bch_127_64.json").is_file()
     monkeypatch.setitem(sys.modules, "galois", None)  # importing galois now fails
-    cached = bch_code(127)
-    assert cached.d_min == 21
-    np.testing.assert_array_equal(cached.generator, built.generator)
+    for n, k, d_min in CODES:
+        code = bch_code(n)
+        assert (code.n, code.k, code.d_min) == (n, k, d_min)
+        assert code.generator.shape == (k, n)
+    assert not (tmp_path / "codes").exists()
 
 
 def test_message_is_id_bits_msb_first_then_fresh_random_bits() -> None:

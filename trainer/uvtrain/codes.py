@@ -1,8 +1,11 @@
-"""BCH codes for FedUV, built with galois once and cached.
+"""BCH codes for FedUV: the paper's three shipped, any other built with galois once and cached.
 
-galois compiles with numba on first use (10-20 s a process), so the generator matrix of each
-(n, k) is cached as the bundle stores it (packed bits, base64) in the user's cache folder; the
-SDK's :func:`uvsdk.codeword.encode` makes the codewords, so trainer and device share one encoder.
+galois compiles with numba on first use (13 s a process on the 2-core development machine, idle),
+so the generator matrix of each (n, k) is kept as the bundle stores it (packed bits, base64): the
+FedUV paper's codes (127, 255, 511) ship with the package (``uvtrain/bch/``, each checked against
+galois by tests/sdk/test_codeword.py), and any other is built with galois on first use and cached
+in the user's cache folder. The SDK's :func:`uvsdk.codeword.encode` makes the codewords, so
+trainer and device share one encoder.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from .io import atomic_write
 #: The FedUV paper's codes: length n, message length k (minimum distance in the comment).
 PAPER_CODES = {127: 64, 255: 71, 511: 67}  # d_min 21, 59, 175
 ID_BITS = 32
+#: The generators shipped with the package: the paper's codes, ``bch_{n}_{k}.json``.
+SHIPPED_CODES = Path(__file__).parent / "bch"
 
 
 class CodeError(ConfigError, ValueError):
@@ -46,13 +51,15 @@ def bch_code(n: int, k: int | None = None, *, id_bits: int = ID_BITS) -> Code:
         if n not in PAPER_CODES:
             raise CodeError(f"no default message length for n = {n}: give k")
         k = PAPER_CODES[n]
-    path = cache_dir() / "codes" / f"bch_{n}_{k}.json"
-    try:
-        spec = json.loads(path.read_text())
-        generator = unpack_generator(spec["generator"], k, n)
-        return Code("bch", n, k, int(spec["d_min"]), id_bits, generator)
-    except (OSError, ValueError, KeyError):
-        pass
+    name = f"bch_{n}_{k}.json"
+    path = cache_dir() / "codes" / name
+    for known in (SHIPPED_CODES / name, path):
+        try:
+            spec = json.loads(known.read_text())
+            generator = unpack_generator(spec["generator"], k, n)
+            return Code("bch", n, k, int(spec["d_min"]), id_bits, generator)
+        except (OSError, ValueError, KeyError):
+            continue
     import galois
 
     bch = galois.BCH(n, k)
