@@ -51,7 +51,8 @@ def test_a_stream_folder_reads_back_the_same_dataset_memory_mapped(tmp_path: Pat
     assert (loaded.name, loaded.modality, loaded.spec, loaded.licence, loaded.extra) == (
         "tiny", "audio", SPEC, "test", {"k": [1]},
     )  # fmt: skip
-    for mine, theirs in zip(dataset.clients + dataset.unknown, loaded.clients + loaded.unknown):
+    people = zip(dataset.clients + dataset.unknown, loaded.clients + loaded.unknown, strict=True)
+    for mine, theirs in people:
         for split in ("train", "val", "test"):
             assert isinstance(getattr(theirs, split), np.memmap)  # nothing read yet
         if mine.lengths is None:
