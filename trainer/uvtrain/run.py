@@ -365,7 +365,9 @@ def _train_rounds(
         initial=simulation.round,
         enabled=progress,
     )
-    bar.note(storage_note(simulation, dataset))
+    note = storage_note(simulation, dataset)
+    if note:
+        bar.note(note)
     if simulation.round > 0:  # a checkpoint was loaded
         bar.note(f"{config.method.name}: resumed from round {simulation.round}")
     if simulation.privacy is not None:  # the whole plan, δ with ε, before the first round
@@ -395,8 +397,9 @@ def _train_rounds(
     evaluate(simulation, dataset, config, folder, throughput)
 
 
-def storage_note(simulation: Trainer, dataset: FederatedDataset) -> str:
-    """The line a run prints about where its training samples are kept."""
+def storage_note(simulation: Trainer, dataset: FederatedDataset) -> str | None:
+    """The line a run from a stream folder prints about where its training samples are kept
+    (``None`` for a dataset in memory: the usual case says nothing)."""
     if simulation.streams:
         return (
             f"data: {dataset.name} streamed from disk (a memory-mapped stream folder: each "
@@ -404,7 +407,7 @@ def storage_note(simulation: Trainer, dataset: FederatedDataset) -> str:
         )
     if dataset.streamed:  # a cross-silo party's samples are joined: read into memory
         return f"data: {dataset.name} read into memory from its stream folder"
-    return f"data: {dataset.name} in memory"
+    return None
 
 
 def _figures(metrics: dict[str, Any], privacy: PrivacyPlan | None) -> dict[str, str]:
