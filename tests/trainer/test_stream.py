@@ -21,6 +21,7 @@ from uvtrain.data.base import ClientData, DatasetError, FederatedDataset  # noqa
 from uvtrain.data.registry import build_dataset, load_dataset  # noqa: E402
 from uvtrain.data.stream import read_stream_folder, write_stream_folder  # noqa: E402
 from uvtrain.engine import EngineConfig, HostSamples, Simulation  # noqa: E402
+from uvtrain.evaluation.scoring import JoinedRows  # noqa: E402
 
 SPEC = {"sample_rate": 800, "window_seconds": 1.0, "hop_seconds": 0.5, "min_seconds": 0.5}
 
@@ -211,3 +212,15 @@ def test_a_run_from_a_stream_folder_writes_the_same_checkpoint_and_scores(
     scores = [np.load(tmp_path / name / "scores.npz") for name in ("streamed", "memory")]
     assert scores[0].files == scores[1].files
     assert all(np.array_equal(scores[0][key], scores[1][key]) for key in scores[0].files)
+
+
+def test_joined_rows_read_any_slice_of_the_arrays_as_one() -> None:
+    rng = np.random.default_rng(0)
+    arrays = [rng.normal(size=(count, 3)) for count in (2, 0, 5, 1, 3)]
+    joined, whole = JoinedRows(arrays), np.concatenate(arrays)
+    assert len(joined) == len(whole) == 11
+    for start in range(12):
+        for stop in range(start, 13):
+            assert np.array_equal(joined[start:stop], whole[start:stop]), (start, stop)
+    with pytest.raises(ValueError, match="contiguous"):
+        joined[::2]
