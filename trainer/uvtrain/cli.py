@@ -282,6 +282,14 @@ def data_build(
         bool,
         typer.Option(help="VoxCeleb: keep training utterances whole (up to 6 s) for random crops."),
     ] = False,
+    storage: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="npz: one file, read into memory; stream: a folder, memory-mapped when a run "
+            "loads it (corpora larger than memory).",
+        ),
+    ] = "npz",
 ) -> None:
     """Build (generate or read) a dataset into the cache; the corpus options are uvtrain run's
     data protocol keys (a preset's: uvtrain run --preset NAME --dry-run)."""
@@ -295,7 +303,9 @@ def data_build(
     options: dict[str, Any] = {} if protocol is None else {"protocol": protocol}
     if random_crop:
         options["whole_seconds"] = RANDOM_CROP_SECONDS
-    path = build_dataset(name, root=root, speakers=speakers, seed=seed, progress=True, **options)
+    path = build_dataset(
+        name, root=root, speakers=speakers, seed=seed, progress=True, storage=storage, **options
+    )
     typer.echo(f"built {name}: {path}")
 
 

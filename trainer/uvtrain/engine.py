@@ -101,8 +101,39 @@ def loss_shared(algorithm: FedAvg, params: Tensors, shared: Tensors) -> Tensors:
     return {**shared, **{name: params[name] for name in algorithm.loss_reads_model}}
 
 
+class HostSamples:
+    """A client's samples left on the host, memory-mapped from a stream folder
+    (:mod:`uvtrain.data.stream`): only the rows a round draws are read from disk and moved to
+    ``device`` (:func:`take_rows`)."""
+
+    def __init__(self, rows: np.ndarray, device: torch.device) -> None:
+        self.rows, self.device = rows, device
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, picks: np.ndarray) -> Tensor:
+        """Rows ``picks`` (an index array of any shape) on the device."""
+        return torch.from_numpy(np.asarray(self.rows[picks])).to(self.device)
+
+
+def client_samples(samples: np.ndarray, device: torch.device) -> Tensor | HostSamples:
+    """Where a client's samples wait between rounds: memory-mapped ones (a stream folder) on the
+    host, read a round's batches at a time; the others on ``device``, whole."""
+    if isinstance(samples, np.memmap):
+        return HostSamples(samples, device)
+    return torch.as_tensor(samples).to(device)
+
+
+def take_rows(samples: Tensor | HostSamples, picks: np.ndarray) -> Tensor:
+    """Rows ``picks`` (an index array of any shape) of a client's samples, on their device."""
+    if isinstance(samples, HostSamples):
+        return samples.take(picks)
+    return samples[torch.as_tensor(picks, device=samples.device)]
+
+
 def draw_batches(
-    samples: Tensor,
+    samples: Tensor | HostSamples,
     steps: int,
     size: int,
     crop: int,
@@ -118,12 +149,12 @@ def draw_batches(
     picks = np.stack(
         [rng.choice(available, size=size, replace=available < size) for _ in range(steps)]
     )
-    index = torch.as_tensor(picks, device=samples.device)
-    return random_windows(samples[index], crop, rng, None if lengths is None else lengths[picks])
+    batches = take_rows(samples, picks)
+    return random_windows(batches, crop, rng, None if lengths is None else lengths[picks])
 
 
 def epoch_batches(
-    samples: Tensor,
+    samples: Tensor | HostSamples,
     epochs: int,
     size: int,
     crop: int,
@@ -140,9 +171,8 @@ def epoch_batches(
     batches = []
     for _ in range(epochs):
         permutation = rng.permutation(available)
-        order = torch.as_tensor(permutation, device=samples.device)
         for start in range(0, available, size):
-            picked = samples[order[start : start + size]]
+            picked = take_rows(samples, permutation[start : start + size])
             own = None if lengths is None else lengths[permutation[start : start + size]][None]
             batches.append(random_windows(picked[None], crop, rng, own)[0])
     return batches
@@ -306,6 +336,8 @@ class GlobalModel:
 
     #: the run's differential privacy (:class:`uvtrain.privacy.PrivacyPlan`), ``None``: off
     privacy: Any = None
+    #: whether training samples stay on disk between rounds (:class:`HostSamples`)
+    streams: bool = False
 
     # -- what the run's evaluation and report ask of every trainer -------------------------------
 
@@ -335,7 +367,9 @@ class Simulation(GlobalModel):
     backbone:
         The network that makes embeddings; the algorithm adds its head.
     client_data:
-        One array of training samples per client (all of one sample shape).
+        One array of training samples per client (all of one sample shape). Memory-mapped
+        arrays (a stream folder, :mod:`uvtrain.data.stream`) stay on the host and only each
+        round's drawn batches move to ``device``; the others move to ``device`` whole, once.
     config:
         The schedule.
     device:
@@ -367,7 +401,8 @@ class Simulation(GlobalModel):
         torch.manual_seed(config.seed)  # the model's initial weights
         self.model = algorithm.build_model(backbone, self.num_clients).to(self.device).eval()
         self.params, self.buffers = split_parameters(self.model)
-        self.data = [torch.as_tensor(samples).to(self.device) for samples in client_data]
+        self.data = [client_samples(samples, self.device) for samples in client_data]
+        self.streams = any(isinstance(samples, HostSamples) for samples in self.data)
         self.lengths = list(lengths) if lengths is not None else [None] * len(self.data)
         self.sizes = torch.tensor([len(samples) for samples in client_data], dtype=torch.float32)
         dim = self.embedding_dim = int(backbone.embedding_dim)

@@ -167,6 +167,7 @@ class Trainer(Protocol):
     def report_extra(self, dataset: FederatedDataset, folder: Path, seed: int) -> dict: ...
 
     privacy: Any  # the run's PrivacyPlan, None: off
+    streams: bool  # whether training samples stay on disk between rounds
 
 
 @dataclass(frozen=True)
@@ -364,6 +365,9 @@ def _train_rounds(
         initial=simulation.round,
         enabled=progress,
     )
+    note = storage_note(simulation, dataset)
+    if note:
+        bar.note(note)
     if simulation.round > 0:  # a checkpoint was loaded
         bar.note(f"{config.method.name}: resumed from round {simulation.round}")
     if simulation.privacy is not None:  # the whole plan, δ with ε, before the first round
@@ -391,6 +395,19 @@ def _train_rounds(
         "device": simulation.device.type,
     }
     evaluate(simulation, dataset, config, folder, throughput)
+
+
+def storage_note(simulation: Trainer, dataset: FederatedDataset) -> str | None:
+    """The line a run from a stream folder prints about where its training samples are kept
+    (``None`` for a dataset in memory: the usual case says nothing)."""
+    if simulation.streams:
+        return (
+            f"data: {dataset.name} streamed from disk (a memory-mapped stream folder: each "
+            "round's batches are read and moved to the device)"
+        )
+    if dataset.streamed:  # a cross-silo party's samples are joined: read into memory
+        return f"data: {dataset.name} read into memory from its stream folder"
+    return None
 
 
 def _figures(metrics: dict[str, Any], privacy: PrivacyPlan | None) -> dict[str, str]:

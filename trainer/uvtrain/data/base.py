@@ -74,6 +74,12 @@ class FederatedDataset:
         """The shape of one sample."""
         return tuple(self.clients[0].train.shape[1:])
 
+    @property
+    def streamed(self) -> bool:
+        """Whether the samples stay on disk, memory-mapped (a stream folder), rather than in
+        memory."""
+        return isinstance(self.clients[0].train, np.memmap)
+
     def save(self, path: str | Path) -> Path:
         """Write the dataset to one ``.npz`` file (atomically)."""
         import json
@@ -102,13 +108,19 @@ class FederatedDataset:
 
     @classmethod
     def load(cls, path: str | Path) -> FederatedDataset:
-        """Read a dataset written by :meth:`save`; :class:`DatasetError` naming the file when it
-        is not one (not a zip, truncated, corrupt, missing arrays, pickled objects: refused)."""
+        """Read a dataset written by :meth:`save` into memory, or open a stream folder
+        memory-mapped (a folder: :func:`uvtrain.data.stream.read_stream_folder`);
+        :class:`DatasetError` naming the file when it is not one (not a zip, truncated, corrupt,
+        missing arrays, pickled objects: refused)."""
         import json
         import zipfile
         import zlib
 
         path = Path(path)
+        if path.is_dir():
+            from .stream import read_stream_folder
+
+            return read_stream_folder(path)
         if not path.is_file():
             raise DatasetError(f"no dataset file at {path}")
         if not zipfile.is_zipfile(path):  # np.load would try it as a pickle next: never

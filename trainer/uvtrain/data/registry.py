@@ -341,9 +341,12 @@ def build_dataset(
     speakers: int | None = None,
     seed: int = 0,
     progress: bool = True,
+    storage: str = "npz",
     **options: Any,
 ) -> Path:
-    """Build a dataset and write it to its cache file (replacing any earlier one).
+    """Build a dataset and write it to its cache file (replacing any earlier one), or to its
+    stream folder (:mod:`uvtrain.data.stream`: memory-mapped when loaded, for corpora larger
+    than memory).
 
     Parameters
     ----------
@@ -358,6 +361,9 @@ def build_dataset(
         Seed of the dataset (generation, choices and splits).
     progress : bool, optional
         Show a progress bar.
+    storage : {"npz", "stream"}, optional
+        ``npz``: one file, read whole into memory when loaded; ``stream``: a folder beside it
+        (:func:`stream_folder_path`), memory-mapped when loaded.
     **options
         The builder's other keyword arguments (e.g. ``utterances``, ``clip_seconds``,
         ``max_identities``, ``height``).
@@ -365,15 +371,32 @@ def build_dataset(
     Returns
     -------
     Path
-        The ``.npz`` file written.
+        The ``.npz`` file or the stream folder written.
 
     Raises
     ------
     DatasetError
         Unknown name or option, missing root, or a dataset that cannot be built.
     """
+    if storage not in STORAGES:
+        raise DatasetError(f"--format {storage!r}: one of {', '.join(STORAGES)}")
     info, arguments, path = _resolve(name, root, speakers, seed, dict(options, progress=progress))
-    return info.builder(**arguments).save(path)
+    dataset = info.builder(**arguments)
+    if storage == "stream":
+        from .stream import write_stream_folder
+
+        return write_stream_folder(dataset, stream_folder_path(path))
+    return dataset.save(path)
+
+
+#: How a built dataset is stored: one ``.npz`` read into memory, or a memory-mapped stream folder.
+STORAGES = ("npz", "stream")
+
+
+def stream_folder_path(cache_file: Path) -> Path:
+    """The stream folder of the dataset cached at ``cache_file``: ``NAME-HASH.stream/`` beside
+    ``NAME-HASH.npz`` (the same parameters, so the same hash)."""
+    return cache_file.with_suffix(".stream")
 
 
 def _is_path(name_or_path: str | Path) -> bool:
@@ -382,7 +405,8 @@ def _is_path(name_or_path: str | Path) -> bool:
     text = str(name_or_path)
     if text in DATASETS:
         return False
-    return text.endswith(".npz") or "/" in text or "\\" in text or Path(text).is_file()
+    path = Path(text)
+    return text.endswith(".npz") or "/" in text or "\\" in text or path.is_file() or path.is_dir()
 
 
 def _part_under(part: str, root: str | Path | None) -> tuple[str, Path | None]:
@@ -403,7 +427,8 @@ def load_dataset(
     seed: int = 0,
     **options: Any,
 ) -> FederatedDataset:
-    """Load a dataset by name (building and caching it on first use) or from a ``.npz`` file;
+    """Load a dataset by name (its ``.npz``, else its stream folder, else building and caching its
+    ``.npz``), or from a ``.npz`` file or a stream folder (:mod:`uvtrain.data.stream`);
     several, comma-separated, are loaded as one (:func:`uvtrain.data.base.combine`: the FedFace
     paper's parties that each hold a different dataset).
 
@@ -438,6 +463,8 @@ def load_dataset(
         return FederatedDataset.load(name_or_path)
     speakers = options.pop("speakers", None)
     path = dataset_path(str(name_or_path), root=root, speakers=speakers, seed=seed, **options)
+    if not path.is_file() and stream_folder_path(path).is_dir():  # built with --format stream
+        return FederatedDataset.load(stream_folder_path(path))
     if not path.is_file():
         path = build_dataset(str(name_or_path), root=root, speakers=speakers, seed=seed, **options)
     return FederatedDataset.load(path)

@@ -36,10 +36,35 @@ CLASSIFICATION_DATASETS = frozenset({"cifar-100"})
 TRIAL_LIST_KEY = "trial_list"
 
 
-def _stack(dataset: FederatedDataset, split: str) -> tuple[np.ndarray, np.ndarray]:
+class JoinedRows:
+    """Several arrays' rows as one sequence, read a slice at a time: the model embeds every
+    client's samples batch by batch (:meth:`uvtrain.engine.GlobalModel.outputs`) without a copy
+    of them all in memory, and reads only each batch's rows of a memory-mapped stream folder."""
+
+    def __init__(self, arrays: list[np.ndarray]) -> None:
+        self.arrays = arrays
+        self.starts = np.concatenate([[0], np.cumsum([len(array) for array in arrays])])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        """Rows ``rows`` (a slice with step 1) of the arrays joined, as one array."""
+        start, stop, step = rows.indices(len(self))
+        if step != 1:
+            raise ValueError("JoinedRows reads contiguous slices only")
+        pieces = []
+        for array, first in zip(self.arrays, self.starts[:-1], strict=True):
+            low, high = max(start - first, 0), min(stop - first, len(array))
+            if low < high:
+                pieces.append(np.asarray(array[low:high]))
+        return np.concatenate(pieces) if pieces else self.arrays[0][:0]
+
+
+def _stack(dataset: FederatedDataset, split: str) -> tuple[JoinedRows, np.ndarray]:
     arrays = [getattr(client, split) for client in dataset.clients]
     labels = np.concatenate([np.full(len(a), i) for i, a in enumerate(arrays)])
-    return np.concatenate(arrays), labels
+    return JoinedRows(arrays), labels
 
 
 def score_splits(
@@ -58,9 +83,11 @@ def score_splits(
     # Unknown identities never train: every sample of theirs is a probe.
     unknown, unknown_labels = None, None
     if dataset.unknown:
-        pools = [np.concatenate([c.train, c.val, c.test]) for c in dataset.unknown]
-        unknown = np.concatenate(pools)
-        unknown_labels = np.concatenate([np.full(len(p), i) for i, p in enumerate(pools)])
+        pools = [[c.train, c.val, c.test] for c in dataset.unknown]
+        unknown = JoinedRows([split for pool in pools for split in pool])
+        unknown_labels = np.concatenate(
+            [np.full(sum(len(split) for split in pool), i) for i, pool in enumerate(pools)]
+        )
     unknown_outputs = simulation.outputs(unknown) if unknown is not None else None
 
     if algorithm.output_kind == "codeword":
