@@ -35,6 +35,12 @@ from uvtrain.privacy import plan_privacy
 DEPLOYMENT = {"cohort": 1000, "population": 1_000_000, "rounds": 800, "clip_norm": 1.0}
 #: FedUV's audit settings (docs/privacy.md §5's audit commands), one code length.
 CODE_LENGTH = 127
+#: The server's step: FedUV's server lr 5 over the deployment's cohort, so that each audited
+#: round moves the model by the deployment's noise ``5·N(0, (z·C)²)/1,000`` (and one user's
+#: update over 1,000), not by 1,000 times more: a cohort of one divided by its expected size 1
+#: would bury the model in noise within rounds, and its updates would no longer carry what a
+#: deployment's do. The attacker's signal-to-noise ratio does not depend on this scale.
+SERVER_LR = 5.0 / DEPLOYMENT["cohort"]
 #: Errors BCH(127, 64) corrects (d_min 21): what the audit's hard decoding forgives.
 CORRECTABLE = 10
 
@@ -116,7 +122,12 @@ def audit_once(
         "dp_noise_multiplier": noise,
         "clip_norm": None if noise is None else DEPLOYMENT["clip_norm"],
     }
-    config, settings = resolve(None, given)
+    out.mkdir(parents=True, exist_ok=True)
+    schedule = out / "deployment-step.toml"
+    schedule.write_text(f"server_lr = {SERVER_LR!r}\n")
+    config, settings = resolve(None, {**given, "config": schedule})
+    if config is None or config.schedule.server_lr != SERVER_LR:
+        raise SystemExit(f"the audit did not take the server's step {SERVER_LR}")
     started = time.perf_counter()
     results = run_audit(out, config=config, settings=settings, progress=False)
     last = results["disaggregation"][-1]
