@@ -17,18 +17,18 @@ row is the deployment's, whose user takes part in q·R = 0.001 × 800 = 0.8 roun
         [--epsilons 8,4,2] [--participations 1,2,5,10] [--reach 30] [--out DIR] [--figure PNG]
 
 Writes ``OUT/deployment-audit.md`` (the table), ``OUT/deployment-audit.json`` and the figure
-(recovery against n, one line per ε); each audit's own folder is ``OUT/audits/``.
+(recovery against n, one line per ε); each audit's own folder is ``OUT/audits/``, and an audit
+whose folder holds its ``audit.json`` is read back, not run again.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import time
 from pathlib import Path
 from typing import Any
 
-from uvtrain.io import save_figure, write_json
+from uvtrain.io import read_json, save_figure, write_json
 from uvtrain.privacy import plan_privacy
 
 #: The deployment whose noise is audited (docs/privacy.md, "Simulated deployment scale").
@@ -104,7 +104,7 @@ def audit_once(
 ) -> dict[str, Any]:
     """One ``uvtrain audit --participations n`` (central DP with multiplier ``noise``; ``None``:
     no DP); the least squares after the last round and the trained model's plain-update bits."""
-    from uvtrain.audit import resolve, run_audit
+    from uvtrain.audit import AUDIT_JSON, resolve, run_audit
 
     given: dict[str, Any] = {
         "method": "feduv",
@@ -122,14 +122,16 @@ def audit_once(
         "dp_noise_multiplier": noise,
         "clip_norm": None if noise is None else DEPLOYMENT["clip_norm"],
     }
-    out.mkdir(parents=True, exist_ok=True)
-    schedule = out / "deployment-step.toml"
-    schedule.write_text(f"server_lr = {SERVER_LR!r}\n")
-    config, settings = resolve(None, {**given, "config": schedule})
-    if config is None or config.schedule.server_lr != SERVER_LR:
-        raise SystemExit(f"the audit did not take the server's step {SERVER_LR}")
-    started = time.perf_counter()
-    results = run_audit(out, config=config, settings=settings, progress=False)
+    if (out / AUDIT_JSON).is_file():  # audited before: read back, not rerun
+        results = read_json(out / AUDIT_JSON)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        schedule = out / "deployment-step.toml"
+        schedule.write_text(f"server_lr = {SERVER_LR!r}\n")
+        config, settings = resolve(None, {**given, "config": schedule})
+        if config is None or config.schedule.server_lr != SERVER_LR:
+            raise SystemExit(f"the audit did not take the server's step {SERVER_LR}")
+        results = run_audit(out, config=config, settings=settings, progress=False)
     last = results["disaggregation"][-1]
     trained = results["bit_recovery"][str(CODE_LENGTH)]["trained"]
     return {
@@ -141,7 +143,7 @@ def audit_once(
         "whole_decoded": last["whole_decoded"],
         "noise_on_sum": None if last["dp"] is None else last["dp"]["noise_multiplier"],
         "trained_plain_bits": trained["plain"][trained["attack"]]["mean"],
-        "seconds": time.perf_counter() - started,
+        "seconds": results["seconds"]["total"],
     }
 
 
