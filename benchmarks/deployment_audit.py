@@ -230,7 +230,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     axes.set_ylim(-2, 102)
     axes.set_title("FedUV codewords at a deployment's noise z (1,000 of 10⁶, 800 rounds)")
     axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=6)
+    axes.legend(fontsize=6, loc="center right")
     return save_figure(figure, path)
 
 
