@@ -411,9 +411,44 @@ def test_audit_with_dp_writes_a_disaggregation_entry_per_setting(
 
 
 @pytest.mark.parametrize(
+    ("flags", "recovered"),
+    [(("--dp", "off"), True), (("--dp", "central", "--dp-noise-multiplier", "1000"), False)],
+)
+def test_audit_participations_one_client_a_round_each_exactly_n_times(
+    data_env: Path, tmp_path: Path, flags: tuple, recovered: bool
+) -> None:
+    out = tmp_path / "audit"
+    result = uvtrain("audit", "--method", "feduv", "--dataset", "formant-voices", "--small",
+                     "--no-inversion", "--methods", "none", "--cohorts", "none", "--clients", "4",
+                     "--participations", "1", *flags, "--out", out)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "audit.json").read_text())
+    assert report["setup"]["rounds"] == 4 and report["settings"]["participations"] == 1
+    last = report["disaggregation"][-1]
+    assert (last["rounds"], last["cohort"], last["clients_seen"]) == (4, 1, 1.0)
+    if recovered:  # no noise, nobody else in a round: each update is its client's codeword
+        assert last["bits"] == 1.0 and last["whole_raw"] == 1.0
+    else:  # noise of std 1000·C on the sum of one update of norm ≤ C: chance
+        assert abs(last["bits"] - 0.5) < 0.11 and last["whole_raw"] == 0.0  # 5 σ of 4 × 127
+        assert "not this schedule's" in result.output
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ("audit", "MISSING-RUN-FOLDER"),
+        ("audit", "--method", "feduv", "--dataset", "formant-voices", "--participations", "0"),
+        (
+            "audit",
+            "--method",
+            "feduv",
+            "--dataset",
+            "formant-voices",
+            "--participations",
+            "2",
+            "--rounds",
+            "10",
+        ),  # fmt: skip
         ("audit", "--method", "feduv", "--dataset", "formant-voices", "--cohorts", "2,x"),
         ("audit", "--method", "feduv", "--dataset", "formant-voices", "--methods", "nope"),
         ("audit", "--method", "nope", "--dataset", "formant-voices", "--out", "x"),

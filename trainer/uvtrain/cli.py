@@ -487,6 +487,13 @@ def audit(
     code_lengths: Annotated[
         str | None, typer.Option(help="Fresh FedUV: code lengths (default: 127,255,511).")
     ] = None,
+    participations: Annotated[
+        int | None,
+        typer.Option(
+            help="Fresh FedUV: secure runs of one client a round, each client in exactly N "
+            "rounds (sets --rounds to N × clients)."
+        ),
+    ] = None,
     cohorts: Annotated[
         str | None, typer.Option(help="SecAgg+ cohort sizes for the bits (default: 2,5,10,50).")
     ] = None,

@@ -669,25 +669,28 @@ class Simulation(GlobalModel):
             and self.aggregator.fusable()
         )
 
-    def plan(self, round_number: int) -> RoundPlan:
-        """Round ``round_number``'s clients and learning rate."""
-        return RoundPlan(
-            round_number,
-            self.clients_of_round(round_number),
-            self.config.learning_rate(round_number),
-        )
+    def plan(self, round_number: int, clients: np.ndarray | None = None) -> RoundPlan:
+        """Round ``round_number``'s clients (sampled, or ``clients`` when the caller fixes the
+        cohort) and learning rate."""
+        if clients is None:
+            clients = self.clients_of_round(round_number)
+        return RoundPlan(round_number, np.asarray(clients), self.config.learning_rate(round_number))
 
     def step(self) -> dict[str, Any]:
         """Run the next round (:func:`uvtrain.rounds.run_round`); return its metrics."""
         return self.next_round().metrics
 
     def next_round(
-        self, aggregator: Aggregator | None = None, path: str | None = None
+        self,
+        aggregator: Aggregator | None = None,
+        path: str | None = None,
+        clients: np.ndarray | None = None,
     ) -> RoundResult:
         """Run the next round and keep its result: with the simulation's own aggregator and
         postprocessing, or with ``aggregator`` (the audit's SecAgg+); by the usual local-update
-        path, or by ``path`` (``"loop"``: each client's update as it would send it alone)."""
-        plan = self.plan(self.round + 1)
+        path, or by ``path`` (``"loop"``: each client's update as it would send it alone); with
+        the sampled cohort, or ``clients`` (the audit's fixed schedule, ``--participations``)."""
+        plan = self.plan(self.round + 1, clients)
         if len(plan.clients) == 0:  # a Poisson-sampled cohort (DP) may be empty
             result = self._empty_round(plan, aggregator or self.aggregator)
             self.params, self.round = result.params, plan.number

@@ -414,6 +414,13 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
                 f"feduv c={length} {state} (round {data['round']}{trained_with}): plain update "
                 f"{_percent(data['plain'][attack]['mean'])} of bits [{attack}]; SecAgg+ {cohorts}"
             )
+    participations = results["settings"].get("participations")
+    if participations is not None and results.get("disaggregation"):
+        lines.append(
+            f"secure runs of one client a round, each client in exactly {participations} "
+            "(--participations): their noise is z's; their ε is the accountant's for Poisson "
+            "sampling at q = 1/K, not this schedule's"
+        )
     for (length, _), run in _runs(results.get("disaggregation") or []).items():
         last = run[-1]
         decoded = ""

@@ -5,6 +5,7 @@ setup built, measured, trained and measured again; each attack where the method 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +32,7 @@ from .inversion import inversion_audit
 from .leakage import leakage_audit, leakage_entry
 from .report import dp_label, write_results
 from .settings import PUBLIC_SAMPLES, AuditSettings
-from .training import secure_aggregator, secure_round, train_rounds
+from .training import one_client_each_round, secure_aggregator, secure_round, train_rounds
 
 
 def _rng(seed: int, part: int) -> np.random.Generator:
@@ -48,15 +49,18 @@ def _observed_secure_rounds(
     aggregator: Aggregator,
     public: Tensor | None,
     record: dict[str, list[np.ndarray]],
+    cohort_of: Callable[[int], np.ndarray] | None = None,
 ) -> Callable[[], float]:
-    """A ``step`` for :func:`train_rounds`: a :func:`secure_round` whose membership and
-    observation ``ΔW ḡ`` the server records (``ΔW`` the unmasked mean update of the codeword
-    matrix the server released, ``ḡ`` over the ``public`` samples under the global model before the round)."""
+    """A ``step`` for :func:`train_rounds`: a :func:`secure_round` (of the sampled cohort, or
+    of ``cohort_of(round)``) whose membership and observation ``ΔW ḡ`` the server records
+    (``ΔW`` the unmasked mean update of the codeword matrix the server released, ``ḡ`` over the
+    ``public`` samples under the global model before the round)."""
 
     def step() -> float:
         hidden = mean_hidden(simulation, public) if public is not None else None
         before = simulation.params.get(CODEWORD_WEIGHT)
-        result = secure_round(simulation, aggregator)
+        clients = None if cohort_of is None else cohort_of(simulation.round + 1)
+        result = secure_round(simulation, aggregator, clients)
         if hidden is not None and before is not None:
             row = np.zeros(simulation.num_clients)
             row[result.updates.clients.cpu().numpy()] = 1.0
@@ -115,11 +119,15 @@ def codeword_runs(
             )
         record: dict[str, list[np.ndarray]] = {"membership": [], "observations": []}
         aggregator = secure_aggregator(simulation, settings.secagg, _rng(settings.seed, 2))
-        step = _observed_secure_rounds(simulation, aggregator, public, record)
+        cohort_of = None
+        if settings.participations is not None:
+            cohort_of = functools.partial(one_client_each_round, clients=simulation.num_clients)
+        step = _observed_secure_rounds(simulation, aggregator, public, record, cohort_of)
         length = code_length(simulation)
         label = dp_label(_dp_report(simulation))
         description = f"{simulation.algorithm.name} c={length} (SecAgg+, {label})"
-        train_rounds(simulation, config.schedule.rounds, progress, description, step)
+        rounds = config.schedule.rounds
+        train_rounds(simulation, rounds, progress, description, step, cohort_of)
         entries += disaggregation_entries(simulation, record, settings)
         if index == 0 and simulation.round > 0:
             recovery = bit_recovery(
@@ -283,8 +291,12 @@ def _audit_fresh(
     """A fresh setup: built, measured at round 0, trained ``config.schedule.rounds`` rounds, measured."""
     from ..run import load_data, make_simulation, privacy_plan
 
-    results.update(mode="fresh", setup=config.to_dict())
     dataset = load_data(config)
+    if settings.participations is not None:  # one client a round, each in exactly n rounds
+        clients = len(dataset.clients)
+        config = config.replace(rounds=settings.participations * clients, fraction=1 / clients)
+        results["settings"]["participations"] = settings.participations
+    results.update(mode="fresh", setup=config.to_dict())
     algorithm = config.method
     audits = algorithm.audits
     seconds: dict[str, float] = {}

@@ -169,7 +169,12 @@ class AuditSettings:
     ``inversion`` (``None``: none); ``skip_large_cohorts``: leave out cohorts larger than the
     clients (defaults) instead of refusing them (sizes given explicitly); ``privacy``: the
     differential privacy of the secure runs whose aggregates are disaggregated, one run per
-    setting and code length (fresh audits; :func:`privacy_settings`)."""
+    setting and code length (fresh audits; :func:`privacy_settings`); ``participations``
+    (fresh audits; ``None``: the sampled cohorts): the secure runs' schedule is one client a
+    round, in order, each client in exactly that many rounds (``n × K`` rounds of ``K``
+    clients; :func:`~uvtrain.audit.training.one_client_each_round`) — the most exposed a user
+    of a DP deployment can be at ``n`` participations: no other member's update in its rounds,
+    and a membership matrix the least squares can invert."""
 
     cohorts: tuple[int, ...] = (2, 5, 10, 50)
     cohort_draws: int = 20
@@ -181,8 +186,11 @@ class AuditSettings:
     seed: int = 0
     skip_large_cohorts: bool = False
     privacy: tuple[Privacy, ...] = (Privacy("distributed", dp_epsilon=SECURE_DEFAULT_EPSILON),)
+    participations: int | None = None
 
     def __post_init__(self) -> None:
+        if self.participations is not None and self.participations < 1:
+            raise ConfigError(f"--participations must be at least 1, not {self.participations}")
         if not self.privacy:
             raise ConfigError("the audit needs at least one privacy setting (--dp off: none)")
         if self.cohort_draws < 1:
@@ -239,6 +247,7 @@ SETUP_OPTIONS = (
     "lr",
     "lr_decay",
     "code_lengths",
+    "participations",
     "methods",
     "inversion_dataset",
     "config",
@@ -270,6 +279,11 @@ def resolve(
             raise ConfigError(f"run folder not found: {run_dir}")
     elif "method" not in explicit or "dataset" not in explicit:
         raise ConfigError("give a run folder, or --method and --dataset for a fresh setup")
+    elif "participations" in explicit and ("rounds" in explicit or "fraction" in explicit):
+        raise ConfigError(
+            "--participations N sets the rounds (N × the clients) and the cohort (one client "
+            "a round): drop --rounds and --fraction"
+        )
     options = {**DEFAULTS, **(SMALL_PRESET if small else {}), **explicit}
     inversion = None
     if options["inversion"]:
@@ -291,6 +305,7 @@ def resolve(
         secagg=SecAggModel(max_weight=options["max_weight"], inputs=options["secagg_inputs"]),
         seed=options["seed"],
         skip_large_cohorts="cohorts" not in explicit,
+        participations=options.get("participations"),
     )
     if run_dir is not None:
         return None, settings

@@ -63,13 +63,21 @@ def secure_aggregator(
     return PrivateSum(simulation.mechanism, SecAggPlus(model, rng))
 
 
-def secure_round(simulation: Simulation, aggregator: Aggregator) -> RoundResult:
+def secure_round(
+    simulation: Simulation, aggregator: Aggregator, clients: np.ndarray | None = None
+) -> RoundResult:
     """The simulation's next round (:meth:`Simulation.next_round`, i.e.
     :func:`uvtrain.rounds.run_round`) with the SecAgg+ ``aggregator``, each client trained by the
     per-client loop path — its update the one it would send alone, as the audit's numbers have
-    always been measured; the simulation keeps the result (what the server released is
-    ``result.params``)."""
-    return simulation.next_round(aggregator, path="loop")
+    always been measured; the simulation's sampled cohort, or ``clients``. The simulation keeps
+    the result (what the server released is ``result.params``)."""
+    return simulation.next_round(aggregator, path="loop", clients=clients)
+
+
+def one_client_each_round(round_number: int, clients: int) -> np.ndarray:
+    """The audit's fixed schedule (``--participations``): round ``r`` (from 1) has the one
+    client ``(r − 1) mod K`` of ``K`` ``clients``, so ``n × K`` rounds give each exactly ``n``."""
+    return np.array([(round_number - 1) % clients])
 
 
 def train_rounds(
@@ -78,16 +86,18 @@ def train_rounds(
     progress: bool,
     description: str,
     step: Callable[[], float] | None = None,
+    cohort_of: Callable[[int], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, float | None]:
     """Train ``rounds`` rounds (``simulation.step`` unless ``step`` is given, which returns the
-    round's loss); returns how many times each client took part and the last loss."""
+    round's loss; ``cohort_of(round)`` its clients, default the simulation's sampling); returns
+    how many times each client took part and the last loss."""
     from ..progress import Progress
 
     taken = np.zeros(simulation.num_clients, dtype=np.int64)
     loss = None
     with Progress(description, rounds, unit="round", enabled=progress, transient=True) as bar:
         for _ in range(rounds):
-            taken[simulation.clients_of_round(simulation.round + 1)] += 1
+            taken[(cohort_of or simulation.clients_of_round)(simulation.round + 1)] += 1
             loss = step() if step is not None else float(simulation.step()["loss"])
             bar.update(1, {"loss": f"{loss:.4f}"})
     return taken, loss
