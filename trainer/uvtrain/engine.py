@@ -321,10 +321,13 @@ class GlobalModel:
 
     @torch.no_grad()
     def outputs(
-        self, samples: np.ndarray | Tensor, batch_size: int = 256, params: Tensors | None = None
+        self, samples: Sequence[Any], batch_size: int = 256, params: Tensors | None = None
     ) -> np.ndarray:
         """Model outputs for many samples, in batches, under the global parameters or under
-        ``params`` (FedFace's candidate aggregates)."""
+        ``params`` (FedFace's candidate aggregates). ``samples`` is anything with a length
+        whose slices are arrays: an array, a tensor, a memory map, or
+        :class:`uvtrain.evaluation.scoring.JoinedRows` (every client's rows, read a batch at a
+        time)."""
         params = self.params if params is None else params
         pieces = []
         for start in range(0, len(samples), batch_size):
