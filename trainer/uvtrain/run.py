@@ -100,6 +100,8 @@ def build_run_backbone(
     from .pretrained import WEIGHTS, fetch
 
     known = WEIGHTS.get(config.model.pretrained or "")
+    if known and known.backbone not in BACKBONES:
+        raise ConfigError(f"--pretrained {known.name}: {known.description}")
     name = config.model.backbone or (known.backbone if known else default_backbone(modality, spec))
     options = {}
     if not config.model.pretrained and name in BACKBONES:
