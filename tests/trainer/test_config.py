@@ -156,6 +156,7 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
     del old["train_pretrained"]  # and the pretrained start's
     del old["random_crop"]  # and FedHide's random crops of whole utterances
     del old["augment"]  # and its image augmentation
+    del old["detect_faces"]  # and its face detection (VGGFace2)
     assert len(old) == 47
     config = RunConfig.from_flat(old, other_methods="ignore")
     assert config.method == FedUV(code_length=255) and config.schedule.rounds == 5

@@ -480,8 +480,8 @@ def test_fedhide_cifar100_augments_training_batches_only() -> None:
 
 
 def test_vggface2_cuts_each_image_to_its_official_loose_box(tmp_path: Path) -> None:
-    """Sec. 4.1: "we first detect faces" (FaceNet): no detector here, VGGFace2's own loose boxes
-    (``bb_landmark/loose_bb_*.csv``) instead. Each 48x48 image is grey with a 16x24 "face" of
+    """Without ``detect_faces`` (MTCNN: tests/trainer/test_mtcnn.py), VGGFace2's own loose boxes
+    (``bb_landmark/loose_bb_*.csv``) cut the faces. Each 48x48 image is grey with a 16x24 "face" of
     its own colour: cut to the box, the 8x8 sample is the face's colour; without the files the
     image is resized whole (grey at the corners)."""
     from uvtrain.data.corpora import vggface2

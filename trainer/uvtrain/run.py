@@ -48,6 +48,8 @@ def load_data(config: RunConfig) -> FederatedDataset:
     options: dict[str, Any] = {} if protocol is None else {"protocol": protocol}
     if config.data.random_crop:
         options["whole_seconds"] = RANDOM_CROP_SECONDS
+    if config.data.detect_faces:
+        options["detect_faces"] = True
     dataset = load_dataset(config.data.dataset, root=config.data.root, seed=config.seed, **options)
     if config.data.clients is not None:
         if config.data.clients > len(dataset.clients):
@@ -100,6 +102,8 @@ def build_run_backbone(
     from .pretrained import WEIGHTS, fetch
 
     known = WEIGHTS.get(config.model.pretrained or "")
+    if known and known.backbone not in BACKBONES:
+        raise ConfigError(f"--pretrained {known.name}: {known.description}")
     name = config.model.backbone or (known.backbone if known else default_backbone(modality, spec))
     options = {}
     if not config.model.pretrained and name in BACKBONES:

@@ -596,11 +596,14 @@ def _images(
     progress: bool,
     protocol: DataProtocol | None,
     boxes: dict[str, tuple[int, int, int, int]] | None = None,
+    detector: FaceCropper | None = None,
 ) -> FederatedDataset:
     spec = {"height": height, "width": width, "channels": channels}
 
     def decode(path: Path) -> np.ndarray:
         box = None if boxes is None else boxes.get(f"{path.parent.name}/{path.stem}")
+        if detector is not None:
+            box = detector.box(path) or box
         return load_image(path, height, width, channels, box)
 
     if protocol is not None:
@@ -721,6 +724,62 @@ def celeba(
 VGGFACE2_BOXES = "ROOT/bb_landmark/loose_bb_{train,test}.csv (NAME_ID,X,Y,W,H)"
 
 
+class FaceCropper:
+    """The face box of each image by MTCNN (:mod:`uvtrain.models.mtcnn`, facenet-pytorch's
+    detector, as the FedHide paper uses it, Sec. 4.1): the most probable face, cropped as
+    facenet-pytorch's ``extract_face`` does with its default margin (0); counts what it found.
+
+    Raises
+    ------
+    PretrainedError
+        When the weights are not fetched (``uvtrain pretrained fetch mtcnn``).
+    """
+
+    def __init__(self) -> None:
+        from ..models.mtcnn import load_mtcnn
+
+        self.model = load_mtcnn()
+        self.detected = 0
+        self.fell_back = 0
+
+    def box(self, path: Path) -> tuple[int, int, int, int] | None:
+        """``(left, top, width, height)`` of the most probable face; ``None`` when none is
+        found (or the file does not decode: the caller's decode then says why)."""
+        from ..models.mtcnn import detect_faces, face_crop_box
+
+        try:
+            pixels = _upright_rgb(path)
+        except MediaError:
+            return None
+        found, _ = detect_faces(self.model, pixels)
+        if not len(found):
+            self.fell_back += 1
+            return None
+        self.detected += 1
+        left, top, right, bottom = face_crop_box(found[0], pixels.shape[1], pixels.shape[0])
+        return left, top, right - left, bottom - top
+
+    def counts(self) -> dict[str, Any]:
+        """What :attr:`FederatedDataset.extra` records: the detector and its counts."""
+        return {
+            "detector": "mtcnn (facenet-pytorch 2.6.0 weights)",
+            "detected": self.detected,
+            "fell_back": self.fell_back,
+        }
+
+
+def _upright_rgb(path: Path) -> np.ndarray:
+    """The image's RGB pixels at its own size, upright (EXIF), as :func:`load_image` decodes."""
+    from PIL import Image, ImageOps
+
+    try:
+        with Image.open(path) as image:
+            width, height = ImageOps.exif_transpose(image).size
+    except Exception:  # load_image raises the MediaError that says why
+        width = height = 1
+    return load_image(path, height, width, 3)
+
+
 def vggface2_boxes(root: Path) -> dict[str, tuple[int, int, int, int]] | None:
     """VGGFace2's official loose face boxes, ``"n000002/0001_01"`` → ``(x, y, w, h)`` in the
     image's pixels, from ``root/bb_landmark/loose_bb_train.csv`` and ``loose_bb_test.csv``
@@ -774,19 +833,24 @@ def vggface2(
     seed: int = 0,
     progress: bool = True,
     protocol: DataProtocol | None = None,
+    detect_faces: bool = False,
 ) -> FederatedDataset:
     """Load a local VGGFace2 copy: ``root/train/`` and ``root/test/`` identity folders of JPEGs.
 
     The two parts hold disjoint identities; both are read when present (``official_split``: the
-    ``test/`` identities are the unknown ones). Faces: the FedHide paper detects them with a
-    pretrained FaceNet (MTCNN) before resizing (Sec. 4.1); no such detector runs here. When the
-    copy holds VGGFace2's official loose boxes (``bb_landmark/loose_bb_train.csv`` and
-    ``loose_bb_test.csv``: :func:`vggface2_boxes`), each image is cut to its face's box first;
-    otherwise (or for an image the files do not list) the whole image is used, which suits
-    pre-cropped faces. ``extra["face_boxes"]`` says which. Parameters as for :func:`celeba`.
+    ``test/`` identities are the unknown ones). Faces: with ``detect_faces``, as the FedHide
+    paper does (Sec. 4.1: "we first detect faces using a pretrained FaceNet"), each image is
+    cut to the most probable face MTCNN finds (:class:`FaceCropper`; its weights:
+    ``uvtrain pretrained fetch mtcnn``) before the resize; ``extra["face_detection"]`` counts
+    the images where it found one and those that fell back. Without a detection (or without
+    ``detect_faces``), an image is cut to VGGFace2's official loose box when the copy holds
+    them (``bb_landmark/loose_bb_train.csv`` and ``loose_bb_test.csv``: :func:`vggface2_boxes`),
+    else used whole, which suits pre-cropped faces; ``extra["face_boxes"]`` says which.
+    Parameters as for :func:`celeba`.
     """
     root = Path(root).expanduser()
     boxes = vggface2_boxes(root)
+    detector = FaceCropper() if detect_faces else None
     dataset = _images(
         "vggface2",
         root,
@@ -803,8 +867,11 @@ def vggface2(
         progress=progress,
         protocol=protocol,
         boxes=boxes,
+        detector=detector,
     )
     dataset.extra["face_boxes"] = "bb_landmark/loose_bb" if boxes is not None else "none"
+    if detector is not None:
+        dataset.extra["face_detection"] = detector.counts()
     return dataset
 
 
