@@ -87,15 +87,7 @@ class FederatedDataset:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, np.ndarray] = {}
-        meta = {
-            "name": self.name,
-            "modality": self.modality,
-            "spec": self.spec,
-            "licence": self.licence,
-            "extra": self.extra,
-            "clients": [c.identity for c in self.clients],
-            "unknown": [c.identity for c in self.unknown],
-        }
+        meta = self.meta()
         for group, members in (("clients", self.clients), ("unknown", self.unknown)):
             for index, client in enumerate(members):
                 for split in ("train", "val", "test"):
@@ -105,6 +97,33 @@ class FederatedDataset:
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         atomic_write(path, lambda file: np.savez(file, **arrays))
         return path
+
+    def meta(self) -> dict[str, Any]:
+        """Everything but the arrays, as a saved dataset (``.npz`` or stream folder) holds it."""
+        return {
+            "name": self.name,
+            "modality": self.modality,
+            "spec": self.spec,
+            "licence": self.licence,
+            "extra": self.extra,
+            "clients": [client.identity for client in self.clients],
+            "unknown": [client.identity for client in self.unknown],
+        }
+
+    @classmethod
+    def from_meta(
+        cls, meta: dict[str, Any], clients: list[ClientData], unknown: list[ClientData]
+    ) -> FederatedDataset:
+        """The dataset of a saved :meth:`meta` and its identities' arrays."""
+        return cls(
+            meta["name"],
+            meta["modality"],
+            meta["spec"],
+            clients,
+            unknown,
+            meta.get("licence", "unknown"),
+            meta.get("extra", {}),
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> FederatedDataset:
@@ -161,15 +180,7 @@ class FederatedDataset:
             elif reason.startswith("EOF"):
                 reason = f"truncated or corrupt: {reason}"
             raise DatasetError(f"{path}: not a readable dataset ({reason})") from None
-        return cls(
-            meta["name"],
-            meta["modality"],
-            meta["spec"],
-            groups["clients"],
-            groups["unknown"],
-            meta.get("licence", "unknown"),
-            meta.get("extra", {}),
-        )
+        return cls.from_meta(meta, groups["clients"], groups["unknown"])
 
 
 def _lengths(data: Any, key: str) -> np.ndarray | None:

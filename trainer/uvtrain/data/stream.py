@@ -70,7 +70,7 @@ def write_stream_folder(dataset: FederatedDataset, folder: str | Path) -> Path:
         }
         index = {
             "format": STREAM_FORMAT,
-            "meta": _meta(dataset),
+            "meta": dataset.meta(),
             "dtype": dtype.str,
             "sample_shape": list(shape),
             "groups": groups,
@@ -83,19 +83,6 @@ def write_stream_folder(dataset: FederatedDataset, folder: str | Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return folder
-
-
-def _meta(dataset: FederatedDataset) -> dict[str, Any]:
-    """What the ``.npz``'s ``meta`` array holds: everything but the arrays."""
-    return {
-        "name": dataset.name,
-        "modality": dataset.modality,
-        "spec": dataset.spec,
-        "licence": dataset.licence,
-        "extra": dataset.extra,
-        "clients": [client.identity for client in dataset.clients],
-        "unknown": [client.identity for client in dataset.unknown],
-    }
 
 
 def _sample_layout(dataset: FederatedDataset) -> tuple[np.dtype, tuple[int, ...]]:
@@ -164,15 +151,7 @@ def read_stream_folder(folder: str | Path) -> FederatedDataset:
             group: _read_group(folder, group, meta[group], index["groups"][group], dtype, shape)
             for group in GROUPS
         }
-        return FederatedDataset(
-            meta["name"],
-            meta["modality"],
-            meta["spec"],
-            groups["clients"],
-            groups["unknown"],
-            meta.get("licence", "unknown"),
-            meta.get("extra", {}),
-        )
+        return FederatedDataset.from_meta(meta, groups["clients"], groups["unknown"])
     except KeyError as error:
         raise DatasetError(f"{folder}: not a stream folder ({INDEX} has no {error})") from None
     except (TypeError, ValueError) as error:
