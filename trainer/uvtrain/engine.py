@@ -435,6 +435,8 @@ class Simulation(GlobalModel):
             self.mechanism = UserLevelDP.from_plan(privacy, seeded_noise(config.seed))
             self.postprocess = [PrivateUsers(self.mechanism)]
             self.aggregator = PrivateSum(self.mechanism)
+        #: whether vmap can train this model here (cuDNN's LSTM cannot): decided once
+        self._vmap_runs = vmap_runs(self.model, self.device)
         self._local_vmapped = vmap(
             grad_and_value(self._client_loss, argnums=(0, 1)), in_dims=(0, 0, 0, 0, None)
         )
@@ -784,7 +786,7 @@ class Simulation(GlobalModel):
             # DP rounds need every client's own update: on a CPU the loop gives it faster than
             # vmap, whose per-client convolutions become grouped ones (benchmarks/simulate.py)
             vectorised = False
-        if path is None and not vmap_runs(self.model, self.device):
+        if path is None and not self._vmap_runs:
             vectorised = False
         if batched:
             assert fused is not None and isinstance(batches, Tensor)
