@@ -105,7 +105,7 @@ def _break(folder: Path, kind: str) -> None:
 MALFORMED = {
     "no-index": "not a stream folder (no index.json in it)",
     "not-json": "not a readable index",
-    "other-format": "format 'uvtrain-stream-0', not 'uvtrain-stream-1'",
+    "other-format": "format 'uvtrain-stream-0', not 'uvtrain-stream-2'",
     "no-meta": "not a stream folder (index.json has no 'meta')",
     "missing-array": "not a complete stream folder (no clients-val.npy)",
     "offsets": "the index's clients train offsets are malformed",
