@@ -59,7 +59,7 @@ SLOWEST_FILES = (
     "tests/export/test_uvexport.py",  # 5 min
     "tests/trainer/test_privacy.py",  # 4 min
     "tests/trainer/test_engine.py",  # 3 min
-    "tests/sdk/test_codeword.py",  # 2.5 min: galois compiles the three codes
+    "tests/sdk/test_codeword.py",  # galois compiles BCH(127, 64)
     "tests/trainer/test_comparisons.py",
 )
 
