@@ -1,5 +1,5 @@
-"""The embeddings cache of ``uvexport calibrate --cache`` and the leave-one-source-out benchmark
-that reads it (benchmarks/far_generalisation.py)."""
+"""The embeddings cache of ``uvexport calibrate --cache`` and the leave-one-source-out benchmarks
+that read it (benchmarks/far_generalisation.py, benchmarks/far_rules.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,25 @@ from uvexport.calibrate import embed_conditions, people_folders
 from uvsdk import Bundle
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "far_generalisation.py"
+RULES = BENCHMARK.with_name("far_rules.py")
+
+
+def three_sources(people_dir: Path, speakers: Path) -> set[str]:
+    """The test people copied under ``speakers`` as three sources of 6-7 speakers each, named
+    ``<source>-<speaker>``; returns the folder names."""
+    for number, person in enumerate(sorted(p for p in people_dir.iterdir() if p.is_dir())):
+        shutil.copytree(person, speakers / f"{'abc'[number % 3]}-{person.name}")
+    return {p.name for p in speakers.iterdir()}
+
+
+def run_benchmark(script: Path, speakers: Path, out: Path, bundle: Path, cache: Path) -> str:
+    """Runs a leave-one-source-out benchmark at FAR 0.05 in two conditions; its stdout."""
+    command = [sys.executable, str(script), "--speakers", str(speakers), "--out", str(out)]
+    command += ["--bundle", str(bundle), "--conditions", "clean,telephone-gsm"]
+    command += ["--far", "0.05", "--cache", str(cache)]
+    result = run_until_stalled(command, stall_seconds=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
 
 
 def test_the_embeddings_cache_is_read_back_and_keyed_by_what_made_it(
@@ -52,19 +71,11 @@ def test_the_embeddings_cache_is_read_back_and_keyed_by_what_made_it(
 def test_the_benchmark_never_tests_on_what_it_calibrated_on(
     spectral_bundle: Path, people_dir: Path, tmp_path: Path
 ) -> None:
-    speakers = tmp_path / "speakers"
-    for number, person in enumerate(sorted(p for p in people_dir.iterdir() if p.is_dir())):
-        source = "abc"[number % 3]  # three sources of 6-7 speakers, named <source>-<speaker>
-        shutil.copytree(person, speakers / f"{source}-{person.name}")
-    out = tmp_path / "eval"
-    command = [sys.executable, str(BENCHMARK), "--speakers", str(speakers), "--out", str(out)]
-    command += ["--bundle", str(spectral_bundle), "--conditions", "clean,telephone-gsm"]
-    command += ["--far", "0.05", "--cache", str(tmp_path / "emb.npz")]
-    result = run_until_stalled(command, stall_seconds=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+    speakers, out = tmp_path / "speakers", tmp_path / "eval"
+    everyone = three_sources(people_dir, speakers)
+    stdout = run_benchmark(BENCHMARK, speakers, out, spectral_bundle, tmp_path / "emb.npz")
     report = json.loads((out / "report.json").read_text())
     assert [fold["source"] for fold in report["folds"]] == ["a", "b", "c"]
-    everyone = {p.name for p in speakers.iterdir()}
     for fold in report["folds"]:
         held_out = {name for name in everyone if name.startswith(fold["source"] + "-")}
         assert fold["speakers"] == len(held_out)
@@ -78,6 +89,43 @@ def test_the_benchmark_never_tests_on_what_it_calibrated_on(
     rows = [row for fold in report["folds"] for row in fold["rows"]]
     pooled = sum(r["observed_far"] * r["impostor"] for r in rows) / sum(r["impostor"] for r in rows)
     assert summary["pooled_far"] == pytest.approx(pooled)
-    assert "pooled: FAR" in result.stdout
+    assert "pooled: FAR" in stdout
     for name in ("far.png", "frr.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_rules_benchmark_reproduces_todays_rule_and_the_oracle_bounds_it(
+    spectral_bundle: Path, people_dir: Path, tmp_path: Path
+) -> None:
+    speakers, cache = tmp_path / "speakers", tmp_path / "emb.npz"
+    three_sources(people_dir, speakers)
+    run_benchmark(BENCHMARK, speakers, tmp_path / "today", spectral_bundle, cache)
+    stdout = run_benchmark(RULES, speakers, tmp_path / "rules", spectral_bundle, cache)
+    today = json.loads((tmp_path / "today" / "report.json").read_text())
+    rules = json.loads((tmp_path / "rules" / "report.json").read_text())
+    assert [fold["source"] for fold in rules["folds"]] == ["a", "b", "c"]
+    for fold_today, fold in zip(today["folds"], rules["folds"], strict=True):
+        for row_today, row in zip(fold_today["rows"], fold["rules"]["global"], strict=True):
+            assert row["condition"] == row_today["condition"]
+            assert row["impostor"] == row_today["impostor"]
+            assert row["genuine"] == row_today["genuine"]
+            assert row["observed_far"] == row_today["observed_far"]
+            assert row["false_rejects"] / row["genuine"] == row_today["frr"]
+    summary = rules["summary"]["global"]
+    assert summary["far"] == today["summary"]["pooled_far"]
+    assert summary["frr"] == today["summary"]["pooled_frr"]
+    assert summary["frr_long"] == today["summary"]["pooled_frr_long"]
+    assert summary["worst_ratio"] == today["summary"]["worst_ratio"]
+    # the oracle's threshold gives FAR 2 x 0.05 on the test trials themselves: where today's rule
+    # accepts no more impostors than that, it cannot reject fewer owners
+    compared = 0
+    for fold in rules["folds"]:
+        for row, oracle in zip(fold["rules"]["global"], fold["rules"]["oracle"], strict=True):
+            assert oracle["observed_far"] <= 2 * 0.05
+            if row["observed_far"] <= oracle["observed_far"]:
+                assert oracle["false_rejects"] <= row["false_rejects"]
+                compared += 1
+    assert compared
+    assert set(rules["summary"]) == {"global", "buckets", "qmf", "oracle"}
+    assert "not a rule" in stdout
+    assert (tmp_path / "rules" / "rules.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
