@@ -212,8 +212,10 @@ def plot(report: dict, out: Path) -> None:
         plt.close(figure)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def argument_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a leave-one-source-out benchmark: the speakers, the bundle, the conditions,
+    the stated FAR, the enrollment size and the embeddings cache (``far_rules.py`` adds its own)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--speakers", required=True, type=Path, help="one folder per speaker")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--bundle", type=Path, default=None, help="default: the shipped bundle")
@@ -227,7 +229,11 @@ def main() -> int:
         help="clips per speaker at most (uvexport calibrate's)",
     )
     parser.add_argument("--cache", default=None, help="an .npz to keep the embeddings in")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = argument_parser(__doc__.split("\n\n")[0]).parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     bundle = Bundle(args.bundle or default_bundle_path())

@@ -51,6 +51,7 @@ from far_generalisation import (
     LONG_CLIP_SECONDS,
     MIN_FOLD_SPEAKERS,
     TARGET_TPR,
+    argument_parser,
     embed,
     source_of,
     split,
@@ -58,7 +59,6 @@ from far_generalisation import (
 
 from uvexport.calibrate import (
     DEFAULT_COHORT_SIZE,
-    MAX_SAMPLES_PER_PERSON,
     Calibrated,
     build_cohort,
     calibrate_vectors,
@@ -67,7 +67,6 @@ from uvexport.calibrate import (
 from uvsdk import Bundle
 from uvsdk.calibration import (
     DEFAULT_ENROLL_SAMPLES,
-    DEFAULT_FAR,
     MIN_FALSE_ACCEPTS,
     enrollment_trials,
     far_threshold,
@@ -413,22 +412,9 @@ def plot(report: dict, out: Path) -> None:
 
 
 def parse_arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--speakers", required=True, type=Path, help="one folder per speaker")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--bundle", type=Path, default=None, help="default: the shipped bundle")
-    parser.add_argument("--conditions", default=None, help="comma-separated (default: all)")
-    parser.add_argument("--far", type=float, default=DEFAULT_FAR)
-    parser.add_argument("--enroll", type=int, default=5)
+    parser = argument_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--buckets", default="1,2,4", help="duration bucket edges, seconds")
     parser.add_argument("--detail", action="store_true", help="print every fold and condition")
-    parser.add_argument(
-        "--max-samples",
-        type=int,
-        default=MAX_SAMPLES_PER_PERSON,
-        help="clips per speaker at most (uvexport calibrate's)",
-    )
-    parser.add_argument("--cache", default=None, help="an .npz to keep the embeddings in")
     args = parser.parse_args()
     try:
         args.buckets = sorted(float(edge) for edge in args.buckets.split(","))
