@@ -296,6 +296,7 @@ def test_a_build_stopped_half_way_leaves_no_folder_that_loads(
     folder; an earlier complete folder at the same place is kept."""
     from tests.trainer.test_paper_data import write_jpg
     from uvtrain.data import corpora
+    from uvtrain.data.corpora import common
 
     root = tmp_path / "celeba"
     lines = []
@@ -304,19 +305,20 @@ def test_a_build_stopped_half_way_leaves_no_folder_that_loads(
         lines.append(f"{image:06d}.jpg {1 + image // 5}")
     (root / "Anno").mkdir()
     (root / "Anno" / "identity_CelebA.txt").write_text("\n".join(lines))
-    keys = {"protocol": corpora.DataProtocol.from_keys(4, 2, "3,1,1"), "progress": False}
+    keys = {"protocol": common.DataProtocol.from_keys(4, 2, "3,1,1"), "progress": False}
     folder = build_dataset("celeba", root=root, storage="stream", height=8, width=8, **keys)
     before = {path.name: path.read_bytes() for path in folder.iterdir()}
     decoded = []
-    real = corpora.load_image
+    real = common.load_image
 
     def failing(*arguments, **options):
         if len(decoded) == 17:  # the fourth known identity's
-            raise corpora.MediaError("stopped")
+            raise common.MediaError("stopped")
         decoded.append(1)
         return real(*arguments, **options)
 
-    monkeypatch.setattr(corpora, "load_image", failing)
+    # load_image is looked up where the image loaders decode: corpora.common
+    monkeypatch.setattr(common, "load_image", failing)
     with pytest.raises(DatasetError, match="does not decode"):
         build_dataset("celeba", root=root, storage="stream", height=8, width=8, **keys)
     assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
@@ -338,6 +340,7 @@ def test_a_streamed_build_holds_a_few_identities_in_memory_not_the_corpus(
 
     from tests.trainer.test_paper_data import write_jpg
     from uvtrain.data import corpora
+    from uvtrain.data.corpora import common
 
     people, each, side = 24, 12, 96
     root = tmp_path / "celeba"
@@ -348,7 +351,7 @@ def test_a_streamed_build_holds_a_few_identities_in_memory_not_the_corpus(
     (root / "Anno").mkdir()
     (root / "Anno" / "identity_CelebA.txt").write_text("\n".join(lines))
     keys = {"height": side, "width": side, "progress": False}
-    keys["protocol"] = corpora.DataProtocol.from_keys(20, 4, "8,2,2")
+    keys["protocol"] = common.DataProtocol.from_keys(20, 4, "8,2,2")
     identity = each * side * side * 3  # one identity's decoded bytes
     peaks = {}
     for name, folder in (("memory", None), ("streamed", tmp_path / "celeba.stream")):
