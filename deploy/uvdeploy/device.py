@@ -1,7 +1,7 @@
 """A device of a Flower run: its folder of samples, its SDK template store, its local update.
 
 The ClientApp (:mod:`.client`) hands each request here; this module does the work with the
-simulator's own code (:func:`uvtrain.engine.draw_batches`, :func:`uvtrain.engine.local_update`)
+simulator's own code (:func:`uvtrain.batches.draw_batches`, :func:`uvtrain.engine.local_update`)
 and the SDK's (decoding, codewords, the encrypted store, enrollment)."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 from uvsdk.bundle import Code
 from uvsdk.codeword import unpack_generator
 from uvtrain.algorithms.base import overrides
-from uvtrain.engine import draw_batches, epoch_batches, local_update, split_parameters
+from uvtrain.batches import draw_batches, epoch_batches
+from uvtrain.engine import local_update, split_parameters
 from uvtrain.io import atomic_write
 
 from .dp import private_update

@@ -24,8 +24,9 @@ from uvdeploy.settings import (  # noqa: E402
     pack,
     to_arrays,
 )
+from uvtrain.batches import draw_batches  # noqa: E402
 from uvtrain.config import ConfigError  # noqa: E402
-from uvtrain.engine import EngineConfig, Simulation, draw_batches, split_parameters  # noqa: E402
+from uvtrain.engine import EngineConfig, Simulation, split_parameters  # noqa: E402
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -206,7 +206,7 @@ def _uneven_simulation(algorithm: FedAvg, vectorised: bool, **overrides) -> Simu
 
 
 def test_epoch_batches_cover_each_clients_samples_once_per_epoch() -> None:
-    from uvtrain.engine import epoch_batches
+    from uvtrain.batches import epoch_batches
 
     samples = torch.arange(10, dtype=torch.float32)[:, None].expand(10, 5).contiguous()
     rng = np.random.default_rng(0)

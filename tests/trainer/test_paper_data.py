@@ -311,7 +311,7 @@ def test_fedface_runs_end_to_end_from_root(tmp_path: Path) -> None:
 def test_batches_without_lengths_are_drawn_as_before() -> None:
     """Runs without ``random_crop`` draw exactly the batches they drew before lengths existed
     (the first value of each window, recorded with the code before the change)."""
-    from uvtrain.engine import draw_batches, epoch_batches
+    from uvtrain.batches import draw_batches, epoch_batches
 
     samples = torch.arange(5 * 40, dtype=torch.float32).reshape(5, 40)
     drawn = draw_batches(samples, 2, 3, 8, np.random.default_rng(7))
@@ -323,7 +323,7 @@ def test_batches_without_lengths_are_drawn_as_before() -> None:
 def test_random_crops_stay_inside_each_utterance_and_change_at_every_draw() -> None:
     """Sec. 4.1: "we randomly crop a 2-second temporal segment from each utterance": row r holds
     r * 1000 + t for t below its length, then padding (-1) that no crop may reach."""
-    from uvtrain.engine import draw_batches, epoch_batches
+    from uvtrain.batches import draw_batches, epoch_batches
 
     lengths = np.array([8, 12, 20, 40])
     rows = np.full((4, 40), -1.0, np.float32)
@@ -429,7 +429,7 @@ def test_rotate_images_flips_and_turns_about_the_centre() -> None:
     """Plain-torch flips and rotations (torchvision does not load beside our torch): a flip
     mirrors left-right, a quarter turn is ``rot90`` anticlockwise, 0 degrees changes nothing,
     and a small turn leaves the centre where it was and blackens the corners."""
-    from uvtrain.engine import rotate_images
+    from uvtrain.batches import rotate_images
 
     images = torch.randint(1, 256, (2, 3, 8, 8, 3), dtype=torch.uint8)  # any leading dimensions
     same = rotate_images(images, np.zeros(6), np.zeros(6, bool))
@@ -449,7 +449,8 @@ def test_fedhide_cifar100_augments_training_batches_only() -> None:
     client's image, drawn afresh each round; off (the default), the batches are the images as
     stored; evaluation embeds the stored images."""
     from uvtrain.algorithms import FedHide
-    from uvtrain.engine import EngineConfig, Simulation, flip_and_rotate
+    from uvtrain.batches import flip_and_rotate
+    from uvtrain.engine import EngineConfig, Simulation
     from uvtrain.models import build_backbone
 
     config = resolve({"dataset": "cifar-100"}, preset="fedhide-cifar100", parameters_only=True)

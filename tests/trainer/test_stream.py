@@ -16,11 +16,12 @@ from typer.testing import CliRunner  # noqa: E402
 from tests.trainer.test_datasets import same  # noqa: E402
 from tests.trainer.test_engine import TinyBackbone, _clients  # noqa: E402
 from uvtrain.algorithms import FedHide, FedUV  # noqa: E402
+from uvtrain.batches import HostSamples  # noqa: E402
 from uvtrain.cli import app  # noqa: E402
 from uvtrain.data.base import ClientData, DatasetError, FederatedDataset  # noqa: E402
 from uvtrain.data.registry import build_dataset, load_dataset  # noqa: E402
 from uvtrain.data.stream import read_stream_folder, write_stream_folder  # noqa: E402
-from uvtrain.engine import EngineConfig, HostSamples, Simulation  # noqa: E402
+from uvtrain.engine import EngineConfig, Simulation  # noqa: E402
 from uvtrain.evaluation.scoring import JoinedRows  # noqa: E402
 
 SPEC = {"sample_rate": 800, "window_seconds": 1.0, "hop_seconds": 0.5, "min_seconds": 0.5}

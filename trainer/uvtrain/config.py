@@ -240,7 +240,7 @@ class Data:
     utterances are kept whole (up to :data:`uvtrain.data.corpora.RANDOM_CROP_SECONDS`), so that
     each window is a fresh random crop of the whole utterance at every step, not of its stored
     centre clip; evaluation keeps the centre clip. ``augment`` (images): every training sample
-    randomly flipped and rotated each time it enters a batch (:func:`uvtrain.engine.
+    randomly flipped and rotated each time it enters a batch (:func:`uvtrain.batches.
     flip_and_rotate`), never at evaluation.
 
     ``identities``, ``unknown_identities``, ``samples_per_split``, ``unknown_samples`` and

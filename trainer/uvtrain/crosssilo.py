@@ -44,6 +44,7 @@ from .algorithms.fedface import (
     fv_update,
     smoothed_losses,
 )
+from .batches import draw_batches, random_windows
 from .config import ConfigError
 from .data.base import ClientData, FederatedDataset
 from .engine import (
@@ -52,8 +53,6 @@ from .engine import (
     Tensors,
     TrainingError,
     check_schedule,
-    draw_batches,
-    random_windows,
     split_parameters,
 )
 from .io import METRICS, WEIGHTS

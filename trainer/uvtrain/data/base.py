@@ -24,7 +24,7 @@ class ClientData:
 
     ``lengths`` (int64 ``[len(train)]``, or ``None``): audio training utterances kept whole, each
     train row holding ``lengths[i]`` samples of its utterance followed by zero padding; the
-    engine then crops each at random within its own length (:func:`uvtrain.engine.draw_batches`).
+    engine then crops each at random within its own length (:func:`uvtrain.batches.draw_batches`).
     ``None``: every row is a whole sample.
     """
 

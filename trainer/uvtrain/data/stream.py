@@ -16,7 +16,7 @@ client's rows one after the other, and an index of where each client's rows star
 ``offsets[i]:offsets[i + 1]``. :func:`read_stream_folder` opens every array with
 ``np.load(mmap_mode="r")``, so a client's splits are :class:`numpy.memmap` views and nothing is
 read until it is used: the simulation engine reads only the rows a round draws
-(:class:`uvtrain.engine.HostSamples`) and evaluation embeds batch by batch.
+(:class:`uvtrain.batches.HostSamples`) and evaluation embeds batch by batch.
 
 A folder is written by a :class:`StreamWriter`, identity by identity into arrays made at their
 full size from a :class:`StreamLayout`: from a dataset in memory (:func:`write_stream_folder`), or
