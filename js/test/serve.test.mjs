@@ -84,6 +84,15 @@ async function pollUntil(done) {
   return done();
 }
 
+/** As pollUntil, for a check that is itself asynchronous. */
+async function pollUntilAsync(done) {
+  for (let i = 0; i < POLLS; i++) {
+    if (await done()) return true;
+    await sleep(50);
+  }
+  return done();
+}
+
 /** A raw request (the path is sent as given: no client-side normalisation of "..", unlike fetch). */
 function get(port, path, method = "GET") {
   return new Promise((resolve, reject) => {
@@ -193,8 +202,20 @@ for (const { signal, target, to } of KILLS) {
     process.kill(to(child.pid), signal);
     await exited;
     assert.ok(await pollUntil(() => commandLine(server) === null), `the server (process ${server}) still runs after npm ended`);
-    // the port is free: a new server can listen on it
-    const again = await startServer({ port });
+    // the port is freed: a new server can listen on it. Not at once: /proc shows node's main thread
+    // ended (a zombie) while its other threads, which share the listening socket, may still be
+    // ending, so a listen right then can meet EADDRINUSE (seen in CI on a busy machine).
+    let again = null;
+    assert.ok(
+      await pollUntilAsync(async () => {
+        again = await startServer({ port }).catch((error) => {
+          if (error.code !== "EADDRINUSE") throw error;
+          return null;
+        });
+        return again !== null;
+      }),
+      `port ${port} is still in use after the server ended`,
+    );
     await again.close();
   });
 }
