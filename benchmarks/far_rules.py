@@ -23,7 +23,8 @@ rule is evaluated on the same scores:
 A clip's duration is its seconds as the embeddings cache records them (the audio the SDK is
 given, before it trims silence). A bandwidth rule (a threshold per narrow-/wideband test clip,
 by the share of energy above 3.8 kHz) was also tried outside the repository and showed nothing:
-pooled FAR 0.0116, FRR 0.382, worst ratio 9.03 against ``global``'s 0.0124, 0.368, 9.13.
+pooled FAR 0.0116, FRR 0.382, worst ratio 9.03 against ``global``'s 0.0124, 0.368, 9.13 (on the
+58 speakers of the real-speech corpus before its Hedgewars revision 2).
 
 Per rule: pooled FAR and FRR, FRR on clips of at least 2 s, the fold-conditions whose observed
 FAR is at most 2 × stated among those that resolve it, the worst ratio, and owner acceptance

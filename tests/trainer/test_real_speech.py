@@ -360,3 +360,54 @@ def test_fillets_extra_packages_are_downloaded_checked_and_cached(
 def test_fillets_without_its_scripts_says_so(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="fillets-ng-data: no dialog scripts"):
         list(real_speech._fillets(tmp_path))
+
+
+def test_hedgewars_keeps_the_credited_voices_and_rewrites_an_older_selection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stephen Alexander's plain packs are one speaker and mtg90pl another; the uncredited packs
+    GE2E cannot tell from him (``Default_es`` among them since revision 2), his acted accents and
+    the grunts are left out. A folder written under an older selection is removed on the next
+    run, not kept beside the new ones."""
+    root = real_speech.HEDGEWARS_ROOT
+    clips = {
+        f"{root}/{pack}/{name}.ogg": _clip(1.0, 150 + 10 * index)
+        for index, (pack, name) in enumerate(
+            [
+                ("Default", "Hello"),
+                ("Default", "Incoming"),
+                ("Classic", "Coward"),
+                ("Default_pl", "Hello"),
+                ("Default_pl", "Incoming"),
+                ("Default_es", "Hello"),
+                ("Default_es", "Incoming"),
+                ("Default_ru", "Hello"),
+                ("Pirate", "Hello"),
+                ("Default", "Jump1"),
+                ("Default", "Laugh"),
+            ]
+        )
+    }
+    debs = {"hedgewars-data": make_deb(tmp_path / "hedgewars-data.deb", clips)}
+    source = _pinned_to(SOURCES["hedgewars"], debs)
+    monkeypatch.setattr(real_speech, "SOURCES", {"hedgewars": source})
+    out = tmp_path / "out"
+    older = dataclasses.replace(source, revision=source.revision - 1)
+    monkeypatch.setattr(real_speech, "HEDGEWARS_SPEAKERS", {"Default_es": "default_es"})
+    monkeypatch.setattr(real_speech, "SOURCES", {"hedgewars": older})
+    written = fetch_real_speech(out, progress=False, debs=debs)
+    assert (written / "hedgewars-default_es").is_dir()
+    monkeypatch.undo()
+    monkeypatch.setattr(real_speech, "SOURCES", {"hedgewars": source})
+    speakers = fetch_real_speech(out, progress=False, debs=debs)
+    folders = {
+        p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()
+    }
+    assert folders == {
+        "hedgewars-mtg90pl": ["Default_pl-Hello.wav", "Default_pl-Incoming.wav"],
+        "hedgewars-stephen-alexander": [
+            "Classic-Coward.wav",
+            "Default-Hello.wav",
+            "Default-Incoming.wav",
+        ],
+    }
