@@ -4,6 +4,7 @@ that read it (benchmarks/far_generalisation.py, benchmarks/far_rules.py)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from uvsdk import Bundle
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "far_generalisation.py"
 RULES = BENCHMARK.with_name("far_rules.py")
+CONDITIONS = BENCHMARK.with_name("calibration_conditions.py")
 
 
 def three_sources(people_dir: Path, speakers: Path) -> set[str]:
@@ -129,3 +131,26 @@ def test_the_rules_benchmark_reproduces_todays_rule_and_the_oracle_bounds_it(
     assert set(rules["summary"]) == {"global", "buckets", "qmf", "oracle"}
     assert "not a rule" in stdout
     assert (tmp_path / "rules" / "rules.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_deciding_condition_is_the_tables_threshold(
+    spectral_bundle: Path, people_dir: Path, tmp_path: Path
+) -> None:
+    """calibration_conditions.py prints the table's threshold beside each condition's own: the
+    table's is the worst condition's own, and no condition accepts more than the FAR at it."""
+    command = [sys.executable, str(CONDITIONS), "--speakers", str(people_dir)]
+    command += ["--bundle", str(spectral_bundle), "--conditions", "clean,telephone-gsm"]
+    command += ["--far", "0.05", "--cache", str(tmp_path / "emb.npz")]
+    result = run_until_stalled(command, stall_seconds=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    found = re.fullmatch(
+        r"FAR 0.05: the table's threshold (\S+); the worst condition's own (\S+)", lines[0]
+    )
+    assert found, lines[0]
+    table, worst = float(found[1]), float(found[2])
+    assert table == pytest.approx(worst, abs=1e-3)
+    rows = [line.split() for line in lines[2:]]
+    assert sorted(row[0] for row in rows) == ["clean", "telephone-gsm"]
+    assert max(float(row[1]) for row in rows) == pytest.approx(table, abs=1e-3)
+    assert all(float(row[4]) <= 0.05 for row in rows)
