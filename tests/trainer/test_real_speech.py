@@ -20,12 +20,13 @@ from uvtrain.cli import app
 from uvtrain.data import real_speech
 from uvtrain.data.real_speech import (
     MIN_SECONDS,
-    SOURCES,
-    DatasetError,
     Source,
     extract_deb,
     fetch_real_speech,
 )
+from uvtrain.data.real_speech import fetch as real_speech_fetch
+from uvtrain.data.real_speech import sources as real_speech_sources
+from uvtrain.errors import DatasetError
 
 RATE = 22050
 PREFIX = "usr/share/fake"
@@ -99,7 +100,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Source, Path]
         members=(PREFIX + "/",),
         clips=_fake_clips,
     )
-    monkeypatch.setattr(real_speech, "SOURCES", {"fake": source})
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fake": source})
     return source, deb
 
 
@@ -146,7 +147,7 @@ def test_download_is_cached_and_a_second_run_rewrites_nothing(
         target.write_bytes(deb.read_bytes())
         return target
 
-    monkeypatch.setattr(real_speech, "_apt_download", download)
+    monkeypatch.setattr(real_speech_fetch, "_apt_download", download)
     root = tmp_path / "out"
     speakers = fetch_real_speech(root, ["fake"], progress=False)
     assert calls == ["fake-voices"] and (root / "downloads" / source.filename).is_file()
@@ -165,7 +166,7 @@ def test_download_is_cached_and_a_second_run_rewrites_nothing(
         revision=2,
         clips=lambda tree: (clip for clip in _fake_clips(tree) if clip[0] == "anna"),
     )
-    monkeypatch.setattr(real_speech, "SOURCES", {"fake": only_anna})
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fake": only_anna})
     fetch_real_speech(root, ["fake"], progress=False)
     assert calls == ["fake-voices"] and not (speakers / "fake-bert").exists()
     assert json.loads((speakers / "sources.json").read_text())["sources"][0]["speakers"] == 1
@@ -189,7 +190,7 @@ def test_a_version_the_mirror_no_longer_has_names_the_option(
         returncode = 100
         stderr = "E: Version '1.0-1' for 'fake-voices' was not found\n"
 
-    monkeypatch.setattr(real_speech.subprocess, "run", lambda *a, **k: Done())
+    monkeypatch.setattr(real_speech_fetch.subprocess, "run", lambda *a, **k: Done())
     with pytest.raises(DatasetError) as error:
         fetch_real_speech(tmp_path / "out", progress=False)
     message = str(error.value)
@@ -217,7 +218,7 @@ def test_cli_summary_and_one_line_errors(tmp_path: Path, fake: tuple[Source, Pat
 
 
 def test_the_pinned_sources_are_complete() -> None:
-    for name, source in SOURCES.items():
+    for name, source in real_speech_sources.SOURCES.items():
         assert name == source.name and len(source.sha256) == 64
         assert source.licence and source.description and source.evidence and source.members
         assert source.filename.startswith(f"{source.package}_") and source.filename.endswith(".deb")
@@ -229,7 +230,7 @@ def test_the_pinned_sources_are_complete() -> None:
 def _fillets_debs(folder: Path) -> dict[str, Path]:
     """The three Fish Fillets packages in their real layout: the level scripts (which font,
     i.e. which character, speaks each dialog) and the Czech and Dutch voices."""
-    root = real_speech.FILLETS_ROOT
+    root = real_speech_sources.FILLETS_ROOT
     dialogs = (
         'dialogId("let-v-oko", "font_big", "Can you see that eye?")\n'
         'dialogStr("Vidíš to oko?")\n'
@@ -288,8 +289,8 @@ def test_fillets_keeps_each_fish_per_language_by_its_dialog_font(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     debs = _fillets_debs(tmp_path)
-    source = _pinned_to(SOURCES["fillets"], debs)
-    monkeypatch.setattr(real_speech, "SOURCES", {"fillets": source})
+    source = _pinned_to(real_speech_sources.SOURCES["fillets"], debs)
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fillets": source})
     speakers = fetch_real_speech(tmp_path / "out", progress=False, debs=debs)
     folders = {
         p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()
@@ -322,8 +323,8 @@ def test_fillets_extra_packages_are_downloaded_checked_and_cached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     debs = _fillets_debs(tmp_path)
-    source = _pinned_to(SOURCES["fillets"], debs)
-    monkeypatch.setattr(real_speech, "SOURCES", {"fillets": source})
+    source = _pinned_to(real_speech_sources.SOURCES["fillets"], debs)
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fillets": source})
     calls = []
 
     def download(entry: real_speech.Package, folder: Path) -> Path:
@@ -333,7 +334,7 @@ def test_fillets_extra_packages_are_downloaded_checked_and_cached(
         target.write_bytes(debs[entry.package].read_bytes())
         return target
 
-    monkeypatch.setattr(real_speech, "_apt_download", download)
+    monkeypatch.setattr(real_speech_fetch, "_apt_download", download)
     root = tmp_path / "out"
     # A local Dutch .deb that is not the pinned one is refused, naming its package.
     wrong = tmp_path / "wrong.deb"
@@ -351,7 +352,7 @@ def test_fillets_extra_packages_are_downloaded_checked_and_cached(
     repinned = dataclasses.replace(
         source, extra=(source.extra[0], dataclasses.replace(source.extra[1], sha256="0" * 64))
     )
-    monkeypatch.setattr(real_speech, "SOURCES", {"fillets": repinned})
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fillets": repinned})
     assert real_speech.written_summary(root / "speakers", "fillets").speakers == {}
     with pytest.raises(DatasetError, match=r"fillets-ng-data-nl .*SHA-256 differs"):
         fetch_real_speech(root, progress=False)
@@ -359,7 +360,7 @@ def test_fillets_extra_packages_are_downloaded_checked_and_cached(
 
 def test_fillets_without_its_scripts_says_so(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="fillets-ng-data: no dialog scripts"):
-        list(real_speech._fillets(tmp_path))
+        list(real_speech_sources._fillets(tmp_path))
 
 
 def test_hedgewars_keeps_the_credited_voices_and_rewrites_an_older_selection(
@@ -369,7 +370,7 @@ def test_hedgewars_keeps_the_credited_voices_and_rewrites_an_older_selection(
     GE2E cannot tell from him (``Default_es`` among them since revision 2), his acted accents and
     the grunts are left out. A folder written under an older selection is removed on the next
     run, not kept beside the new ones."""
-    root = real_speech.HEDGEWARS_ROOT
+    root = real_speech_sources.HEDGEWARS_ROOT
     clips = {
         f"{root}/{pack}/{name}.ogg": _clip(1.0, 150 + 10 * index)
         for index, (pack, name) in enumerate(
@@ -389,16 +390,16 @@ def test_hedgewars_keeps_the_credited_voices_and_rewrites_an_older_selection(
         )
     }
     debs = {"hedgewars-data": make_deb(tmp_path / "hedgewars-data.deb", clips)}
-    source = _pinned_to(SOURCES["hedgewars"], debs)
-    monkeypatch.setattr(real_speech, "SOURCES", {"hedgewars": source})
+    source = _pinned_to(real_speech_sources.SOURCES["hedgewars"], debs)
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"hedgewars": source})
     out = tmp_path / "out"
     older = dataclasses.replace(source, revision=source.revision - 1)
-    monkeypatch.setattr(real_speech, "HEDGEWARS_SPEAKERS", {"Default_es": "default_es"})
-    monkeypatch.setattr(real_speech, "SOURCES", {"hedgewars": older})
+    monkeypatch.setattr(real_speech_sources, "HEDGEWARS_SPEAKERS", {"Default_es": "default_es"})
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"hedgewars": older})
     written = fetch_real_speech(out, progress=False, debs=debs)
     assert (written / "hedgewars-default_es").is_dir()
     monkeypatch.undo()
-    monkeypatch.setattr(real_speech, "SOURCES", {"hedgewars": source})
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"hedgewars": source})
     speakers = fetch_real_speech(out, progress=False, debs=debs)
     folders = {
         p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()

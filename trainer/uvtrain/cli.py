@@ -332,7 +332,8 @@ def data_real_speech(
 ) -> None:
     """Real recorded speakers from Debian packages (pinned, hash-checked), one folder each: words
     and phrases, and sentence-length dialogue (Fish Fillets NG, 2 s and more)."""
-    from .data.real_speech import SOURCES, fetch_real_speech, summary_text, written_summary
+    from .data.real_speech import fetch_real_speech, summary_text, written_summary
+    from .data.real_speech.sources import SOURCES
     from .errors import DatasetError
 
     debs: dict[str, Path] = {}
