@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import struct
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -412,3 +413,67 @@ def test_hedgewars_keeps_the_credited_voices_and_rewrites_an_older_selection(
             "Default-Incoming.wav",
         ],
     }
+
+
+def _queen(entries: dict[str, bytes]) -> bytes:
+    """A rebuilt (QTBL) queen.1c holding ``entries``: ScummVM's layout, version CEM10, MP3."""
+    count = len(entries)
+    table, body = b"", b""
+    start = 15 + 21 * count
+    for name, content in entries.items():
+        table += name.encode().ljust(12, b"\0") + b"\1"
+        table += struct.pack(">II", start + len(body), len(content))
+        body += content
+    return b"QTBL" + b"CEM10\0" + b"\0\0" + b"\1" + struct.pack(">H", count) + table + body
+
+
+def _dialogue(talk_key: int) -> bytes:
+    """A .DOG file's first bytes: 20 header bytes, level, unique, then the talk key."""
+    return bytes(20) + struct.pack(">hhh", 1, 1, talk_key) + bytes(8)
+
+
+def _mp3(seconds: float, pitch: float) -> bytes:
+    t = np.arange(int(seconds * 11025)) / 11025
+    buffer = io.BytesIO()
+    sf.write(buffer, 0.3 * np.sin(2 * np.pi * pitch * t), 11025, format="MP3")
+    return buffer.getvalue()
+
+
+def test_fotaq_lines_go_to_the_credited_actor_of_their_dialogue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line's speaker is its dialogue file's character (the talk key in the .DOG header),
+    filed under the actor the credits name; Joe's side of every dialogue and his descriptions are
+    Brad Lavelle; left-out characters (Sparky), cutaway lines and lines under 2 s are not
+    written. A table that runs past the file is one error naming queen.1c."""
+    entries = {
+        "JIM1.DOG": _dialogue(12),
+        "SPARKY1.DOG": _dialogue(13),
+        "120001P1.SB": _mp3(2.5, 180),
+        "12XXXXP2.SB": _mp3(2.2, 185),
+        "120002P1.SB": _mp3(1.0, 190),  # under 2 s
+        "130001P1.SB": _mp3(2.5, 200),  # Sparky: left out
+        "130001J1.SB": _mp3(2.4, 120),  # Joe, in Sparky's dialogue
+        "JOE00001.SB": _mp3(2.6, 125),
+        "C1A_001.SB": _mp3(2.5, 130),  # a cutaway line
+    }
+    archive = real_speech_sources.FOTAQ_ARCHIVE
+    debs = {"flight-of-the-amazon-queen": make_deb(tmp_path / "q.deb", {archive: _queen(entries)})}
+    source = _pinned_to(real_speech_sources.SOURCES["fotaq"], debs)
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fotaq": source})
+    speakers = fetch_real_speech(tmp_path / "out", progress=False, debs=debs)
+    folders = {
+        p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()
+    }
+    assert folders == {
+        "fotaq-tom-hill": ["120001P1.wav", "12XXXXP2.wav"],
+        "fotaq-brad-lavelle": ["130001J1.wav", "JOE00001.wav"],
+    }
+    rate = sf.info(str(speakers / "fotaq-tom-hill" / "120001P1.wav")).samplerate
+    assert rate == 11025
+
+    broken = _queen(entries)[:-20_000]
+    debs = {"flight-of-the-amazon-queen": make_deb(tmp_path / "b.deb", {archive: broken})}
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fotaq": _pinned_to(source, debs)})
+    with pytest.raises(DatasetError, match=r"^queen.1c: entry .* runs past the end of the file$"):
+        fetch_real_speech(tmp_path / "out2", progress=False, debs=debs)

@@ -5,7 +5,7 @@ packages ship people's recorded voices: the localised sounds of the KDE educatio
 (KLettres' letters and syllables, KTuberling's spoken words), the spoken descriptions of Tux
 Paint's stamps, the ALSA speaker-test voice, the voice packs of Hedgewars, the voiced
 messages of Warzone 2100 and, sentence-length (2 s and more), the two fish's dialogue of Fish
-Fillets NG in Czech and Dutch. :func:`fetch_real_speech` downloads each source's pinned ``.deb``
+Fillets NG in Czech and Dutch and the credited actors' dialogue of Flight of the Amazon Queen. :func:`fetch_real_speech` downloads each source's pinned ``.deb``
 files with ``apt-get download`` (or reads local copies), checks their SHA-256, takes the voice
 files (and, for Fish Fillets, the level scripts that say who speaks each line) out of them (pure
 Python: ``ar`` + ``tar``, no dpkg) and writes one folder per speaker::

@@ -4,6 +4,7 @@ who speaks each (:data:`SOURCES`); :mod:`.fetch` downloads and writes them."""
 from __future__ import annotations
 
 import re
+import struct
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -338,6 +339,83 @@ def _fillets(tree: Path) -> Iterator[ClipRef]:
                 yield speaker, f"{level}-{path.stem}", path
 
 
+FOTAQ_ARCHIVE = "usr/share/scummvm/flight-of-the-amazon-queen/queen.1c"
+#: The speaker folder of each kept character, by the stem of its dialogue file (``.DOG``; the
+#: digits after the stem number the files). One character per actor credited in the game's
+#: credits (CREDIT2.CRD, inside queen.1c): the actor's character with the most dialogue lines.
+FOTAQ_SPEAKERS = {
+    "JIM": "tom-hill",  # Jimmy Cook (Sparky, Tom Hill's first by lines, is left out: see notes)
+    "BUD": "bill-hootkins",
+    "HENRY": "enn-reitel",
+    "BOB": "jon-coleman",  # Trader Bob
+    "PRIN": "debbie-arnold",  # Princess Azura
+    "CHIEF": "barry-james",  # the Pygmy Chief
+    "FAYE": "lisa-valdez",
+    "WITCH": "regina-reagan",  # the Witch Doctor (Mary-Lou, her first by lines: see notes)
+}
+#: Joe King's lines (his object descriptions, and his side of every dialogue): Brad Lavelle.
+FOTAQ_JOE = "brad-lavelle"
+FOTAQ_JOE_DESCRIPTION = re.compile(r"^JOE\d{5}\.SB$")
+#: A dialogue line: the dialogue's talk key, the node, J (Joe) or P (the other person), segment.
+FOTAQ_LINE = re.compile(r"^(\d\d)([0-9A-F]{4}|SSSS|XXXX)([JP])([0-9A-F])\.SB$")
+#: Bytes before a ``.DOG`` file's talk key (ScummVM engines/queen/talk.cpp: 20 header bytes,
+#: then the level and unique numbers).
+FOTAQ_TALK_KEY_AT = 24
+FOTAQ_ENTRY = 21  # name (12 bytes, NUL-padded), bundle (1), offset and size (big-endian 4 each)
+
+
+def _fotaq_table(archive: bytes) -> dict[str, tuple[int, int]]:
+    """The entries of a rebuilt ("QTBL") queen.1c resource file: name -> (offset, size)."""
+    if archive[:4] != b"QTBL" or len(archive) < 15:
+        raise DatasetError("queen.1c: not a rebuilt (QTBL) resource file")
+    count = struct.unpack(">H", archive[13:15])[0]
+    table = {}
+    for start in range(15, 15 + count * FOTAQ_ENTRY, FOTAQ_ENTRY):
+        record = archive[start : start + FOTAQ_ENTRY]
+        if len(record) < FOTAQ_ENTRY:
+            raise DatasetError("queen.1c: its table runs past the end of the file")
+        name = record[:12].split(b"\0")[0].decode("ascii", "replace")
+        offset, size = struct.unpack(">II", record[13:21])
+        if offset + size > len(archive):
+            raise DatasetError(f"queen.1c: entry {name!r} runs past the end of the file")
+        table[name] = (offset, size)
+    return table
+
+
+def _fotaq_speakers(archive: bytes, table: dict[str, tuple[int, int]]) -> dict[int, str]:
+    """Talk key -> speaker folder, for the dialogue files of the kept characters."""
+    speakers = {}
+    for name, (offset, size) in table.items():
+        stem = re.sub(r"\d+$", "", name.removesuffix(".DOG"))
+        if name.endswith(".DOG") and stem in FOTAQ_SPEAKERS:
+            if size < FOTAQ_TALK_KEY_AT + 2:
+                raise DatasetError(f"queen.1c: dialogue file {name} is too short")
+            key = struct.unpack(">h", archive[offset + FOTAQ_TALK_KEY_AT :][:2])[0]
+            speakers[key] = FOTAQ_SPEAKERS[stem]
+    return speakers
+
+
+def _fotaq(tree: Path) -> Iterator[ClipRef]:
+    """Joe's lines and the kept characters' lines of Flight of the Amazon Queen's talkie, each
+    speech entry of queen.1c (MP3) written to a file of its own."""
+    archive = (tree / FOTAQ_ARCHIVE).read_bytes()
+    table = _fotaq_table(archive)
+    speakers = _fotaq_speakers(archive, table)
+    audio = tree / "fotaq-speech"
+    audio.mkdir(exist_ok=True)
+    for name, (offset, size) in sorted(table.items()):
+        line = FOTAQ_LINE.match(name)
+        if FOTAQ_JOE_DESCRIPTION.match(name) or (line and line.group(3) == "J"):
+            speaker = FOTAQ_JOE
+        elif line and int(line.group(1)) in speakers:
+            speaker = speakers[int(line.group(1))]
+        else:
+            continue
+        path = audio / f"{name.removesuffix('.SB')}.mp3"
+        path.write_bytes(archive[offset : offset + size])
+        yield speaker, path.stem, path
+
+
 SOURCES: dict[str, Source] = {
     source.name: source
     for source in (
@@ -497,6 +575,37 @@ SOURCES: dict[str, Source] = {
             ),
             clips=_fillets,
             revision=2,
+        ),
+        Source(
+            name="fotaq",
+            package="flight-of-the-amazon-queen",
+            version="1.0.0-9",
+            arch="all",
+            sha256="40c08fd258d6fe95c46c1eaf5e9137f84ba330657995a281bd887c94a560a0f1",
+            licence=(
+                "Flight of the Amazon Queen licence (John Passfield and Steven Stamatiadis): "
+                "free to redistribute with its notices; the game may not be sold"
+            ),
+            description=(
+                "Flight of the Amazon Queen (the CD talkie, English): spoken dialogue, "
+                "sentences, 11 kHz MP3"
+            ),
+            evidence=(
+                "the game's credits (CREDIT2.CRD) name the actor of each character; a line's "
+                "character is its dialogue file's (the talk key in the .DOG header, as ScummVM's "
+                "talk.cpp reads it); one character per actor"
+            ),
+            members=(FOTAQ_ARCHIVE,),
+            min_seconds=2.0,
+            notes=(
+                "each actor's other characters; Klunk, Lola and Rico (credited to two actors "
+                "each); Sparky and Mary-Lou (credited to Tom Hill and Regina Reagan, one voice "
+                "by GE2E: EER 0.47, centroid cosine 0.98); Jessica Martin's characters (GE2E "
+                "puts them with three other actresses', EER 0.44-0.47); the uncredited dialogue "
+                "files (Death, Oracle, Laris, Tam, the prisoner, the tall pygmy); cutaway lines "
+                "(their speaker is in the game's object tables); lines under 2 s"
+            ),
+            clips=_fotaq,
         ),
     )
 }
