@@ -404,7 +404,8 @@ def test_enroll_states_the_expected_rates_and_info_shows_the_table(
     assert line == (
         "About 1 in 100 attempts by someone else would be accepted, and about "
         f"1 in {one_in} of your own (FRR {row.frr:.3f}) rejected, as measured on 20 people in "
-        "2 recording conditions (--far 0.01)."
+        "2 recording conditions (--far 0.01); strangers recorded unlike them can be accepted far "
+        "more often."
     )
     info = uvsdk("info", "--bundle", calibrated_bundle, "--store", store)
     assert info.exit_code == 0
