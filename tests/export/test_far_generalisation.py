@@ -154,3 +154,48 @@ def test_the_deciding_condition_is_the_tables_threshold(
     assert sorted(row[0] for row in rows) == ["clean", "telephone-gsm"]
     assert max(float(row[1]) for row in rows) == pytest.approx(table, abs=1e-3)
     assert all(float(row[4]) <= 0.05 for row in rows)
+
+
+CHAIN = BENCHMARK.with_name("far_chain.py")
+
+
+def test_the_chain_benchmark_tests_only_people_it_never_calibrated_on(
+    spectral_bundle: Path, people_dir: Path, tmp_path: Path
+) -> None:
+    """far_chain.py splits one source's speakers in two halves: each half is tested, both
+    without any of the source calibrated on and with the other half calibrated on, on the same
+    trials; the halves are disjoint and together the whole source. A source too small to split is
+    refused in one line, exit code 2."""
+    speakers = tmp_path / "speakers"
+    everyone = three_sources(people_dir, speakers)
+    members = sorted(name for name in everyone if name.startswith("a-"))
+    command = [sys.executable, str(CHAIN), "--speakers", str(speakers), "--source", "a"]
+    command += ["--out", str(tmp_path / "chain"), "--bundle", str(spectral_bundle)]
+    command += ["--conditions", "clean,telephone-gsm", "--far", "0.05"]
+    command += ["--cache", str(tmp_path / "emb.npz")]
+    result = run_until_stalled(command, stall_seconds=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((tmp_path / "chain" / "report.json").read_text())
+    splits = report["splits"]
+    assert [entry["tested"] for entry in splits] == [members[1::2], members[0::2]]
+    for entry in splits:
+        assert set(entry["calibrated_on"]).isdisjoint(entry["tested"])
+        assert sorted(entry["calibrated_on"] + entry["tested"]) == members
+        without, with_ = entry["without"]["rows"], entry["with"]["rows"]
+        assert [row["condition"] for row in without] == ["clean", "telephone-gsm"]
+        for row_without, row_with in zip(without, with_, strict=True):
+            assert row_without["impostor"] == row_with["impostor"]
+            assert row_without["genuine"] == row_with["genuine"]
+    baseline = {entry["without"]["threshold"] for entry in splits}
+    assert len(baseline) == 1  # the baseline calibration has none of the source, in both splits
+    for arm in ("without", "with"):
+        rows = [row for entry in splits for row in entry[arm]["rows"]]
+        far = sum(row["false_accepts"] for row in rows) / sum(row["impostor"] for row in rows)
+        assert report["summary"][arm]["far"] == pytest.approx(far)
+        assert f"{arm:8s} FAR {far:.4f}" in result.stdout
+
+    small = command[:]
+    small[small.index("a")] = "nobody"
+    refused = run_until_stalled(small, stall_seconds=300)
+    assert refused.returncode == 2
+    assert "--source nobody: 0 speakers; a split needs 4 or more" in refused.stderr
