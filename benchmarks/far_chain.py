@@ -22,7 +22,7 @@ import sys
 import time
 
 from far_generalisation import argument_parser, embed, source_of, split
-from far_rules import evaluate_fold, fold_trials, pooled
+from far_rules import fit_global, fold_trials, pooled, rule_row
 
 from uvexport.calibrate import Calibrated, calibrate_vectors, print_progress
 from uvsdk import Bundle
@@ -50,7 +50,7 @@ def arm_rows(
     that calibration when already made); the table's threshold at ``--far``."""
     if calibrated is None:
         calibrated = calibrate_vectors(split(vectors, calibration_people), data="far_chain")
-    calibration, test = fold_trials(
+    _, test = fold_trials(
         split(vectors, calibration_people),
         split(seconds, calibration_people),
         split(vectors, tested),
@@ -58,8 +58,13 @@ def arm_rows(
         calibrated,
         args.enroll,
     )
-    rows, _ = evaluate_fold(calibration, test, calibrated, args)
-    return rows["global"], calibrated.calibration.tables["prototype"].row_for(args.far).threshold
+    row = calibrated.calibration.tables["prototype"].row_for(args.far)
+    thresholds = fit_global(calibrated, args.far)
+    rows = [
+        {"condition": condition, **rule_row(trials, thresholds, row.far)}
+        for condition, trials in test.items()
+    ]
+    return rows, row.threshold
 
 
 def summary_line(name: str, rows: list[dict]) -> str:
@@ -77,7 +82,6 @@ def main() -> int:
     parser = argument_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True, help="the source whose people are split")
     args = parser.parse_args()
-    args.buckets = [1.0, 2.0, 4.0]  # evaluate_fold fits every rule; only global is reported
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     vectors, seconds = embed(args, Bundle(args.bundle or default_bundle_path()))
