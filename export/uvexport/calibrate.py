@@ -200,6 +200,7 @@ def _cache_key(
         "conditions": list(conditions),
         "max_samples": max_samples,
         "seed": seed,
+        "seeding": "person-name",  # each person's conditions seeded by name, not position
         "files": files,
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
@@ -269,7 +270,7 @@ def _embed_conditions(
                     skipped += 1
             for condition in conditions:
                 rows, lengths = _condition_vectors(
-                    verifier, clips, condition, spec, seed=seed + number
+                    verifier, clips, condition, spec, seed=_person_seed(seed, name)
                 )
                 embedded[condition][name] = (
                     np.stack(rows) if rows else np.zeros((0, bundle.manifest.dim), np.float32)
@@ -283,6 +284,14 @@ def _embed_conditions(
                     f"conditions ({elapsed:.0f} s, about {remaining:.0f} s left)"
                 )
     return Embedded(embedded, seconds, used, skipped)
+
+
+def _person_seed(seed: int, name: str) -> int:
+    """The seed of one person's simulated conditions: ``seed`` and a digest of the person's
+    name, so adding or removing someone else (which moves everyone's position in the folder)
+    leaves a person's noise and reverberation as they were."""
+    digest = hashlib.sha256(name.encode()).digest()
+    return seed * 2**32 + int.from_bytes(digest[:4], "little")
 
 
 def _usable(file: Path, spec: Any) -> Any:

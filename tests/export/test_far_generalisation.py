@@ -70,6 +70,26 @@ def test_the_embeddings_cache_is_read_back_and_keyed_by_what_made_it(
         embed_conditions(bundle, fewer, ("clean", "telephone-gsm"), cache=cache)
 
 
+def test_a_persons_simulated_conditions_do_not_move_when_someone_joins_the_folder(
+    spectral_bundle: Path, people_dir: Path
+) -> None:
+    """Noise and reverberation are seeded by the person's name, not their place in the folder:
+    adding a source once re-seeded every later person's audio, so a re-measured FAR changed
+    for people whose recordings had not."""
+    bundle = Bundle(spectral_bundle)
+    everyone = list(people_folders(people_dir).items())
+    alone = dict(everyone[2:4])
+    joined = dict(everyone[:4])  # two people now come first
+    conditions = ("noise-10db",)
+    before = embed_conditions(bundle, alone, conditions)
+    after = embed_conditions(bundle, joined, conditions)
+    for condition in conditions:
+        for person in alone:
+            np.testing.assert_array_equal(
+                after.vectors[condition][person], before.vectors[condition][person]
+            )
+
+
 def test_the_benchmark_never_tests_on_what_it_calibrated_on(
     spectral_bundle: Path, people_dir: Path, tmp_path: Path
 ) -> None:
