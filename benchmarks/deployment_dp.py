@@ -12,6 +12,7 @@ its simulated twin trains m = 100 with the noise of M = 1,000 at q = 1, so both 
 z = 6.9 and the same noise on the mean.
 
     python benchmarks/deployment_dp.py --train [--device cuda] [--parallel 8] [--deadline 3600]
+                                       [--only uv-e4-sim5000,uv-e2-sim5000]
     python benchmarks/deployment_dp.py --runs DIR [--out results/deployment-dp]
 
 ``--train`` runs each missing run (``uvtrain run``, one process per run, ``--parallel`` at a
@@ -104,8 +105,11 @@ def command(name: str, spec: list[str], data: str, device: str, folder: Path) ->
             *options, "--device", device, "--out", str(folder / name)]  # fmt: skip
 
 
-def train(folder: Path, device: str, parallel: int, deadline: float) -> None:
-    """Run every missing run, ``parallel`` at a time, each stopped at the deadline."""
+def train(
+    folder: Path, device: str, parallel: int, deadline: float, only: set[str] | None = None
+) -> None:
+    """Run every missing run (of ``only``, where given), ``parallel`` at a time, each stopped
+    at the deadline."""
     from uvtrain.data.registry import build_dataset, dataset_path
 
     data = dataset_path("synth-voices", seed=0, speakers=1250)
@@ -135,7 +139,8 @@ def train(folder: Path, device: str, parallel: int, deadline: float) -> None:
         return f"{name}: {status} after {time.monotonic() - started:.0f} s"
 
     with ThreadPoolExecutor(parallel) as pool:
-        for line in pool.map(one, runs().items()):
+        chosen = [(n, spec) for n, spec in runs().items() if only is None or n in only]
+        for line in pool.map(one, chosen):
             print(line, flush=True)
 
 
@@ -361,9 +366,15 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--deadline", type=float, default=math.inf, help="seconds")
+    parser.add_argument("--only", help="with --train: these runs alone, comma-separated")
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    if only and (unknown := only - set(runs())):
+        parser.error(
+            f"--only {','.join(sorted(unknown))}: no such run (one of {', '.join(runs())})"
+        )
     if args.train:
-        train(Path(args.runs), args.device, args.parallel, args.deadline)
+        train(Path(args.runs), args.device, args.parallel, args.deadline, only)
     table(Path(args.runs), Path(args.out))
 
 

@@ -21,13 +21,15 @@ from typer.testing import CliRunner  # noqa: E402
 
 from uvtrain.checkpoints import read_checkpoint  # noqa: E402
 from uvtrain.cli import app  # noqa: E402
+from uvtrain.data.base import FederatedDataset  # noqa: E402
+from uvtrain.data.stream import write_stream_folder  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
-TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
+TINY = ["--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
 CASES = {
     "feduv": ["--method", "feduv"],
     "fedhide": ["--method", "fedhide"],
@@ -50,13 +52,18 @@ CASES = {
 }
 
 
-def _train(args: list[str], device: str, out: Path, data: Path) -> dict:
+def _train(
+    args: list[str], device: str, out: Path, data: Path, dataset: str = "formant-voices"
+) -> dict:
     result = CliRunner().invoke(
         app,
-        ["run", *TINY, *args, "--rounds", "3", "--device", device, "--out", str(out)],
+        ["run", "--dataset", dataset, *TINY, *args, "--rounds", "3", "--device", device,
+         "--out", str(out)],
         env={"UVTRAIN_DATA": str(data)},
-    )
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
+    if dataset != "formant-voices":
+        assert "streamed from disk" in result.stderr, result.stderr
     return read_checkpoint(out / "checkpoint.pt")
 
 
@@ -75,6 +82,22 @@ def float32_on_cuda():
 def test_a_cuda_run_matches_the_cpu_run(case: str, tmp_path: Path, float32_on_cuda) -> None:
     cpu = _train(CASES[case], "cpu", tmp_path / "cpu", tmp_path / "data")
     cuda = _train(CASES[case], "cuda", tmp_path / "cuda", tmp_path / "data")
+    _assert_same_parameters(case, cpu, cuda)
+
+
+def test_a_streamed_run_on_cuda_matches_the_cpu_run(tmp_path: Path, float32_on_cuda) -> None:
+    """Samples kept on disk (a stream folder, memory-mapped) stay on the host and each round's
+    drawn batches move to the GPU (``uvtrain.engine``'s HostSamples): the CUDA run from the
+    folder trains what the CPU run from the in-memory ``.npz`` trains."""
+    data = tmp_path / "data"
+    cpu = _train(CASES["feduv"], "cpu", tmp_path / "cpu", data)
+    (npz,) = data.glob("formant-voices-*.npz")
+    folder = write_stream_folder(FederatedDataset.load(npz), tmp_path / "voices.stream")
+    cuda = _train(CASES["feduv"], "cuda", tmp_path / "cuda", data, dataset=str(folder))
+    _assert_same_parameters("feduv-streamed", cpu, cuda)
+
+
+def _assert_same_parameters(case: str, cpu: dict, cuda: dict) -> None:
     params = cpu.get("params") or cpu.get("backbone") or cpu
     assert isinstance(params, dict) and params, f"no parameters in the {case} checkpoint"
     other = cuda.get("params") or cuda.get("backbone") or cuda
