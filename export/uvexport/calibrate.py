@@ -443,7 +443,7 @@ def calibrate_vectors(
 
 def calibrate(
     bundle: Bundle,
-    root: str | Path,
+    root: str | Path | Sequence[str | Path],
     *,
     data: str | None = None,
     enroll_samples: int = DEFAULT_ENROLL_SAMPLES,
@@ -455,10 +455,14 @@ def calibrate(
 ) -> Calibrated:
     """Measure ``bundle`` on the people under ``root`` in each recording condition; ``data``
     describes them (default: the folder's name and counts); ``cache`` keeps the embeddings
-    (:func:`embed_conditions`)."""
+    (:func:`embed_conditions`).
+
+    ``root`` may be several folders (or names of :data:`NAMED`), whose people are calibrated on
+    together: an app's own people recorded through its chain beside the shipped real speech
+    (docs/model-card.md measures that recipe). A person's folder name must be unique across
+    them."""
     manifest = bundle.manifest
-    root, named, suffixes = resolve(root)
-    people = people_folders(root, manifest.modality, suffixes)
+    people, named = _gather_people(root, manifest.modality)
     embedded = embed_conditions(
         bundle, people, conditions, max_samples=max_samples, progress=progress, cache=cache
     )
@@ -477,12 +481,35 @@ def calibrate(
             cohort_size=cohort_size,
         )
     except ValueError as error:
-        raise ExportError(f"--calibrate {root}: {error}") from None
+        where = root if isinstance(root, str | Path) else ", ".join(map(str, root))
+        raise ExportError(f"--calibrate {where}: {error}") from None
+
+
+def _gather_people(
+    roots: str | Path | Sequence[str | Path], modality: str
+) -> tuple[dict[str, list[Path]], str]:
+    """``{person: files}`` of one or several folders (each resolved by :func:`resolve`), and
+    their one-line description."""
+    roots = [roots] if isinstance(roots, str | Path) else list(roots)
+    people: dict[str, list[Path]] = {}
+    found_in: dict[str, Path] = {}
+    described = []
+    for value in roots:
+        folder, named, suffixes = resolve(value)
+        for name, files in people_folders(folder, modality, suffixes).items():
+            if name in people:
+                raise ExportError(
+                    f"--calibrate: the person folder {name!r} is in both {found_in[name]} and "
+                    f"{folder}; rename one (a person's folder name must be unique)"
+                )
+            people[name], found_in[name] = files, folder
+        described.append(named)
+    return people, " + ".join(described)
 
 
 def calibrate_bundle(
     source: str | Path,
-    root: str | Path,
+    root: str | Path | Sequence[str | Path],
     out: str | Path,
     *,
     sign_key: Any | None = None,

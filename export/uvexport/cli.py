@@ -192,9 +192,11 @@ def _echo_calibration(path: Path) -> None:
 def calibrate_command(
     bundle: Annotated[Path, typer.Argument(help="The bundle to calibrate (.uvb).")],
     people: Annotated[
-        Path,
+        list[Path],
         typer.Argument(
-            help="Folder with one sub-folder per person (real people), or real-speech / orl-faces."
+            help="Folder with one sub-folder per person (real people), or real-speech / "
+            "orl-faces; several are calibrated on together (e.g. real-speech and your own "
+            "people recorded as your app records them)."
         ),
     ],
     out: Annotated[Path, typer.Option("--out", help="The calibrated bundle to write.")],

@@ -504,6 +504,35 @@ def test_uvexport_calibrate_command(
     assert not (tmp_path / "n.uvb").exists()
 
 
+def test_uvexport_calibrate_takes_several_folders_of_people_together(
+    spectral_bundle: Path, people_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The recipe the model card measures for an app whose users record unlike the shipped
+    calibration: the shipped real speech and the app's own people, calibrated on together. Split
+    in two folders, the same people give the same calibration and cohort as one folder."""
+    everyone = sorted(p for p in people_dir.iterdir() if p.is_dir())
+    shipped, own = tmp_path / "shipped", tmp_path / "own"
+    for number, person in enumerate(everyone):
+        target = (shipped if number < 12 else own) / person.name
+        target.parent.mkdir(exist_ok=True)
+        target.symlink_to(person, target_is_directory=True)
+    chosen = ["--conditions", "clean,telephone-gsm", "--cohort-size", "64"]
+    one, two = tmp_path / "one.uvb", tmp_path / "two.uvb"
+    assert uvexport_main(["calibrate", str(spectral_bundle), str(people_dir), "--out", str(one), *chosen]) == 0  # fmt: skip
+    assert uvexport_main(["calibrate", str(spectral_bundle), str(shipped), str(own), "--out", str(two), *chosen]) == 0  # fmt: skip
+    assert "20 people, 6080 impostor / 120 genuine trials" in capsys.readouterr().out
+    joined = Bundle(two)
+    assert joined.manifest.calibration.data.startswith("shipped + own: 20 people")
+    assert joined.manifest.calibration.tables == Bundle(one).manifest.calibration.tables
+    assert joined.cohort_bytes == Bundle(one).cohort_bytes
+    # one person in two of the folders: one line, exit 2, nothing written
+    clash = tmp_path / "clash.uvb"
+    assert uvexport_main(["calibrate", str(spectral_bundle), str(shipped), str(people_dir), "--out", str(clash), *chosen]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is in both" in err[0] and everyone[0].name in err[0], err
+    assert not clash.exists()
+
+
 def test_codeword_bundles_calibrate_against_codewords_of_their_code(
     initial_codeword_bundle: Path, people_dir: Path, tmp_path: Path
 ) -> None:
