@@ -10,8 +10,13 @@ condition, against the same test half calibrated without any of the source (the
 leave-one-source-out baseline). Test people are never calibrated on, in either arm. Trials, rule
 and pooling are ``far_rules.py``'s (today's rule, ``global``); ``report.json`` beside the table.
 
+``--counts 1,2,3`` also answers "how many people of my chain do I need?": the same test half is
+measured with only the first N of the other half (sorted by name) calibrated on, for each N
+smaller than that half; ``chain.png`` draws the pooled FAR and FRR against N (0: none of the
+source; the last: the whole other half).
+
     python benchmarks/far_chain.py --speakers real-speech/speakers --out eval-chain/ \\
-        --source fotaq --bundle MODEL.uvb --cache emb.npz
+        --source fotaq --bundle MODEL.uvb --cache emb.npz [--counts 1,2,3,4]
 """
 
 from __future__ import annotations
@@ -78,10 +83,55 @@ def summary_line(name: str, rows: list[dict]) -> str:
     )
 
 
+def counts_curve(report: dict) -> list[dict]:
+    """Pooled over the splits, per number of the source's people calibrated on: 0 (the
+    baseline), each ``--counts`` entry, and each split's whole other half (``with``)."""
+    by_count: dict[int, list[dict]] = {}
+    for entry in report["splits"]:
+        by_count.setdefault(0, []).extend(entry["without"]["rows"])
+        by_count.setdefault(len(entry["calibrated_on"]), []).extend(entry["with"]["rows"])
+        for count, arm in entry.get("counts", {}).items():
+            by_count.setdefault(int(count), []).extend(arm["rows"])
+    return [{"count": count, **pooled(rows)} for count, rows in sorted(by_count.items())]
+
+
+def plot_counts(curve: list[dict], far: float, source: str, out) -> None:
+    """``chain.png``: pooled FAR and FRR against the people of the chain calibrated on."""
+    from matplotlib.figure import Figure
+
+    from uvtrain.io import save_figure
+
+    figure = Figure(figsize=(6.4, 4.2))
+    axis = figure.add_subplot()
+    counts = [point["count"] for point in curve]
+    axis.plot(counts, [point["far"] for point in curve], "o-", label="observed FAR (pooled)")
+    axis.plot(counts, [point["frr"] for point in curve], "s--", label="FRR (pooled)")
+    axis.axhline(far, color="grey", linestyle=":", label=f"stated FAR {far:g}")
+    axis.axhline(2 * far, color="grey", linestyle="-.", linewidth=0.8, label="2 x stated")
+    axis.set_yscale("log")
+    axis.set_xticks(counts)
+    axis.set_xlabel(f"people of {source} calibrated on (beside every other source)")
+    axis.set_ylabel("rate")
+    axis.set_title(f"{source}: the others enrolled and tested in every condition", fontsize=10)
+    axis.legend(fontsize=8)
+    save_figure(figure, out)
+
+
 def main() -> int:
     parser = argument_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True, help="the source whose people are split")
+    parser.add_argument(
+        "--counts",
+        default="",
+        help="comma-separated N: also calibrate on only the first N of the other half",
+    )
     args = parser.parse_args()
+    try:
+        counts = sorted({int(n) for n in args.counts.split(",") if n.strip()})
+    except ValueError:
+        parser.error(f"--counts {args.counts!r}: whole numbers, comma-separated")
+    if any(n < 1 for n in counts):
+        parser.error(f"--counts {args.counts!r}: each N at least 1")
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     vectors, seconds = embed(args, Bundle(args.bundle or default_bundle_path()))
@@ -100,6 +150,16 @@ def main() -> int:
                 vectors, seconds, others | set(joined), set(tested), args, calibrated
             )
             split_report[arm] = {"threshold": threshold, "rows": rows}
+        split_report["counts"] = {}
+        for count in (n for n in counts if n < len(known)):
+            rows, threshold = arm_rows(
+                vectors, seconds, others | set(known[:count]), set(tested), args
+            )
+            split_report["counts"][str(count)] = {
+                "calibrated_on": known[:count],
+                "threshold": threshold,
+                "rows": rows,
+            }
         report["splits"].append(split_report)
         print(f"split {number}: {len(known)} of the source calibrated on, {len(tested)} tested")
         print("  condition        without: FAR   FRR   with: FAR   FRR")
@@ -121,6 +181,17 @@ def main() -> int:
         rows = [row for entry in report["splits"] for row in entry[arm]["rows"]]
         report["summary"][arm] = pooled(rows)
         print(summary_line(arm, rows))
+    if counts:
+        report["curve"] = counts_curve(report)
+        print("people of the source calibrated on (pooled over the splits that have that many):")
+        for point in report["curve"]:
+            worst = point["worst_ratio"]
+            print(
+                f"  {point['count']}: FAR {point['far']:.4f}  FRR {point['frr']:.3f}  within 2x "
+                f"{point['within_2x']} of {point['resolvable_rows']}  "
+                f"worst {'-' if worst is None else f'{worst:.2f}'}"
+            )
+        plot_counts(report["curve"], args.far, args.source, args.out / "chain.png")
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out / 'report.json'} ({time.perf_counter() - started:.0f} s)")
     return 0

@@ -192,11 +192,22 @@ def test_the_chain_benchmark_tests_only_people_it_never_calibrated_on(
     command = [sys.executable, str(CHAIN), "--speakers", str(speakers), "--source", "a"]
     command += ["--out", str(tmp_path / "chain"), "--bundle", str(spectral_bundle)]
     command += ["--conditions", "clean,telephone-gsm", "--far", "0.05"]
-    command += ["--cache", str(tmp_path / "emb.npz")]
+    command += ["--cache", str(tmp_path / "emb.npz"), "--counts", "1"]
     result = run_until_stalled(command, stall_seconds=300)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads((tmp_path / "chain" / "report.json").read_text())
     splits = report["splits"]
+    # --counts 1: the same test half, with only the first of the other half calibrated on
+    for entry in splits:
+        one = entry["counts"]["1"]
+        assert one["calibrated_on"] == entry["calibrated_on"][:1]
+        assert [r["impostor"] for r in one["rows"]] == [
+            r["impostor"] for r in entry["with"]["rows"]
+        ]
+    curve = {point["count"]: point for point in report["curve"]}
+    assert sorted(curve) == [0, 1, 3] if len(members) == 6 else sorted(curve) == [0, 1, 3, 4]
+    assert curve[0]["far"] == pytest.approx(report["summary"]["without"]["far"])
+    assert (tmp_path / "chain" / "chain.png").stat().st_size > 0
     assert [entry["tested"] for entry in splits] == [members[1::2], members[0::2]]
     for entry in splits:
         assert set(entry["calibrated_on"]).isdisjoint(entry["tested"])
