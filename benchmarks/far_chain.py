@@ -2,7 +2,7 @@
 
 ``far_generalisation.py`` holds a whole source out of the calibration: with a source recorded
 unlike every other (Flight of the Amazon Queen's 11 kHz game dialogue) the stated 1 % became
-38 %. An app in that position can calibrate on people of its own chain (``uvexport calibrate``).
+39 %. An app in that position can calibrate on people of its own chain (``uvexport calibrate``).
 This measures what that buys: the source's speakers (``--source``) are split in two halves
 (alternately, sorted by name); each half in turn joins the calibration (with every other source,
 calibrated as ``uvexport calibrate`` does) and the other half is enrolled and tested in each

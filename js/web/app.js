@@ -214,7 +214,7 @@ const percent = (fraction) => `${(100 * fraction).toFixed(1)}%`;
  * else would be accepted, and about 1 in 14 of your own attempts rejected (measured on 24 people
  * in 7 recording conditions; strangers recorded unlike them can be accepted far more often)." The
  * rates are the SDK's text ("0.01", "< 0.0005", ">= 0.100"); the last clause is what the figure
- * does not cover (docs/model-card.md: an unseen recording chain accepted 38 % at the stated 1 %).
+ * does not cover (docs/model-card.md: an unseen recording chain accepted 39 % at the stated 1 %).
  */
 function expectedRates(far, frr, table) {
   const parse = (text) => {
