@@ -520,7 +520,21 @@ def test_uvexport_calibrate_takes_several_folders_of_people_together(
     one, two = tmp_path / "one.uvb", tmp_path / "two.uvb"
     assert uvexport_main(["calibrate", str(spectral_bundle), str(people_dir), "--out", str(one), *chosen]) == 0  # fmt: skip
     assert uvexport_main(["calibrate", str(spectral_bundle), str(shipped), str(own), "--out", str(two), *chosen]) == 0  # fmt: skip
-    assert "20 people, 6080 impostor / 120 genuine trials" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "20 people, 6080 impostor / 120 genuine trials" in printed.out
+    assert "warning" not in printed.err  # 12 and 8 people: enough of each
+    few = tmp_path / "few"
+    for person in everyone[:2]:
+        (few / person.name).parent.mkdir(exist_ok=True)
+        (few / person.name).symlink_to(person, target_is_directory=True)
+    rest = tmp_path / "rest"
+    for person in everyone[2:]:
+        (rest / person.name).parent.mkdir(exist_ok=True)
+        (rest / person.name).symlink_to(person, target_is_directory=True)
+    three = tmp_path / "three.uvb"
+    assert uvexport_main(["calibrate", str(spectral_bundle), str(rest), str(few), "--out", str(three), *chosen]) == 0  # fmt: skip
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and f"{few} holds 2 people" in warnings[0], warnings
     joined = Bundle(two)
     assert joined.manifest.calibration.data.startswith("shipped + own: 20 people")
     assert joined.manifest.calibration.tables == Bundle(one).manifest.calibration.tables
