@@ -452,6 +452,7 @@ def calibrate(
     cohort_size: int = DEFAULT_COHORT_SIZE,
     progress: Callable[[str], None] | None = None,
     cache: str | Path | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Calibrated:
     """Measure ``bundle`` on the people under ``root`` in each recording condition; ``data``
     describes them (default: the folder's name and counts); ``cache`` keeps the embeddings
@@ -460,9 +461,10 @@ def calibrate(
     ``root`` may be several folders (or names of :data:`NAMED`), whose people are calibrated on
     together: an app's own people recorded through its chain beside the shipped real speech
     (docs/model-card.md measures that recipe). A person's folder name must be unique across
-    them."""
+    them; ``warn`` hears of each of several folders with fewer than :data:`CHAIN_PEOPLE`
+    people."""
     manifest = bundle.manifest
-    people, named = _gather_people(root, manifest.modality)
+    people, named = _gather_people(root, manifest.modality, warn)
     embedded = embed_conditions(
         bundle, people, conditions, max_samples=max_samples, progress=progress, cache=cache
     )
@@ -485,18 +487,34 @@ def calibrate(
         raise ExportError(f"--calibrate {where}: {error}") from None
 
 
+CHAIN_PEOPLE = 3
+"""People of one recording chain that brought its other speakers' false accepts from 34 % to
+3.4 % at a stated 1 % (one and two people: 18 % and 12 %; docs/model-card.md, far_chain.py)."""
+
+
 def _gather_people(
-    roots: str | Path | Sequence[str | Path], modality: str
+    roots: str | Path | Sequence[str | Path],
+    modality: str,
+    warn: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, list[Path]], str]:
     """``{person: files}`` of one or several folders (each resolved by :func:`resolve`), and
-    their one-line description."""
+    their one-line description; of several, ``warn`` hears of each with fewer than
+    :data:`CHAIN_PEOPLE` people (an app's own recording chain, typically)."""
     roots = [roots] if isinstance(roots, str | Path) else list(roots)
     people: dict[str, list[Path]] = {}
     found_in: dict[str, Path] = {}
     described = []
     for value in roots:
         folder, named, suffixes = resolve(value)
-        for name, files in people_folders(folder, modality, suffixes).items():
+        found = people_folders(folder, modality, suffixes)
+        if warn is not None and len(roots) > 1 and len(found) < CHAIN_PEOPLE:
+            warn(
+                f"{folder} holds {len(found)} people; where they stand for a recording chain "
+                f"the other folders lack, calibrate on at least {CHAIN_PEOPLE} of them (with 1 "
+                "and 2 people of a held-out chain, its strangers were still accepted 18 % and 12 % "
+                "of the time at a stated 1 %: docs/model-card.md)"
+            )
+        for name, files in found.items():
             if name in people:
                 raise ExportError(
                     f"--calibrate: the person folder {name!r} is in both {found_in[name]} and "
@@ -519,6 +537,7 @@ def calibrate_bundle(
     cohort_size: int = DEFAULT_COHORT_SIZE,
     progress: Callable[[str], None] | None = None,
     cache: str | Path | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> tuple[Path, Calibration]:
     """Write ``out``: the bundle ``source`` with the calibration measured on ``root`` in its
     manifest (re-signed with ``sign_key``; an old signature no longer covers the manifest and is
@@ -539,6 +558,7 @@ def calibrate_bundle(
         cohort_size=cohort_size,
         progress=progress,
         cache=cache,
+        warn=warn,
     )
     manifest = calibrated.manifest(bundle.manifest)
     if bundle.ort_bytes is None:  # a model.ort taken out of the bundle: its key goes too

@@ -188,28 +188,6 @@ def _echo_calibration(path: Path) -> None:
         )
 
 
-CHAIN_PEOPLE = 3
-"""People of one recording chain that brought its other speakers' false accepts from 34 % to
-3.4 % at a stated 1 % (one and two people: 18 % and 12 %; docs/model-card.md, far_chain.py)."""
-
-
-def _warn_few_of_a_chain(folders: list[Path]) -> None:
-    """Several folders calibrated on together: a warning on stderr for each of them (an app's own
-    recording chain, typically) with fewer than :data:`CHAIN_PEOPLE` people."""
-    for folder in folders:
-        if not folder.is_dir():
-            continue  # a name such as real-speech, or an error calibrate reports
-        count = sum(1 for person in folder.iterdir() if person.is_dir())
-        if count < CHAIN_PEOPLE:
-            typer.echo(
-                f"warning: {folder} holds {count} people; where they stand for a recording chain "
-                f"the other folders lack, calibrate on at least {CHAIN_PEOPLE} of them (with 1 "
-                "and 2 people of a held-out chain, its strangers were still accepted 18 % and 12 % "
-                "of the time at a stated 1 %: docs/model-card.md)",
-                err=True,
-            )
-
-
 @app.command("calibrate")
 def calibrate_command(
     bundle: Annotated[Path, typer.Argument(help="The bundle to calibrate (.uvb).")],
@@ -265,8 +243,6 @@ def calibrate_command(
     chosen = DEFAULT_CONDITIONS
     if conditions is not None:
         chosen = audio_conditions([name.strip() for name in conditions.split(",") if name.strip()])
-    if len(people) > 1:
-        _warn_few_of_a_chain(people)
     path, _ = calibrate_bundle(
         bundle,
         people,
@@ -277,6 +253,7 @@ def calibrate_command(
         cohort_size=cohort_size,
         progress=print_progress,
         cache=cache,
+        warn=lambda message: typer.echo(f"warning: {message}", err=True),
     )
     print(file=sys.stderr)
     kept = " (model.ort kept)" if Bundle(path).ort_bytes is not None else ""
