@@ -72,9 +72,9 @@ def arm_rows(
     return rows, row.threshold
 
 
-def summary_line(name: str, rows: list[dict]) -> str:
-    """One arm pooled: FAR, FRR, conditions within 2x of the stated FAR and the worst ratio."""
-    summary = pooled(rows)
+def summary_line(name: str, summary: dict) -> str:
+    """Pooled rows (:func:`far_rules.pooled`) in one line: FAR, FRR, conditions within 2x of the
+    stated FAR and the worst ratio."""
     worst = summary["worst_ratio"]
     return (
         f"{name:8s} FAR {summary['far']:.4f}  FRR {summary['frr']:.3f}  "
@@ -180,17 +180,12 @@ def main() -> int:
     for arm in ARMS:
         rows = [row for entry in report["splits"] for row in entry[arm]["rows"]]
         report["summary"][arm] = pooled(rows)
-        print(summary_line(arm, rows))
+        print(summary_line(arm, report["summary"][arm]))
     if counts:
         report["curve"] = counts_curve(report)
         print("people of the source calibrated on (pooled over the splits that have that many):")
         for point in report["curve"]:
-            worst = point["worst_ratio"]
-            print(
-                f"  {point['count']}: FAR {point['far']:.4f}  FRR {point['frr']:.3f}  within 2x "
-                f"{point['within_2x']} of {point['resolvable_rows']}  "
-                f"worst {'-' if worst is None else f'{worst:.2f}'}"
-            )
+            print(summary_line(f"  {point['count']}", point))
         plot_counts(report["curve"], args.far, args.source, args.out / "chain.png")
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out / 'report.json'} ({time.perf_counter() - started:.0f} s)")
