@@ -43,25 +43,40 @@ def app_dir() -> Path:
     return Path(str(resources.files("uvdeploy") / "app"))
 
 
+PORT_ATTEMPTS = 3  # SuperLink starts tried, each on a port probed free
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
-def _wait_for_port(port: int, process: _Process, stall_seconds: float, name: str) -> None:
+class PortTaken(LaunchError):
+    """The port probed free was taken before the process bound it."""
+
+
+def _wait_for_port(
+    port: int, process: _Process, stall_seconds: float, name: str, *, bound_line: str = ""
+) -> None:
     """Wait until the process listens on ``port``; fail when it exits first or makes no
     progress (no CPU time used, no new log output) for ``stall_seconds``: a busy machine only
-    makes the wait longer."""
+    makes the wait longer. With ``bound_line``, the port counts as this process's only once its
+    log says so (another process may be listening there); one that exits on a port already in
+    use raises :class:`PortTaken`."""
     last_progress, seen = time.monotonic(), _progress_of(process)
+    log = Path(process.log.name)
     while time.monotonic() - last_progress < stall_seconds:
         if process.popen.poll() is not None:
             code = process.popen.returncode
+            if "address already in use" in log.read_text(errors="replace").lower():
+                raise PortTaken(f"{name} exited at start: port {port} already in use")
             raise LaunchError(f"{name} exited at start (code {code}); see its log")
         with socket.socket() as probe:
             probe.settimeout(0.5)
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
+            listening = probe.connect_ex(("127.0.0.1", port)) == 0
+        if listening and (not bound_line or bound_line in log.read_text(errors="replace")):
+            return
         time.sleep(0.2)
         if _progress_of(process) != seen:
             last_progress, seen = time.monotonic(), _progress_of(process)
@@ -181,24 +196,34 @@ class LocalFederation:
         self.home.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         bin_dir = self.bin_dir
-        self.port = _free_port()
-        atomic_write(
-            self.home / "config.toml",
-            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n',
-        )
         try:
-            link = self._start(
-                "superlink",
-                [
-                    str(bin_dir / "flower-superlink"),
-                    "--insecure",
-                    "--port",
-                    str(self.port),
-                    "--disable-runtime-dependency-installation",
-                ],
+            # a port probed free can be taken before the SuperLink binds it (another test's
+            # federation, say): then it exits at start and is started again on another port
+            for attempt in range(PORT_ATTEMPTS):
+                self.port = _free_port()
+                link = self._start(
+                    "superlink" if attempt == 0 else f"superlink-{attempt + 1}",
+                    [
+                        str(bin_dir / "flower-superlink"),
+                        "--insecure",
+                        "--port",
+                        str(self.port),
+                        "--disable-runtime-dependency-installation",
+                    ],
+                )
+                try:
+                    _wait_for_port(
+                        self.port, link, 60, "the SuperLink", bound_line=f":{self.port} (Press"
+                    )
+                    break
+                except PortTaken:
+                    if attempt == PORT_ATTEMPTS - 1:
+                        raise
+            atomic_write(
+                self.home / "config.toml",
+                f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+                f'address = "127.0.0.1:{self.port}"\ninsecure = true\n',
             )
-            _wait_for_port(self.port, link, 60, "the SuperLink")
             for number, device in enumerate(self.devices):
                 store = device / "store"
                 node_config = " ".join(

@@ -6,6 +6,7 @@ server's round, in process: ``test_deploy.py``."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -295,6 +296,34 @@ def test_waiting_for_a_port_fails_on_no_progress_never_on_time(tmp_path: Path) -
     finally:
         federation.stop()
     assert all(not is_running(process.pid) for process in (silent.popen, busy.popen))
+
+
+def test_a_superlink_port_taken_after_the_probe_is_retried_on_another(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The port probed free is taken (here by a listening socket, which a bare connect would
+    mistake for the SuperLink) before the SuperLink binds it: that SuperLink exits, and the
+    federation starts another on a fresh port, waiting for the log line that says it bound it."""
+    import uvdeploy.local as local
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    ports = iter([taken])
+    probe = local._free_port
+    monkeypatch.setattr(local, "_free_port", lambda: next(ports, None) or probe())
+    try:
+        with LocalFederation([], tmp_path) as federation:
+            assert federation.port != taken
+            assert f"127.0.0.1:{federation.port}" in (federation.home / "config.toml").read_text()
+            first = (federation.logs / "superlink.log").read_text().lower()
+            assert "address already in use" in first
+            assert (federation.logs / "superlink-2.log").exists()
+            processes = [process.popen for process in federation.processes]
+        assert all(not is_running(popen.pid) for popen in processes)
+    finally:
+        squatter.close()
 
 
 def test_run_local_needs_a_passphrase_and_device_folders(tmp_path: Path, monkeypatch) -> None:
