@@ -239,9 +239,14 @@ def test_a_devices_dp_step_clips_and_adds_its_share_of_the_noise() -> None:
     )
     assert noise.std() == pytest.approx(1.2 * 0.5 / np.sqrt(3), rel=0.03)  # 20,050 entries
     assert abs(noise.mean()) < 4 * 0.35 / np.sqrt(noise.size)
-    bits = [private_update(small, instructions)[2][0] for _ in range(300)]  # secret seeds
-    assert np.std(bits) == pytest.approx(0.9 / np.sqrt(3), rel=0.15)
-    assert np.mean(bits) == pytest.approx(0.5, abs=4 * 0.52 / np.sqrt(300))  # unclipped: +½
+    # The bits come from fresh secret seeds, so these two checks can fail by chance; their
+    # bands are sized to a false failure below 1e-6 together. The bit is N(½, σ²) (unclipped:
+    # +½), σ = 0.9/√3 ≈ 0.52; of n = 1000 draws: n·s²/σ² ~ χ²(999), and outside s/σ ∈ [0.88,
+    # 1.12] with probability 8.3e-8 (scipy.stats.chi2); the mean is off by more than 5.2 σ/√n
+    # with probability 2.0e-7. (The old 300 draws, ±15 % and 4 σ: 3e-4, a CI failure in 3,000.)
+    bits = [private_update(small, instructions)[2][0] for _ in range(1000)]  # secret seeds
+    assert np.std(bits) == pytest.approx(0.9 / np.sqrt(3), rel=0.12)
+    assert np.mean(bits) == pytest.approx(0.5, abs=5.2 * 0.9 / np.sqrt(3) / np.sqrt(1000))
     again = private_update(small, instructions)
     assert not np.array_equal(again[1], private_update(small, instructions)[1])  # fresh noise
 
