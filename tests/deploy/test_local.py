@@ -18,7 +18,7 @@ pytest.importorskip("flwr")
 
 from tests.conftest import PASSPHRASE  # noqa: E402
 from tests.deploy.devices import device_folder  # noqa: E402
-from tests.processes import is_gone, is_running, run_until_stalled  # noqa: E402
+from tests.processes import is_gone, is_running, run_until_stalled, wait_until  # noqa: E402
 from uvdeploy.local import LaunchError, LocalFederation  # noqa: E402
 from uvdeploy.settings import (  # noqa: E402
     DeploySettings,
@@ -266,12 +266,17 @@ def test_a_stalled_run_ends_its_process_group_and_its_run_and_the_next_reads_its
         federation.stop()
 
 
+# it binds its port first and says which (in a file, not its log), so that no other process can
+# take the port while it works; it listens only after the work
 LISTEN_AFTER_WORK = """
-import socket, sys, time
+import os, socket, sys, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+with open(sys.argv[1] + ".part", "w") as told:
+    told.write(str(server.getsockname()[1]))
+os.replace(sys.argv[1] + ".part", sys.argv[1])
 while time.process_time() < 4:  # 4 s of CPU time in silence (a slow machine: longer)
     sum(range(10000))
-server = socket.socket()
-server.bind(("127.0.0.1", int(sys.argv[1])))
 server.listen()
 time.sleep(100000)
 """
@@ -281,19 +286,27 @@ def test_waiting_for_a_port_fails_on_no_progress_never_on_time(tmp_path: Path) -
     """The SuperLink's start is waited for on progress: a process that sleeps is given up on
     after 2 s without CPU time or output; one that computes silently for longer than that and
     then listens is waited for."""
-    from uvdeploy.local import _free_port, _wait_for_port
+    from uvdeploy.local import _wait_for_port
 
     federation = LocalFederation([], tmp_path)
     federation.logs.mkdir(parents=True)
+    # Each port is bound before its wait and stays bound (the first by the test, never listening;
+    # the second by the busy process, before its work), not probed free and bound later: another
+    # process could listen on a port probed free and end the first wait, or take the second
+    # before it is bound, by chance.
+    held = socket.socket()
     try:
+        held.bind(("127.0.0.1", 0))
         silent = federation._start("silent", ["sleep", "100000"])
         with pytest.raises(LaunchError, match="made no progress for 2 s"):
-            _wait_for_port(_free_port(), silent, 2, "the SuperLink")
-        port = _free_port()
-        busy = federation._start("busy", [sys.executable, "-c", LISTEN_AFTER_WORK, str(port)])
-        _wait_for_port(port, busy, 2, "the SuperLink")
+            _wait_for_port(held.getsockname()[1], silent, 2, "the SuperLink")
+        told = tmp_path / "port"
+        busy = federation._start("busy", [sys.executable, "-c", LISTEN_AFTER_WORK, str(told)])
+        wait_until(told.exists, busy.popen, stall_seconds=STALL_SECONDS)
+        _wait_for_port(int(told.read_text()), busy, 2, "the SuperLink")
         assert busy.popen.poll() is None
     finally:
+        held.close()
         federation.stop()
     assert all(not is_running(process.pid) for process in (silent.popen, busy.popen))
 
