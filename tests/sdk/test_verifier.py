@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import multiprocessing
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from ..conftest import (
     held_out,
     trained_codeword_bundle,
 )
+from ..processes import finish, start
 
 
 class Clock:
@@ -209,8 +210,11 @@ def test_arrays_are_accepted(
         verifier.verify(np.full(100, 0.1, np.float32))
 
 
-def _enroll_in_process(bundle: str, store: str, folder: str) -> None:
-    Verifier(bundle, store=store, passphrase=PASSPHRASE).enroll(folder)
+ENROLL = """
+import sys
+from uvsdk import Verifier
+Verifier(sys.argv[1], store=sys.argv[2], passphrase=sys.argv[3]).enroll(sys.argv[4])
+"""
 
 
 def test_two_enrollments_at_once_leave_one_whole_template(
@@ -218,16 +222,14 @@ def test_two_enrollments_at_once_leave_one_whole_template(
 ) -> None:
     store = tmp_path / "store"
     first, second = enrollment_dir(voice_dir, 0, tmp_path), enrollment_dir(voice_dir, 9, tmp_path)
-    context = multiprocessing.get_context("spawn")
+    # all four at once, each waited for on its progress (not for a fixed time: four processes
+    # taking turns at the lock on a busy machine can take long)
     processes = [
-        context.Process(target=_enroll_in_process, args=(str(spectral_bundle), str(store), str(f)))
-        for f in (first, second, first, second)
+        start([sys.executable, "-c", ENROLL, spectral_bundle, store, PASSPHRASE, folder])
+        for folder in (first, second, first, second)
     ]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(60)
-        assert process.exitcode == 0
+    results = [finish(process, stall_seconds=300) for process in processes]
+    assert [result.returncode for result in results] == [0] * 4, [r.stderr for r in results]
     verifier = Verifier(spectral_bundle, store=store, passphrase=PASSPHRASE)
     template = verifier.store.load("default")  # decrypts and authenticates: never corrupt
     assert template.is_enrolled and template.samples == 6
