@@ -43,7 +43,7 @@ def app_dir() -> Path:
     return Path(str(resources.files("uvdeploy") / "app"))
 
 
-PORT_ATTEMPTS = 3  # SuperLink starts tried, each on a port probed free
+PORT_ATTEMPTS = 3  # starts tried for a SuperLink or SuperNode, each on a port probed free
 
 
 def _free_port() -> int:
@@ -54,6 +54,11 @@ def _free_port() -> int:
 
 class PortTaken(LaunchError):
     """The port probed free was taken before the process bound it."""
+
+
+def _bound_line(port: int) -> str:
+    """What a Flower server (uvicorn) logs once it has bound ``port`` itself."""
+    return f":{port} (Press CTRL+C to quit)"
 
 
 def _wait_for_port(
@@ -71,7 +76,7 @@ def _wait_for_port(
             code = process.popen.returncode
             if "address already in use" in log.read_text(errors="replace").lower():
                 raise PortTaken(f"{name} exited at start: port {port} already in use")
-            raise LaunchError(f"{name} exited at start (code {code}); see its log")
+            raise LaunchError(f"{name} exited at start (code {code}); see {log}")
         with socket.socket() as probe:
             probe.settimeout(0.5)
             listening = probe.connect_ex(("127.0.0.1", port)) == 0
@@ -197,57 +202,31 @@ class LocalFederation:
         self.logs.mkdir(parents=True, exist_ok=True)
         bin_dir = self.bin_dir
         try:
-            # a port probed free can be taken before the SuperLink binds it (another test's
-            # federation, say): then it exits at start and is started again on another port
-            for attempt in range(PORT_ATTEMPTS):
-                self.port = _free_port()
-                link = self._start(
-                    "superlink" if attempt == 0 else f"superlink-{attempt + 1}",
-                    [
-                        str(bin_dir / "flower-superlink"),
-                        "--insecure",
-                        "--port",
-                        str(self.port),
-                        "--disable-runtime-dependency-installation",
-                    ],
-                )
-                try:
-                    _wait_for_port(
-                        self.port, link, 60, "the SuperLink", bound_line=f":{self.port} (Press"
-                    )
-                    break
-                except PortTaken:
-                    if attempt == PORT_ATTEMPTS - 1:
-                        raise
+            _, self.port = self._listen(
+                "superlink",
+                lambda port: [
+                    str(bin_dir / "flower-superlink"),
+                    "--insecure",
+                    "--port",
+                    str(port),
+                    "--disable-runtime-dependency-installation",
+                ],
+            )
             atomic_write(
                 self.home / "config.toml",
                 f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
                 f'address = "127.0.0.1:{self.port}"\ninsecure = true\n',
             )
-            for number, device in enumerate(self.devices):
-                store = device / "store"
-                node_config = " ".join(
-                    f"{key}={_toml_value(str(value))}"
-                    for key, value in (
-                        ("data", (device / "samples").resolve()),
-                        ("store", store.resolve()),
-                        ("bundle", (store / "model.uvb").resolve()),
-                        ("user", self.user),
-                    )
-                )
-                self._start(
-                    f"supernode-{number:02d}",
-                    [
-                        str(bin_dir / "flower-supernode"),
-                        "--insecure",
-                        "--superlink",
-                        f"127.0.0.1:{self.port}",
-                        "--port",
-                        str(_free_port()),
-                        "--node-config",
-                        node_config,
-                    ],
-                )
+            nodes = [
+                (f"supernode-{number:02d}", self._supernode_command(device))
+                for number, device in enumerate(self.devices)
+            ]
+            started = [(name, command, *self._launch(name, command)) for name, command in nodes]
+            for name, command, node, port in started:  # all start at once; each waited for
+                try:
+                    _wait_for_port(port, node, 60, name, bound_line=_bound_line(port))
+                except PortTaken:
+                    self._listen(name, command, attempts=PORT_ATTEMPTS - 1, first=2)
         except BaseException:
             self.stop()
             raise
@@ -255,6 +234,57 @@ class LocalFederation:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+    def _supernode_command(self, device: Path) -> Callable[[int], list[str]]:
+        """A device's SuperNode command line, given the port of its ClientAppIo API."""
+        store = device / "store"
+        node_config = " ".join(
+            f"{key}={_toml_value(str(value))}"
+            for key, value in (
+                ("data", (device / "samples").resolve()),
+                ("store", store.resolve()),
+                ("bundle", (store / "model.uvb").resolve()),
+                ("user", self.user),
+            )
+        )
+        return lambda port: [
+            str(self.bin_dir / "flower-supernode"),
+            "--insecure",
+            "--superlink",
+            f"127.0.0.1:{self.port}",
+            "--port",
+            str(port),
+            "--node-config",
+            node_config,
+        ]
+
+    def _launch(self, name: str, command: Callable[[int], list[str]]) -> tuple[_Process, int]:
+        """Start ``command`` on a port probed free; returns the process and the port."""
+        port = _free_port()
+        return self._start(name, command(port)), port
+
+    def _listen(
+        self,
+        name: str,
+        command: Callable[[int], list[str]],
+        *,
+        attempts: int = PORT_ATTEMPTS,
+        first: int = 1,
+    ) -> tuple[_Process, int]:
+        """Start ``command`` and wait until it has bound its port. A port probed free can be
+        taken before the process binds it (another federation's, say): the process then exits
+        at start and is started again on another port, each try with its own log (``NAME``,
+        ``NAME-2``, ...)."""
+        attempt = first
+        while True:
+            process, port = self._launch(name if attempt == 1 else f"{name}-{attempt}", command)
+            try:
+                _wait_for_port(port, process, 60, name, bound_line=_bound_line(port))
+                return process, port
+            except PortTaken:
+                if attempt == first + attempts - 1:
+                    raise
+            attempt += 1
 
     def run(
         self,

@@ -312,29 +312,33 @@ def test_waiting_for_a_port_fails_on_no_progress_never_on_time(tmp_path: Path) -
     assert all(not is_running(process.pid) for process in (silent.popen, busy.popen))
 
 
-def test_a_superlink_port_taken_after_the_probe_is_retried_on_another(
-    tmp_path: Path, monkeypatch
-) -> None:
+def test_a_port_taken_after_the_probe_is_retried_on_another(tmp_path: Path, monkeypatch) -> None:
     """The port probed free is taken (here by a listening socket, which a bare connect would
-    mistake for the SuperLink) before the SuperLink binds it: that SuperLink exits, and the
-    federation starts another on a fresh port, waiting for the log line that says it bound it."""
+    mistake for the server) before the SuperLink, and then a SuperNode, binds it: each exits,
+    and is started again on a fresh port, waited for until its log says it bound that port."""
     import uvdeploy.local as local
 
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
     squatter.listen()
     taken = squatter.getsockname()[1]
-    ports = iter([taken])
+    # the SuperLink's first try, its second, then the SuperNode's first; later probes are real
+    ports = iter([taken, None, taken])
     probe = local._free_port
     monkeypatch.setattr(local, "_free_port", lambda: next(ports, None) or probe())
+    device = tmp_path / "device"
+    (device / "samples").mkdir(parents=True)
     try:
-        with LocalFederation([], tmp_path) as federation:
+        with LocalFederation([device], tmp_path / "federation") as federation:
             assert federation.port != taken
             assert f"127.0.0.1:{federation.port}" in (federation.home / "config.toml").read_text()
-            first = (federation.logs / "superlink.log").read_text().lower()
-            assert "address already in use" in first
-            assert (federation.logs / "superlink-2.log").exists()
+            logs = federation.logs
+            for first, second in (("superlink", "superlink-2"), ("supernode-00", "supernode-00-2")):
+                assert "address already in use" in (logs / f"{first}.log").read_text().lower()
+                assert "(Press CTRL+C to quit)" in (logs / f"{second}.log").read_text()
             processes = [process.popen for process in federation.processes]
+            running = [popen.poll() is None for popen in processes]
+            assert running == [False, True, False, True]  # each first try exited
         assert all(not is_running(popen.pid) for popen in processes)
     finally:
         squatter.close()
