@@ -14,11 +14,14 @@ z = 6.9 and the same noise on the mean.
     python benchmarks/deployment_dp.py --train [--device cuda] [--parallel 8] [--deadline 3600]
                                        [--only uv-e4-sim5000,uv-e2-sim5000]
     python benchmarks/deployment_dp.py --runs DIR [--out results/deployment-dp]
+                                       [--record docs/figures/privacy-deployment.json]
 
 ``--train`` runs each missing run (``uvtrain run``, one process per run, ``--parallel`` at a
 time; a run past ``--deadline`` seconds is stopped and tabled from its last ``--eval-every``
 line, marked partial). Without ``--train`` the runs in ``--runs`` are tabled: ``OUT/
-deployment-dp.md``, ``OUT/deployment-dp.json`` and ``OUT/deployment-dp.png``. The ε of a
+deployment-dp.md``, ``OUT/deployment-dp.json`` and ``OUT/deployment-dp.png``; with ``--record
+FILE``, beside the runs that FILE holds from earlier sessions (the device's run folders do not
+outlive a session), and FILE is updated with the runs in ``--runs``. The ε of a
 simulated-deployment row is the deployment's: users of the simulation itself take part in
 a round 100 times as often as a deployment's would (q = 0.1 against 0.001), so their own privacy
 is far weaker than the stated ε, and a codeword figure of such a run is no prediction of a
@@ -254,14 +257,28 @@ def _number(value: float | None, digits: int = 3) -> str:
     return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
-def table(folder: Path, out: Path) -> list[dict[str, Any]]:
-    entries = [e for name, spec in runs().items() if (e := row(folder, name, spec))]
+def read_record(record: Path | None) -> dict[str, dict[str, Any]]:
+    """The runs tabled before, by name (``--record``; none when the file does not exist yet)."""
+    if record is None or not record.is_file():
+        return {}
+    entries = json.loads(record.read_text())
+    return {entry["run"]: entry for entry in entries}
+
+
+def table(folder: Path, out: Path, record: Path | None = None) -> list[dict[str, Any]]:
+    """Table the runs in ``folder``; with ``record``, beside the runs it holds from earlier
+    sessions (a run in ``folder`` replaces its recorded entry), and write the merged record
+    back, so that runs trained in different sessions are tabled and drawn together."""
+    recorded = read_record(record)
+    measured = {name: e for name, spec in runs().items() if (e := row(folder, name, spec))}
+    entries = [measured.get(name) or recorded[name] for name in runs()
+               if name in measured or name in recorded]  # fmt: skip
     by_name = {entry["run"]: entry for entry in entries}
     for entry in entries:
         baseline = by_name.get(BASELINE[(entry["method"], entry["fraction"])])
         entry["baseline"] = None if baseline is None else baseline["run"]
-        if baseline is None or entry["enrollment"] is None:
-            continue
+        if baseline is None or entry["enrollment"] is None or entry["run"] not in measured:
+            continue  # a recorded entry keeps the change it was tabled with
         reference = baseline["enrollment"]
         if entry["partial"]:  # the no-DP run at the same round (its --eval-every line)
             reference = _eval_at(folder / baseline["run"], entry["rounds"])
@@ -290,6 +307,8 @@ def table(folder: Path, out: Path) -> list[dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "deployment-dp.md").write_text(text)
     write_json(out / "deployment-dp.json", entries)
+    if record is not None:
+        write_json(record, entries)
     print(text)
     _figure(entries, out / "deployment-dp.png")
     return entries
@@ -363,6 +382,10 @@ def main() -> None:
     parser.add_argument("--train", action="store_true")
     parser.add_argument("--runs", default="results/deployment-dp/runs")
     parser.add_argument("--out", default="results/deployment-dp")
+    parser.add_argument(
+        "--record",
+        help="a JSON record of the runs tabled before: tabled beside --runs and updated",
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--deadline", type=float, default=math.inf, help="seconds")
@@ -375,7 +398,7 @@ def main() -> None:
         )
     if args.train:
         train(Path(args.runs), args.device, args.parallel, args.deadline, only)
-    table(Path(args.runs), Path(args.out))
+    table(Path(args.runs), Path(args.out), Path(args.record) if args.record else None)
 
 
 if __name__ == "__main__":

@@ -229,3 +229,17 @@ def test_deployment_dp_tables_finished_and_stopped_runs(tmp_path: Path) -> None:
     text = (tmp_path / "out" / "deployment-dp.md").read_text()
     assert "200 (partial)" in text and "simulated deployment: noise of 5,000 of 1,000,000" in text
     assert _is_png(tmp_path / "out" / "deployment-dp.png")
+    # a record of runs from an earlier session: tabled beside these runs (a run here replaces
+    # its recorded entry; a recorded one keeps its figures), and updated with them
+    record = tmp_path / "record.json"
+    earlier = {"run": "hide-e2-sim5000", "method": "fedhide", "fraction": 0.1, "rounds": 100,
+               "partial": False, "enrollment": 0.104, "enrollment_unknown": 0.148,
+               "enrollment_change": -0.027, "privacy": dict(full["privacy"], epsilon=2.0)}  # fmt: skip
+    replaced = dict(full, enrollment=0.5)
+    record.write_text(json.dumps([replaced, earlier]))
+    merged = table(tmp_path / "runs", tmp_path / "again", record)
+    assert [e["run"] for e in merged] == ["uv-off-m100", "uv-e8-sim1000", "hide-e2-sim5000",
+                                          "uv-e4-sim5000"]  # runs() order  # fmt: skip
+    assert merged[1]["enrollment"] == 0.034 and merged[2]["enrollment_change"] == -0.027
+    assert json.loads(record.read_text()) == json.loads(json.dumps(merged))
+    assert "| 0.104 | -0.027 | 0.148 |" in (tmp_path / "again" / "deployment-dp.md").read_text()
