@@ -331,7 +331,11 @@ def _read_bounded(path: Path, bundle: str) -> bytes:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise BundleError(_too_large(bundle, path.name, size), code="bundle.unreadable")
-        data = handle.read(limit + 1)
+        # a buffer of the size it has, not of its limit (512 MiB for the model); more is read
+        # only if it grew since
+        data = handle.read(size + 1)
+        if len(data) > size:
+            data += handle.read(limit + 1 - len(data))
     if len(data) > limit:  # grew while being read
         raise BundleError(_too_large(bundle, path.name, len(data)), code="bundle.unreadable")
     return data

@@ -285,7 +285,7 @@ def _bundle_folder(source: Path, folder: Path, **input_changes: float) -> Path:
 
 
 #: memory (bytes, as tracemalloc counts Python's and numpy's) that refusing a bundle may take
-#: beyond what loading a sound one takes (which counts its reads' buffers at their bounds)
+#: beyond what loading a sound one takes
 REFUSAL_MEMORY = 16 * 1024**2
 
 
@@ -331,6 +331,18 @@ def _sound_bundle_memory(spectral_bundle: Path, folder: Path) -> int:
     peak, error = _traced_load(_bundle_folder(spectral_bundle, folder))
     assert error is None, error
     return peak
+
+
+def test_05_a_folder_bundle_is_read_into_buffers_of_its_size_not_of_its_limits(
+    spectral_bundle: Path, tmp_path: Path
+) -> None:
+    """Each member of a bundle folder is read into a buffer of the size it has: reading into
+    one of its limit (512 MiB for the model) reserved that much for every load."""
+    folder = _bundle_folder(spectral_bundle, tmp_path / "sound")
+    size = sum(path.stat().st_size for path in folder.iterdir())
+    peak, error = _traced_load(folder)
+    assert error is None, error
+    assert peak < 4 * size + REFUSAL_MEMORY, (peak, size)
 
 
 @pytest.mark.parametrize(
