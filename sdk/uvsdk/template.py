@@ -548,7 +548,11 @@ class TemplateStore:
         try:
             with os.fdopen(open_regular(path), "rb") as handle:
                 check_private_file(handle.fileno(), path)
-                blob = handle.read(_MAX_FILE_BYTES + 1)
+                # a buffer of the file's size, not of the 16 MiB limit (more only if it grew)
+                size = min(os.fstat(handle.fileno()).st_size, _MAX_FILE_BYTES)
+                blob = handle.read(size + 1)
+                if len(blob) > size:
+                    blob += handle.read(_MAX_FILE_BYTES + 1 - len(blob))
         except FileNotFoundError:
             raise NotEnrolledError(
                 f"user {user!r} is not enrolled in {self.directory} (run uvsdk enroll)"

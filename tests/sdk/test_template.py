@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +92,39 @@ def test_any_flipped_byte_is_detected(tmp_path: Path, where: int) -> None:
     path.write_bytes(bytes(blob))
     with pytest.raises(TemplateError):
         TemplateStore(tmp_path, passphrase=PASSPHRASE).load("alice")
+
+
+TRACED_TEMPLATE_LOAD = """
+import sys, tracemalloc
+from uvsdk.template import TemplateStore
+store = TemplateStore(sys.argv[1], passphrase=sys.argv[2])
+tracemalloc.start()
+store.load("alice")
+print(tracemalloc.get_traced_memory()[1])
+"""
+
+
+def test_an_oversized_template_is_refused_and_a_sound_one_read_at_its_size(
+    tmp_path: Path,
+) -> None:
+    """A template file over the 16 MiB limit is refused without reading it whole (here a sparse
+    3 GB file); a sound one is read into a buffer of its size, not of the limit."""
+    store = TemplateStore(tmp_path, passphrase=PASSPHRASE)
+    path = store.save(_secret_template())
+    # traced in a fresh interpreter: tracemalloc counts every thread of a pytest worker
+    traced = subprocess.run(
+        [sys.executable, "-c", TRACED_TEMPLATE_LOAD, str(tmp_path), PASSPHRASE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert traced.returncode == 0, traced.stderr[-2000:]
+    peak = int(traced.stdout.split()[-1])
+    assert peak < template_module._MAX_FILE_BYTES // 4, peak
+    with open(path, "r+b") as handle:
+        handle.truncate(3 * 1024**3)
+    with pytest.raises(TemplateError, match="too large to be a template"):
+        store.load("alice")
 
 
 def test_renamed_template_is_refused(tmp_path: Path) -> None:
