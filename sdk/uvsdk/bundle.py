@@ -27,6 +27,7 @@ from .calibration import Calibration
 from .codeword import code_fingerprint, pack_generator, unpack_generator
 from .cohort import COHORT_FILE, MAX_COHORT_BYTES, Cohort, CohortSpec
 from .errors import BundleError, SignatureError
+from .files import read_at_most
 from .jsonlimits import JsonLimitError, load_bounded_json
 from .training import Training
 
@@ -331,11 +332,7 @@ def _read_bounded(path: Path, bundle: str) -> bytes:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:
             raise BundleError(_too_large(bundle, path.name, size), code="bundle.unreadable")
-        # a buffer of the size it has, not of its limit (512 MiB for the model); more is read
-        # only if it grew since
-        data = handle.read(size + 1)
-        if len(data) > size:
-            data += handle.read(limit + 1 - len(data))
+        data = read_at_most(handle, limit)
     if len(data) > limit:  # grew while being read
         raise BundleError(_too_large(bundle, path.name, len(data)), code="bundle.unreadable")
     return data

@@ -1,5 +1,5 @@
 """Files of the template store: private folders, atomic never-recreating writes, regular-file
-reads and the per-user lock.
+and bounded reads (the latter for bundle folders too) and the per-user lock.
 
 Shared by the store (:mod:`uvsdk.template`) and the freshness records
 (:mod:`uvsdk.freshness`). The lock is the same lock file the TypeScript port takes
@@ -16,6 +16,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import NotEnrolledError, StorePermissionError, TemplateError, UvsdkError
 
@@ -25,6 +26,17 @@ LOCK_SUFFIX = ".lock"
 _BREAK_SUFFIX = ".break"
 _FIRST_WAIT_SECONDS = 0.002
 _LONGEST_WAIT_SECONDS = 0.05
+
+
+def read_at_most(handle: BinaryIO, limit: int) -> bytes:
+    """Up to ``limit + 1`` bytes of an open file (one more than the limit tells a file over it),
+    read into a buffer of the size the file has, not of ``limit``; more is read only if the file
+    grew since its size was taken. Shared by the template store and bundle folders."""
+    size = min(os.fstat(handle.fileno()).st_size, limit)
+    data = handle.read(size + 1)
+    if len(data) > size:
+        data += handle.read(limit + 1 - len(data))
+    return data
 
 
 def check_private(directory: Path, what: str) -> None:

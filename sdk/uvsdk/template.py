@@ -64,6 +64,7 @@ from .files import (
     check_private_file,
     make_private_dir,
     open_regular,
+    read_at_most,
     user_lock,
 )
 from .freshness import (
@@ -548,11 +549,7 @@ class TemplateStore:
         try:
             with os.fdopen(open_regular(path), "rb") as handle:
                 check_private_file(handle.fileno(), path)
-                # a buffer of the file's size, not of the 16 MiB limit (more only if it grew)
-                size = min(os.fstat(handle.fileno()).st_size, _MAX_FILE_BYTES)
-                blob = handle.read(size + 1)
-                if len(blob) > size:
-                    blob += handle.read(_MAX_FILE_BYTES + 1 - len(blob))
+                blob = read_at_most(handle, _MAX_FILE_BYTES)
         except FileNotFoundError:
             raise NotEnrolledError(
                 f"user {user!r} is not enrolled in {self.directory} (run uvsdk enroll)"
