@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import re
 import struct
 import tarfile
 from collections.abc import Iterator
@@ -477,3 +478,101 @@ def test_fotaq_lines_go_to_the_credited_actor_of_their_dialogue(
     monkeypatch.setattr(real_speech_sources, "SOURCES", {"fotaq": _pinned_to(source, debs)})
     with pytest.raises(DatasetError, match=r"^queen.1c: entry .* runs past the end of the file$"):
         fetch_real_speech(tmp_path / "out2", progress=False, debs=debs)
+
+
+def _table_speakers() -> dict[str, set[str]]:
+    """Every speaker each pinned source's ``clips`` can name, from the sources' own tables."""
+    s = real_speech_sources
+    return {
+        "klettres": set(s.KLETTRES_LANGUAGES),
+        "alsa": {"voice"},
+        "ktuberling": set(s.KTUBERLING_LANGUAGES),
+        "hedgewars": set(s.HEDGEWARS_SPEAKERS.values()),
+        "warzone": set(s.WARZONE_SPEAKERS),
+        "tuxpaint": set(s.TUXPAINT_SPEAKERS),
+        "fillets": set(s.FILLETS_SPEAKERS),
+        "fotaq": {*s.FOTAQ_SPEAKERS.values(), s.FOTAQ_JOE},
+    }
+
+
+def test_every_speaker_has_a_gender_and_a_language_and_says_how() -> None:
+    """labels.json labels exactly the speakers the sources' tables name; a gender taken from
+    pitch alone is what the pitch module's thresholds give for the recorded F0 and spread, and
+    a credit that decides is named."""
+    from uvtrain.data.real_speech.pitch import gender_from_f0
+
+    expected = _table_speakers()
+    assert set(expected) == set(real_speech_sources.SOURCES)
+    for name, source in real_speech_sources.SOURCES.items():
+        assert set(source.labels) == expected[name], name
+        for speaker, label in source.labels.items():
+            where = f"{name}-{speaker}"
+            assert label["gender"] in real_speech.GENDERS, where
+            assert re.fullmatch(r"[a-z]{2,3}", label["language"]), where
+            assert label["gender_from"] and label["language_from"], where
+            assert f"{label['f0_hz']:.1f} Hz" in label["gender_from"], where
+            measured = gender_from_f0(label["f0_hz"], label["f0_spread"])
+            if (
+                "no credit names the voice" in label["gender_from"]
+                or "nickname" in (label["gender_from"])
+            ):
+                assert label["gender"] == measured, where
+            elif label["gender"] != "unknown":
+                assert "credits" in label["gender_from"], where
+                assert measured in (label["gender"], "unknown"), where  # never contradicted
+    assert len(real_speech.folder_labels()) == sum(len(v) for v in expected.values())
+
+
+def test_the_index_writes_every_folders_labels(
+    tmp_path: Path, fake: tuple[Source, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, deb = fake
+    label = {
+        "gender": "female",
+        "gender_from": "made here: median F0 200.0 Hz",
+        "language": "en",
+        "language_from": "made here",
+    }
+    labelled = dataclasses.replace(source, labels={"anna": label})
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fake": labelled})
+    speakers = fetch_real_speech(tmp_path / "out", progress=False, debs={"fake-voices": deb})
+    index = json.loads((speakers / "sources.json").read_text())
+    people = index["sources"][0]["people"]
+    assert people["fake-anna"] == label
+    assert people["fake-bert"] == real_speech_fetch.UNLABELLED  # none recorded: said so
+    assert index["labels"]["f0_thresholds"]
+    text = (speakers / "SOURCES.md").read_text()
+    assert "By gender: 1 female, 1 unknown; by language: ? 1, en 1." in text
+    assert "| fake-anna | 3 | female | made here: median F0 200.0 Hz | en | made here |" in text
+
+
+@pytest.mark.parametrize("f0", [85.0, 120.0, 210.0, 300.0, 440.0])
+def test_the_pitch_estimator_finds_a_voices_f0(f0: float) -> None:
+    """A harmonic voice-like signal with a weak fundamental (where autocorrelation can land on
+    an octave), its loudness moving, at 22.05 kHz: the median F0 within 1 %."""
+    from uvtrain.data.real_speech import pitch
+
+    rate = 22050
+    t = np.arange(int(1.5 * rate)) / rate
+    voice = sum(
+        (0.3 if k == 1 else 1 / k) * np.sin(2 * np.pi * f0 * k * t + k) for k in range(1, 20)
+    )
+    voice = voice * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    voice += 0.01 * np.random.default_rng(0).standard_normal(len(t))
+    measured = pitch.median_f0([(voice.astype(np.float32), rate), (voice[: rate // 2], rate)])
+    assert measured.f0 == pytest.approx(f0, rel=0.01)
+    assert measured.clips == 2 and measured.voiced_frames > 100
+    assert measured.spread == pytest.approx(1.0, abs=0.02)
+    silent = pitch.median_f0([(np.zeros(rate), rate)])
+    assert silent.f0 is None and silent.gender() == "unknown"
+
+
+def test_the_pitch_thresholds() -> None:
+    from uvtrain.data.real_speech.pitch import gender_from_f0
+
+    assert gender_from_f0(120.0) == "male" and gender_from_f0(150.0) == "male"
+    assert gender_from_f0(160.0) == "unknown"  # between
+    assert gender_from_f0(170.0) == "female" and gender_from_f0(255.0) == "female"
+    assert gender_from_f0(300.0) == "unknown"  # a child's or a raised voice
+    assert gender_from_f0(120.0, spread=2.5) == "unknown"  # two voices, or not followed
+    assert gender_from_f0(None) == "unknown"

@@ -12,7 +12,8 @@ Python: ``ar`` + ``tar``, no dpkg) and writes one folder per speaker::
 
     root/downloads/<package>_<version>_<arch>.deb     the cache (kept)
     root/speakers/<source>-<speaker>/<clip>.wav       16-bit PCM, mono, at the file's own rate
-    root/speakers/SOURCES.md, sources.json            sources, licences, speakers, clips, minutes
+    root/speakers/SOURCES.md, sources.json            sources, licences, speakers, clips, minutes,
+                                                      each speaker's gender and language labels
     root/manifests/<source>.json                      what was written (the cache's record)
 
 **Who is a speaker.** A folder is one person only where there is a reason to believe it: the
@@ -25,6 +26,14 @@ one voice in it and no other folder near it; that check was made once, when the 
 chosen (nothing is embedded at run time). Clips are the files of at least :data:`MIN_SECONDS`
 seconds (a source's ``min_seconds``: 2 s for Fish Fillets); effects, grunts, laughs, music and
 processed (robot, radio) voices are left out.
+
+**Gender and language.** Every speaker has a ``gender`` (female, male, child, unknown) and a
+``language`` label with how each was determined (``labels.json``, :data:`LABELS`; written into
+``sources.json`` and ``SOURCES.md``): a credit that names the person decides the gender unless the
+voice's measured median F0 (:mod:`.pitch`, autocorrelation) is in the other gender's range or
+splits in two; with no credit, the measured F0 does by its thresholds; ``unknown`` where neither
+tells. The language is the package's locale folder or file suffix. They let a benchmark count
+impostor pairs of the same gender (``benchmarks/far_generalisation.py``).
 
 **Caching.** A source whose folders were written (``root/manifests/<source>.json`` lists
 the package hash and every file with its size) is skipped without download or rewrite, so a
@@ -40,12 +49,15 @@ from .fetch import (
     describe_sources,
     extract_deb,
     fetch_real_speech,
+    folder_labels,
     summary_text,
     written_summary,
 )
-from .sources import MIN_SECONDS, Package, Source
+from .sources import GENDERS, LABELS, MIN_SECONDS, Package, Source
 
 __all__ = [
+    "GENDERS",
+    "LABELS",
     "MIN_SECONDS",
     "Package",
     "Source",
@@ -53,6 +65,7 @@ __all__ = [
     "describe_sources",
     "extract_deb",
     "fetch_real_speech",
+    "folder_labels",
     "summary_text",
     "written_summary",
 ]

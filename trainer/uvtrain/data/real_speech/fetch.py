@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ import soundfile as sf
 from ...errors import DatasetError
 from ...io import atomic_write, file_sha256
 from . import sources as catalogue
-from .sources import MIN_SECONDS, Package, Source, safe_path
+from .sources import GENDERS, MIN_SECONDS, Package, Source, safe_path
 
 #: A clip whose peak is below this (full scale 1) is silence, left out.
 MIN_PEAK = 1e-3
@@ -244,6 +245,32 @@ def written_summary(speakers: Path, name: str) -> SourceSummary:
     return SourceSummary(name, _cached(catalogue.SOURCES[name], Path(speakers)) or {})
 
 
+#: What a speaker folder without a recorded label is given (a source added without labels).
+UNLABELLED = {
+    "gender": "unknown",
+    "gender_from": "no label recorded for this speaker",
+    "language": None,
+    "language_from": "no label recorded for this speaker",
+}
+
+
+def source_folder_labels(source: Source) -> dict[str, dict[str, Any]]:
+    """``<source>-<speaker>`` folder name -> the speaker's labels (:data:`.sources.LABELS`)."""
+    return {
+        f"{source.name}-{_slug(speaker)}": dict(label) for speaker, label in source.labels.items()
+    }
+
+
+def folder_labels() -> dict[str, dict[str, Any]]:
+    """Every speaker folder the sources write -> its gender and language labels and how each
+    was determined (``gender``, ``gender_from``, ``language``, ``language_from``, ...)."""
+    return {
+        folder: label
+        for source in catalogue.SOURCES.values()
+        for folder, label in source_folder_labels(source).items()
+    }
+
+
 def describe_sources() -> str:
     """One line naming the packages the speakers come from (a calibration's ``data``)."""
     packages = ", ".join(
@@ -342,6 +369,7 @@ def _write_index(speakers: Path) -> None:
         written = _cached(source, speakers)
         if written is None:
             continue
+        labels = source_folder_labels(source)
         summary = SourceSummary(name, written)
         counts = sorted(entry["clips"] for entry in written.values())
         rows.append(
@@ -356,9 +384,18 @@ def _write_index(speakers: Path) -> None:
                     "max": counts[-1] if counts else 0,
                 },
                 "folders": {folder: entry["clips"] for folder, entry in sorted(written.items())},
+                "people": {folder: labels.get(folder, UNLABELLED) for folder in sorted(written)},
             }
         )
-    text = json.dumps({"min_seconds": MIN_SECONDS, "sources": rows}, indent=1) + "\n"
+    about = catalogue.LABELS_ABOUT
+    text = (
+        json.dumps(
+            {"min_seconds": MIN_SECONDS, "labels": about, "sources": rows},
+            indent=1,
+            ensure_ascii=False,
+        )
+        + "\n"
+    )
     lines = [
         "# Real recorded speakers",
         "",
@@ -375,7 +412,23 @@ def _write_index(speakers: Path) -> None:
             f"{row['speakers']} | {row['clips']} | {row['minutes']:.1f} |"
         )
     total = sum(row["speakers"] for row in rows)
-    lines += ["", f"Speakers in all: {total}.", ""]
+    people = [label for row in rows for label in row["people"].values()]
+    genders = Counter(label["gender"] for label in people)
+    languages = Counter(label["language"] or "?" for label in people)
+    lines += [
+        "",
+        f"Speakers in all: {total}. By gender: "
+        + ", ".join(f"{genders[g]} {g}" for g in GENDERS if genders[g])
+        + "; by language: "
+        + ", ".join(f"{code} {count}" for code, count in sorted(languages.items()))
+        + ".",
+        "",
+        f"Labels (each speaker's below, with how it was determined): {about.get('about', '')}",
+        "",
+        f"Pitch: {about.get('f0_method', '')}; {about.get('f0_thresholds', '')} "
+        f"(`{about.get('f0_command', '')}`).",
+        "",
+    ]
     for row in rows:
         lines += [f"## {row['name']}", "", row["description"] + ".", ""]
         if row["extra"]:
@@ -386,6 +439,16 @@ def _write_index(speakers: Path) -> None:
         lines += [f"Speaker identity: {row['evidence']}.", ""]
         if row["notes"]:
             lines += [f"Left out: {row['notes']}", ""]
+        lines += [
+            "| folder | clips | gender | how | language | how |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for folder, label in row["people"].items():
+            lines.append(
+                f"| {folder} | {row['folders'][folder]} | {label['gender']} | "
+                f"{label['gender_from']} | {label['language'] or '?'} | {label['language_from']} |"
+            )
+        lines.append("")
     markdown = "\n".join(lines)
     for name, content in (("sources.json", text), ("SOURCES.md", markdown)):
         path = speakers / name

@@ -1,13 +1,17 @@
 """The real-speech sources: each pinned Debian package, the files of it that are voices, and
-who speaks each (:data:`SOURCES`); :mod:`.fetch` downloads and writes them."""
+who speaks each (:data:`SOURCES`); :mod:`.fetch` downloads and writes them. Every speaker's
+gender and language, with how each was determined, are in ``labels.json`` beside this file
+(:data:`LABELS`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import struct
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -19,6 +23,20 @@ MIN_SECONDS = 0.5
 
 #: (speaker, clip name, file): what a source's ``clips`` function yields for an extracted tree.
 ClipRef = tuple[str, str, Path]
+
+#: The gender labels a speaker can have.
+GENDERS = ("female", "male", "child", "unknown")
+
+#: ``labels.json``: per source, per speaker (as the source's ``clips`` names them): ``gender``
+#: (one of :data:`GENDERS`) and ``gender_from`` (how: the credit, the measured median F0 of
+#: :mod:`.pitch`, or why it is unknown), ``language`` (ISO 639-1, or 639-2/3 where 639-1 has no
+#: code) and ``language_from``, and the measured ``f0_hz``, ``f0_spread`` and ``f0_clips``. The
+#: file's ``about``, ``f0_method`` and ``f0_thresholds`` say how the labels were decided.
+LABELS_FILE = Path(__file__).with_name("labels.json")
+_LABELS = json.loads(LABELS_FILE.read_text(encoding="utf-8"))
+LABELS: dict[str, dict[str, dict[str, Any]]] = _LABELS["sources"]
+#: How the labels were decided (written into SOURCES.md by the fetch).
+LABELS_ABOUT: dict[str, str] = {key: value for key, value in _LABELS.items() if key != "sources"}
 
 
 def safe_path(base: Path, name: str) -> Path:
@@ -73,6 +91,8 @@ class Source:
     extra: tuple[Package, ...] = ()
     #: Clips shorter than this (seconds) are left out (sentence-length sources ask for more).
     min_seconds: float = MIN_SECONDS
+    #: Speaker -> gender and language labels and how each was determined (:data:`LABELS`).
+    labels: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)
 
     @property
     def filename(self) -> str:
@@ -416,8 +436,12 @@ def _fotaq(tree: Path) -> Iterator[ClipRef]:
         yield speaker, path.stem, path
 
 
+def _labelled(source: Source) -> Source:
+    return dataclasses.replace(source, labels=LABELS.get(source.name, {}))
+
+
 SOURCES: dict[str, Source] = {
-    source.name: source
+    source.name: _labelled(source)
     for source in (
         Source(
             name="klettres",
