@@ -44,6 +44,7 @@ SPECS: dict[str, dict] = {
     "logmel-tdnn": AUDIO,
     "fast-resnet34": AUDIO,
     "ge2e-lstm": AUDIO,
+    "campplus": AUDIO,
     "celeba-conv2d": {"height": 64, "width": 64, "channels": 3},
     "mnistuv-conv2d": {"height": 28, "width": 28, "channels": 4},
     "feduv-voxceleb-conv1d": AUDIO,
@@ -120,6 +121,7 @@ def test_audio_backbones_take_their_shortest_input() -> None:
         "logmel-resnet",
         "logmel-tdnn",
         "ge2e-lstm",
+        "campplus",
     ):
         model = build_backbone(name, AUDIO)
         out = model(audio_batch(1, model.min_samples / SAMPLE_RATE))

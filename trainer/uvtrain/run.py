@@ -97,7 +97,7 @@ def build_run_backbone(
     without the method's options). The simulator and the Flower deployment build it the same
     way, except that a Flower device (``weights_travel``) loads no weights file: every trainable
     weight comes from the server each round, so only frozen pretrained weights (``ge2e``'s
-    LSTM, which never travel) are loaded there."""
+    LSTM, ``campplus``'s network, which never travel) are loaded there."""
     from .models import BACKBONES, build_backbone, default_backbone, load_backbone_checkpoint
     from .pretrained import WEIGHTS, fetch
 
@@ -110,7 +110,9 @@ def build_run_backbone(
         options = config.method.backbone_options(BACKBONES[name])
     if config.model.train_pretrained:
         if not known:
-            raise ConfigError("--train-pretrained trains a frozen encoder: give --pretrained ge2e")
+            raise ConfigError(
+                "--train-pretrained trains a frozen encoder: give --pretrained ge2e or campplus"
+            )
         options["freeze_encoder"] = False
     torch.manual_seed(config.seed)  # the backbone's initial weights follow from the seed
     backbone = build_backbone(name, spec, **options)

@@ -16,7 +16,9 @@ with ``torch.func.functional_call`` + ``torch.func.vmap`` over stacked parameter
 
 * no BatchNorm and nothing that mutates a buffer in ``forward``: normalisation is GroupNorm (Wu & He,
   "Group Normalization", ECCV 2018), as in the FedUV paper's networks (Hosseini et al., "Federated
-  Learning of User Verification Models Without Sharing Embeddings", ICML 2021, Table 2);
+  Learning of User Verification Models Without Sharing Embeddings", ICML 2021, Table 2); a
+  pretrained network trained with batch norm (CAM++) keeps its statistics frozen, as parameters that
+  never train (:class:`FrozenBatchNorm`);
 * fixed constants (DFT kernels, mel filterbank, pixel mean and standard deviation) are buffers
   registered with ``persistent=False``, so ``state_dict()`` holds exactly the parameters;
 * no dropout or other randomness in ``forward``;
@@ -26,12 +28,13 @@ with ``torch.func.functional_call`` + ``torch.func.vmap`` over stacked parameter
 The package, one job a module:
 
 * :mod:`.base` — GroupNorm sizing, σ, the Conv → GroupNorm → ReLU unit, the :class:`Backbone` base;
-* :mod:`.frontends` — :class:`LogMelFrontend` and :class:`ImageFrontend`;
+* :mod:`.frontends` — :class:`LogMelFrontend`, :class:`KaldiFbank` and :class:`ImageFrontend`;
 * :mod:`.feduv_table2` — the FedUV paper's three networks exactly as its Table 2 gives them;
 * one module per backbone family: :mod:`.convnets` (our smaller networks for the FedUV paper's
   datasets), :mod:`.resnet`
   (log-mel ResNet, Fast ResNet-34, ResNet-18), :mod:`.tdnn` (x-vector TDNN), :mod:`.ge2e`
-  (the pretrained GE2E encoder), :mod:`.iresnet` (ArcFace's IResNet);
+  (the pretrained GE2E encoder), :mod:`.campplus` (the pretrained CAM++ encoder), :mod:`.iresnet`
+  (ArcFace's IResNet);
 * :mod:`.heads` — :class:`CodewordModel` and :class:`EmbeddingModel`;
 * :mod:`.registry` — :data:`BACKBONES`, :func:`build_backbone`, :func:`default_backbone`;
 * :mod:`.checkpoints` — :func:`load_backbone_checkpoint`; :mod:`.flops` — parameter and FLOP
@@ -50,11 +53,12 @@ from .base import (
     group_norm,
     sigma_scale,
 )
+from .campplus import CAMPPlusEncoder, FrozenBatchNorm
 from .checkpoints import load_backbone_checkpoint
 from .convnets import CelebAConv2d, MnistUvConv2d, VoxCelebConv1d
 from .feduv_table2 import FedUVCelebAConv2d, FedUVMnistUvConv2d, FedUVVoxCelebConv1d
 from .flops import count_parameters, model_flops
-from .frontends import ImageFrontend, LogMelFrontend
+from .frontends import ImageFrontend, KaldiFbank, LogMelFrontend
 from .ge2e import GE2ESpeakerEncoder
 from .heads import CodewordModel, EmbeddingModel
 from .iresnet import IResNet
@@ -69,15 +73,18 @@ __all__ = [
     "VOXCELEB_LAYERS",
     "Backbone",
     "BackboneError",
+    "CAMPPlusEncoder",
     "CelebAConv2d",
     "CodewordModel",
     "EmbeddingModel",
     "FedUVCelebAConv2d",
     "FedUVMnistUvConv2d",
     "FedUVVoxCelebConv1d",
+    "FrozenBatchNorm",
     "GE2ESpeakerEncoder",
     "IResNet",
     "ImageFrontend",
+    "KaldiFbank",
     "LogMelFrontend",
     "LogMelResNet",
     "LogMelTDNN",

@@ -10,7 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..features import WINDOWS, dft_kernels, mel_filterbank, slaney_mel_filterbank
+from ..features import (
+    WINDOWS,
+    dft_kernels,
+    kaldi_frame_kernels,
+    kaldi_mel_filterbank,
+    mel_filterbank,
+    slaney_mel_filterbank,
+)
 from .base import LOG_EPSILON
 
 
@@ -133,6 +140,72 @@ class LogMelFrontend(nn.Module):
             log_bands = log_bands - log_bands.mean(dim=-1, keepdim=True)
         elif self.normalise == "gain":
             log_bands = log_bands - log_bands.mean(dim=(-2, -1), keepdim=True)
+        return log_bands
+
+
+#: Kaldi's floor under the mel energies before the logarithm (``std::numeric_limits<float>::epsilon``).
+KALDI_LOG_FLOOR = float(np.finfo(np.float32).eps)
+
+
+class KaldiFbank(nn.Module):
+    """Raw waveform → Kaldi log-mel filterbank energies, mean-normalised over time, in plain torch.
+
+    The input of 3D-Speaker's CAM++ (its ``FBank(80, 16000, mean_nor=True)``:
+    ``torchaudio.compliance.kaldi.fbank(wav, num_mel_bins=80, dither=0)`` and then each band's
+    mean over the utterance subtracted), written without torchaudio so that it is one graph with
+    the network: frames of 25 ms every 10 ms without padding (Kaldi's ``snip_edges``), the
+    per-frame DC removal, pre-emphasis, povey window and zero-padded DFT as one strided
+    ``conv1d`` (:func:`uvtrain.features.kaldi_frame_kernels`), the power spectrum times Kaldi's
+    mel filterbank (:func:`uvtrain.features.kaldi_mel_filterbank`), ``log(max(·, ε))`` with
+    float32's ε, then the mean over frames subtracted from each band. Checked against
+    ``kaldi-native-fbank`` (an independent C++ port of Kaldi) in the tests.
+
+    Input ``float32 [batch, samples]`` (``samples >= min_samples``, one frame); output
+    ``float32 [batch, frames, n_mels]``, ``frames = (samples − 400) // 160 + 1`` at 16 kHz.
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        n_mels: int = 80,
+        frame_seconds: float = 0.025,
+        hop_seconds: float = 0.010,
+        mean_normalise: bool = True,
+    ) -> None:
+        super().__init__()
+        self.sample_rate = int(sample_rate)
+        self.n_mels = int(n_mels)
+        self.frame_length = int(round(frame_seconds * sample_rate))
+        self.hop = int(round(hop_seconds * sample_rate))
+        self.mean_normalise = bool(mean_normalise)
+        kernels = kaldi_frame_kernels(self.frame_length)
+        n_fft = 2 * (kernels.shape[0] // 2 - 1)
+        filterbank = kaldi_mel_filterbank(self.n_mels, n_fft, self.sample_rate)
+        self.register_buffer(
+            "dft_kernels", torch.tensor(kernels[:, None, :], dtype=torch.float32), persistent=False
+        )
+        self.register_buffer(
+            "filterbank",
+            torch.tensor(np.concatenate([filterbank, filterbank], axis=1), dtype=torch.float32),
+            persistent=False,
+        )
+
+    @property
+    def min_samples(self) -> int:
+        """Shortest input: one frame."""
+        return self.frame_length
+
+    def frames(self, samples: int) -> int:
+        """Number of frames for an input of ``samples`` samples."""
+        return (samples - self.frame_length) // self.hop + 1
+
+    def forward(self, waveform: Tensor) -> Tensor:
+        """``[batch, samples]`` → ``[batch, frames, n_mels]``."""
+        spectrum = F.conv1d(waveform.unsqueeze(1), self.dft_kernels, stride=self.hop)
+        bands = torch.matmul(self.filterbank, spectrum * spectrum)
+        log_bands = torch.log(bands.clamp_min(KALDI_LOG_FLOOR)).transpose(1, 2)
+        if self.mean_normalise:
+            log_bands = log_bands - log_bands.mean(dim=1, keepdim=True)
         return log_bands
 
 

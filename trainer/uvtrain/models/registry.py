@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import Backbone, BackboneError, _image_shape, _sample_rate
+from .campplus import CAMPPlusEncoder
 from .convnets import CelebAConv2d, MnistUvConv2d, VoxCelebConv1d
 from .feduv_table2 import FedUVCelebAConv2d, FedUVMnistUvConv2d, FedUVVoxCelebConv1d
 from .ge2e import GE2ESpeakerEncoder
@@ -27,6 +28,7 @@ BACKBONES: dict[str, type[Backbone]] = {
     "logmel-tdnn": LogMelTDNN,
     "fast-resnet34": _FastResNet34,
     "ge2e-lstm": GE2ESpeakerEncoder,
+    "campplus": CAMPPlusEncoder,
     "resnet18-small": ResNet18Small,
     "ir-18": IResNet,
     "ir-50": _IResNet50,
