@@ -14,10 +14,25 @@ joined from a speaker's consecutive clips, embedded by ``uvsdk.Verifier.embed``)
 source, in each condition, each speaker is enrolled on their first ``--enroll`` vectors with the
 SDK's own rule (:func:`uvsdk.calibration.user_threshold` on AS-norm scores against the fold's
 cohort); their other vectors are genuine trials, every vector of every other test speaker an
-impostor trial. Printed for every fold and condition, and pooled:
+impostor trial. Those impostor trials are all **within-source** pairs (a fold is one source: the
+same recording chain, and mostly the same language and delivery), the strangers an app meets;
+``impostor``, ``observed_far`` and ``ratio`` are theirs. Beside them, per impostor class
+(:data:`IMPOSTOR_CLASSES`, each with its trials and its (template, impostor) person pairs):
 
-- the stated FAR (the row the SDK uses for ``--far``) and the observed FAR on the held-out source,
-  and their ratio (the target: at most 2);
+- ``within_source``: the same trials again, with the FAR on test clips of at least 2 s;
+- ``within_source_same_gender``: those pairs whose two people have the same known gender
+  (``--genders``; by default the real-speech labels, :func:`uvtrain.data.real_speech.folder_labels`;
+  a person labelled ``unknown`` is in no same-gender pair);
+- ``cross_source``: the held-out templates against every clip of the **other** sources' people.
+  Those people are the fold's calibration people: the thresholds were set on them and they are
+  in the cohort (each clip is normalised without its own person's cohort vectors, as calibration
+  scores them), so this class is in-sample on the impostor side: the easy pairs, told apart by
+  their channel, that the calibration table's FAR is stated on today.
+
+Printed for every fold and condition, and pooled:
+
+- the stated FAR (the row the SDK uses for ``--far``) and the observed (within-source) FAR on the
+  held-out source, and their ratio (the target: at most 2); the FAR of each impostor class;
 - the FRR, and the FRR on test clips of at least 2 s (target: at most 5 %);
 - the EER of the normalised and of the raw cosine scores (no threshold);
 - the rule before AS-norm (raw cosines, calibrated on clean clips only, the threshold
@@ -27,7 +42,8 @@ Writes ``report.json``, ``far.png`` (observed against stated FAR per fold and co
 ``frr.png`` under ``--out``; ``--cache FILE.npz`` keeps the embeddings for the next run.
 
     python benchmarks/far_generalisation.py --speakers real-speech/speakers --out eval/ \\
-        [--bundle BUNDLE.uvb] [--conditions clean,telephone-gsm,long] [--cache emb.npz]
+        [--bundle BUNDLE.uvb] [--conditions clean,telephone-gsm,long] [--cache emb.npz] \\
+        [--genders genders.json]
 """
 
 from __future__ import annotations
@@ -37,6 +53,7 @@ import json
 import math
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -53,8 +70,8 @@ from uvexport.calibrate import (
 )
 from uvsdk import Bundle
 from uvsdk.calibration import DEFAULT_FAR, enrollment_trials, user_threshold
-from uvsdk.cohort import Cohort
-from uvsdk.scoring import warmup_threshold
+from uvsdk.cohort import Cohort, as_norm
+from uvsdk.scoring import cosine_scores, prototype, warmup_threshold
 from uvsdk.verifier import default_bundle_path
 from uvtrain.evaluation import equal_error_rate
 
@@ -63,11 +80,146 @@ MIN_FOLD_SPEAKERS = 3
 LONG_CLIP_SECONDS = 2.0
 """The FRR target is stated on test clips of at least this long."""
 TARGET_TPR = 0.95
+IMPOSTOR_CLASSES = ("within_source", "within_source_same_gender", "cross_source")
+"""The impostor pairs counted apart: a template and an impostor's clips of the same source, of the
+same source and the same known gender, and of two sources (see the module's docstring)."""
+IMPOSTOR_CLASS_TEXT = {
+    "within_source": "template and impostor clips from the held-out source (one recording "
+    "chain): the trials of 'impostor' and 'observed_far'",
+    "within_source_same_gender": "within-source pairs whose two people have the same known "
+    "gender (female, male or child; 'unknown' pairs with nobody)",
+    "cross_source": "held-out templates against every clip of the other sources' people: the "
+    "fold's calibration people, whom the thresholds and the cohort have seen (each clip "
+    "normalised without its own person's cohort vectors)",
+}
+KNOWN_GENDERS = ("female", "male", "child")
+COUNT_KEYS = ("trials", "false_accepts", "long_trials", "long_false_accepts")
+"""Per (template, impostor) pair: its impostor trials and false accepts, on all test clips and
+on those of at least :data:`LONG_CLIP_SECONDS`."""
 
 
 def source_of(person: str) -> str:
     """The source of a ``<source>-<speaker>`` folder name."""
     return person.split("-", 1)[0]
+
+
+def pair_classes(enrolled: str, impostor: str, genders: Mapping[str, str]) -> tuple[str, ...]:
+    """The :data:`IMPOSTOR_CLASSES` that the trials of ``enrolled``'s template against
+    ``impostor``'s clips belong to (``genders``: person -> gender; a missing one is unknown)."""
+    if source_of(enrolled) != source_of(impostor):
+        return ("cross_source",)
+    gender = genders.get(enrolled, "unknown")
+    if gender in KNOWN_GENDERS and genders.get(impostor, "unknown") == gender:
+        return ("within_source", "within_source_same_gender")
+    return ("within_source",)
+
+
+def class_counts(
+    pairs: Mapping[tuple[str, str], Mapping[str, int]], genders: Mapping[str, str], stated: float
+) -> dict[str, dict]:
+    """Per impostor class: its pairs, its :data:`COUNT_KEYS` summed over them, ``far`` and
+    ``far_long`` (``None`` without trials), and ``resolvable`` (at least 10 false accepts
+    expected at the ``stated`` FAR). ``pairs``: (template's person, impostor) -> counts."""
+    out = {name: dict.fromkeys(("pairs", *COUNT_KEYS), 0) for name in IMPOSTOR_CLASSES}
+    for (enrolled, impostor), counts in pairs.items():
+        for name in pair_classes(enrolled, impostor, genders):
+            out[name]["pairs"] += 1
+            for key in COUNT_KEYS:
+                out[name][key] += int(counts[key])
+    for entry in out.values():
+        entry["far"] = entry["false_accepts"] / entry["trials"] if entry["trials"] else None
+        entry["far_long"] = (
+            entry["long_false_accepts"] / entry["long_trials"] if entry["long_trials"] else None
+        )
+        entry["resolvable"] = stated * entry["trials"] >= 10
+    return out
+
+
+def pair_counts(
+    scores: np.ndarray, owners: np.ndarray, long: np.ndarray, threshold: float
+) -> dict[str, dict[str, int]]:
+    """One template's impostor ``scores``, split by the person each trial's clip is of
+    (``owners``): per impostor, its :data:`COUNT_KEYS` at ``threshold`` (``long``: the clip is
+    at least :data:`LONG_CLIP_SECONDS`)."""
+    accepted = np.asarray(scores) >= threshold
+    counts = {}
+    for impostor in dict.fromkeys(owners.tolist()):
+        mine = owners == impostor
+        counts[impostor] = {
+            "trials": int(mine.sum()),
+            "false_accepts": int((accepted & mine).sum()),
+            "long_trials": int((long & mine).sum()),
+            "long_false_accepts": int((accepted & long & mine).sum()),
+        }
+    return counts
+
+
+def trial_owners(by_person: Mapping[str, np.ndarray], person: str) -> np.ndarray:
+    """Whose clip each of ``person``'s impostor trials is, in the order of
+    :func:`uvsdk.calibration.enrollment_trials` (every other person's vectors, in turn)."""
+    names = [name for name, vectors in by_person.items() if len(vectors) and name != person]
+    return np.repeat(np.array(names, dtype=object), [len(by_person[name]) for name in names])
+
+
+def long_clips(seconds: Mapping[str, np.ndarray], owners: np.ndarray) -> np.ndarray:
+    """Whether each clip of ``owners`` (every vector of each person in turn, as
+    :func:`trial_owners` orders them) lasts at least :data:`LONG_CLIP_SECONDS`."""
+    lengths = [np.asarray(seconds[name]) for name in dict.fromkeys(owners.tolist())]
+    return np.concatenate(lengths or [np.zeros(0)]) >= LONG_CLIP_SECONDS
+
+
+def cohort_owners(calibrated, calibration_vectors: Mapping[str, Mapping[str, np.ndarray]]):
+    """The person of each cohort vector of ``calibrated`` (the cohort is drawn from the
+    calibration vectors; each is found by its bytes), or ``None`` without a cohort."""
+    if calibrated.cohort is None:
+        return None
+    owner_of = {
+        np.asarray(vector, dtype="<f4").tobytes(): person
+        for by_person in calibration_vectors.values()
+        for person, vectors in by_person.items()
+        for vector in np.asarray(vectors)
+    }
+    rows = np.frombuffer(calibrated.cohort, "<f4").reshape(calibrated.cohort_spec.count, -1)
+    owners = [owner_of.get(row.tobytes()) for row in rows]
+    if any(owner is None for owner in owners):
+        raise RuntimeError("a cohort vector is none of the calibration vectors")
+    return np.array(owners, dtype=object)
+
+
+def cross_source_trials(
+    test_by_person: Mapping[str, np.ndarray],
+    other_by_person: Mapping[str, np.ndarray],
+    enroll: int,
+    cohort: Cohort | None,
+    cohort_people: np.ndarray | None,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Each test person's template (their first ``enroll`` vectors, as
+    :func:`uvsdk.calibration.enrollment_trials` enrolls them) scored against every vector of the
+    other sources' people, AS-norm normalised as ``enrollment_trials`` normalises calibration
+    people: the tested clip's statistics leave out its own person's cohort vectors. Returns the
+    scores per test person and the owner of each scored vector."""
+    names = [name for name, vectors in other_by_person.items() if len(vectors)]
+    if not names:
+        return {}, np.zeros(0, dtype=object)
+    others = np.concatenate([np.asarray(other_by_person[name]) for name in names])
+    owners = np.repeat(np.array(names, dtype=object), [len(other_by_person[n]) for n in names])
+    tested = None
+    if cohort is not None:
+        exclude = None
+        if cohort_people is not None:
+            exclude = cohort_people[None, :] == owners[:, None]
+        tested = cohort.statistics(others, exclude)
+    scores = {}
+    for person, vectors in test_by_person.items():
+        if len(vectors) <= enroll:
+            continue
+        reference = prototype(np.asarray(vectors)[:enroll])
+        raw = cosine_scores(reference, others)
+        if cohort is None:
+            scores[person] = raw
+        else:
+            scores[person] = as_norm(raw, cohort.statistics(reference[None]), tested)
+    return scores, owners
 
 
 def embed(args: argparse.Namespace, bundle: Bundle) -> tuple[dict, dict]:
@@ -108,20 +260,36 @@ def evaluate_fold(
     *,
     enroll: int,
     far: float,
+    other_vectors: dict | None = None,
+    other_seconds: dict | None = None,
+    genders: Mapping[str, str] | None = None,
+    fold_pairs: dict[str, set] | None = None,
 ) -> list[dict]:
-    """One row per condition of the held-out source."""
+    """One row per condition of the held-out source. With ``other_vectors`` and
+    ``other_seconds`` (the calibration people's, per condition) each row has its
+    ``impostor_classes`` (:func:`class_counts`), and ``fold_pairs`` (when given) gathers the
+    (template, impostor) pairs of each class over the conditions."""
     cohort = Cohort(
         np.frombuffer(calibrated.cohort, "<f4").reshape(calibrated.cohort_spec.count, -1),
         calibrated.cohort_spec.top_k,
     )
     calibration = calibrated.calibration
     stated = calibration.tables["prototype"].row_for(far)
+    people = None
+    if other_vectors is not None:
+        people = cohort_owners(calibrated, other_vectors)
     rows = []
     for condition, by_person in test_vectors.items():
         warm, genuine, impostor = enrollment_trials(by_person, enroll, cohort=cohort)
         raw_warm, raw_genuine, raw_impostor = enrollment_trials(by_person, enroll)
         if len(genuine) < 2:
             continue
+        cross, cross_owners = {}, np.zeros(0, dtype=object)
+        if other_vectors is not None and other_seconds is not None:
+            others = other_vectors.get(condition, {})
+            cross, cross_owners = cross_source_trials(by_person, others, enroll, cohort, people)
+            cross_long = long_clips(other_seconds[condition], cross_owners)
+        pairs: dict[tuple[str, str], dict[str, int]] = {}
         counts = dict.fromkeys(
             ("fa", "fr", "genuine", "impostor", "long_fr", "long_genuine", "old_fa", "old_fr"), 0
         )
@@ -129,6 +297,14 @@ def evaluate_fold(
             threshold, _ = user_threshold(warm[person], TARGET_TPR, calibration, "prototype", far)
             long = test_seconds[condition][person][enroll:] >= LONG_CLIP_SECONDS
             rejected = genuine[person] < threshold
+            owners = trial_owners(by_person, person)
+            assert len(owners) == len(impostor[person])
+            impostor_long = long_clips(test_seconds[condition], owners)
+            split_counts = pair_counts(impostor[person], owners, impostor_long, threshold)
+            if person in cross:
+                split_counts.update(pair_counts(cross[person], cross_owners, cross_long, threshold))
+            for other, entry in split_counts.items():
+                pairs[(person, other)] = entry
             counts["fa"] += int(np.sum(impostor[person] >= threshold))
             counts["fr"] += int(np.sum(rejected))
             counts["long_fr"] += int(np.sum(rejected & long))
@@ -166,6 +342,15 @@ def evaluate_fold(
                 "old_frr": counts["old_fr"] / counts["genuine"],
             }
         )
+        if other_vectors is not None:
+            classes = class_counts(pairs, genders or {}, stated.far)
+            within = classes["within_source"]
+            assert (within["trials"], within["false_accepts"]) == (counts["impostor"], counts["fa"])
+            rows[-1]["impostor_classes"] = classes
+            if fold_pairs is not None:
+                for pair in pairs:
+                    for name in pair_classes(*pair, genders or {}):
+                        fold_pairs.setdefault(name, set()).add(pair)
     return rows
 
 
@@ -178,6 +363,54 @@ def print_row(fold: str, row: dict) -> None:
         f"{row['ratio']:5.2f}  {row['frr']:.3f}  {long} ({row['long_genuine']:4d})  "
         f"{row['eer']:.3f} {row['eer_raw']:.3f}  {row['old_far']:.4f} {row['old_frr']:.3f}{mark}"
     )
+
+
+CLASS_NAMES = {
+    "within_source": "within-source",
+    "within_source_same_gender": "same gender within-source",
+    "cross_source": "cross-source (calibration people)",
+}
+
+
+def class_text(entry: dict) -> str:
+    """``FAR 0.0123 (>= 2 s: 0.0150) over 12345 trials, 90 pairs``."""
+    far = "n/a" if entry["far"] is None else f"{entry['far']:.4f}"
+    long = "n/a" if entry["far_long"] is None else f"{entry['far_long']:.4f}"
+    return (
+        f"FAR {far} (>= {LONG_CLIP_SECONDS:g} s: {long}, {entry['long_trials']} trials) over "
+        f"{entry['trials']} trials, {entry['pairs']} pairs"
+    )
+
+
+def print_classes(row: dict) -> None:
+    """The row's impostor classes, one line each, under its row."""
+    for name, entry in row.get("impostor_classes", {}).items():
+        print(f"{'':12s}{CLASS_NAMES[name]:34s} {class_text(entry)}")
+
+
+def load_genders(path: Path | None) -> tuple[dict[str, str], str]:
+    """Person (folder) -> gender, and where it came from: ``path`` (a JSON object of folder ->
+    gender or -> ``{"gender": ...}``, or a ``sources.json`` written by ``uvtrain data
+    real-speech``), else the real-speech labels (:func:`uvtrain.data.real_speech.folder_labels`)."""
+    if path is None:
+        from uvtrain.data.real_speech import folder_labels
+
+        labels: Mapping = folder_labels()
+        where = "uvtrain.data.real_speech labels (labels.json)"
+    else:
+        labels = json.loads(Path(path).read_text(encoding="utf-8"))
+        if "sources" in labels:  # a sources.json
+            labels = {
+                folder: label
+                for row in labels["sources"]
+                for folder, label in row.get("people", {}).items()
+            }
+        where = str(path)
+    genders = {
+        person: (label["gender"] if isinstance(label, Mapping) else str(label))
+        for person, label in labels.items()
+    }
+    return genders, where
 
 
 def plot(report: dict, out: Path) -> None:
@@ -233,9 +466,18 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
 
 
 def main() -> int:
-    args = argument_parser(__doc__.split("\n\n")[0]).parse_args()
+    parser = argument_parser(__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--genders",
+        type=Path,
+        default=None,
+        help="JSON: folder -> gender, or a real-speech sources.json (default: the real-speech "
+        "labels); for the same-gender impostor pairs",
+    )
+    args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    genders, genders_from = load_genders(args.genders)
     bundle = Bundle(args.bundle or default_bundle_path())
     vectors, seconds = embed(args, bundle)
     people = sorted({p for by in vectors.values() for p in by})
@@ -248,17 +490,34 @@ def main() -> int:
         f"{len(people)} speakers in {len(sources)} sources; folds: {', '.join(folds)}; "
         f"always calibrated on (fewer than {MIN_FOLD_SPEAKERS} speakers): {', '.join(small)}"
     )
+    known = {p: genders.get(p, "unknown") for p in people}
+    print(
+        "genders ("
+        + genders_from
+        + "): "
+        + ", ".join(f"{n} {g}" for g, n in sorted(Counter(known.values()).items()))
+        + "; imp: within-source impostor trials (the held-out source's own people)"
+    )
     print(
         "fold        condition       spk    gen     imp  stated observed ratio  FRR   "
         "FRR>=2s (n)    EER   raw    old: FAR  FRR"
     )
-    report: dict = {"far": args.far, "enroll": args.enroll, "folds": [], "small_sources": small}
+    report: dict = {
+        "far": args.far,
+        "enroll": args.enroll,
+        "folds": [],
+        "small_sources": small,
+        "impostor": "within_source",
+        "impostor_classes": IMPOSTOR_CLASS_TEXT,
+        "genders": {"from": genders_from, "people": known},
+    }
     for fold in folds:
         held_out = sources[fold]
         rest = set(people) - held_out
         calibration_vectors = split(vectors, rest)
         calibrated = calibrate_vectors(calibration_vectors, data=f"all but {fold}")
         old_floor = old_rule_thresholds(calibration_vectors, args.far)
+        fold_pairs: dict[str, set] = {}
         rows = evaluate_fold(
             split(vectors, held_out),
             split(seconds, held_out),
@@ -266,14 +525,20 @@ def main() -> int:
             old_floor,
             enroll=args.enroll,
             far=args.far,
+            other_vectors=calibration_vectors,
+            other_seconds=split(seconds, rest),
+            genders=known,
+            fold_pairs=fold_pairs,
         )
         for row in rows:
             print_row(fold, row)
+            print_classes(row)
         report["folds"].append(
             {
                 "source": fold,
                 "speakers": len(held_out),
                 "calibrated_on": sorted(rest),
+                "impostor_pairs": {n: len(fold_pairs.get(n, ())) for n in IMPOSTOR_CLASSES},
                 "rows": rows,
             }
         )
@@ -311,7 +576,34 @@ def summarise(report: dict) -> None:
         "mean_eer": float(np.mean([r["eer"] for r in rows])),
         "mean_eer_raw": float(np.mean([r["eer_raw"] for r in rows])),
     }
+    classes = {}
+    for name in IMPOSTOR_CLASSES:
+        entries = [(r, r["impostor_classes"][name]) for r in rows if "impostor_classes" in r]
+        if not entries:
+            continue
+        pooled = {key: sum(e[key] for _, e in entries) for key in COUNT_KEYS}
+        ratios = [e["far"] / r["stated_far"] for r, e in entries if e["resolvable"]]
+        pooled.update(
+            far=pooled["false_accepts"] / pooled["trials"] if pooled["trials"] else None,
+            far_long=pooled["long_false_accepts"] / pooled["long_trials"]
+            if pooled["long_trials"]
+            else None,
+            pairs=sum(f.get("impostor_pairs", {}).get(name, 0) for f in report["folds"]),
+            worst_ratio=max(ratios) if ratios else None,
+            within_2x=sum(ratio <= 2 for ratio in ratios),
+            resolvable_rows=len(ratios),
+        )
+        classes[name] = pooled
+    if classes:
+        summary["impostor_classes"] = classes
     report["summary"] = summary
+    for name, pooled in classes.items():
+        worst = pooled["worst_ratio"]
+        print(
+            f"pooled {CLASS_NAMES[name]}: {class_text(pooled)}; observed <= 2 x stated in "
+            f"{pooled['within_2x']} of {pooled['resolvable_rows']} fold-conditions that resolve "
+            f"it (worst ratio {math.nan if worst is None else worst:.2f})"
+        )
     print(
         f"pooled: FAR {summary['pooled_far']:.4f} (old rule {summary['old_pooled_far']:.4f}), "
         f"FRR {summary['pooled_frr']:.3f} (old {summary['old_pooled_frr']:.3f}), FRR on clips "

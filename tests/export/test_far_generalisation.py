@@ -29,11 +29,13 @@ def three_sources(people_dir: Path, speakers: Path) -> set[str]:
     return {p.name for p in speakers.iterdir()}
 
 
-def run_benchmark(script: Path, speakers: Path, out: Path, bundle: Path, cache: Path) -> str:
+def run_benchmark(
+    script: Path, speakers: Path, out: Path, bundle: Path, cache: Path, extra: tuple = ()
+) -> str:
     """Runs a leave-one-source-out benchmark at FAR 0.05 in two conditions; its stdout."""
     command = [sys.executable, str(script), "--speakers", str(speakers), "--out", str(out)]
     command += ["--bundle", str(bundle), "--conditions", "clean,telephone-gsm"]
-    command += ["--far", "0.05", "--cache", str(cache)]
+    command += ["--far", "0.05", "--cache", str(cache), *extra]
     result = run_until_stalled(command, stall_seconds=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
@@ -95,9 +97,16 @@ def test_the_benchmark_never_tests_on_what_it_calibrated_on(
 ) -> None:
     speakers, out = tmp_path / "speakers", tmp_path / "eval"
     everyone = three_sources(people_dir, speakers)
-    stdout = run_benchmark(BENCHMARK, speakers, out, spectral_bundle, tmp_path / "emb.npz")
+    # every other person (by name) female, the rest male; one unknown
+    genders = {name: ("female", "male")[n % 2] for n, name in enumerate(sorted(everyone))}
+    genders[sorted(everyone)[0]] = "unknown"
+    (tmp_path / "genders.json").write_text(json.dumps(genders))
+    extra = ("--genders", str(tmp_path / "genders.json"))
+    stdout = run_benchmark(BENCHMARK, speakers, out, spectral_bundle, tmp_path / "emb.npz", extra)
     report = json.loads((out / "report.json").read_text())
     assert [fold["source"] for fold in report["folds"]] == ["a", "b", "c"]
+    assert report["impostor"] == "within_source"
+    assert report["genders"]["people"] == genders
     for fold in report["folds"]:
         held_out = {name for name in everyone if name.startswith(fold["source"] + "-")}
         assert fold["speakers"] == len(held_out)
@@ -107,11 +116,30 @@ def test_the_benchmark_never_tests_on_what_it_calibrated_on(
             assert row["stated_far"] == 0.05
             assert row["ratio"] == pytest.approx(row["observed_far"] / 0.05)
             assert 0.0 <= row["observed_far"] <= 1.0 and 0.0 <= row["frr"] <= 1.0
+            # every test person is enrolled here (enough clips): their pairs are all there
+            classes, n = row["impostor_classes"], row["speakers"]
+            assert n == len(held_out)
+            within, cross = classes["within_source"], classes["cross_source"]
+            assert (within["trials"], within["far"]) == (row["impostor"], row["observed_far"])
+            assert within["pairs"] == n * (n - 1)
+            assert cross["pairs"] == n * (len(everyone) - n)
+            same = sum(
+                genders[a] == genders[b] != "unknown" for a in held_out for b in held_out if a != b
+            )
+            assert classes["within_source_same_gender"]["pairs"] == same > 0
+        assert fold["impostor_pairs"]["cross_source"] == n * (len(everyone) - n)
     summary = report["summary"]
     rows = [row for fold in report["folds"] for row in fold["rows"]]
     pooled = sum(r["observed_far"] * r["impostor"] for r in rows) / sum(r["impostor"] for r in rows)
     assert summary["pooled_far"] == pytest.approx(pooled)
+    assert summary["impostor_classes"]["within_source"]["far"] == pytest.approx(pooled)
+    cross = [r["impostor_classes"]["cross_source"] for r in rows]
+    assert summary["impostor_classes"]["cross_source"]["far"] == pytest.approx(
+        sum(c["false_accepts"] for c in cross) / sum(c["trials"] for c in cross)
+    )
     assert "pooled: FAR" in stdout
+    assert "pooled cross-source (calibration people): FAR" in stdout
+    assert "pooled same gender within-source: FAR" in stdout
     for name in ("far.png", "frr.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -230,3 +258,122 @@ def test_the_chain_benchmark_tests_only_people_it_never_calibrated_on(
     refused = run_until_stalled(small, stall_seconds=300)
     assert refused.returncode == 2
     assert "--source nobody: 0 speakers; a split needs 4 or more" in refused.stderr
+
+
+def _benchmark_module():
+    """benchmarks/far_generalisation.py as a module (benchmarks/ is not a package)."""
+    import importlib.util
+
+    sys.path.insert(0, str(BENCHMARK.parent))
+    spec = importlib.util.spec_from_file_location("far_generalisation", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_impostor_pairs_are_classed_and_counted_by_source_and_gender() -> None:
+    """The pair classes and their counts, on pairs whose counts are written out here: a-ann and
+    a-cat are women of source a, a-bob a man, a-dan unknown; b-eve and b-fay are of source b."""
+    far = _benchmark_module()
+    genders = {"a-ann": "female", "a-bob": "male", "a-cat": "female", "a-dan": "unknown"}
+    genders |= {"b-eve": "female", "b-fay": "female"}
+    both = ("within_source", "within_source_same_gender")
+    assert far.pair_classes("a-ann", "a-cat", genders) == both
+    assert far.pair_classes("a-ann", "a-bob", genders) == ("within_source",)
+    assert far.pair_classes("a-dan", "a-ann", genders) == ("within_source",)  # unknown: no pair
+    assert far.pair_classes("a-ann", "a-zed", genders) == ("within_source",)  # not labelled
+    assert far.pair_classes("a-ann", "b-eve", genders) == ("cross_source",)  # same gender too
+
+    def counts(trials: int, fa: int, long: int, long_fa: int) -> dict[str, int]:
+        return {
+            "trials": trials,
+            "false_accepts": fa,
+            "long_trials": long,
+            "long_false_accepts": long_fa,
+        }
+
+    pairs = {
+        ("a-ann", "a-bob"): counts(10, 1, 4, 1),
+        ("a-ann", "a-cat"): counts(10, 3, 5, 2),
+        ("a-cat", "a-ann"): counts(8, 2, 0, 0),
+        ("a-dan", "a-ann"): counts(6, 0, 6, 0),
+        ("a-ann", "b-eve"): counts(20, 1, 10, 1),
+        ("a-cat", "b-fay"): counts(20, 0, 0, 0),
+    }
+    classes = far.class_counts(pairs, genders, stated=0.5)
+    assert set(classes) == set(far.IMPOSTOR_CLASSES)
+    within = classes["within_source"]
+    assert (within["pairs"], within["trials"], within["false_accepts"]) == (4, 34, 6)
+    assert (within["long_trials"], within["long_false_accepts"]) == (15, 3)
+    assert within["far"] == pytest.approx(6 / 34) and within["far_long"] == pytest.approx(3 / 15)
+    assert within["resolvable"]  # 0.5 x 34 = 17 expected false accepts
+    same = classes["within_source_same_gender"]
+    assert (same["pairs"], same["trials"], same["false_accepts"]) == (2, 18, 5)
+    assert same["far"] == pytest.approx(5 / 18) and same["far_long"] == pytest.approx(2 / 5)
+    assert not same["resolvable"]  # 0.5 x 18 = 9
+    cross = classes["cross_source"]
+    assert (cross["pairs"], cross["trials"], cross["false_accepts"]) == (2, 40, 1)
+    assert cross["far"] == pytest.approx(0.025) and cross["far_long"] == pytest.approx(0.1)
+    empty = far.class_counts({}, genders, stated=0.5)["cross_source"]
+    assert empty["far"] is None and empty["far_long"] is None and empty["pairs"] == 0
+
+
+def test_a_templates_impostor_trials_are_split_by_whose_clip_they_are() -> None:
+    far = _benchmark_module()
+    from uvsdk.calibration import enrollment_trials
+
+    scores = np.array([0.9, 0.1, 0.6, 0.2, 0.7])
+    owners = np.array(["x", "x", "y", "y", "y"], dtype=object)
+    long = np.array([True, False, True, True, False])
+    assert far.pair_counts(scores, owners, long, 0.5) == {
+        "x": {"trials": 2, "false_accepts": 1, "long_trials": 1, "long_false_accepts": 1},
+        "y": {"trials": 3, "false_accepts": 2, "long_trials": 2, "long_false_accepts": 1},
+    }
+    # the owners are in enrollment_trials' order: each other person's vectors in turn
+    rng = np.random.default_rng(0)
+    by_person = {
+        "p": rng.standard_normal((2, 8)),
+        "q": rng.standard_normal((3, 8)),
+        "r": np.zeros((0, 8)),
+        "s": rng.standard_normal((1, 8)),
+    }
+    assert far.trial_owners(by_person, "q").tolist() == ["p", "p", "s"]
+    _, _, impostor = enrollment_trials(by_person, 2)
+    from uvsdk.scoring import cosine_scores, prototype
+
+    expected = cosine_scores(
+        prototype(by_person["q"][:2]), np.concatenate([by_person["p"], by_person["s"]])
+    )
+    np.testing.assert_allclose(impostor["q"], expected)
+    seconds = {"p": np.array([3.0, 1.0]), "s": np.array([2.0])}
+    assert far.long_clips(seconds, far.trial_owners(by_person, "q")).tolist() == [True, False, True]
+
+
+def test_cross_source_trials_are_normalised_as_calibration_scores_its_people() -> None:
+    """A held-out person's cross-source scores are exactly what enrollment_trials gives their
+    template against the calibration people's vectors when those people are in the cohort (each
+    clip's statistics without its own person's cohort vectors); the cohort's owners are found."""
+    far = _benchmark_module()
+    from uvexport.calibrate import calibrate_vectors
+    from uvsdk.calibration import enrollment_trials
+
+    rng = np.random.default_rng(1)
+    centres = rng.standard_normal((6, 16))
+    calibration = {f"c-{n}": centres[n] + 0.5 * rng.standard_normal((9, 16)) for n in range(4)}
+    calibrated = calibrate_vectors({"clean": calibration}, data="test", cohort_size=24, top_k=5)
+    people = far.cohort_owners(calibrated, {"clean": calibration})
+    rows = np.frombuffer(calibrated.cohort, "<f4").reshape(calibrated.cohort_spec.count, -1)
+    for row, person in zip(rows, people, strict=True):
+        assert np.any(np.all(calibration[person].astype("<f4") == row, axis=1))
+    cohort = far.Cohort(rows, calibrated.cohort_spec.top_k)
+    held_out = {"t-0": centres[4] + 0.5 * rng.standard_normal((7, 16)), "t-1": centres[5][None]}
+    scores, owners = far.cross_source_trials(held_out, calibration, 5, cohort, people)
+    assert set(scores) == {"t-0"}  # t-1 has too few vectors to enroll
+    assert owners.tolist() == [f"c-{n}" for n in range(4) for _ in range(9)]
+    _, _, expected = enrollment_trials(
+        {"t-0": held_out["t-0"], **calibration}, 5, cohort=cohort, cohort_people=people
+    )
+    np.testing.assert_allclose(scores["t-0"], expected["t-0"])
+    raw, _ = far.cross_source_trials(held_out, calibration, 5, None, None)
+    _, _, plain = enrollment_trials({"t-0": held_out["t-0"], **calibration}, 5)
+    np.testing.assert_allclose(raw["t-0"], plain["t-0"])
