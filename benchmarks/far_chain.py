@@ -26,7 +26,7 @@ import json
 import sys
 import time
 
-from far_generalisation import argument_parser, embed, source_of, split
+from far_generalisation import argument_parser, chains, embed, source_of, split
 from far_rules import fit_global, fold_trials, pooled, rule_row
 
 from uvexport.calibrate import Calibrated, calibrate_vectors, print_progress
@@ -54,7 +54,11 @@ def arm_rows(
     """Today's rule's rows for ``tested`` calibrated on ``calibration_people`` (``calibrated``:
     that calibration when already made); the table's threshold at ``--far``."""
     if calibrated is None:
-        calibrated = calibrate_vectors(split(vectors, calibration_people), data="far_chain")
+        calibrated = calibrate_vectors(
+            split(vectors, calibration_people),
+            data="far_chain",
+            groups=chains(calibration_people, args.impostors),
+        )
     _, test = fold_trials(
         split(vectors, calibration_people),
         split(seconds, calibration_people),
@@ -142,7 +146,9 @@ def main() -> int:
     others = set(people) - set(members)
     first, second = halves(members)
     report: dict = {"source": args.source, "far": args.far, "splits": []}
-    baseline = calibrate_vectors(split(vectors, others), data="far_chain")  # the same for both
+    baseline = calibrate_vectors(  # the same for both
+        split(vectors, others), data="far_chain", groups=chains(others, args.impostors)
+    )
     for number, (known, tested) in enumerate(((first, second), (second, first)), 1):
         split_report: dict = {"calibrated_on": known, "tested": tested}
         for arm, joined, calibrated in (("without", [], baseline), ("with", known, None)):

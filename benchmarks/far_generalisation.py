@@ -5,8 +5,9 @@ The speakers come from several sources (``uvtrain data real-speech`` writes one 
 speaker, named ``<source>-<speaker>``). Each source with at least :data:`MIN_FOLD_SPEAKERS`
 speakers is a fold in turn: the bundle is calibrated on **every other source** exactly as
 ``uvexport calibrate`` calibrates (:func:`uvexport.calibrate.calibrate_vectors`: its cohort,
-AS-norm, the worst condition deciding), and tested on the held-out source, which neither the
-thresholds nor the cohort have seen. Smaller sources are only ever calibrated on (they are named).
+AS-norm, the worst condition deciding; its impostor trials pairs of people of one source, as
+``uvexport calibrate --impostors chain``, or every pair with ``--impostors all``), and tested on
+the held-out source, which neither the thresholds nor the cohort have seen. Smaller sources are only ever calibrated on (they are named).
 
 Every clip is embedded once per condition (:func:`uvexport.calibrate.embed_conditions`: decoded as
 the SDK decodes, turned into each condition of :mod:`uvexport.conditions`, ``long`` utterances
@@ -101,6 +102,13 @@ on those of at least :data:`LONG_CLIP_SECONDS`."""
 def source_of(person: str) -> str:
     """The source of a ``<source>-<speaker>`` folder name."""
     return person.split("-", 1)[0]
+
+
+def chains(people: set[str] | list[str], impostors: str = "chain") -> dict[str, str] | None:
+    """Each person's recording chain, their source: the impostor groups ``uvexport calibrate``
+    forms in the real-speech folder (:func:`uvexport.calibrate.recording_chains`); ``None``
+    for ``--impostors all``."""
+    return {person: source_of(person) for person in people} if impostors == "chain" else None
 
 
 def pair_classes(enrolled: str, impostor: str, genders: Mapping[str, str]) -> tuple[str, ...]:
@@ -462,6 +470,13 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
         help="clips per speaker at most (uvexport calibrate's)",
     )
     parser.add_argument("--cache", default=None, help="an .npz to keep the embeddings in")
+    parser.add_argument(
+        "--impostors",
+        choices=("chain", "all"),
+        default="chain",
+        help="the calibration's impostor trials, as uvexport calibrate --impostors: pairs "
+        "within each source (default) or every pair",
+    )
     return parser
 
 
@@ -508,6 +523,7 @@ def main() -> int:
         "folds": [],
         "small_sources": small,
         "impostor": "within_source",
+        "calibration_impostors": args.impostors,
         "impostor_classes": IMPOSTOR_CLASS_TEXT,
         "genders": {"from": genders_from, "people": known},
     }
@@ -515,7 +531,11 @@ def main() -> int:
         held_out = sources[fold]
         rest = set(people) - held_out
         calibration_vectors = split(vectors, rest)
-        calibrated = calibrate_vectors(calibration_vectors, data=f"all but {fold}")
+        calibrated = calibrate_vectors(
+            calibration_vectors,
+            data=f"all but {fold}",
+            groups=chains(rest, args.impostors),
+        )
         old_floor = old_rule_thresholds(calibration_vectors, args.far)
         fold_pairs: dict[str, set] = {}
         rows = evaluate_fold(

@@ -53,6 +53,7 @@ from far_generalisation import (
     MIN_FOLD_SPEAKERS,
     TARGET_TPR,
     argument_parser,
+    chains,
     embed,
     source_of,
     split,
@@ -438,7 +439,9 @@ def main() -> int:
     for number, fold in enumerate(folds, 1):
         rest = set(people) - sources[fold]
         calibration_vectors = split(vectors, rest)
-        calibrated = calibrate_vectors(calibration_vectors, data=f"all but {fold}")
+        calibrated = calibrate_vectors(
+            calibration_vectors, data=f"all but {fold}", groups=chains(rest, args.impostors)
+        )
         calibration, test = fold_trials(
             calibration_vectors,
             split(seconds, rest),

@@ -405,10 +405,12 @@ def calibrate_vectors(
     generator: np.ndarray | None = None,
     cohort_size: int = DEFAULT_COHORT_SIZE,
     top_k: int = DEFAULT_TOP_K,
+    groups: Mapping[str, str] | None = None,
 ) -> Calibrated:
     """The calibration (and cohort, unless ``cohort_size`` is 0) of vectors already embedded per
     condition; conditions where fewer than 2 people have more than ``enroll_samples`` vectors
-    are left out (and named in ``data``)."""
+    are left out (and named in ``data``). ``groups`` (person → recording chain): impostor trials
+    only within a chain (:func:`uvsdk.calibration.measure`), said in ``data``."""
     usable = {
         condition: by_person
         for condition, by_person in embedded.items()
@@ -421,6 +423,8 @@ def calibrate_vectors(
         )
     if left_out:
         data = f"{data}; too few samples for condition(s) {', '.join(left_out)}"
+    if groups is not None and len(set(groups.values())) > 1:  # one chain: every pair
+        data = f"{data}; {impostor_basis(groups)}"
     cohort = cohort_people = cohort_bytes = spec = None
     if cohort_size:
         vectors, cohort_people = build_cohort(usable, cohort_size)
@@ -437,8 +441,36 @@ def calibrate_vectors(
         generator=generator,
         cohort=cohort,
         cohort_people=cohort_people,
+        groups=groups,
     )
     return Calibrated(calibration, cohort_bytes, spec)
+
+
+def impostor_basis(groups: Mapping[str, str]) -> str:
+    """The sentence ``calibration.data`` states the impostor trials with: how many chains, and
+    how many of them hold more than one person (only those give impostor trials)."""
+    sizes: dict[str, int] = {}
+    for chain in groups.values():
+        sizes[chain] = sizes.get(chain, 0) + 1
+    shared = sum(size > 1 for size in sizes.values())
+    return (
+        f"impostors: other people of the same recording chain ({shared} of {len(sizes)} "
+        "chains hold several people)"
+    )
+
+
+def recording_chains(found_in: Mapping[str, Path]) -> dict[str, str]:
+    """Each person's recording chain (:func:`calibrate`'s impostor groups): in a folder the
+    real-speech fetch wrote (it holds ``sources.json``), the source of the ``<source>-<speaker>``
+    folder name; in any other folder, the folder itself (an app's own people, one chain)."""
+    return {
+        person: (
+            f"{folder.name}/{person.split('-', 1)[0]}"
+            if (folder / "sources.json").is_file()
+            else str(folder)
+        )
+        for person, folder in found_in.items()
+    }
 
 
 def calibrate(
@@ -453,18 +485,23 @@ def calibrate(
     progress: Callable[[str], None] | None = None,
     cache: str | Path | None = None,
     warn: Callable[[str], None] | None = None,
+    impostors: str = "chain",
 ) -> Calibrated:
     """Measure ``bundle`` on the people under ``root`` in each recording condition; ``data``
     describes them (default: the folder's name and counts); ``cache`` keeps the embeddings
-    (:func:`embed_conditions`).
+    (:func:`embed_conditions`). ``impostors``: ``chain`` (default) states the FAR over pairs
+    of people of one recording chain (:func:`recording_chains`), ``all`` over every pair.
 
     ``root`` may be several folders (or names of :data:`NAMED`), whose people are calibrated on
     together: an app's own people recorded through its chain beside the shipped real speech
     (docs/model-card.md measures that recipe). A person's folder name must be unique across
     them; ``warn`` hears of each of several folders with fewer than :data:`CHAIN_PEOPLE`
     people."""
+    if impostors not in IMPOSTORS:
+        raise ExportError(f"--impostors {impostors}: choose {' or '.join(IMPOSTORS)}")
     manifest = bundle.manifest
-    people, named = _gather_people(root, manifest.modality, warn)
+    people, named, found_in = _gather_people(root, manifest.modality, warn)
+    groups = recording_chains(found_in) if impostors == "chain" else None
     embedded = embed_conditions(
         bundle, people, conditions, max_samples=max_samples, progress=progress, cache=cache
     )
@@ -481,11 +518,15 @@ def calibrate(
             enroll_samples=enroll_samples,
             generator=generator,
             cohort_size=cohort_size,
+            groups=groups,
         )
     except ValueError as error:
         where = root if isinstance(root, str | Path) else ", ".join(map(str, root))
         raise ExportError(f"--calibrate {where}: {error}") from None
 
+
+IMPOSTORS = ("chain", "all")
+"""Which impostor trials state the FAR: pairs within one recording chain, or every pair."""
 
 CHAIN_PEOPLE = 3
 """People of one recording chain that brought its other speakers' false accepts from 34 % to
@@ -496,10 +537,11 @@ def _gather_people(
     roots: str | Path | Sequence[str | Path],
     modality: str,
     warn: Callable[[str], None] | None = None,
-) -> tuple[dict[str, list[Path]], str]:
-    """``{person: files}`` of one or several folders (each resolved by :func:`resolve`), and
-    their one-line description; of several, ``warn`` hears of each with fewer than
-    :data:`CHAIN_PEOPLE` people (an app's own recording chain, typically)."""
+) -> tuple[dict[str, list[Path]], str, dict[str, Path]]:
+    """``{person: files}`` of one or several folders (each resolved by :func:`resolve`), their
+    one-line description, and the folder each person was found in; of several, ``warn`` hears
+    of each with fewer than :data:`CHAIN_PEOPLE` people (an app's own recording chain,
+    typically)."""
     roots = [roots] if isinstance(roots, str | Path) else list(roots)
     people: dict[str, list[Path]] = {}
     found_in: dict[str, Path] = {}
@@ -522,7 +564,7 @@ def _gather_people(
                 )
             people[name], found_in[name] = files, folder
         described.append(named)
-    return people, " + ".join(described)
+    return people, " + ".join(described), found_in
 
 
 def calibrate_bundle(
@@ -538,6 +580,7 @@ def calibrate_bundle(
     progress: Callable[[str], None] | None = None,
     cache: str | Path | None = None,
     warn: Callable[[str], None] | None = None,
+    impostors: str = "chain",
 ) -> tuple[Path, Calibration]:
     """Write ``out``: the bundle ``source`` with the calibration measured on ``root`` in its
     manifest (re-signed with ``sign_key``; an old signature no longer covers the manifest and is
@@ -559,6 +602,7 @@ def calibrate_bundle(
         progress=progress,
         cache=cache,
         warn=warn,
+        impostors=impostors,
     )
     manifest = calibrated.manifest(bundle.manifest)
     if bundle.ort_bytes is None:  # a model.ort taken out of the bundle: its key goes too

@@ -1,6 +1,6 @@
 """``uvexport``: a trained run folder → a signed ``.uvb`` bundle, and Ed25519 signing keys.
 
-    uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8] [--calibrate DIR]
+    uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8|weights] [--calibrate DIR]
                      [--ort]
     uvexport keygen --out KEY.pem
     uvexport calibrate BUNDLE.uvb PEOPLE_DIR --out CALIBRATED.uvb [--sign-key KEY.pem]
@@ -48,7 +48,7 @@ app = typer.Typer(
     name="uvexport",
     cls=ExportGroup,
     help="Export a uvtrain run folder to a .uvb bundle (ONNX, parity-checked): "
-    "uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8] "
+    "uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8|weights] "
     "(the word 'export' may be left out).",
     add_completion=False,
     no_args_is_help=True,
@@ -72,6 +72,12 @@ OrtOption = Annotated[
 class Quantize(str, Enum):
     none = "none"
     int8 = "int8"
+    weights = "weights"
+
+
+class Impostors(str, Enum):
+    chain = "chain"
+    all = "all"
 
 
 class UsageFailure(Exception):
@@ -93,7 +99,9 @@ def export(
         typer.Option(
             "--quantize",
             help="int8: write the fastest int8 scheme that is not slower than float32 and moves "
-            "no score by more than the drift bound (both measured here); fail when none is.",
+            "no score by more than the drift bound (both measured here); fail when none is. "
+            "weights: store the weights as int8 and compute in float32 (about a quarter of the "
+            "size), when no score moves by more than the drift bound.",
         ),
     ] = Quantize.none,
     calibrate: Annotated[
@@ -232,6 +240,15 @@ def calibrate_command(
             "conditions reads them instead of embedding again.",
         ),
     ] = None,
+    impostors: Annotated[
+        Impostors,
+        typer.Option(
+            "--impostors",
+            help="chain: state the FAR over pairs of people of one recording chain (each "
+            "source of real-speech; each other folder given), the strangers an app meets; "
+            "all: over every pair (people of other chains are easier to tell apart).",
+        ),
+    ] = Impostors.chain,
 ) -> None:
     """Calibrate an existing bundle on real people (a new manifest and cohort; the model is
     unchanged)."""
@@ -254,6 +271,7 @@ def calibrate_command(
         progress=print_progress,
         cache=cache,
         warn=lambda message: typer.echo(f"warning: {message}", err=True),
+        impostors=impostors.value,
     )
     print(file=sys.stderr)
     kept = " (model.ort kept)" if Bundle(path).ort_bytes is not None else ""

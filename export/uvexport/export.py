@@ -79,8 +79,8 @@ def export_run(
     (a folder of person folders) measures the exported model on those people and writes the
     calibration table into the manifest (:mod:`uvexport.calibrate`); ``calibration_data``
     describes them. ``ort`` also writes ``model.ort`` (:mod:`uvexport.ort`)."""
-    if quantize not in ("none", "int8"):
-        raise ExportError(f"--quantize {quantize}: choose none or int8")
+    if quantize not in ("none", "int8", "weights"):
+        raise ExportError(f"--quantize {quantize}: choose none, int8 or weights")
     from uvtrain.engine import TrainingError
     from uvtrain.run import load_run
 
@@ -96,7 +96,14 @@ def export_run(
 
     def int8(onnx_bytes: bytes) -> tuple[bytes, dict[str, Any]]:
         return _quantize_run(
-            onnx_bytes, model, dataset, simulation, inputs, bound=drift_bound, schemes=schemes
+            onnx_bytes,
+            model,
+            dataset,
+            simulation,
+            inputs,
+            bound=drift_bound,
+            schemes=schemes,
+            weights_only=quantize == "weights",
         )
 
     return export_model(
@@ -110,7 +117,7 @@ def export_run(
         extra=extra,
         sign_key=sign_key,
         tolerance=tolerance,
-        quantizer=int8 if quantize == "int8" else None,
+        quantizer=int8 if quantize != "none" else None,
         started=started,
         calibrate=calibrate,
         calibration_data=calibration_data,
@@ -235,6 +242,7 @@ def _quantize_run(
     *,
     bound: float,
     schemes: Sequence[str],
+    weights_only: bool = False,
 ) -> tuple[bytes, dict[str, Any]]:
     """:func:`quantize_int8` on a run: calibration on its training clips, drift on its test
     clips against its users' codewords or (embeddings) their validation-clip prototypes."""
@@ -262,4 +270,5 @@ def _quantize_run(
         enrollment=enrollment,
         bound=bound,
         schemes=schemes,
+        weights_only=weights_only,
     )

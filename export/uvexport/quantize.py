@@ -35,6 +35,19 @@ DRIFT_BOUND = 0.02
 #: QDQ (activations calibrated on training clips, weights per channel) with uint8 or int8
 #: activations.
 SCHEMES = ("dynamic-matmul", "dynamic-conv", "static-qdq-u8s8", "static-qdq-s8s8")
+#: The storage scheme of ``uvexport --quantize weights``: the weights of every convolution and
+#: fully connected layer (outside the frontend) stored as int8 in blocks of
+#: :data:`WEIGHT_BLOCK` values along each output channel, one float32 scale per block, and
+#: expanded to float32 in the graph (``Cast``, ``Mul``, ``Reshape``, ``Slice`` of constants: ONNX
+#: Runtime folds them once when it loads the model), so the arithmetic stays float32: a model of
+#: about 1.25 bytes a weight instead of 4, not a faster one. (float16 scales underflow: blocks of
+#: small weights then lose their precision.)
+WEIGHT_SCHEME = "weights-int8"
+#: Values per scale. One scale per output channel moved CAM++'s scores by up to 0.034 (over the
+#: drift bound); blocks of 16 by 0.013 (24 real clips), for 1/4 byte per weight more.
+WEIGHT_BLOCK = 16
+#: Weights smaller than this many values stay float32 (biases, norms: nothing to gain).
+WEIGHT_MIN_VALUES = 1024
 #: Interleaved timed runs per model (after warm-up); the figure is their median.
 LATENCY_RUNS = 50
 #: Training clips the static schemes calibrate their activation ranges on.
@@ -161,9 +174,81 @@ def _frontend_nodes(model: Any) -> list[str]:
 _QUANTIZED_OP_TYPES = {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"}
 
 
+def int8_weights(fp32: bytes) -> bytes:
+    """``fp32`` with the weights of its ``Conv`` and ``Gemm`` (``transB=1``) layers stored as int8
+    (:data:`WEIGHT_SCHEME`).
+
+    Each weight ``W`` of at least :data:`WEIGHT_MIN_VALUES` values is flattened per output
+    channel, zero-padded to whole blocks of :data:`WEIGHT_BLOCK`, and stored as ``q = round(W /
+    s)`` (int8, in [-127, 127]) with ``s = max|block| / 127`` per block (float32); nodes in front
+    of the layer compute ``W = reshape(q · s)[:, :n]`` under ``W``'s own name. The frontend's
+    constants (:data:`FRONTEND_PREFIX`) stay float32."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load_from_string(fp32)
+    graph = model.graph
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    weights = set()
+    for node in graph.node:
+        transposed = node.op_type == "Gemm" and any(
+            a.name == "transB" and a.i == 1 for a in node.attribute
+        )
+        if node.op_type == "Conv" or transposed:
+            name = node.input[1]
+            if name in initializers and not name.startswith(FRONTEND_PREFIX):
+                weights.add(name)
+    expand = []
+    for name in sorted(weights):
+        values = numpy_helper.to_array(initializers[name])
+        if values.dtype != np.float32 or values.size < WEIGHT_MIN_VALUES:
+            continue
+        flat = values.reshape(values.shape[0], -1)
+        columns = flat.shape[1]
+        blocks = np.pad(flat, ((0, 0), (0, -columns % WEIGHT_BLOCK))).reshape(
+            values.shape[0], -1, WEIGHT_BLOCK
+        )
+        peak = np.abs(blocks).max(axis=2, keepdims=True)
+        scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+        quantized = np.clip(np.round(blocks / scale), -127, 127).astype(np.int8)
+        graph.initializer.remove(initializers[name])
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(quantized, f"{name}.int8"),
+                numpy_helper.from_array(scale, f"{name}.scale"),
+                numpy_helper.from_array(np.array([values.shape[0], -1], np.int64), f"{name}.rows"),
+                numpy_helper.from_array(np.array([0, 0], np.int64), f"{name}.from"),
+                numpy_helper.from_array(
+                    np.array([values.shape[0], columns], np.int64), f"{name}.to"
+                ),
+                numpy_helper.from_array(np.array(values.shape, np.int64), f"{name}.shape"),
+            ]
+        )
+        float32 = onnx.TensorProto.FLOAT
+        expand += [
+            helper.make_node("Cast", [f"{name}.int8"], [f"{name}.q"], to=float32),
+            helper.make_node("Mul", [f"{name}.q", f"{name}.scale"], [f"{name}.blocks"]),
+            helper.make_node("Reshape", [f"{name}.blocks", f"{name}.rows"], [f"{name}.padded"]),
+            helper.make_node(
+                "Slice", [f"{name}.padded", f"{name}.from", f"{name}.to"], [f"{name}.flat"]
+            ),
+            helper.make_node("Reshape", [f"{name}.flat", f"{name}.shape"], [name]),
+        ]
+    if not expand:
+        raise ValueError("no weights to store as int8")
+    nodes = expand + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
 def _quantize(scheme: str, fp32: bytes, folder: Path, calibration: Sequence[np.ndarray]) -> bytes:
     """``fp32`` quantized with ``scheme``; the frontend's nodes stay float32."""
     import onnx
+
+    if scheme == WEIGHT_SCHEME:
+        return int8_weights(fp32)
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -341,17 +426,28 @@ def quantize_int8(
     window: np.ndarray,
     bound: float | None = None,
     runs: int | None = None,
+    weights_only: bool = False,
     **measure: Any,
 ) -> tuple[bytes, dict[str, Any]]:
     """The int8 model :func:`choose_scheme` picks from :func:`measure_int8`'s figures (``bound``
     defaults to :data:`DRIFT_BOUND`), and the figures for the manifest; :class:`ExportError`
-    when no scheme qualifies."""
+    when no scheme qualifies. ``weights_only``: the :data:`WEIGHT_SCHEME` model instead, for
+    its size: written when its drift is within the bound, whatever its speed (measured all the
+    same)."""
     import onnxruntime as ort
 
     bound = DRIFT_BOUND if bound is None else bound
     runs = LATENCY_RUNS if runs is None else runs
+    if weights_only:
+        measure["schemes"] = (WEIGHT_SCHEME,)
     found = measure_int8(fp32, window=window, runs=runs, **measure)
-    chosen = choose_scheme(found.candidates, found.fp32_ms, bound)
+    if weights_only:
+        (chosen,) = found.candidates
+        if chosen.error is not None or not chosen.score_drift <= bound:
+            why = chosen.error or f"drift {chosen.score_drift:.3g} > {bound:g}"
+            raise ExportError(f"int8 weights not written: {why}; export without --quantize")
+    else:
+        chosen = choose_scheme(found.candidates, found.fp32_ms, bound)
     figures = {
         "scheme": chosen.scheme,
         "fp32_ms": round(found.fp32_ms, 4),

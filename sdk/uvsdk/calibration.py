@@ -463,12 +463,16 @@ def enrollment_trials(
     *,
     cohort: Cohort | None = None,
     cohort_people: np.ndarray | None = None,
+    groups: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Enroll every person with more than ``enroll_samples`` vectors on their first ones, as
     :meth:`uvsdk.Verifier.enroll` does in prototype mode.
 
     Returns per person: the warm-up (leave-one-out) scores of the enrollment samples, the genuine
-    scores (their other samples) and the impostor scores (every sample of every other person).
+    scores (their other samples) and the impostor scores (every sample of every other person;
+    with ``groups``, person → recording chain, only of the other people of the same chain: the
+    strangers an app meets record on the same app and devices, and people of other chains are
+    told apart by their channel as much as by their voice).
     With a ``cohort`` every score is AS-norm normalised, as the SDK does; ``cohort_people``
     names the person of each cohort vector, and a person's own vectors never take part in the
     statistics of their enrollment or of their samples (calibration people are in the cohort;
@@ -483,7 +487,10 @@ def enrollment_trials(
         if len(own) <= enroll_samples:
             continue
         enrolled, tests = own[:enroll_samples], own[enroll_samples:]
-        others, other_owners = everyone[owners != name], owners[owners != name]
+        strangers = owners != name
+        if groups is not None:
+            strangers &= np.array([groups[o] == groups[name] for o in owners], dtype=bool)
+        others, other_owners = everyone[strangers], owners[strangers]
         reference = prototype(enrolled)
         warmup[name] = leave_one_out_scores(enrolled)
         genuine[name] = cosine_scores(reference, tests)
@@ -532,6 +539,7 @@ def measure(
     seed: int = 0,
     cohort: Cohort | None = None,
     cohort_people: np.ndarray | None = None,
+    groups: Mapping[str, str] | None = None,
 ) -> Calibration:
     """The calibration of a bundle from its vectors of a calibration set under each recording
     condition (``{condition: {person: [N, dim]}}``, e.g. from :meth:`uvsdk.Verifier.embed` of
@@ -541,12 +549,13 @@ def measure(
     condition, with AS-norm against ``cohort`` when given (``cohort_people``: whose each cohort
     vector is). With a ``generator`` (codeword bundles), the codeword table scores every vector
     against :data:`CODEWORDS_PER_PERSON` codewords per person, drawn from the code with a seeded
-    generator (they are the calibration's, not anyone's secret).
+    generator (they are the calibration's, not anyone's secret). ``groups`` (person →
+    recording chain) keeps the impostor trials within each chain (:func:`enrollment_trials`).
     """
     trials, people = {}, set()
     for condition, vectors in conditions.items():
         _, genuine, impostor = enrollment_trials(
-            vectors, enroll_samples, cohort=cohort, cohort_people=cohort_people
+            vectors, enroll_samples, cohort=cohort, cohort_people=cohort_people, groups=groups
         )
         if len(genuine) < 2:
             raise ValueError(

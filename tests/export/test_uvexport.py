@@ -369,3 +369,84 @@ def test_export_with_calibrate_writes_both_tables_of_a_codeword_bundle(
     calibration = Bundle(out).manifest.calibration
     assert set(calibration.tables) == {"prototype", "codeword"}
     assert calibration.data == f"{voice_dir.name}: 10 people; 80 samples used, 0 unusable"
+
+
+def test_int8_weights_are_stored_in_blocks_and_expanded_in_the_graph() -> None:
+    """``--quantize weights``: each Conv weight becomes int8 blocks of 16 with a float32 scale
+    each, expanded back to the weight in the graph; the layer computes in float32 on weights
+    within half a step of the original, in fewer bytes."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    from uvexport.quantize import WEIGHT_BLOCK, int8_weights
+
+    rng = np.random.default_rng(0)
+    weight = (rng.standard_normal((64, 3, 7)) * np.logspace(-4, 0, 64)[:, None, None]).astype(
+        np.float32
+    )  # channels of very different sizes: one scale per channel would lose the small ones
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["input", "w"], ["output"])],
+        "conv",
+        [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, ["batch", 3, "time"])],
+        [helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, ["batch", 64, "frames"])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    fp32 = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    fp32_bytes = fp32.SerializeToString()
+    int8 = int8_weights(fp32_bytes)
+    stored = {
+        t.name: numpy_helper.to_array(t) for t in onnx.load_from_string(int8).graph.initializer
+    }
+    assert "w" not in stored and stored["w.int8"].dtype == np.int8
+    assert stored["w.int8"].shape == (
+        64,
+        2,
+        WEIGHT_BLOCK,
+    )  # 21 values a channel, padded and stored["w.scale"].dtype == np.float32
+    assert len(int8) < 0.6 * len(
+        fp32_bytes
+    )  # 21 values padded to 32 here; 1.25 bytes a weight at scale
+    x = rng.standard_normal((2, 3, 40)).astype(np.float32)
+
+    def run(model: bytes) -> np.ndarray:
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        return session.run(None, {"input": x})[0]
+
+    expanded = (stored["w.int8"] * stored["w.scale"]).reshape(64, -1)[:, :21].reshape(weight.shape)
+    step = np.abs(weight).reshape(64, -1).max(axis=1) / 127
+    assert np.all(np.abs(expanded - weight) <= step[:, None, None] / 2 + 1e-12)
+    graph.initializer[0].CopyFrom(numpy_helper.from_array(expanded.astype(np.float32), "w"))
+    as_expanded = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert np.allclose(run(int8), run(as_expanded.SerializeToString()), rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="no weights"):
+        int8_weights(
+            helper.make_model(
+                helper.make_graph([], "empty", [], []), opset_imports=[helper.make_opsetid("", 18)]
+            ).SerializeToString()
+        )
+
+
+def test_int8_weights_export_states_its_drift_or_refuses(
+    feduv_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Written when no SDK score moves by more than the drift bound (its speed measured but not
+    deciding), else one line and nothing written."""
+    from uvexport.quantize import WEIGHT_SCHEME
+
+    monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
+    out = tmp_path / "w8.uvb"
+    code = main([str(feduv_run), "--out", str(out), "--quantize", "weights"])
+    printed = capsys.readouterr()
+    if code == 2:
+        err = printed.err.strip()
+        assert len(err.splitlines()) == 1 and "int8 weights not written: drift" in err
+        assert list(tmp_path.iterdir()) == []
+        return
+    assert code == 0, printed.err
+    q = Bundle(out).manifest.extra["quantization"]
+    assert q["scheme"] == WEIGHT_SCHEME and 0.0 <= q["score_drift"] <= q["drift_bound"]
+    assert q["int8_bytes"] < q["fp32_bytes"]
+    codewords, clips, trainer = _trainer_scores(feduv_run)
+    sdk = codeword_scores(codewords, Bundle(out).run(clips))
+    assert np.abs(sdk - trainer).max() <= q["drift_bound"] + 1e-5

@@ -28,6 +28,7 @@ from uvsdk.calibration import (
     check_far,
     enrollment_trials,
     far_threshold,
+    measure,
     table_from_scores,
     user_threshold,
 )
@@ -519,10 +520,18 @@ def test_uvexport_calibrate_takes_several_folders_of_people_together(
     chosen = ["--conditions", "clean,telephone-gsm", "--cohort-size", "64"]
     one, two = tmp_path / "one.uvb", tmp_path / "two.uvb"
     assert uvexport_main(["calibrate", str(spectral_bundle), str(people_dir), "--out", str(one), *chosen]) == 0  # fmt: skip
-    assert uvexport_main(["calibrate", str(spectral_bundle), str(shipped), str(own), "--out", str(two), *chosen]) == 0  # fmt: skip
+    assert uvexport_main(["calibrate", str(spectral_bundle), str(shipped), str(own), "--out", str(two), *chosen, "--impostors", "all"]) == 0  # fmt: skip
     printed = capsys.readouterr()
     assert "20 people, 6080 impostor / 120 genuine trials" in printed.out
     assert "warning" not in printed.err  # 12 and 8 people: enough of each
+    # by default each folder is a recording chain, and the impostor pairs stay within one:
+    # (12 x 11 + 8 x 7) pairs x 8 test vectors x 2 conditions
+    chains = tmp_path / "chains.uvb"
+    assert uvexport_main(["calibrate", str(spectral_bundle), str(shipped), str(own), "--out", str(chains), *chosen]) == 0  # fmt: skip
+    assert "20 people, 3008 impostor / 120 genuine trials" in capsys.readouterr().out
+    assert Bundle(chains).manifest.calibration.data.endswith(
+        "impostors: other people of the same recording chain (2 of 2 chains hold several people)"
+    )
     few = tmp_path / "few"
     for person in everyone[:2]:
         (few / person.name).parent.mkdir(exist_ok=True)
@@ -569,6 +578,49 @@ def test_calibration_trials_enroll_as_the_sdk_does() -> None:
     assert {len(v) for v in warmup.values()} == {5}
     assert {len(v) for v in genuine.values()} == {3}
     assert {len(v) for v in impostor.values()} == {16}
+
+
+def test_impostor_trials_stay_within_a_recording_chain() -> None:
+    """With groups, a person's impostor trials are the other people of their own chain only,
+    each score what it is among every pair; a person alone in a chain has none."""
+    rng = np.random.default_rng(2)
+    vectors = {f"p{i}": rng.normal(size=(7 + i, 6)) for i in range(5)}
+    groups = {"p0": "a", "p1": "a", "p2": "a", "p3": "b", "p4": "c"}
+    _, genuine, impostor = enrollment_trials(vectors, 5, groups=groups)
+    _, all_genuine, all_impostor = enrollment_trials(vectors, 5)
+    assert {k: len(v) for k, v in impostor.items()} == {"p0": 8 + 9, "p1": 7 + 9, "p2": 7 + 8, "p3": 0, "p4": 0}  # fmt: skip
+    # p1's impostors: p0's 7 vectors then p2's 9, the same scores as among everyone
+    assert np.array_equal(impostor["p1"], all_impostor["p1"][:16])
+    assert all(np.array_equal(genuine[k], all_genuine[k]) for k in vectors)
+    table = measure({"clean": vectors}, data="t", enroll_samples=5, groups=groups).tables
+    assert table["prototype"].impostor_trials == 8 + 9 + 7 + 9 + 7 + 8
+
+
+def test_recording_chains_are_sources_of_the_real_speech_folder_else_folders(
+    tmp_path: Path,
+) -> None:
+    from uvexport.calibrate import impostor_basis, recording_chains
+
+    shipped, own = tmp_path / "speakers", tmp_path / "mine"
+    shipped.mkdir()
+    (shipped / "sources.json").write_text("{}")
+    chains = recording_chains(
+        {
+            "fotaq-joe": shipped,
+            "fotaq-king": shipped,
+            "klettres-cs": shipped,
+            "alice": own,
+            "bob": own,
+        }  # fmt: skip
+    )
+    assert chains == {
+        "fotaq-joe": "speakers/fotaq",
+        "fotaq-king": "speakers/fotaq",
+        "klettres-cs": "speakers/klettres",
+        "alice": str(own),
+        "bob": str(own),
+    }
+    assert impostor_basis(chains).endswith("(2 of 3 chains hold several people)")
 
 
 def test_a_face_bundle_calibrates_on_orl_by_name(tmp_path: Path) -> None:

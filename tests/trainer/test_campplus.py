@@ -235,3 +235,24 @@ def test_fetch_asks_pip_for_the_pinned_platform_wheel(
     for option, value in (("--platform", "manylinux_2_28_x86_64"), ("--abi", "cp311")):
         assert command[command.index(option) + 1] == value
     assert not list(tmp_path.iterdir())
+
+
+def test_the_narrow_band_front_end_hears_nothing_above_4_khz() -> None:
+    """``band="narrow"``: the mel bands above 4 kHz are the log floor (0 after the mean
+    normalisation), and a tone at 6 kHz added to a clip leaves its features as they were."""
+    wide, narrow = KaldiFbank(), KaldiFbank(band="narrow")
+    x = _speech_like(1.0)
+    t = np.arange(x.size) / 16000
+    with_tone = (x + 0.05 * np.sin(2 * np.pi * 6000 * t)).astype(np.float32)
+    with torch.no_grad():
+        plain, toned = (narrow(torch.from_numpy(v)[None])[0].numpy() for v in (x, with_tone))
+        wide_plain, wide_toned = (
+            wide(torch.from_numpy(v)[None])[0].numpy() for v in (x, with_tone)
+        )
+    above = kaldi_mel_filterbank(80, 512, 16000)[:, :129].sum(axis=1) == 0  # no bin <= 4 kHz
+    assert above.sum() > 10 and np.abs(plain[:, above]).max() < 1e-5  # mean of a constant
+    assert np.abs(toned - plain).max() < 0.05  # the tone's leakage below 4 kHz only
+    assert np.abs(wide_toned - wide_plain).max() > 1.0  # the wide front end hears it
+    with pytest.raises(ValueError, match="band"):
+        KaldiFbank(band="telephone")
+    assert CAMPPlusEncoder(band="narrow", blocks=SMALL).frontend.band == "narrow"

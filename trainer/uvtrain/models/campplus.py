@@ -313,6 +313,9 @@ class CAMPPlusEncoder(Backbone):
     blocks : tuple of (layers, kernel, dilation), optional
         The D-TDNN blocks (default the paper's, which the pretrained weights need; a smaller
         network only serves tests).
+    band : {"wide", "narrow"}, optional
+        The front end's band (:class:`~uvtrain.models.frontends.KaldiFbank`): ``narrow`` hears
+        every clip as through a telephone chain.
     """
 
     modality: ClassVar[str] = "audio"
@@ -327,11 +330,12 @@ class CAMPPlusEncoder(Backbone):
         embedding_dim: int = 192,
         freeze_encoder: bool = True,
         blocks: tuple[tuple[int, int, int], ...] = CAMPPlus.BLOCKS,
+        band: str = "wide",
     ) -> None:
         super().__init__()
         if int(sample_rate) != self.SAMPLE_RATE:
             raise ValueError(f"the CAM++ encoder takes 16 kHz audio, not {sample_rate} Hz")
-        self.frontend = KaldiFbank(self.SAMPLE_RATE, 80)
+        self.frontend = KaldiFbank(self.SAMPLE_RATE, 80, band=band)
         network = CAMPPlus(80, blocks=blocks)
         self.head, self.xvector = network.head, network.xvector
         self.embedding_dim = int(embedding_dim)
