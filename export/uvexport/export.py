@@ -271,4 +271,7 @@ def _quantize_run(
         bound=bound,
         schemes=schemes,
         weights_only=weights_only,
+        half=tuple(
+            f"backbone.{prefix}" for prefix in getattr(model.backbone, "half_precision", ())
+        ),
     )

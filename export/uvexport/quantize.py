@@ -40,12 +40,13 @@ SCHEMES = ("dynamic-matmul", "dynamic-conv", "static-qdq-u8s8", "static-qdq-s8s8
 #: :data:`WEIGHT_BLOCK` values along each output channel, one float32 scale per block, and
 #: expanded to float32 in the graph (``Cast``, ``Mul``, ``Reshape``, ``Slice`` of constants: ONNX
 #: Runtime folds them once when it loads the model), so the arithmetic stays float32: a model of
-#: about 1.25 bytes a weight instead of 4, not a faster one. (float16 scales underflow: blocks of
+#: about 1.1 bytes a weight instead of 4, not a faster one. (float16 scales underflow: blocks of
 #: small weights then lose their precision.)
 WEIGHT_SCHEME = "weights-int8"
-#: Values per scale. One scale per output channel moved CAM++'s scores by up to 0.034 (over the
-#: drift bound); blocks of 16 by 0.013 (24 real clips), for 1/4 byte per weight more.
-WEIGHT_BLOCK = 16
+#: Values per scale. On CAM++ (40 real clips of 2 s, every pair's score), one scale per output
+#: channel moved the scores by up to 0.034; blocks of 16 by 0.024, of 32 by 0.012 with its
+#: ``half_precision`` layers at float16 (16: 0.015).
+WEIGHT_BLOCK = 32
 #: Weights smaller than this many values stay float32 (biases, norms: nothing to gain).
 WEIGHT_MIN_VALUES = 1024
 #: Interleaved timed runs per model (after warm-up); the figure is their median.
@@ -174,14 +175,16 @@ def _frontend_nodes(model: Any) -> list[str]:
 _QUANTIZED_OP_TYPES = {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"}
 
 
-def int8_weights(fp32: bytes) -> bytes:
+def int8_weights(fp32: bytes, half: Sequence[str] = ()) -> bytes:
     """``fp32`` with the weights of its ``Conv`` and ``Gemm`` (``transB=1``) layers stored as int8
-    (:data:`WEIGHT_SCHEME`).
+    (:data:`WEIGHT_SCHEME`), or float16.
 
     Each weight ``W`` of at least :data:`WEIGHT_MIN_VALUES` values is flattened per output
     channel, zero-padded to whole blocks of :data:`WEIGHT_BLOCK`, and stored as ``q = round(W /
     s)`` (int8, in [-127, 127]) with ``s = max|block| / 127`` per block (float32); nodes in front
-    of the layer compute ``W = reshape(q · s)[:, :n]`` under ``W``'s own name. The frontend's
+    of the layer compute ``W = reshape(q · s)[:, :n]`` under ``W``'s own name. The weights whose
+    names start with one of ``half`` (a backbone's ``half_precision``: the layers measured to move
+    the scores most when int8) are stored as float16 and cast back instead. The frontend's
     constants (:data:`FRONTEND_PREFIX`) stay float32."""
     import onnx
     from onnx import helper, numpy_helper
@@ -202,6 +205,15 @@ def int8_weights(fp32: bytes) -> bytes:
     for name in sorted(weights):
         values = numpy_helper.to_array(initializers[name])
         if values.dtype != np.float32 or values.size < WEIGHT_MIN_VALUES:
+            continue
+        if name.startswith(tuple(half)):
+            graph.initializer.remove(initializers[name])
+            graph.initializer.append(
+                numpy_helper.from_array(values.astype(np.float16), f"{name}.f16")
+            )
+            expand.append(
+                helper.make_node("Cast", [f"{name}.f16"], [name], to=onnx.TensorProto.FLOAT)
+            )
             continue
         flat = values.reshape(values.shape[0], -1)
         columns = flat.shape[1]
@@ -243,12 +255,19 @@ def int8_weights(fp32: bytes) -> bytes:
     return model.SerializeToString()
 
 
-def _quantize(scheme: str, fp32: bytes, folder: Path, calibration: Sequence[np.ndarray]) -> bytes:
-    """``fp32`` quantized with ``scheme``; the frontend's nodes stay float32."""
+def _quantize(
+    scheme: str,
+    fp32: bytes,
+    folder: Path,
+    calibration: Sequence[np.ndarray],
+    half: Sequence[str] = (),
+) -> bytes:
+    """``fp32`` quantized with ``scheme``; the frontend's nodes stay float32 (``half``: see
+    :func:`int8_weights`)."""
     import onnx
 
     if scheme == WEIGHT_SCHEME:
-        return int8_weights(fp32)
+        return int8_weights(fp32, half)
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -336,6 +355,7 @@ def measure_int8(
     enrollment: Sequence[np.ndarray] = (),
     schemes: Sequence[str] | None = None,
     runs: int | None = None,
+    half: Sequence[str] = (),
 ) -> Measurement:
     """Build every int8 scheme of ``schemes`` (default :data:`SCHEMES`) from ``fp32`` and
     measure it against ``fp32``.
@@ -366,7 +386,7 @@ def measure_int8(
         for scheme in schemes:
             logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice, on every call
             try:
-                model = _quantize(scheme, fp32, Path(folder), calibration_batches)
+                model = _quantize(scheme, fp32, Path(folder), calibration_batches, half)
                 session = _session(model)
                 for check in checks:  # other batch sizes and lengths, as the SDK sends them
                     out = session.run(["output"], {"input": check})[0]

@@ -399,14 +399,12 @@ def test_int8_weights_are_stored_in_blocks_and_expanded_in_the_graph() -> None:
         t.name: numpy_helper.to_array(t) for t in onnx.load_from_string(int8).graph.initializer
     }
     assert "w" not in stored and stored["w.int8"].dtype == np.int8
-    assert stored["w.int8"].shape == (
-        64,
-        2,
-        WEIGHT_BLOCK,
-    )  # 21 values a channel, padded and stored["w.scale"].dtype == np.float32
+    blocks = -(-21 // WEIGHT_BLOCK)  # 21 values a channel, padded to whole blocks
+    assert stored["w.int8"].shape == (64, blocks, WEIGHT_BLOCK)
+    assert stored["w.scale"].dtype == np.float32
     assert len(int8) < 0.6 * len(
         fp32_bytes
-    )  # 21 values padded to 32 here; 1.25 bytes a weight at scale
+    )  # padding costs here; about 1.1 bytes a weight at scale
     x = rng.standard_normal((2, 3, 40)).astype(np.float32)
 
     def run(model: bytes) -> np.ndarray:
@@ -419,6 +417,17 @@ def test_int8_weights_are_stored_in_blocks_and_expanded_in_the_graph() -> None:
     graph.initializer[0].CopyFrom(numpy_helper.from_array(expanded.astype(np.float32), "w"))
     as_expanded = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     assert np.allclose(run(int8), run(as_expanded.SerializeToString()), rtol=1e-5, atol=1e-7)
+    # a backbone's half_precision layers: float16, cast back to float32 in the graph
+    half = int8_weights(fp32_bytes, half=("w",))
+    stored = {
+        t.name: numpy_helper.to_array(t) for t in onnx.load_from_string(half).graph.initializer
+    }
+    assert set(stored) == {"w.f16"} and stored["w.f16"].dtype == np.float16
+    graph.initializer[0].CopyFrom(
+        numpy_helper.from_array(weight.astype(np.float16).astype(np.float32), "w")
+    )
+    rounded = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    assert np.allclose(run(half), run(rounded.SerializeToString()), rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match="no weights"):
         int8_weights(
             helper.make_model(
