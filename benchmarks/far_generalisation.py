@@ -61,7 +61,9 @@ from pathlib import Path
 import numpy as np
 
 from uvexport.calibrate import (
+    DEFAULT_COHORT_SIZE,
     DEFAULT_CONDITIONS,
+    DEFAULT_TOP_K,
     MAX_SAMPLES_PER_PERSON,
     audio_conditions,
     calibrate_vectors,
@@ -277,10 +279,12 @@ def evaluate_fold(
     ``other_seconds`` (the calibration people's, per condition) each row has its
     ``impostor_classes`` (:func:`class_counts`), and ``fold_pairs`` (when given) gathers the
     (template, impostor) pairs of each class over the conditions."""
-    cohort = Cohort(
-        np.frombuffer(calibrated.cohort, "<f4").reshape(calibrated.cohort_spec.count, -1),
-        calibrated.cohort_spec.top_k,
-    )
+    cohort = None  # a calibration without a cohort: raw cosines (--cohort-size 0)
+    if calibrated.cohort is not None:
+        cohort = Cohort(
+            np.frombuffer(calibrated.cohort, "<f4").reshape(calibrated.cohort_spec.count, -1),
+            calibrated.cohort_spec.top_k,
+        )
     calibration = calibrated.calibration
     stated = calibration.tables["prototype"].row_for(far)
     people = None
@@ -489,6 +493,19 @@ def main() -> int:
         help="JSON: folder -> gender, or a real-speech sources.json (default: the real-speech "
         "labels); for the same-gender impostor pairs",
     )
+    parser.add_argument(
+        "--cohort-size",
+        type=int,
+        default=DEFAULT_COHORT_SIZE,
+        help="the calibration's score rule, as uvexport calibrate --cohort-size: 0 for raw "
+        "cosines, else AS-norm against a cohort of this many vectors",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=DEFAULT_TOP_K,
+        help="AS-norm's top-K (at least the cohort size: S-norm, the whole cohort)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -524,6 +541,8 @@ def main() -> int:
         "small_sources": small,
         "impostor": "within_source",
         "calibration_impostors": args.impostors,
+        "cohort_size": args.cohort_size,
+        "top_k": args.top_k,
         "impostor_classes": IMPOSTOR_CLASS_TEXT,
         "genders": {"from": genders_from, "people": known},
     }
@@ -535,6 +554,8 @@ def main() -> int:
             calibration_vectors,
             data=f"all but {fold}",
             groups=chains(rest, args.impostors),
+            cohort_size=args.cohort_size,
+            top_k=args.top_k,
         )
         old_floor = old_rule_thresholds(calibration_vectors, args.far)
         fold_pairs: dict[str, set] = {}

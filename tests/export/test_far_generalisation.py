@@ -142,6 +142,15 @@ def test_the_benchmark_never_tests_on_what_it_calibrated_on(
     assert "pooled same gender within-source: FAR" in stdout
     for name in ("far.png", "frr.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the score rule as uvexport calibrate --cohort-size 0 makes it: raw cosines, so the scores
+    # the rows call normalised are the raw ones (same cache: nothing embedded again)
+    raw = tmp_path / "raw"
+    run_benchmark(BENCHMARK, speakers, raw, spectral_bundle, tmp_path / "emb.npz", ("--cohort-size", "0"))  # fmt: skip
+    report = json.loads((raw / "report.json").read_text())
+    assert report["cohort_size"] == 0
+    for fold in report["folds"]:
+        for row in fold["rows"]:
+            assert row["eer"] == row["eer_raw"]
 
 
 def test_the_rules_benchmark_reproduces_todays_rule_and_the_oracle_bounds_it(
