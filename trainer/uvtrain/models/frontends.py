@@ -21,6 +21,27 @@ from ..features import (
 from .base import LOG_EPSILON
 
 
+def _register_bands(module: nn.Module, kernels: np.ndarray, filterbank: np.ndarray) -> None:
+    """The constants of a filterbank frontend, as non-persistent buffers: ``dft_kernels`` (the
+    cosine then sine kernels of one strided ``conv1d``) and ``filterbank`` repeated for the two
+    halves, so that ``filterbank @ spectrum²`` is each band's power (:func:`_band_power`)."""
+    module.register_buffer(
+        "dft_kernels", torch.tensor(kernels[:, None, :], dtype=torch.float32), persistent=False
+    )
+    module.register_buffer(
+        "filterbank",
+        torch.tensor(np.concatenate([filterbank, filterbank], axis=1), dtype=torch.float32),
+        persistent=False,
+    )
+
+
+def _band_power(module: nn.Module, signal: Tensor, hop: int) -> Tensor:
+    """``[batch, 1, samples]`` → each band's power ``[batch, bands, frames]`` with the constants
+    :func:`_register_bands` gave ``module``."""
+    spectrum = F.conv1d(signal, module.dft_kernels, stride=hop)
+    return torch.matmul(module.filterbank, spectrum * spectrum)
+
+
 class LogMelFrontend(nn.Module):
     """Raw waveform → per-utterance normalised log-mel energies, in plain torch operators.
 
@@ -106,14 +127,7 @@ class LogMelFrontend(nn.Module):
             filterbank = mel_filterbank(
                 self.n_mels, self.frame_length, self.sample_rate, fmin, fmax
             )
-        self.register_buffer(
-            "dft_kernels", torch.tensor(kernels[:, None, :], dtype=torch.float32), persistent=False
-        )
-        self.register_buffer(
-            "filterbank",
-            torch.tensor(np.concatenate([filterbank, filterbank], axis=1), dtype=torch.float32),
-            persistent=False,
-        )
+        _register_bands(self, kernels, filterbank)
 
     @property
     def min_samples(self) -> int:
@@ -131,8 +145,7 @@ class LogMelFrontend(nn.Module):
         signal = waveform.unsqueeze(1)
         if self.librosa:
             signal = F.pad(signal, (self.frame_length // 2,) * 2, mode="reflect")
-        spectrum = F.conv1d(signal, self.dft_kernels, stride=self.hop)
-        bands = torch.matmul(self.filterbank, spectrum * spectrum)
+        bands = _band_power(self, signal, self.hop)
         if self.librosa:
             return bands
         log_bands = torch.log(bands + LOG_EPSILON)
@@ -199,14 +212,7 @@ class KaldiFbank(nn.Module):
         if band == "narrow":
             frequencies = np.arange(filterbank.shape[1]) * self.sample_rate / n_fft
             filterbank = filterbank * (frequencies <= NARROW_BAND_HZ)
-        self.register_buffer(
-            "dft_kernels", torch.tensor(kernels[:, None, :], dtype=torch.float32), persistent=False
-        )
-        self.register_buffer(
-            "filterbank",
-            torch.tensor(np.concatenate([filterbank, filterbank], axis=1), dtype=torch.float32),
-            persistent=False,
-        )
+        _register_bands(self, kernels, filterbank)
 
     @property
     def min_samples(self) -> int:
@@ -219,8 +225,7 @@ class KaldiFbank(nn.Module):
 
     def forward(self, waveform: Tensor) -> Tensor:
         """``[batch, samples]`` → ``[batch, frames, n_mels]``."""
-        spectrum = F.conv1d(waveform.unsqueeze(1), self.dft_kernels, stride=self.hop)
-        bands = torch.matmul(self.filterbank, spectrum * spectrum)
+        bands = _band_power(self, waveform.unsqueeze(1), self.hop)
         log_bands = torch.log(bands.clamp_min(KALDI_LOG_FLOOR)).transpose(1, 2)
         if self.mean_normalise:
             log_bands = log_bands - log_bands.mean(dim=1, keepdim=True)
