@@ -502,6 +502,12 @@ def calibrate(
     manifest = bundle.manifest
     people, named, found_in = _gather_people(root, manifest.modality, warn)
     groups = recording_chains(found_in) if impostors == "chain" else None
+    if groups is not None and len(set(groups.values())) == len(groups):
+        raise ExportError(
+            "--impostors chain: every recording chain holds one person, so no two people of one "
+            "chain can be impostor pairs; give several people of a chain (one folder), or "
+            "--impostors all"
+        )
     embedded = embed_conditions(
         bundle, people, conditions, max_samples=max_samples, progress=progress, cache=cache
     )

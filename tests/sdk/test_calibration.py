@@ -548,6 +548,18 @@ def test_uvexport_calibrate_takes_several_folders_of_people_together(
     assert joined.manifest.calibration.data.startswith("shipped + own: 20 people")
     assert joined.manifest.calibration.tables == Bundle(one).manifest.calibration.tables
     assert joined.cohort_bytes == Bundle(one).cohort_bytes
+    # a real-speech folder (sources.json) whose sources hold one person each: no pairs within a
+    # chain, said in one line before any work
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "sources.json").write_text("{}")
+    for number, person in enumerate(everyone[:3]):
+        (lone / f"source{number}-{person.name}").symlink_to(person, target_is_directory=True)
+    alone = tmp_path / "alone.uvb"
+    assert uvexport_main(["calibrate", str(spectral_bundle), str(lone), "--out", str(alone), *chosen]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "every recording chain holds one person" in err[0], err
+    assert "--impostors all" in err[0] and not alone.exists()
     # one person in two of the folders: one line, exit 2, nothing written
     clash = tmp_path / "clash.uvb"
     assert uvexport_main(["calibrate", str(spectral_bundle), str(shipped), str(people_dir), "--out", str(clash), *chosen]) == 2  # fmt: skip
