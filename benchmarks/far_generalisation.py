@@ -7,7 +7,8 @@ speakers is a fold in turn: the bundle is calibrated on **every other source** e
 ``uvexport calibrate`` calibrates (:func:`uvexport.calibrate.calibrate_vectors`: its cohort,
 AS-norm, the worst condition deciding; its impostor trials pairs of people of one source, as
 ``uvexport calibrate --impostors chain``, or every pair with ``--impostors all``), and tested on
-the held-out source, which neither the thresholds nor the cohort have seen. Smaller sources are only ever calibrated on (they are named).
+the held-out source, which neither the thresholds nor the cohort have seen. Smaller sources are
+only ever calibrated on (they are named).
 
 Every clip is embedded once per condition (:func:`uvexport.calibrate.embed_conditions`: decoded as
 the SDK decodes, turned into each condition of :mod:`uvexport.conditions`, ``long`` utterances

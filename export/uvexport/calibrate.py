@@ -463,12 +463,9 @@ def recording_chains(found_in: Mapping[str, Path]) -> dict[str, str]:
     """Each person's recording chain (:func:`calibrate`'s impostor groups): in a folder the
     real-speech fetch wrote (it holds ``sources.json``), the source of the ``<source>-<speaker>``
     folder name; in any other folder, the folder itself (an app's own people, one chain)."""
+    fetched = {folder: (folder / "sources.json").is_file() for folder in set(found_in.values())}
     return {
-        person: (
-            f"{folder.name}/{person.split('-', 1)[0]}"
-            if (folder / "sources.json").is_file()
-            else str(folder)
-        )
+        person: f"{folder.name}/{person.split('-', 1)[0]}" if fetched[folder] else str(folder)
         for person, folder in found_in.items()
     }
 

@@ -1,7 +1,7 @@
 """``uvexport``: a trained run folder → a signed ``.uvb`` bundle, and Ed25519 signing keys.
 
-    uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8|weights] [--calibrate DIR]
-                     [--ort]
+    uvexport RUN_DIR --out NAME.uvb [--sign-key KEY.pem] [--quantize none|int8|weights]
+                     [--calibrate DIR] [--ort]
     uvexport keygen --out KEY.pem
     uvexport calibrate BUNDLE.uvb PEOPLE_DIR --out CALIBRATED.uvb [--sign-key KEY.pem]
     uvexport default-voice --out sdk/uvsdk/data/default.uvb [--work DIR] [--wheel WHEEL]
@@ -100,8 +100,8 @@ def export(
             "--quantize",
             help="int8: write the fastest int8 scheme that is not slower than float32 and moves "
             "no score by more than the drift bound (both measured here); fail when none is. "
-            "weights: store the weights as int8 and compute in float32 (about a quarter of the "
-            "size), when no score moves by more than the drift bound.",
+            "weights: store the weights as int8 and compute in float32 (CAM++: 10.4 MB instead "
+            "of 26.3), when no score moves by more than the drift bound.",
         ),
     ] = Quantize.none,
     calibrate: Annotated[

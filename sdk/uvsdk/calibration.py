@@ -481,6 +481,7 @@ def enrollment_trials(
     names = [name for name, v in vectors.items() if len(v)]
     everyone = np.concatenate([np.asarray(vectors[name]) for name in names])
     owners = np.repeat(np.array(names, dtype=object), [len(vectors[name]) for name in names])
+    chain_of = None if groups is None else np.array([groups[o] for o in owners], dtype=object)
     warmup, genuine, impostor = {}, {}, {}
     for name in names:
         own = np.asarray(vectors[name])
@@ -488,8 +489,8 @@ def enrollment_trials(
             continue
         enrolled, tests = own[:enroll_samples], own[enroll_samples:]
         strangers = owners != name
-        if groups is not None:
-            strangers &= np.array([groups[o] == groups[name] for o in owners], dtype=bool)
+        if chain_of is not None:
+            strangers &= chain_of == groups[name]
         others, other_owners = everyone[strangers], owners[strangers]
         reference = prototype(enrolled)
         warmup[name] = leave_one_out_scores(enrolled)

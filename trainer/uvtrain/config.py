@@ -362,15 +362,16 @@ class Model:
     pretrained: str | None = field(
         default=None,
         metadata={
-            "help": "Start from: ge2e or campplus (the GE2E or CAM++ speaker encoder), a run folder or its "
-            "checkpoint.pt (another run's trained backbone), or a backbone checkpoint."
+            "help": "Start from: ge2e or campplus (the GE2E or CAM++ speaker encoder), a run "
+            "folder or its checkpoint.pt (another run's trained backbone), or a backbone "
+            "checkpoint."
         },
     )
     train_pretrained: bool = field(
         default=False,
         metadata={
-            "help": "With --pretrained ge2e or campplus: train all of the encoder (default: it stays "
-            "frozen and only the adapter trains)."
+            "help": "With --pretrained ge2e or campplus: train all of the encoder (default: it "
+            "stays frozen and only the adapter trains)."
         },
     )
 

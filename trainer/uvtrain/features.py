@@ -182,9 +182,10 @@ def kaldi_mel_filterbank(
 ) -> np.ndarray:
     """Kaldi's mel filterbank (``mel-computations.cc``; ``torchaudio.compliance.kaldi.get_mel_banks``).
 
-    Triangles equally spaced on Kaldi's mel scale ``1127 · ln(1 + f / 700)``, their slopes linear
-    *in mel* (not in hertz, unlike :func:`mel_filterbank`), peak 1; the Nyquist bin gets no
-    weight. ``fmax ≤ 0`` counts down from Nyquist (Kaldi's ``high_freq``).
+    Triangles equally spaced on Kaldi's mel scale ``1127 · ln(1 + f / 700)`` (:func:`hertz_to_mel`:
+    the same scale, 2595 / ln 10 = 1127.0), their slopes linear *in mel* (not in hertz, unlike
+    :func:`mel_filterbank`), peak 1; the Nyquist bin gets no weight. ``fmax ≤ 0`` counts down from
+    Nyquist (Kaldi's ``high_freq``).
 
     Returns
     -------
@@ -195,15 +196,11 @@ def kaldi_mel_filterbank(
     top = fmax + nyquist if fmax <= 0.0 else float(fmax)
     if not 0.0 <= fmin < top <= nyquist:
         raise ValueError(f"need 0 <= fmin < fmax <= {nyquist}, got {fmin}, {top}")
-
-    def mel(frequency: np.ndarray | float) -> np.ndarray:
-        return 1127.0 * np.log(1.0 + np.asarray(frequency, dtype=np.float64) / 700.0)
-
-    low, high = mel(fmin), mel(top)
+    low, high = hertz_to_mel(fmin), hertz_to_mel(top)
     delta = (high - low) / (n_mels + 1)
     band = np.arange(n_mels)[:, None]
     left, centre, right = low + band * delta, low + (band + 1) * delta, low + (band + 2) * delta
-    bins = mel(np.arange(n_fft // 2) * sample_rate / n_fft)[None, :]
+    bins = hertz_to_mel(np.arange(n_fft // 2) * sample_rate / n_fft)[None, :]
     weights = np.maximum(
         0.0, np.minimum((bins - left) / (centre - left), (right - bins) / (right - centre))
     )
