@@ -48,7 +48,9 @@ from uvtrain.privacy import membership_eer_floor
 
 #: The population (privacy_curve.py's ``dp`` scale) and each method's recipe.
 COMMON = ["--clients", "1000", "--batch-size", "16", "--server-optimizer", "sgd",
-          "--server-lr", "1", "--seed", "0"]  # fmt: skip
+          "--server-lr", "1"]  # fmt: skip
+#: Seeds beyond the first: run NAME-sS is NAME with ``--seed S`` (NAME itself is seed 0).
+SEEDS = (1, 2)
 RECIPES = {
     "fedhide": ["--method", "fedhide", "--rounds", "100", "--lr", "0.1", "--lr-decay", "0"],
     "feduv": [
@@ -98,14 +100,23 @@ def runs() -> dict[str, list[str]]:
                     method, "--fraction", "0.1", *MECHANISM, "--dp-epsilon", epsilon,
                     "--dp-noise-cohort", cohort, "--dp-population", str(DEPLOYMENT_POPULATION),
                 ]  # fmt: skip
+    for name, spec in list(table.items()):
+        for seed in SEEDS:
+            table[f"{name}-s{seed}"] = [*spec, "--seed", str(seed)]
     return table
+
+
+def seed_of(spec: list[str]) -> int:
+    """The seed a run's spec names (0 when it names none)."""
+    return int(spec[spec.index("--seed") + 1]) if "--seed" in spec else 0
 
 
 def command(name: str, spec: list[str], data: str, device: str, folder: Path) -> list[str]:
     method, *options = spec
     program = "import sys; from uvtrain.entry import main; sys.exit(main())"
+    seed = [] if "--seed" in options else ["--seed", "0"]
     return [sys.executable, "-c", program, "run", "--dataset", data, *COMMON, *RECIPES[method],
-            *options, "--device", device, "--out", str(folder / name)]  # fmt: skip
+            *options, *seed, "--device", device, "--out", str(folder / name)]  # fmt: skip
 
 
 def train(
@@ -175,7 +186,8 @@ def row(folder: Path, name: str, spec: list[str]) -> dict[str, Any] | None:
     """One run's figures: finished (report.json) or partial (its last evaluation)."""
     method = spec[0]
     fraction = float(spec[spec.index("--fraction") + 1])
-    entry: dict[str, Any] = {"run": name, "method": method, "fraction": fraction}
+    entry: dict[str, Any] = {"run": name, "method": method, "fraction": fraction,
+                             "seed": seed_of(spec)}  # fmt: skip
     report_path = folder / name / "report.json"
     config_path = folder / name / "config.json"
     if report_path.is_file():
@@ -275,7 +287,8 @@ def table(folder: Path, out: Path, record: Path | None = None) -> list[dict[str,
                if name in measured or name in recorded]  # fmt: skip
     by_name = {entry["run"]: entry for entry in entries}
     for entry in entries:
-        baseline = by_name.get(BASELINE[(entry["method"], entry["fraction"])])
+        suffix = f"-s{entry['seed']}" if entry.get("seed") else ""
+        baseline = by_name.get(BASELINE[(entry["method"], entry["fraction"])] + suffix)
         entry["baseline"] = None if baseline is None else baseline["run"]
         if baseline is None or entry["enrollment"] is None or entry["run"] not in measured:
             continue  # a recorded entry keeps the change it was tabled with
@@ -284,7 +297,7 @@ def table(folder: Path, out: Path, record: Path | None = None) -> list[dict[str,
             reference = _eval_at(folder / baseline["run"], entry["rounds"])
         if reference is not None:
             entry["enrollment_change"] = entry["enrollment"] - reference
-    header = ["method", "cohort", "ε", "δ", "z", "rounds", "codeword EER", "membership floor (stated ε / as simulated)",
+    header = ["method", "cohort", "seed", "ε", "δ", "z", "rounds", "codeword EER", "membership floor (stated ε / as simulated)",
               "enrollment EER (test_known)", "change vs no DP", "enrollment EER (unknown)"]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for entry in entries:
@@ -292,7 +305,7 @@ def table(folder: Path, out: Path, record: Path | None = None) -> list[dict[str,
         rounds = f"{entry['rounds']}" + (" (partial)" if entry["partial"] else "")
         change = entry.get("enrollment_change")
         lines.append("| " + " | ".join([
-            method_label(entry["method"], bool(privacy)), _cohort(entry),
+            method_label(entry["method"], bool(privacy)), _cohort(entry), str(entry.get("seed", 0)),
             _number(privacy.get("epsilon"), 2) if privacy else "∞ (off)",
             f"{privacy['delta']:.2g}" if privacy else "–",
             _number(privacy.get("noise_multiplier"), 3) if privacy else "–",
@@ -303,7 +316,7 @@ def table(folder: Path, out: Path, record: Path | None = None) -> list[dict[str,
             "–" if change is None or not privacy else f"{change:+.3f}",
             _number(entry["enrollment_unknown"]),
         ]) + " |")  # fmt: skip
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n\n" + seed_table(entries)
     out.mkdir(parents=True, exist_ok=True)
     (out / "deployment-dp.md").write_text(text)
     write_json(out / "deployment-dp.json", entries)
@@ -312,6 +325,59 @@ def table(folder: Path, out: Path, record: Path | None = None) -> list[dict[str,
     print(text)
     _figure(entries, out / "deployment-dp.png")
     return entries
+
+
+def family(name: str) -> str:
+    """A run's name without its seed suffix: the runs of one configuration."""
+    stem, _, seed = name.rpartition("-s")
+    return stem if stem and seed.isdigit() and stem in runs() else name
+
+
+def _spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return _number(values[0])
+    return f"{_number(sum(values) / len(values))} ({_number(min(values))}–{_number(max(values))})"
+
+
+def seed_table(entries: list[dict[str, Any]]) -> str:
+    """Each configuration run with more than one seed: the mean and range over its seeds, and
+    against its no-DP configuration whether the difference of the means is inside the seeds'
+    spread (a tie) or outside it."""
+    families: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        if not entry["partial"]:
+            families.setdefault(family(entry["run"]), []).append(entry)
+    header = ["method", "cohort", "ε", "seeds", "enrollment EER (test_known)",
+              "enrollment EER (unknown)", "codeword EER", "against no DP"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for group in families.values():
+        if len(group) < 2:
+            continue
+        first = group[0]
+        privacy = first["privacy"] or {}
+        known = [e["enrollment"] for e in group]
+        verdict = "–"
+        baseline = families.get(BASELINE[(first["method"], first["fraction"])])
+        if privacy and baseline and len(baseline) > 1:
+            other = [e["enrollment"] for e in baseline]
+            change = sum(known) / len(known) - sum(other) / len(other)
+            spread = max(max(known) - min(known), max(other) - min(other))
+            verdict = f"{change:+.3f}: " + (
+                "a tie (inside the seeds' spread)"
+                if abs(change) <= spread
+                else "outside the spread"
+            )
+        codewords = [e["codeword"] for e in group if e.get("codeword") is not None]
+        lines.append("| " + " | ".join([
+            method_label(first["method"], bool(privacy)), _cohort(first),
+            _number(privacy.get("epsilon"), 2) if privacy else "∞ (off)",
+            ", ".join(str(e.get("seed", 0)) for e in group), _spread(known),
+            _spread([e["enrollment_unknown"] for e in group]),
+            _spread(codewords) if codewords else "–", verdict,
+        ]) + " |")  # fmt: skip
+    if len(lines) == 2:
+        return ""
+    return "Over seeds (mean, range):\n\n" + "\n".join(lines) + "\n"
 
 
 def _figure(entries: list[dict[str, Any]], path: Path) -> None:
@@ -324,7 +390,18 @@ def _figure(entries: list[dict[str, Any]], path: Path) -> None:
     positions = {math.inf: 0, 8.0: 1, 4.0: 2, 2.0: 3}
     series: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
     floors: dict[int, list[tuple[int, float]]] = {}
-    for entry in entries:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:  # a configuration run with several seeds: one point, its mean
+        groups.setdefault(family(entry["run"]), []).append(entry)
+
+    def point(x: int, key: str, group: list[dict[str, Any]]) -> tuple:
+        values = [e[key] for e in group if e.get(key) is not None]
+        mean = sum(values) / len(values)
+        return (x, mean, any(e["partial"] for e in group), mean - min(values),
+                max(values) - mean)  # fmt: skip
+
+    for group in groups.values():
+        entry = group[0]
         privacy = entry["privacy"]
         if entry["fraction"] != 0.1 or (privacy and privacy["noise_cohort"] in (None, 1000)
                                         and privacy["population"] == 1000):  # fmt: skip
@@ -333,11 +410,11 @@ def _figure(entries: list[dict[str, Any]], path: Path) -> None:
         x = 0 if privacy is None else positions[round(privacy["epsilon"])]
         for cohort in cohorts:
             series.setdefault((entry["method"], "enrollment", cohort), []).append(
-                (x, entry["enrollment"], entry["partial"])
+                point(x, "enrollment", group)
             )
             if entry["method"] == "feduv" and entry.get("codeword") is not None:
                 series.setdefault(("feduv", "codeword", cohort), []).append(
-                    (x, entry["codeword"], entry["partial"])
+                    point(x, "codeword", group)
                 )
                 if privacy:
                     floors.setdefault(cohort, []).append((x, privacy["floor"]))
@@ -350,9 +427,12 @@ def _figure(entries: list[dict[str, Any]], path: Path) -> None:
         label = (
             label.strip() + (" by codeword" if protocol == "codeword" else "") + f", M = {cohort:,}"
         )
-        xs, ys, _ = zip(*points, strict=True)
+        xs, ys, _, below, above = zip(*points, strict=True)
         (line,) = axis.plot(xs, ys, styles[protocol], marker="o", label=label)
-        stopped = [(x, y) for x, y, early in points if early]
+        if any(below) or any(above):  # the range over seeds
+            axis.errorbar(xs, ys, yerr=[below, above], fmt="none", capsize=3,
+                          color=line.get_color())  # fmt: skip
+        stopped = [(x, y) for x, y, early, *_ in points if early]
         if stopped:  # stopped early: the last --eval-every figure, drawn hollow
             axis.plot(
                 *zip(*stopped, strict=True), "o", markerfacecolor="white", color=line.get_color()
@@ -370,7 +450,7 @@ def _figure(entries: list[dict[str, Any]], path: Path) -> None:
     axis.set_ylabel("EER on test_known (lower is better)")
     axis.set_title(
         "Simulated deployment scale: 100 of 1,000 users trained per round\n"
-        "(hollow: run stopped early, its last evaluation)",
+        "(hollow: run stopped early, its last evaluation; bars: range over seeds, where 3 ran)",
         fontsize=10,
     )
     axis.legend(fontsize=7)

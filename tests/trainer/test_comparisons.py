@@ -243,3 +243,43 @@ def test_deployment_dp_tables_finished_and_stopped_runs(tmp_path: Path) -> None:
     assert merged[1]["enrollment"] == 0.034 and merged[2]["enrollment_change"] == -0.027
     assert json.loads(record.read_text()) == json.loads(json.dumps(merged))
     assert "| 0.104 | -0.027 | 0.148 |" in (tmp_path / "again" / "deployment-dp.md").read_text()
+
+
+def test_deployment_dp_tables_seeds_against_their_own_baseline(tmp_path: Path) -> None:
+    """Runs NAME-sS (``--seed S``): each compared with the no-DP run of its own seed, and each
+    configuration with several seeds tabled once more as mean and range, with the difference of
+    the means called a tie when it is inside the seeds' spread."""
+    import json
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from deployment_dp import family, runs, seed_of, table
+
+    from uvtrain.privacy import plan_privacy
+
+    assert seed_of(runs()["uv-e8-sim1000-s2"]) == 2 and seed_of(runs()["uv-e8-sim1000"]) == 0
+    assert family("uv-e8-sim1000-s2") == "uv-e8-sim1000" == family("uv-e8-sim1000")
+    plan = plan_privacy("central", clip_norm=0.1, rounds=800, cohort=100, users=1000,
+                        target_epsilon=8, noise_cohort=1000, population=10**6)  # fmt: skip
+
+    def finished(name: str, enrolled: float, privacy: dict | None) -> None:
+        folder = tmp_path / "runs" / name
+        folder.mkdir(parents=True)
+        split = {"eer": 0.3, "tpr_at_fpr": {}, "min_dcf": None}
+        enrollment = {"test_known": dict(split, eer=enrolled),
+                      "unknown": dict(split, eer=enrolled + 0.01)}  # fmt: skip
+        report = {"rounds": 800, "splits": {"test_known": split, "unknown": split},
+                  "enrollment": {"splits": enrollment}, "privacy": privacy,
+                  "throughput": {"client_updates_per_s": 1.0, "device": "cuda"}}  # fmt: skip
+        (folder / "report.json").write_text(json.dumps(report))
+
+    for name, enrolled, privacy in (("uv-off-m100", 0.030, None), ("uv-off-m100-s1", 0.040, None),
+                                    ("uv-e8-sim1000", 0.032, plan.report()),
+                                    ("uv-e8-sim1000-s1", 0.036, plan.report())):  # fmt: skip
+        finished(name, enrolled, privacy)
+    entries = {e["run"]: e for e in table(tmp_path / "runs", tmp_path / "out")}
+    assert entries["uv-e8-sim1000-s1"]["seed"] == 1
+    assert entries["uv-e8-sim1000-s1"]["enrollment_change"] == pytest.approx(-0.004)
+    assert entries["uv-e8-sim1000"]["enrollment_change"] == pytest.approx(0.002)
+    text = (tmp_path / "out" / "deployment-dp.md").read_text()
+    assert "| 0, 1 | 0.035 (0.030–0.040) | 0.045 (0.040–0.050) |" in text
+    assert "-0.001: a tie (inside the seeds' spread)" in text
