@@ -280,12 +280,7 @@ def evaluate_fold(
     ``other_seconds`` (the calibration people's, per condition) each row has its
     ``impostor_classes`` (:func:`class_counts`), and ``fold_pairs`` (when given) gathers the
     (template, impostor) pairs of each class over the conditions."""
-    cohort = None  # a calibration without a cohort: raw cosines (--cohort-size 0)
-    if calibrated.cohort is not None:
-        cohort = Cohort(
-            np.frombuffer(calibrated.cohort, "<f4").reshape(calibrated.cohort_spec.count, -1),
-            calibrated.cohort_spec.top_k,
-        )
+    cohort = calibrated.normaliser()  # None without a cohort: raw cosines (--cohort-size 0)
     calibration = calibrated.calibration
     stated = calibration.tables["prototype"].row_for(far)
     people = None

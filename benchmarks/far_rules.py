@@ -143,8 +143,8 @@ def fold_trials(
     cohort_vectors, cohort_people = build_cohort(usable, DEFAULT_COHORT_SIZE)
     if cohort_vectors.astype("<f4").tobytes() != calibrated.cohort:
         raise SystemExit("the cohort rebuilt here is not the one calibrate_vectors shipped")
-    assert calibrated.cohort_spec is not None
-    cohort = Cohort(cohort_vectors, calibrated.cohort_spec.top_k)
+    cohort = calibrated.normaliser()
+    assert cohort is not None
     calibration = {
         condition: condition_trials(
             by_person,

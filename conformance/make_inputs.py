@@ -12,7 +12,9 @@ vectors must be regenerated and committed with them.
   calibrated on 24 synthetic speakers (one recording condition, ``clean``; raw cosines), signed
   with ``keys/conformance.pem``.
 - ``bundles/voice-embedding-cohort.uvb``: the same model with an AS-norm cohort (``cohort.f32``:
-  64 vectors of the calibration speakers, top_k 10) and its prototype table on AS-norm scores
+  64 vectors of the calibration speakers, ``score_norm`` as-norm, top_k 10) and its prototype
+  table on AS-norm scores; ``bundles/voice-embedding-s-norm.uvb`` the same cohort under S-norm
+  (all 64) and its table on S-norm scores
   (spec §3.9, §6.7); signed.
 - ``bundles/voice-codeword.uvb``: a stand-in for a FedUV model (BCH(127, 64), 32 id bits) that
   maps 4 known speakers to their codewords; calibrated (both tables), signed.
@@ -117,10 +119,14 @@ def calibration_vectors(bundle: Path) -> dict[str, np.ndarray]:
 
 
 def calibrate(
-    path: Path, data: str, generator: np.ndarray | None = None, cohort_size: int = 0
+    path: Path,
+    data: str,
+    generator: np.ndarray | None = None,
+    cohort_size: int = 0,
+    score_norm: str = "as-norm",
 ) -> None:
     """Measure the bundle's calibration on the calibration speakers (with a cohort of
-    ``cohort_size`` of their vectors when not 0) and rewrite it, signed."""
+    ``cohort_size`` of their vectors when not 0, under ``score_norm``) and rewrite it, signed."""
     bundle = Bundle(path)
     calibrated = calibrate_vectors(
         {CONDITION: calibration_vectors(path)},
@@ -128,6 +134,7 @@ def calibrate(
         generator=generator,
         cohort_size=cohort_size,
         top_k=COHORT_TOP_K,
+        score_norm=score_norm,
     )
     manifest = calibrated.manifest(bundle.manifest)
     write_bundle(
@@ -141,8 +148,8 @@ def uncalibrated(source: Path, target: Path) -> Path:
     with zipfile.ZipFile(source) as archive:
         model = archive.read("model.onnx")
         data = json.loads(archive.read("manifest.json"))
-    data.pop("calibration", None)
-    data.pop("cohort", None)
+    for key in ("calibration", "cohort", "score_norm"):
+        data.pop(key, None)
     return write_bundle(target, model, Manifest.from_dict(data))
 
 
@@ -153,7 +160,9 @@ def recalibrate() -> None:
     calibrate(embedding, CALIBRATION_DATA)
     cohort = uncalibrated(embedding, bundles / "voice-embedding-cohort.uvb")
     calibrate(cohort, CALIBRATION_DATA, cohort_size=COHORT_SIZE)
-    spec = json.loads((HERE.parent / "tests" / "fixtures" / "bch_127_64.json").read_text())
+    s_norm = uncalibrated(embedding, bundles / "voice-embedding-s-norm.uvb")
+    calibrate(s_norm, CALIBRATION_DATA, cohort_size=COHORT_SIZE, score_norm="s-norm")
+    spec = json.loads((HERE.parent / "trainer" / "uvtrain" / "bch" / "bch_127_64.json").read_text())
     codeword = uncalibrated(bundles / "voice-codeword.uvb", bundles / "voice-codeword.uvb")
     calibrate(
         codeword,
@@ -182,7 +191,7 @@ def voice_embedding() -> Path:
 
 
 def voice_codeword(embedding: Path) -> Path:
-    spec = json.loads((HERE.parent / "tests" / "fixtures" / "bch_127_64.json").read_text())
+    spec = json.loads((HERE.parent / "trainer" / "uvtrain" / "bch" / "bch_127_64.json").read_text())
     generator = unpack_generator(spec["generator"], spec["k"], spec["n"])
     code = Code("bch", spec["n"], spec["k"], spec["d_min"], 32, generator)
     rng = np.random.default_rng(11)

@@ -40,8 +40,11 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
     """``base`` with each change applied (one path, or several in order) → valid or the error."""
     model_sha = base["model_sha256"]
     rows = "calibration.prototype.rows"
-    cohort = {"file": "cohort.f32", "count": 64, "top_k": 10, "sha256": "0" * 64}
-    with_cohort = {"cohort": cohort, "calibration.prototype.score": "as-norm"}
+    cohort = {"file": "cohort.f32", "count": 64, "sha256": "0" * 64}
+    norm = {"method": "as-norm", "top_k": 10}
+    with_cohort = {"cohort": cohort, "score_norm": norm, "calibration.prototype.score": "as-norm"}
+    s_norm = {**with_cohort, "score_norm": {"method": "s-norm"},
+              "calibration.prototype.score": "s-norm"}  # fmt: skip
     conditions = "calibration.prototype.conditions"
     changes: list[tuple[str, Any]] = [
         ("valid", {}),
@@ -93,23 +96,39 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
         ("conditions-several", {"calibration.codeword.conditions": ["clean", "telephone-gsm"]}),
         ("cohort-null", {"cohort": None}),
         ("cohort-as-norm", with_cohort),
-        ("cohort-cosine-table", {"cohort": cohort}),
+        ("cohort-cosine-table", {"cohort": cohort, "score_norm": norm}),
         ("cohort-as-norm-threshold-high", {**with_cohort, f"{rows}.6.threshold": 999.5}),
         ("cohort-as-norm-threshold-range", {**with_cohort, f"{rows}.6.threshold": 1000.5}),
         (
             "cohort-not-an-object",
-            {"cohort": "cohort.f32", "calibration.prototype.score": "as-norm"},
+            {"cohort": "cohort.f32", "score_norm": norm, "calibration.prototype.score": "as-norm"},
         ),
         ("cohort-file", {**with_cohort, "cohort.file": "cohort.bin"}),
-        ("cohort-count-1", {**with_cohort, "cohort.count": 1, "cohort.top_k": 2}),
-        ("cohort-count-2", {**with_cohort, "cohort.count": 2, "cohort.top_k": 2}),
+        ("cohort-count-1", {**with_cohort, "cohort.count": 1, "score_norm.top_k": 2}),
+        ("cohort-count-2", {**with_cohort, "cohort.count": 2, "score_norm.top_k": 2}),
         ("cohort-count-16384", {**with_cohort, "cohort.count": 16384}),
         ("cohort-count-16385", {**with_cohort, "cohort.count": 16385}),
         ("cohort-count-float", {**with_cohort, "cohort.count": 64.0}),
-        ("cohort-top-k-1", {**with_cohort, "cohort.top_k": 1}),
-        ("cohort-top-k-count", {**with_cohort, "cohort.top_k": 64}),
-        ("cohort-top-k-above-count", {**with_cohort, "cohort.top_k": 65}),
-        ("cohort-top-k-missing", {**with_cohort, "cohort.top_k": _DELETE}),
+        ("cohort-top-k-before-spec-4", {**with_cohort, "cohort.top_k": 10}),
+        ("score-norm-top-k-1", {**with_cohort, "score_norm.top_k": 1}),
+        ("score-norm-top-k-count", {**with_cohort, "score_norm.top_k": 64}),
+        ("score-norm-top-k-above-count", {**with_cohort, "score_norm.top_k": 65}),
+        ("score-norm-top-k-missing", {**with_cohort, "score_norm.top_k": _DELETE}),
+        ("score-norm-top-k-float", {**with_cohort, "score_norm.top_k": 10.0}),
+        ("score-norm-s-norm", s_norm),
+        ("score-norm-s-norm-top-k", {**s_norm, "score_norm.top_k": 10}),
+        ("score-norm-s-norm-as-norm-table", {**s_norm, "calibration.prototype.score": "as-norm"}),
+        (
+            "score-norm-as-norm-s-norm-table",
+            {**with_cohort, "calibration.prototype.score": "s-norm"},
+        ),
+        ("score-norm-method-unknown", {**with_cohort, "score_norm.method": "z-norm"}),
+        ("score-norm-method-missing", {**with_cohort, "score_norm.method": _DELETE}),
+        ("score-norm-missing", {"cohort": cohort, "calibration.prototype.score": "as-norm"}),
+        ("score-norm-null", {**with_cohort, "score_norm": None}),
+        ("score-norm-without-cohort", {"score_norm": norm}),
+        ("score-norm-not-an-object", {**with_cohort, "score_norm": "as-norm"}),
+        ("score-norm-unknown-key", {**with_cohort, "score_norm.impostors": "chain"}),
         ("cohort-sha-upper", {**with_cohort, "cohort.sha256": "AB" * 32}),
         ("cohort-sha-short", {**with_cohort, "cohort.sha256": "ab" * 31}),
         ("cohort-sha-newline", {**with_cohort, "cohort.sha256": "ab" * 32 + "\n"}),
@@ -315,7 +334,7 @@ _COHORT_REFUSALS = {
     "cohort-zero-vector": "non-finite or zero vector",
     "cohort-too-large": "more than the 16777216 accepted",
     "cohort-count-above-member": "not count x dim x 4",
-    "cohort-top-k-above-count": "cohort.top_k must be an integer in [2, 8]",
+    "cohort-top-k-above-count": "score_norm.top_k must be an integer in [2, 8]",
     "cohort-file-name": "cohort.file must be 'cohort.f32'",
     "cohort-member-edited-trusted-keys": "does not match the manifest's cohort.sha256",
 }
@@ -341,7 +360,7 @@ def _zip(members: dict[str, bytes], changed: dict[str, bytes | None]) -> bytes:
 
 
 def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, bytes, list[str]]]:
-    """The image bundle given a small cohort (8 vectors, top_k 4: small vectors), signed with
+    """The image bundle given a small cohort (8 vectors, AS-norm top_k 4: small vectors), signed with
     the published conformance key, then with the member or the manifest's cohort edited (the
     manifest rewritten to match an edited member, unsigned: opened without trusted keys)."""
     manifest = json.loads(image["manifest.json"])
@@ -350,9 +369,9 @@ def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, by
     manifest["cohort"] = {
         "file": "cohort.f32",
         "count": count,
-        "top_k": 4,
         "sha256": hashlib.sha256(data).hexdigest(),
     }
+    manifest["score_norm"] = {"method": "as-norm", "top_k": 4}
     signed_manifest = (json.dumps(manifest, indent=2) + "\n").encode()
     signature = _signing_key().sign(signed_manifest)
     signed = _zip(
@@ -360,12 +379,14 @@ def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, by
         {"manifest.json": signed_manifest, "cohort.f32": data, "signature.ed25519": signature},
     )
 
-    def edited(cohort: bytes | None = None, **spec: Any) -> bytes:
-        """The image bundle with ``cohort`` as cohort.f32, its manifest naming it (+ ``spec``)."""
+    def edited(cohort: bytes | None = None, norm: dict | None = None, **spec: Any) -> bytes:
+        """The image bundle with ``cohort`` as cohort.f32, its manifest naming it (+ ``spec``,
+        and ``norm`` in its score_norm)."""
         changed = json.loads(json.dumps(manifest))
         if cohort is not None:
             changed["cohort"]["sha256"] = hashlib.sha256(cohort).hexdigest()
         changed["cohort"].update(spec)
+        changed["score_norm"].update(norm or {})
         blob = (json.dumps(changed, indent=2) + "\n").encode()
         return _zip(
             image,
@@ -403,7 +424,7 @@ def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, by
         ("cohort-zero-vector", edited(zero.tobytes()), []),
         ("cohort-too-large", _zip(image, {"cohort.f32": bytes(16 * 1024 * 1024 + 4)}), []),
         ("cohort-count-above-member", edited(None, count=count + 1), []),
-        ("cohort-top-k-above-count", edited(None, top_k=count + 1), []),
+        ("cohort-top-k-above-count", edited(None, {"top_k": count + 1}), []),
         ("cohort-file-name", edited(None, file="cohort.bin"), []),
     ]
 

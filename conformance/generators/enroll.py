@@ -24,6 +24,7 @@ from .bundle import TRAINING
 from .shared import CONFORMANCE, DEFAULT_BUNDLE, bits, document, f32, outcome, verifier, wav
 
 COHORT = "bundles/voice-embedding-cohort.uvb"
+S_NORM = "bundles/voice-embedding-s-norm.uvb"
 MIXED = [
     "speaker0-0.wav",
     "speaker1-0.wav",
@@ -123,6 +124,10 @@ def generate() -> dict[str, Any]:
         (COHORT, "prototype", [f"speaker2-{j}.wav" for j in range(5)], 0.95, 0.5),
         (COHORT, "prototype", [f"speaker2-{j}.wav" for j in range(5)], 0.95, 0.0001),
         (COHORT, "prototype", MIXED, 0.95, 0.01),
+        # the same cohort under S-norm: every cohort vector in the statistics
+        (S_NORM, "prototype", [f"speaker0-{j}.wav" for j in range(6)], 0.95, 0.01),
+        (S_NORM, "prototype", [f"speaker1-{j}.wav" for j in range(8)], 0.75, 0.05),
+        (S_NORM, "prototype", MIXED, 0.95, 0.01),
         (
             "bundles/voice-codeword.uvb",
             "codeword",
@@ -157,7 +162,7 @@ def generate() -> dict[str, Any]:
             "mode": mode,
             "target_tpr": tpr,
             "far": far,
-            "cohort": None if cohort is None else manifest.cohort.sha256,
+            "cohort": None if cohort is None else manifest.score_scale,
             "enrollment_outputs": [f32(o) for o in outputs],
         }
         if mode == "codeword":
@@ -226,8 +231,9 @@ def generate() -> dict[str, Any]:
         "enroll",
         "Enrollment from the model's outputs (the enrollment_outputs stand in for embedding the "
         "clips): the reference (prototype mode) or the codeword's scores, the warm-up scores "
-        "(AS-norm normalised against the bundle's cohort in prototype mode when it has one: "
-        "`cohort` is then its sha256, what the template records) and threshold, the "
+        "(normalised by the bundle's score_norm against its cohort in prototype mode when it "
+        "has one: `cohort` is then its score scale, spec §3.9, what the template records) and "
+        "threshold, the "
         "calibration row and the final threshold (the row's for a table with genuine trials, "
         "max(warm-up, row) for one without), the own samples it rejects and whether the "
         "re-record advice applies; then verification of other outputs (normalised likewise). "

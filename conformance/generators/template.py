@@ -93,7 +93,7 @@ def generate() -> dict[str, Any]:
         backoff=backoff_rules.BackoffState(failures=2, locked_until=0.0),
         generation=9,
     )
-    # prototype mode against a bundle's AS-norm cohort: the payload records the cohort's sha256
+    # prototype mode against a bundle's cohort: the payload records its score scale (spec §3.9)
     cohort_template = dataclasses.replace(
         prototype_template,
         user="carol",

@@ -29,7 +29,7 @@ import numpy as np
 
 from uvsdk.bundle import AudioInput, Bundle, Manifest
 from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, Calibration, measure
-from uvsdk.cohort import Cohort, CohortSpec
+from uvsdk.cohort import SCORE_NORMS, Cohort, CohortSpec, ScoreNorm
 from uvsdk.errors import MediaError, UvsdkError
 from uvsdk.media import check_audio, load_audio, load_image
 
@@ -51,6 +51,10 @@ DEFAULT_COHORT_SIZE = 1024
 """Cohort vectors an audio or image bundle ships (1 MiB for 256-d vectors); 0: no cohort."""
 DEFAULT_TOP_K = 100
 """AS-norm's top-K: the cohort vectors nearest each vector that its statistics use."""
+DEFAULT_SCORE_NORM = "as-norm"
+"""The score normalisation a calibrated bundle declares (``score_norm``): ``as-norm``,
+``s-norm`` or ``none`` (raw cosines, no cohort shipped)."""
+SCORE_NORM_CHOICES = (*SCORE_NORMS, "none")
 
 
 NAMED = {
@@ -388,11 +392,24 @@ class Calibrated:
     calibration: Calibration
     cohort: bytes | None = None
     cohort_spec: CohortSpec | None = None
+    score_norm: ScoreNorm | None = None
+
+    def normaliser(self) -> Cohort | None:
+        """The shipped cohort under its rule, as the SDK loads it (``None``: raw cosines)."""
+        if self.cohort is None or self.cohort_spec is None or self.score_norm is None:
+            return None
+        rows = np.frombuffer(self.cohort, "<f4").reshape(self.cohort_spec.count, -1)
+        norm = self.score_norm
+        return Cohort(rows, norm.k(self.cohort_spec.count), norm.method)
 
     def manifest(self, manifest: Manifest) -> Manifest:
-        """``manifest`` with this calibration and cohort (re-validated by the SDK)."""
+        """``manifest`` with this calibration, cohort and score rule (re-validated by the
+        SDK)."""
         changed = dataclasses.replace(
-            manifest, calibration=self.calibration, cohort=self.cohort_spec
+            manifest,
+            calibration=self.calibration,
+            cohort=self.cohort_spec,
+            score_norm=self.score_norm,
         )
         return Manifest.from_dict(json.loads(json.dumps(changed.to_dict())))
 
@@ -406,11 +423,16 @@ def calibrate_vectors(
     cohort_size: int = DEFAULT_COHORT_SIZE,
     top_k: int = DEFAULT_TOP_K,
     groups: Mapping[str, str] | None = None,
+    score_norm: str = DEFAULT_SCORE_NORM,
 ) -> Calibrated:
-    """The calibration (and cohort, unless ``cohort_size`` is 0) of vectors already embedded per
-    condition; conditions where fewer than 2 people have more than ``enroll_samples`` vectors
-    are left out (and named in ``data``). ``groups`` (person → recording chain): impostor trials
-    only within a chain (:func:`uvsdk.calibration.measure`), said in ``data``."""
+    """The calibration (and cohort, unless ``cohort_size`` is 0 or ``score_norm`` is
+    ``none``) of vectors already embedded per condition; conditions where fewer than 2 people
+    have more than ``enroll_samples`` vectors are left out (and named in ``data``). ``groups``
+    (person → recording chain): impostor trials only within a chain
+    (:func:`uvsdk.calibration.measure`), said in ``data``. ``score_norm``: ``as-norm`` over the
+    ``top_k`` nearest cohort vectors (at most half the cohort), ``s-norm`` over all of them."""
+    if score_norm not in SCORE_NORM_CHOICES:
+        raise ValueError(f"score_norm {score_norm!r}: one of {', '.join(SCORE_NORM_CHOICES)}")
     usable = {
         condition: by_person
         for condition, by_person in embedded.items()
@@ -425,15 +447,16 @@ def calibrate_vectors(
         data = f"{data}; too few samples for condition(s) {', '.join(left_out)}"
     if groups is not None and len(set(groups.values())) > 1:  # one chain: every pair
         data = f"{data}; {impostor_basis(groups)}"
-    cohort = cohort_people = cohort_bytes = spec = None
-    if cohort_size:
+    cohort = cohort_people = cohort_bytes = spec = norm = None
+    if cohort_size and score_norm != "none":
         vectors, cohort_people = build_cohort(usable, cohort_size)
         if len(set(cohort_people)) < 3:
             raise ValueError("a cohort needs vectors of at least 3 people")
         k = max(2, min(top_k, len(vectors) // 2))
+        norm = ScoreNorm("s-norm") if score_norm == "s-norm" else ScoreNorm("as-norm", k)
         cohort_bytes = vectors.astype("<f4").tobytes()
-        spec = CohortSpec(len(vectors), k, hashlib.sha256(cohort_bytes).hexdigest())
-        cohort = Cohort(vectors, k)
+        spec = CohortSpec(len(vectors), hashlib.sha256(cohort_bytes).hexdigest())
+        cohort = Cohort(vectors, norm.k(len(vectors)), norm.method)
     calibration = measure(
         usable,
         data=data,
@@ -443,7 +466,7 @@ def calibrate_vectors(
         cohort_people=cohort_people,
         groups=groups,
     )
-    return Calibrated(calibration, cohort_bytes, spec)
+    return Calibrated(calibration, cohort_bytes, spec, norm)
 
 
 def impostor_basis(groups: Mapping[str, str]) -> str:
@@ -483,11 +506,14 @@ def calibrate(
     cache: str | Path | None = None,
     warn: Callable[[str], None] | None = None,
     impostors: str = "chain",
+    score_norm: str = DEFAULT_SCORE_NORM,
+    top_k: int = DEFAULT_TOP_K,
 ) -> Calibrated:
     """Measure ``bundle`` on the people under ``root`` in each recording condition; ``data``
     describes them (default: the folder's name and counts); ``cache`` keeps the embeddings
     (:func:`embed_conditions`). ``impostors``: ``chain`` (default) states the FAR over pairs
     of people of one recording chain (:func:`recording_chains`), ``all`` over every pair.
+    ``score_norm`` and ``top_k``: the rule the bundle declares (:func:`calibrate_vectors`).
 
     ``root`` may be several folders (or names of :data:`NAMED`), whose people are calibrated on
     together: an app's own people recorded through its chain beside the shipped real speech
@@ -522,6 +548,8 @@ def calibrate(
             generator=generator,
             cohort_size=cohort_size,
             groups=groups,
+            score_norm=score_norm,
+            top_k=top_k,
         )
     except ValueError as error:
         where = root if isinstance(root, str | Path) else ", ".join(map(str, root))
@@ -584,6 +612,8 @@ def calibrate_bundle(
     cache: str | Path | None = None,
     warn: Callable[[str], None] | None = None,
     impostors: str = "chain",
+    score_norm: str = DEFAULT_SCORE_NORM,
+    top_k: int = DEFAULT_TOP_K,
 ) -> tuple[Path, Calibration]:
     """Write ``out``: the bundle ``source`` with the calibration measured on ``root`` in its
     manifest (re-signed with ``sign_key``; an old signature no longer covers the manifest and is
@@ -606,6 +636,8 @@ def calibrate_bundle(
         cache=cache,
         warn=warn,
         impostors=impostors,
+        score_norm=score_norm,
+        top_k=top_k,
     )
     manifest = calibrated.manifest(bundle.manifest)
     if bundle.ort_bytes is None:  # a model.ort taken out of the bundle: its key goes too

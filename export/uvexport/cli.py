@@ -80,6 +80,12 @@ class Impostors(str, Enum):
     all = "all"
 
 
+class ScoreNormChoice(str, Enum):
+    as_norm = "as-norm"
+    s_norm = "s-norm"
+    none = "none"
+
+
 class UsageFailure(Exception):
     """A one-line error of ours (bad key file, existing key)."""
 
@@ -229,9 +235,28 @@ def calibrate_command(
             "--cohort-size",
             min=0,
             max=16384,
-            help="Cohort vectors to ship for AS-norm score normalisation (0: raw cosines).",
+            help="Cohort vectors to ship for score normalisation (0: raw cosines).",
         ),
     ] = 1024,
+    score_norm: Annotated[
+        ScoreNormChoice,
+        typer.Option(
+            "--score-norm",
+            help="How prototype scores are normalised against the cohort (the manifest's "
+            "score_norm): as-norm (the --top-k nearest cohort vectors), s-norm (all of them), "
+            "none (raw cosines, no cohort).",
+        ),
+    ] = ScoreNormChoice.as_norm,
+    top_k: Annotated[
+        int,
+        typer.Option(
+            "--top-k",
+            min=2,
+            max=16384,
+            help="AS-norm: how many nearest cohort vectors each score's statistics use (at "
+            "most half the cohort).",
+        ),
+    ] = 100,
     cache: Annotated[
         Path | None,
         typer.Option(
@@ -272,6 +297,8 @@ def calibrate_command(
         cache=cache,
         warn=lambda message: typer.echo(f"warning: {message}", err=True),
         impostors=impostors.value,
+        score_norm=score_norm.value,
+        top_k=top_k,
     )
     print(file=sys.stderr)
     kept = " (model.ort kept)" if Bundle(path).ort_bytes is not None else ""

@@ -12,10 +12,19 @@ import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, SignatureError } from "./errors.js";
 import { readZipMembers } from "./archive.js";
 import { ab, hex, webCrypto } from "./bytes.js";
-import { isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./pyjson.js";
+import { canonicalJson, isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./pyjson.js";
 import { pyG, pyReprCut, pyRound, pyStrRepr } from "./pyfmt.js";
 import { parseCalibration, type Calibration, type PrototypeScore } from "./calibration.js";
-import { COHORT_FILE, Cohort, MAX_COHORT_BYTES, parseCohortSpec, type CohortSpec } from "./cohort.js";
+import {
+  COHORT_FILE,
+  Cohort,
+  MAX_COHORT_BYTES,
+  parseCohortSpec,
+  parseScoreNorm,
+  scoreNormToDict,
+  type CohortSpec,
+  type ScoreNorm,
+} from "./cohort.js";
 import { codeFingerprint, unpackGenerator, type BitMatrix } from "./codeword.js";
 import { parseTraining, type Training } from "./training.js";
 
@@ -82,6 +91,8 @@ export interface Manifest {
   calibration: Calibration | null;
   /** The manifest's `cohort` (null: none; prototype scores are raw cosines). */
   cohort: CohortSpec | null;
+  /** The manifest's `score_norm`: how prototype scores are normalised against the cohort (null iff no cohort). */
+  scoreNorm: ScoreNorm | null;
   /** How the model was trained and the default enrollment mode (null: not stated). */
   training: Training | null;
   /** The keys the SDK does not read (provenance, metrics, ...), as plain JSON. */
@@ -97,7 +108,7 @@ export interface Bundle {
   manifestBytes: Uint8Array;
   modelBytes: Uint8Array;
   signature: Uint8Array | null;
-  /** The AS-norm cohort (cohort.f32, checked against the manifest), or null. */
+  /** The cohort under its score_norm (cohort.f32, checked against the manifest), or null. */
   cohort: Cohort | null;
   /** First 16 hex digits of the SHA-256 of the raw public key that verified it, or null. */
   signedBy: string | null;
@@ -216,7 +227,7 @@ async function checkOrtMember(manifest: Manifest, data: Uint8Array | undefined, 
   }
 }
 
-const KNOWN = new Set(["format", "name", "method", "modality", "input", "output", "code", "model_sha256", "calibration", "cohort", "training"]);
+const KNOWN = new Set(["format", "name", "method", "modality", "input", "output", "code", "model_sha256", "calibration", "cohort", "score_norm", "training"]);
 
 /**
  * `Manifest.from_dict`: validate a parsed manifest (from {@link parseJson}); every problem is a
@@ -251,9 +262,12 @@ export function parseManifest(data: JsonValue): Manifest {
   checkOrt(data["ort"]);
   let cohort: CohortSpec | null = null;
   if (data["cohort"] !== undefined && data["cohort"] !== null) cohort = parseCohortSpec(data["cohort"]);
+  let scoreNorm: ScoreNorm | null = null;
+  if (data["score_norm"] !== undefined && data["score_norm"] !== null) scoreNorm = parseScoreNorm(data["score_norm"], cohort);
+  else if (cohort !== null) throw new BundleError("manifest: a cohort needs score_norm (as-norm or s-norm)");
   let calibration: Calibration | null = null;
   if (data["calibration"] !== undefined && data["calibration"] !== null) {
-    calibration = parseCalibration(data["calibration"], kind, prototypeScore(cohort));
+    calibration = parseCalibration(data["calibration"], kind, prototypeScore(scoreNorm));
   }
   let training: Training | null = null;
   if (data["training"] !== undefined && data["training"] !== null) training = parseTraining(data["training"], kind);
@@ -270,14 +284,26 @@ export function parseManifest(data: JsonValue): Manifest {
     code,
     calibration,
     cohort,
+    scoreNorm,
     training,
     extra,
   };
 }
 
-/** What a manifest's prototype-mode scores are: "as-norm" with a cohort, else "cosine". */
-export function prototypeScore(cohort: CohortSpec | null): PrototypeScore {
-  return cohort === null ? "cosine" : "as-norm";
+/** What a manifest's prototype-mode scores are: its `score_norm` method, else "cosine". */
+export function prototypeScore(scoreNorm: ScoreNorm | null): PrototypeScore {
+  return scoreNorm === null ? "cosine" : scoreNorm.method;
+}
+
+/**
+ * `Manifest.score_scale`: the scale prototype scores (and a user's threshold) are on: null for
+ * raw cosines, else the hex SHA-256 of the RFC 8785 form of `{cohort: <cohort.sha256>,
+ * score_norm: <score_norm>}` (spec §3.9). A template records it.
+ */
+export function scoreScale(manifest: Manifest): string | null {
+  if (manifest.cohort === null || manifest.scoreNorm === null) return null;
+  const scale = { cohort: manifest.cohort.sha256, score_norm: scoreNormToDict(manifest.scoreNorm) };
+  return hex(sha256(new TextEncoder().encode(canonicalJson(scale))));
 }
 
 /** `Bundle._load_cohort`: cohort.f32 checked against the manifest's `cohort`, both or neither. */
@@ -286,7 +312,7 @@ function loadCohort(manifest: Manifest, data: Uint8Array | undefined, name: stri
   if (spec === null && data === undefined) return null;
   if (spec === null) throw new BundleError(`${name}: cohort.f32 is not named in the manifest (no cohort key)`, "bundle.member-unexpected");
   if (data === undefined) throw new BundleError(`${name}: the manifest names a cohort and there is no ${COHORT_FILE}`, "bundle.member-missing");
-  return Cohort.fromMember(data, spec, manifest.dim, name);
+  return Cohort.fromMember(data, spec, manifest.scoreNorm!, manifest.dim, name);
 }
 
 /** `_read_members`: the bundle's files from the zip archive, bounded (archive.ts). */

@@ -20,17 +20,18 @@ export const MIN_FALSE_ACCEPTS = 10;
 export const MODES = ["prototype", "codeword"] as const;
 export type Mode = (typeof MODES)[number];
 /** What a table's thresholds are on: raw cosines or AS-norm (prototype), codeword scores. */
-export const TABLE_SCORES: Record<Mode, readonly string[]> = { prototype: ["cosine", "as-norm"], codeword: ["codeword"] };
+export const TABLE_SCORES: Record<Mode, readonly string[]> = { prototype: ["cosine", "as-norm", "s-norm"], codeword: ["codeword"] };
 /** The thresholds a table of each score may hold. */
 export const SCORE_RANGES: Record<string, readonly [number, number]> = {
   cosine: [-1, 1 + 1e-6],
   codeword: [-1, 1 + 1e-6],
   "as-norm": [-1000, 1000],
+  "s-norm": [-1000, 1000],
 };
 export const MAX_CONDITIONS = 32;
 export const CONDITION_NAME = /^[a-z0-9][a-z0-9-]{0,31}$/;
-/** What a prototype-mode score is: the raw cosine (no cohort) or AS-norm (a cohort). */
-export type PrototypeScore = "cosine" | "as-norm";
+/** What a prototype-mode score is: the raw cosine (no cohort) or its score_norm (a cohort). */
+export type PrototypeScore = "cosine" | "as-norm" | "s-norm";
 
 /** One FAR target: the threshold, what it measured there, and the trials behind it. */
 export interface Row {
@@ -48,7 +49,7 @@ export interface Table {
   enrollSamples: number;
   genuineTrials: number;
   impostorTrials: number;
-  /** What the thresholds are on: "cosine" or "as-norm" (prototype), "codeword". */
+  /** What the thresholds are on: "cosine", "as-norm" or "s-norm" (prototype), "codeword". */
   score: string;
   /** The recording conditions the table was measured in (each row holds in the worst of them). */
   conditions: string[];
@@ -206,7 +207,7 @@ function parseTable(mode: Mode, spec: JsonValue | undefined, expectedScore: stri
   if (score !== expectedScore) {
     throw new BundleError(
       `manifest: ${where} is calibrated on ${score} scores, and this bundle's ` +
-        `${mode} scores are ${expectedScore} (a cohort means as-norm)`,
+        `${mode} scores are ${expectedScore} (its score_norm)`,
     );
   }
   const conditions = parseConditions(spec["conditions"], where);
@@ -288,8 +289,8 @@ function isVersionTwo(value: JsonValue | undefined): boolean {
 
 /**
  * `Calibration.from_dict`: validate the manifest's `calibration`; a problem is a BundleError
- * naming the key. `prototypeScore` is what the bundle's prototype scores are ("as-norm" when it
- * has a cohort): a prototype table measured on another score is refused.
+ * naming the key. `prototypeScore` is what the bundle's prototype scores are (its score_norm's
+ * method, "cosine" without one): a prototype table measured on another score is refused.
  */
 export function parseCalibration(
   data: JsonValue | undefined,

@@ -1,12 +1,14 @@
 /**
- * AS-norm score normalisation against an impostor cohort shipped in the bundle
+ * Score normalisation against an impostor cohort shipped in the bundle
  * (sdk/uvsdk/cohort.py; docs/spec.md §3.9, §6.7).
  *
  * The bundle may carry `cohort.f32`: `count` vectors of `dim` little-endian float32 values of
  * people who are not the users (a model output, no secret), named by the manifest's `cohort`
- * object `{file, count, top_k, sha256}`. The statistics of a vector `x` are the mean `μ(x)` and
- * the population standard deviation `σ(x)` (floored at 1e-6) of its `top_k` largest cosines with
- * the cohort; the normalised score of a test vector `t` against a prototype `p` is
+ * object `{file, count, sha256}`, and then declares its rule in `score_norm`:
+ * `{method: "as-norm", top_k}` (each vector's `top_k` nearest cohort vectors) or
+ * `{method: "s-norm"}` (all of them). The statistics of a vector `x` are the mean `μ(x)` and
+ * the population standard deviation `σ(x)` (floored at 1e-6) of those cosines with the cohort;
+ * the normalised score of a test vector `t` against a prototype `p` is
  * `½ · ((s − μ(p)) / σ(p) + (s − μ(t)) / σ(t))`, `s = cos(p, t)`.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
@@ -23,13 +25,21 @@ export const MAX_COHORT_BYTES = 16 * 1024 * 1024;
 /** σ is floored here, so a degenerate cohort cannot divide by zero. */
 export const MIN_STD = 1e-6;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
+/** The score normalisations a bundle may declare (`score_norm.method`). */
+export const SCORE_NORMS = ["as-norm", "s-norm"] as const;
+export type ScoreNormMethod = (typeof SCORE_NORMS)[number];
 
 /** The manifest's `cohort` object, validated (cohort.CohortSpec). */
 export interface CohortSpec {
   count: number;
-  topK: number;
   /** Hex SHA-256 of the member cohort.f32. */
   sha256: string;
+}
+
+/** The manifest's `score_norm` (cohort.ScoreNorm): `topK` null for s-norm (all vectors). */
+export interface ScoreNorm {
+  method: ScoreNormMethod;
+  topK: number | null;
 }
 
 /** The statistics of one vector against the cohort: mean and (floored) standard deviation. */
@@ -48,45 +58,89 @@ function integer(value: JsonValue | undefined, name: string, low: number, high: 
 /** `CohortSpec.from_dict`: the manifest's `cohort`; a problem is a BundleError naming the key. */
 export function parseCohortSpec(data: JsonValue | undefined): CohortSpec {
   if (!isObject(data)) throw new BundleError("manifest: cohort must be an object");
+  if ("top_k" in data) {
+    throw new BundleError(
+      "manifest: cohort.top_k is score_norm.top_k since spec version 4 (re-calibrate the bundle with uvexport calibrate)",
+    );
+  }
   const unknown = Object.keys(data)
-    .filter((key) => !["file", "count", "top_k", "sha256"].includes(key))
+    .filter((key) => !["file", "count", "sha256"].includes(key))
     .sort();
   if (unknown.length > 0) throw new BundleError(`manifest: cohort has an unknown key '${unknown[0]}'`);
   if (data["file"] !== COHORT_FILE) throw new BundleError(`manifest: cohort.file must be '${COHORT_FILE}'`);
   const count = integer(data["count"], "cohort.count", 2, MAX_COHORT_COUNT);
-  const topK = integer(data["top_k"], "cohort.top_k", 2, count);
   const sha = data["sha256"];
   if (typeof sha !== "string" || !SHA256_HEX.test(sha)) {
     throw new BundleError("manifest: cohort.sha256 is not 64 lowercase hex digits");
   }
-  return { count, topK, sha256: sha };
+  return { count, sha256: sha };
 }
 
 /** `CohortSpec.to_dict`. */
 export function cohortSpecToDict(spec: CohortSpec): Record<string, unknown> {
-  return { file: COHORT_FILE, count: spec.count, top_k: spec.topK, sha256: spec.sha256 };
+  return { file: COHORT_FILE, count: spec.count, sha256: spec.sha256 };
 }
 
-/** The cohort's unit vectors and `topK` (cohort.Cohort). */
+/** `ScoreNorm.from_dict`: the manifest's `score_norm`, validated against its `cohort`. */
+export function parseScoreNorm(data: JsonValue | undefined, cohort: CohortSpec | null): ScoreNorm {
+  if (!isObject(data)) throw new BundleError("manifest: score_norm must be an object");
+  if (cohort === null) throw new BundleError("manifest: score_norm needs a cohort to normalise against");
+  const unknown = Object.keys(data)
+    .filter((key) => !["method", "top_k"].includes(key))
+    .sort();
+  if (unknown.length > 0) throw new BundleError(`manifest: score_norm has an unknown key '${unknown[0]}'`);
+  const method = data["method"];
+  if (!(typeof method === "string" && (SCORE_NORMS as readonly string[]).includes(method))) {
+    throw new BundleError(`manifest: score_norm.method must be one of ${SCORE_NORMS.join(", ")}`);
+  }
+  if (method === "s-norm") {
+    if ("top_k" in data) throw new BundleError("manifest: score_norm.top_k is for as-norm (s-norm uses all)");
+    return { method, topK: null };
+  }
+  return { method: "as-norm", topK: integer(data["top_k"], "score_norm.top_k", 2, cohort.count) };
+}
+
+/** `ScoreNorm.to_dict`. */
+export function scoreNormToDict(norm: ScoreNorm): Record<string, unknown> {
+  return norm.topK === null ? { method: norm.method } : { method: norm.method, top_k: norm.topK };
+}
+
+/** `ScoreNorm.k`: how many cohort vectors each statistic uses, of a cohort of `count`. */
+export function scoreNormK(norm: ScoreNorm, count: number): number {
+  return norm.topK === null ? count : norm.topK;
+}
+
+/** `ScoreNorm.describe`: one plain phrase for `info`. */
+export function describeScoreNorm(norm: ScoreNorm, count: number): string {
+  const n = count.toLocaleString("en-US");
+  if (norm.method === "s-norm") return `S-norm over all ${n} cohort vectors`;
+  return `AS-norm over the ${norm.topK!.toLocaleString("en-US")} nearest of ${n} cohort vectors`;
+}
+
+/** The cohort's unit vectors and its rule: `topK` nearest (as-norm) or all (s-norm) (cohort.Cohort). */
 export class Cohort {
   /** The cohort vectors, each rescaled to unit length (float64). */
   readonly units: Float64Array[];
   readonly topK: number;
+  readonly method: ScoreNormMethod;
 
-  constructor(vectors: Vector[], topK: number) {
+  constructor(vectors: Vector[], topK: number, method: ScoreNormMethod = "as-norm") {
     if (vectors.length < 2) throw new RangeError("a cohort needs at least two vectors");
-    if (!(Number.isInteger(topK) && topK >= 2 && topK <= vectors.length)) {
+    if (!(SCORE_NORMS as readonly string[]).includes(method)) throw new RangeError(`unknown score normalisation ${method}`);
+    const k = method === "s-norm" ? vectors.length : topK;
+    if (!(Number.isInteger(k) && k >= 2 && k <= vectors.length)) {
       throw new RangeError(`top_k must be an integer in [2, ${vectors.length}], not ${topK}`);
     }
     this.units = vectors.map((v) => rescale(v, 1));
-    this.topK = topK;
+    this.topK = k;
+    this.method = method;
   }
 
   /**
    * `Cohort.from_member`: check `cohort.f32` against the manifest (digest first, then size and
    * values); every problem is a BundleError naming the bundle.
    */
-  static fromMember(data: Uint8Array, spec: CohortSpec, dim: number, bundle: string): Cohort {
+  static fromMember(data: Uint8Array, spec: CohortSpec, norm: ScoreNorm, dim: number, bundle: string): Cohort {
     if (hex(sha256(data)) !== spec.sha256) {
       throw new BundleError(
         `${bundle}: cohort.f32 does not match the manifest's cohort.sha256 (the bundle was modified or damaged)`, "bundle.digest-mismatch",
@@ -110,12 +164,13 @@ export class Cohort {
       if (zero) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite or zero vector`, "bundle.member-invalid");
       vectors.push(row);
     }
-    return new Cohort(vectors, spec.topK);
+    return new Cohort(vectors, scoreNormK(norm, spec.count), norm.method);
   }
 
   /**
    * `Cohort.statistics` of one vector: mean and population standard deviation of its `topK`
-   * largest cosines with the cohort, the deviation floored at {@link MIN_STD}.
+   * largest cosines with the cohort (s-norm: all of them, `topK` = the count), the deviation
+   * floored at {@link MIN_STD}.
    */
   statistics(vector: Vector): CohortStatistics {
     const unit = rescale(vector, 1);

@@ -119,7 +119,7 @@ export interface Template {
   targetTpr: number | null;
   far: number | null;
   calibration: string | null;
-  /** The bundle's cohort.sha256 the prototype scores are normalised against (null: raw cosines, or codeword mode). */
+  /** The bundle's score scale (its cohort and score_norm, spec §3.9) the prototype scores are on (null: raw cosines, or codeword mode). */
   cohort: string | null;
   modelSha256: string | null;
   enrolled: number | null;

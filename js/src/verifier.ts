@@ -7,7 +7,7 @@
 import type { InferenceSession, Tensor } from "onnxruntime-common";
 import * as backoffRules from "./backoff.js";
 import { BackoffPolicy } from "./backoff.js";
-import type { Bundle, AudioInput, Code, Manifest } from "./bundle.js";
+import { scoreScale, type Bundle, type AudioInput, type Code, type Manifest } from "./bundle.js";
 import { DEFAULT_FAR, checkFar, expected, rowFor, userThreshold, type Calibration, type Mode, type Row } from "./calibration.js";
 import { bipolar, encode, newMessage, randomUserId } from "./codeword.js";
 import { normalisedLeaveOneOut, type Cohort } from "./cohort.js";
@@ -144,7 +144,7 @@ export interface EnrollmentResult {
   mode: Mode;
   /** The prototype (float32), prototype mode only. */
   prototype: Float32Array | null;
-  /** Warm-up scores: leave-one-out cosines, AS-norm normalised with a cohort (prototype), or codeword scores. */
+  /** Warm-up scores: leave-one-out cosines, normalised by the score_norm with a cohort (prototype), or codeword scores. */
   scores: Float64Array;
   warmupThreshold: number;
   threshold: number;
@@ -544,7 +544,7 @@ export class Verifier {
         targetTpr,
         far: row !== null ? far : null,
         calibration: calibration !== null && row !== null ? calibration.sha256 : null,
-        cohort: mode === "prototype" && manifest.cohort !== null ? manifest.cohort.sha256 : null,
+        cohort: mode === "prototype" ? scoreScale(manifest) : null,
         modelSha256: manifest.modelSha256,
         enrolled: this.clock(),
         samples: vectors.length,
@@ -592,10 +592,9 @@ export class Verifier {
         `user ${pyStrRepr(user)} was enrolled with another model than ${this.bundle.name}: re-enroll with uvsdk enroll`,
       );
     }
-    const cohort = this.bundle.manifest.cohort;
-    if (template.mode === "prototype" && template.cohort !== (cohort === null ? null : cohort.sha256)) {
+    if (template.mode === "prototype" && template.cohort !== scoreScale(this.bundle.manifest)) {
       throw new ModelMismatchError(
-        `user ${pyStrRepr(user)} was enrolled with another score normalisation (cohort) than ` +
+        `user ${pyStrRepr(user)} was enrolled with another score normalisation (cohort or rule) than ` +
           `${this.bundle.name}'s: re-enroll with uvsdk enroll`,
       );
     }

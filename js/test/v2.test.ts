@@ -1,4 +1,5 @@
-// Specification version 2 (docs/spec.md §2): the AS-norm cohort (cohort.f32, §3.9, §6.7),
+// Specification version 2 (docs/spec.md §2): the AS-norm cohort (cohort.f32, §3.9, §6.7; its
+// rule in score_norm since version 4, with S-norm beside AS-norm),
 // calibration version 2 (score, conditions, §3.6), the user's threshold (§4.3), template payload
 // version 3 (cohort, §10.5) and the cohort mismatch refused at verification (§9.2).
 import { test } from "node:test";
@@ -31,6 +32,8 @@ import {
   normalisedLeaveOneOut,
   parseCalibration,
   parseCohortSpec,
+  parseScoreNorm,
+  scoreScale,
   rerecordAdvised,
   binomialTail,
   toPayload,
@@ -104,10 +107,11 @@ test("AS-norm: ½((s − μp)/σp + (s − μt)/σt), and the normalised leave-o
 test("cohort.f32 against the manifest: digest, size, finite and non-zero vectors", () => {
   const rows = [[1, 0], [0, 1], [0.5, 0.5]];
   const data = f32Bytes(rows);
-  const spec = { count: 3, topK: 2, sha256: hex(sha256(data)) };
-  assert.equal(Cohort.fromMember(data, spec, 2, "b.uvb").units.length, 3);
+  const spec = { count: 3, sha256: hex(sha256(data)) };
+  const norm = { method: "as-norm" as const, topK: 2 };
+  assert.equal(Cohort.fromMember(data, spec, norm, 2, "b.uvb").units.length, 3);
   const refused = (bytes: Uint8Array, pattern: RegExp, s = { ...spec, sha256: hex(sha256(bytes)) }) =>
-    assert.throws(() => Cohort.fromMember(bytes, s, 2, "b.uvb"), (e: unknown) => e instanceof BundleError && pattern.test(e.message));
+    assert.throws(() => Cohort.fromMember(bytes, s, norm, 2, "b.uvb"), (e: unknown) => e instanceof BundleError && pattern.test(e.message));
   refused(data, /^b\.uvb: cohort\.f32 does not match the manifest's cohort\.sha256/, { ...spec, sha256: "0".repeat(64) });
   refused(data.slice(0, 20), /is 20 bytes, not count x dim x 4 = 24/);
   refused(f32Bytes([[1, 0], [0, 1], [0.5, 0.5], [1, 1]]), /is 32 bytes, not count x dim x 4 = 24/);
@@ -116,18 +120,55 @@ test("cohort.f32 against the manifest: digest, size, finite and non-zero vectors
   refused(f32Bytes([[1, 0], [0, 0], [0.5, 0.5]]), /non-finite or zero vector/);
   // the manifest's cohort object
   const json = (text: string) => parseCohortSpec(parseJson(text));
-  assert.deepEqual(json(`{"file": "cohort.f32", "count": 3, "top_k": 3, "sha256": "${spec.sha256}"}`), { ...spec, topK: 3 });
+  assert.deepEqual(json(`{"file": "cohort.f32", "count": 3, "sha256": "${spec.sha256}"}`), spec);
   const bad: [string, RegExp][] = [
     [`[]`, /cohort must be an object/],
-    [`{"file": "cohort.bin", "count": 3, "top_k": 2, "sha256": "${spec.sha256}"}`, /cohort\.file must be 'cohort\.f32'/],
-    [`{"file": "cohort.f32", "count": 1, "top_k": 2, "sha256": "${spec.sha256}"}`, /cohort\.count must be an integer in \[2, 16384\]/],
-    [`{"file": "cohort.f32", "count": 16385, "top_k": 2, "sha256": "${spec.sha256}"}`, /cohort\.count/],
-    [`{"file": "cohort.f32", "count": 3.0, "top_k": 2, "sha256": "${spec.sha256}"}`, /cohort\.count/],
-    [`{"file": "cohort.f32", "count": 3, "top_k": 4, "sha256": "${spec.sha256}"}`, /cohort\.top_k must be an integer in \[2, 3\]/],
-    [`{"file": "cohort.f32", "count": 3, "top_k": 1, "sha256": "${spec.sha256}"}`, /cohort\.top_k/],
-    [`{"file": "cohort.f32", "count": 3, "top_k": 2, "sha256": "${spec.sha256.toUpperCase()}"}`, /cohort\.sha256 is not 64 lowercase hex/],
+    [`{"file": "cohort.bin", "count": 3, "sha256": "${spec.sha256}"}`, /cohort\.file must be 'cohort\.f32'/],
+    [`{"file": "cohort.f32", "count": 1, "sha256": "${spec.sha256}"}`, /cohort\.count must be an integer in \[2, 16384\]/],
+    [`{"file": "cohort.f32", "count": 16385, "sha256": "${spec.sha256}"}`, /cohort\.count/],
+    [`{"file": "cohort.f32", "count": 3.0, "sha256": "${spec.sha256}"}`, /cohort\.count/],
+    [`{"file": "cohort.f32", "count": 3, "top_k": 2, "sha256": "${spec.sha256}"}`, /cohort\.top_k is score_norm\.top_k since spec version 4/],
+    [`{"file": "cohort.f32", "count": 3, "sha256": "${spec.sha256.toUpperCase()}"}`, /cohort\.sha256 is not 64 lowercase hex/],
   ];
   for (const [text, pattern] of bad) assert.throws(() => json(text), (e: unknown) => e instanceof BundleError && pattern.test(e.message), text);
+  // the manifest's score_norm, against that cohort
+  const rule = (text: string, cohort: typeof spec | null = spec) => parseScoreNorm(parseJson(text), cohort);
+  assert.deepEqual(rule(`{"method": "as-norm", "top_k": 3}`), { method: "as-norm", topK: 3 });
+  assert.deepEqual(rule(`{"method": "s-norm"}`), { method: "s-norm", topK: null });
+  const badRules: [string, RegExp, (typeof spec | null)?][] = [
+    [`"as-norm"`, /score_norm must be an object/],
+    [`{"method": "as-norm", "top_k": 2}`, /score_norm needs a cohort/, null],
+    [`{"method": "as-norm", "top_k": 4}`, /score_norm\.top_k must be an integer in \[2, 3\]/],
+    [`{"method": "as-norm", "top_k": 1}`, /score_norm\.top_k/],
+    [`{"method": "as-norm"}`, /score_norm\.top_k/],
+    [`{"method": "as-norm", "top_k": 2.0}`, /score_norm\.top_k/],
+    [`{"method": "s-norm", "top_k": 2}`, /score_norm\.top_k is for as-norm/],
+    [`{"method": "z-norm"}`, /score_norm\.method must be one of as-norm, s-norm/],
+    [`{"top_k": 2}`, /score_norm\.method/],
+    [`{"method": "as-norm", "top_k": 2, "extra": 1}`, /score_norm has an unknown key 'extra'/],
+  ];
+  for (const [text, pattern, cohort] of badRules) {
+    assert.throws(() => rule(text, cohort === undefined ? spec : cohort), (e: unknown) => e instanceof BundleError && pattern.test(e.message), text);
+  }
+});
+
+test("s-norm statistics take every cohort vector; the score scale names cohort and rule", () => {
+  const vectors = [[2, 0], [0, 1], [-3, 0], [0, -0.5]];
+  const snorm = new Cohort(vectors, 2, "s-norm");
+  assert.equal(snorm.topK, 4);
+  // x = (1, 0): cosines 1, 0, -1, 0 -> mean 0, deviation √(1/2)
+  const stats = snorm.statistics([1, 0]);
+  close(stats.mean, 0, "μ");
+  close(stats.std, Math.SQRT1_2, "σ");
+  assert.deepEqual(snorm.statistics([1, 0]), new Cohort(vectors, 4).statistics([1, 0]));
+  // the scale: SHA-256 of {"cohort":…,"score_norm":…} in canonical form, computed by hand
+  const sha = "ab".repeat(32);
+  const manifest = (scoreNorm: object) =>
+    ({ cohort: { count: 8, sha256: sha }, scoreNorm }) as unknown as Parameters<typeof scoreScale>[0];
+  const expected = (text: string) => hex(sha256(new TextEncoder().encode(`{"cohort":"${sha}","score_norm":${text}}`)));
+  assert.equal(scoreScale(manifest({ method: "as-norm", topK: 3 })), expected(`{"method":"as-norm","top_k":3}`));
+  assert.equal(scoreScale(manifest({ method: "s-norm", topK: null })), expected(`{"method":"s-norm"}`));
+  assert.equal(scoreScale({ cohort: null, scoreNorm: null } as unknown as Parameters<typeof scoreScale>[0]), null);
 });
 
 test("bundles: the cohort bundle loads with its cohort; both or neither of the member and the key", async () => {
@@ -186,8 +227,8 @@ test("calibration version 2: score and conditions per table, the as-norm range, 
   assert.equal(calibrationSha256(calibration), calibration.sha256);
   const refusals: [string, RegExp, ("cosine" | "as-norm")?][] = [
     [calibrationJson((_, d) => (d["version"] = 1)), /^manifest: calibration version 1 is not 2$/],
-    [calibrationJson((t) => delete t["score"]), /calibration\.prototype\.score must be one of cosine, as-norm, not None/],
-    [calibrationJson((t) => (t["score"] = "codeword")), /score must be one of cosine, as-norm, not 'codeword'/],
+    [calibrationJson((t) => delete t["score"]), /calibration\.prototype\.score must be one of cosine, as-norm, s-norm, not None/],
+    [calibrationJson((t) => (t["score"] = "codeword")), /score must be one of cosine, as-norm, s-norm, not 'codeword'/],
     [calibrationJson((t) => (t["score"] = "as-norm")), /calibrated on as-norm scores, and this bundle's prototype scores are cosine/],
     [calibrationJson(), /calibrated on cosine scores, and this bundle's prototype scores are as-norm/, "as-norm"],
     [calibrationJson((t) => delete t["conditions"]), /conditions must be a list of 1 to 32/],
@@ -298,20 +339,32 @@ test("verification refuses a prototype template enrolled against another cohort 
     const report = await normalising.enroll(samples, { user: "alice" });
     assert.equal(report.far, 0.01);
     const saved = await normalising.templates.load("alice");
-    assert.equal(saved.cohort, withCohort.manifest.cohort!.sha256);
+    assert.equal(saved.cohort, scoreScale(withCohort.manifest));
     assert.equal(saved.threshold, withCohort.manifest.calibration!.tables.prototype!.rows.find((r) => r.far === 0.01)!.threshold);
     const genuine = await normalising.verify(await clip("speaker0-6.wav"), { user: "alice" });
     assert.equal(genuine.accepted, true);
     assert.ok(genuine.score > 1, `an AS-norm score, not a cosine: ${genuine.score}`);
     assert.equal((await normalising.verify(await clip("speaker1-6.wav"), { user: "alice" })).accepted, false);
-    const refusal = { name: "ModelMismatchError", message: "user 'alice' was enrolled with another score normalisation (cohort) than plain.uvb's: re-enroll with uvsdk enroll" };
+    const refusal = { name: "ModelMismatchError", message: "user 'alice' was enrolled with another score normalisation (cohort or rule) than plain.uvb's: re-enroll with uvsdk enroll" };
     await assert.rejects(raw.verify(await clip("speaker0-6.wav"), { user: "alice" }), refusal);
     await assert.rejects(raw.score(await clip("speaker0-6.wav"), "alice"), ModelMismatchError);
     // and the other way round: enrolled on raw cosines, verified with a cohort
     await raw.enroll(samples, { user: "bob" });
     assert.equal((await raw.templates.load("bob")).cohort, null);
-    await assert.rejects(normalising.verify(await clip("speaker0-6.wav"), { user: "bob" }), /another score normalisation \(cohort\) than cohort\.uvb's/);
+    await assert.rejects(normalising.verify(await clip("speaker0-6.wav"), { user: "bob" }), /another score normalisation \(cohort or rule\) than cohort\.uvb's/);
     assert.equal((await raw.verify(await clip("speaker0-6.wav"), { user: "bob" })).accepted, true);
+    // the same cohort under S-norm is another scale too: alice's AS-norm threshold is refused there
+    const sNormBundle = await loadBundle(await bundleBytes("voice-embedding-s-norm.uvb"), { name: "s-norm.uvb" });
+    assert.equal(sNormBundle.manifest.cohort!.sha256, withCohort.manifest.cohort!.sha256);
+    assert.deepEqual(sNormBundle.manifest.scoreNorm, { method: "s-norm", topK: null });
+    assert.equal(sNormBundle.cohort!.topK, sNormBundle.manifest.cohort!.count);
+    assert.equal(sNormBundle.manifest.calibration?.tables.prototype?.score, "s-norm");
+    const sNorm = await Verifier.create({ ...options, bundle: sNormBundle });
+    await assert.rejects(sNorm.verify(await clip("speaker0-6.wav"), { user: "alice" }), /cohort or rule\) than s-norm\.uvb's/);
+    await sNorm.enroll(samples, { user: "carol" });
+    assert.equal((await sNorm.templates.load("carol")).cohort, scoreScale(sNormBundle.manifest));
+    assert.equal((await sNorm.verify(await clip("speaker0-6.wav"), { user: "carol" })).accepted, true);
+    assert.equal((await sNorm.verify(await clip("speaker1-6.wav"), { user: "carol" })).accepted, false);
   } finally {
     await rm(folder, { recursive: true, force: true });
   }

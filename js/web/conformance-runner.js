@@ -195,10 +195,11 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         const b = await bundle(c.bundle);
         const outputs = c.enrollment_outputs.map((o) => Float32Array.from(o));
         const codeword = c.codeword ? bitsOf(c.codeword) : null;
-        // prototype mode scores AS-norm against the bundle's cohort when it has one: `cohort`
-        // is its sha256 (what the template records), null without one and in codeword mode
+        // prototype mode normalises by the bundle's score_norm against its cohort when it has
+        // one: `cohort` is the score scale (what the template records, spec §3.9), null without
+        // one and in codeword mode
         const cohort = codeword ? null : b.cohort;
-        same(cohort === null ? null : b.manifest.cohort.sha256, c.cohort, "cohort");
+        same(cohort === null ? null : uv.scoreScale(b.manifest), c.cohort, "cohort");
         const options = { codeword, targetTpr: c.target_tpr, calibration: b.manifest.calibration, far: c.far, cohort };
         if (c.prototype) close(Float32Array.from(uv.prototype(outputs)), c.prototype, 1e-6, "prototype");
         const scores = codeword

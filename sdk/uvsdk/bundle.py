@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from .archive import read_zip_members, too_large
-from .calibration import Calibration
+from .calibration import Calibration, canonical_json
 from .codeword import code_fingerprint, pack_generator, unpack_generator
-from .cohort import COHORT_FILE, MAX_COHORT_BYTES, Cohort, CohortSpec
+from .cohort import COHORT_FILE, MAX_COHORT_BYTES, Cohort, CohortSpec, ScoreNorm
 from .errors import BundleError, SignatureError
 from .files import read_at_most
 from .jsonlimits import JsonLimitError, load_bounded_json
@@ -132,11 +132,23 @@ class Manifest:
     calibration: Calibration | None = field(default=None, compare=False)
     cohort: CohortSpec | None = field(default=None, compare=False)
     training: Training | None = field(default=None, compare=False)
+    score_norm: ScoreNorm | None = field(default=None, compare=False)
 
     @property
     def prototype_score(self) -> str:
-        """What prototype-mode scores are: ``as-norm`` with a cohort, else ``cosine``."""
-        return "cosine" if self.cohort is None else "as-norm"
+        """What prototype-mode scores are: ``score_norm.method`` with a cohort, else ``cosine``."""
+        return "cosine" if self.score_norm is None else self.score_norm.method
+
+    @property
+    def score_scale(self) -> str | None:
+        """The scale prototype scores (and so a user's threshold) are on: ``None`` for raw
+        cosines, else the SHA-256 of the RFC 8785 form of ``{"cohort": <cohort.sha256>,
+        "score_norm": <score_norm>}`` (docs/spec.md §3.9). A template records it, and a bundle
+        with another cohort or rule is another scale: re-enroll."""
+        if self.cohort is None or self.score_norm is None:
+            return None
+        scale = {"cohort": self.cohort.sha256, "score_norm": self.score_norm.to_dict()}
+        return hashlib.sha256(canonical_json(scale).encode("utf-8")).hexdigest()
 
     @classmethod
     def from_dict(cls, data: Any) -> Manifest:
@@ -180,15 +192,19 @@ class Manifest:
             raise BundleError("manifest: model_sha256 is not 64 lowercase hex digits")
         code = _parse_code(data.get("code"), kind, dim)
         _check_ort(data.get("ort"))
-        cohort = None
+        cohort = norm = None
         if data.get("cohort") is not None:
             cohort = CohortSpec.from_dict(data["cohort"])
+        if data.get("score_norm") is not None:
+            norm = ScoreNorm.from_dict(data["score_norm"], cohort)
+        elif cohort is not None:
+            raise BundleError("manifest: a cohort needs score_norm (as-norm or s-norm)")
         calibration = None
         if data.get("calibration") is not None:
             calibration = Calibration.from_dict(
                 data["calibration"],
                 output_kind=kind,
-                prototype_score="cosine" if cohort is None else "as-norm",
+                prototype_score="cosine" if norm is None else norm.method,
             )
         training = None
         if data.get("training") is not None:
@@ -204,6 +220,7 @@ class Manifest:
             "model_sha256",
             "calibration",
             "cohort",
+            "score_norm",
             "training",
         }
         extra = {key: value for key, value in data.items() if key not in known}
@@ -220,6 +237,7 @@ class Manifest:
             calibration,
             cohort,
             training,
+            norm,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -246,6 +264,8 @@ class Manifest:
         data["model_sha256"] = self.model_sha256
         if self.cohort is not None:
             data["cohort"] = self.cohort.to_dict()
+        if self.score_norm is not None:
+            data["score_norm"] = self.score_norm.to_dict()
         if self.calibration is not None:
             data["calibration"] = self.calibration.to_dict()
         if self.training is not None:
@@ -451,7 +471,9 @@ class Bundle:
                 f"{self.path.name}: the manifest names a cohort and there is no {COHORT_FILE}",
                 code="bundle.member-missing",
             )
-        return Cohort.from_member(data, spec, self.manifest.dim, self.path.name)
+        norm = self.manifest.score_norm
+        assert norm is not None  # Manifest.from_dict: a cohort needs score_norm
+        return Cohort.from_member(data, spec, norm, self.manifest.dim, self.path.name)
 
     def _check_signature(self, manifest_bytes: bytes, trusted_keys: Sequence[Any]) -> str:
         from cryptography.exceptions import InvalidSignature

@@ -13,8 +13,9 @@ most that fraction of the impostor trials is accepted **in every condition** (th
 condition's threshold), the pooled FRR there, and the trials behind it (:class:`Calibration`,
 manifest key ``calibration``).
 
-A bundle with a cohort (:mod:`uvsdk.cohort`) scores prototype mode with AS-norm, and its
-prototype table is measured on those normalised scores (``score: "as-norm"``), so the threshold
+A bundle with a cohort (:mod:`uvsdk.cohort`) normalises prototype scores by its ``score_norm``
+(AS-norm or S-norm), and its prototype table is measured on those normalised scores (``score:
+"as-norm"`` or ``"s-norm"``), so the threshold
 follows how strangers score against this user in these conditions. A user's threshold
 (:func:`user_threshold`):
 
@@ -79,12 +80,13 @@ accepts is too uncertain to state (10 errors: a relative standard error of about
 DEFAULT_ENROLL_SAMPLES = 5
 CODEWORDS_PER_PERSON = 16
 MODES = ("prototype", "codeword")
-TABLE_SCORES = {"prototype": ("cosine", "as-norm"), "codeword": ("codeword",)}
-"""What a table's thresholds are on: raw cosines or AS-norm (prototype), codeword scores."""
+TABLE_SCORES = {"prototype": ("cosine", "as-norm", "s-norm"), "codeword": ("codeword",)}
+"""What a table's thresholds are on: raw or normalised cosines (prototype), codeword scores."""
 SCORE_RANGES = {
     "cosine": (-1.0, 1.0 + 1e-6),
     "codeword": (-1.0, 1.0 + 1e-6),
     "as-norm": (-1e3, 1e3),
+    "s-norm": (-1e3, 1e3),
 }
 """The thresholds a table of each score may hold."""
 MAX_CONDITIONS = 32
@@ -231,8 +233,9 @@ class Calibration:
     ) -> Calibration:
         """Validate the manifest's ``calibration``; a problem is a :class:`BundleError`.
 
-        ``prototype_score`` is what the bundle's prototype scores are (``as-norm`` when it has a
-        cohort): a prototype table measured on another score is refused."""
+        ``prototype_score`` is what the bundle's prototype scores are (its ``score_norm``'s
+        method, ``cosine`` without one): a prototype table measured on another score is
+        refused."""
         if not isinstance(data, dict):
             raise BundleError("manifest: calibration must be an object")
         if data.get("version") != VERSION:
@@ -341,7 +344,7 @@ def _parse_table(mode: str, spec: Any, expected_score: str) -> Table:
     if score != expected_score:
         raise BundleError(
             f"manifest: {where} is calibrated on {score} scores, and this bundle's "
-            f"{mode} scores are {expected_score} (a cohort means as-norm)"
+            f"{mode} scores are {expected_score} (its score_norm)"
         )
     conditions = _parse_conditions(spec.get("conditions"), where)
     low, high = SCORE_RANGES[score]
@@ -574,7 +577,7 @@ def measure(
             trials,
             people=len(people),
             enroll_samples=enroll_samples,
-            score="cosine" if cohort is None else "as-norm",
+            score="cosine" if cohort is None else cohort.method,
         )
     }
     if generator is not None:

@@ -368,13 +368,11 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
         typer.echo(f"  model sha256: {manifest.model_sha256}")
         _show_training(manifest)
         _show_calibration(manifest.calibration)
-        if manifest.cohort is not None:  # public vectors of other people: counts only
-            typer.echo(
-                f"  cohort: {manifest.cohort.count} vectors, top {manifest.cohort.top_k} "
-                "(prototype scores are AS-norm normalised against them)"
-            )
+        if manifest.cohort is not None and manifest.score_norm is not None:  # counts only
+            norm = manifest.score_norm.describe(manifest.cohort.count)
+            typer.echo(f"  score normalisation: {norm} (other people's, no secret)")
         else:
-            typer.echo("  cohort: none (prototype scores are raw cosines)")
+            typer.echo("  score normalisation: none (prototype scores are raw cosines)")
         if loaded.signed_by:
             typer.echo(f"  signature: verified (key {loaded.signed_by})")
         elif loaded.signature is not None:

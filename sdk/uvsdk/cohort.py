@@ -17,12 +17,16 @@ so a telephone clip, whose cohort neighbours are the cohort's telephone clips, i
 against how telephone strangers score, and the threshold (calibrated on normalised scores,
 :mod:`uvsdk.calibration`) means the same FAR across conditions. docs/spec.md §6.7 is the rule.
 
-The manifest's ``cohort`` names the member and binds it::
+The manifest's ``cohort`` names the member and binds it, and its ``score_norm`` (as WeSpeaker
+names it) declares the rule, one of two::
 
-    "cohort": {"file": "cohort.f32", "count": N, "top_k": K, "sha256": "<hex of the member>"}
+    "cohort": {"file": "cohort.f32", "count": N, "sha256": "<hex of the member>"}
+    "score_norm": {"method": "as-norm", "top_k": K}     # adaptive: the K nearest (2 <= K <= N)
+    "score_norm": {"method": "s-norm"}                  # symmetric: all N cohort vectors
 
 ``cohort.f32`` holds ``N × dim`` little-endian float32 values, row-major (one vector per row);
-the signature over the manifest covers it through ``sha256``.
+the signature over the manifest covers it through ``sha256``, and the rule as a manifest field.
+A bundle has both or neither (docs/spec.md §3.9).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ MAX_COHORT_BYTES = 16 * 1024 * 1024
 """The member's size limit, checked before it is read."""
 MIN_STD = 1e-6
 """σ is floored here, so a degenerate cohort (identical vectors) cannot divide by zero."""
+SCORE_NORMS = ("as-norm", "s-norm")
+"""The score normalisations a bundle may declare (``score_norm.method``)."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -51,32 +57,79 @@ class CohortSpec:
     """The manifest's ``cohort`` object, validated."""
 
     count: int
-    top_k: int
     sha256: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "file": COHORT_FILE,
-            "count": self.count,
-            "top_k": self.top_k,
-            "sha256": self.sha256,
-        }
+        return {"file": COHORT_FILE, "count": self.count, "sha256": self.sha256}
 
     @classmethod
     def from_dict(cls, data: Any) -> CohortSpec:
         if not isinstance(data, dict):
             raise BundleError("manifest: cohort must be an object")
-        unknown = sorted(set(data) - {"file", "count", "top_k", "sha256"})
+        if "top_k" in data:
+            raise BundleError(
+                "manifest: cohort.top_k is score_norm.top_k since spec version 4 "
+                "(re-calibrate the bundle with uvexport calibrate)"
+            )
+        unknown = sorted(set(data) - {"file", "count", "sha256"})
         if unknown:
             raise BundleError(f"manifest: cohort has an unknown key {unknown[0]!r}")
         if data.get("file") != COHORT_FILE:
             raise BundleError(f"manifest: cohort.file must be {COHORT_FILE!r}")
         count = _integer(data.get("count"), "cohort.count", 2, MAX_COHORT_COUNT)
-        top_k = _integer(data.get("top_k"), "cohort.top_k", 2, count)
         sha = data.get("sha256")
         if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
             raise BundleError("manifest: cohort.sha256 is not 64 lowercase hex digits")
-        return cls(count, top_k, sha)
+        return cls(count, sha)
+
+
+@dataclass(frozen=True)
+class ScoreNorm:
+    """The manifest's ``score_norm``: how prototype scores are normalised against the cohort.
+
+    ``as-norm`` takes each vector's ``top_k`` nearest cohort vectors, ``s-norm`` all of them
+    (``top_k`` is then absent from the manifest; :meth:`k` gives the count)."""
+
+    method: str
+    top_k: int | None = None
+
+    def k(self, count: int) -> int:
+        """How many cohort vectors each statistic uses, of a cohort of ``count``."""
+        return count if self.top_k is None else self.top_k
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"method": self.method}
+        if self.top_k is not None:
+            data["top_k"] = self.top_k
+        return data
+
+    def describe(self, count: int) -> str:
+        """One plain phrase for ``uvsdk info``."""
+        if self.method == "s-norm":
+            return f"S-norm over all {count:,} cohort vectors"
+        return f"AS-norm over the {self.top_k:,} nearest of {count:,} cohort vectors"
+
+    @classmethod
+    def from_dict(cls, data: Any, cohort: CohortSpec | None) -> ScoreNorm:
+        """Validate ``score_norm`` against the manifest's ``cohort`` (required with it)."""
+        if not isinstance(data, dict):
+            raise BundleError("manifest: score_norm must be an object")
+        if cohort is None:
+            raise BundleError("manifest: score_norm needs a cohort to normalise against")
+        unknown = sorted(set(data) - {"method", "top_k"})
+        if unknown:
+            raise BundleError(f"manifest: score_norm has an unknown key {unknown[0]!r}")
+        method = data.get("method")
+        if method not in SCORE_NORMS:
+            raise BundleError(
+                f"manifest: score_norm.method must be one of {', '.join(SCORE_NORMS)}, "
+                f"not {method!r}"
+            )
+        if method == "s-norm":
+            if "top_k" in data:
+                raise BundleError("manifest: score_norm.top_k is for as-norm (s-norm uses all)")
+            return cls(method)
+        return cls(method, _integer(data.get("top_k"), "score_norm.top_k", 2, cohort.count))
 
 
 def _integer(value: Any, name: str, low: int, high: int) -> int:
@@ -86,17 +139,24 @@ def _integer(value: Any, name: str, low: int, high: int) -> int:
 
 
 class Cohort:
-    """The cohort's unit vectors and ``top_k``: the statistics of :func:`statistics`."""
+    """The cohort's unit vectors and its rule: the statistics of :meth:`statistics` use each
+    vector's ``top_k`` nearest cohort vectors (``as-norm``) or all of them (``s-norm``)."""
 
-    def __init__(self, vectors: np.ndarray, top_k: int) -> None:
+    def __init__(self, vectors: np.ndarray, top_k: int, method: str = "as-norm") -> None:
+        if method not in SCORE_NORMS:
+            raise ValueError(f"unknown score normalisation {method!r}")
         vectors = np.asarray(vectors, dtype=np.float64)
         lengths = np.linalg.norm(vectors, axis=1, keepdims=True)
         self.vectors = vectors / np.maximum(lengths, 1e-12)
-        self.top_k = int(top_k)
+        self.method = method
+        self.top_k = len(vectors) if method == "s-norm" else int(top_k)
 
     @classmethod
-    def from_member(cls, data: bytes, spec: CohortSpec, dim: int, bundle: str) -> Cohort:
-        """Check ``cohort.f32`` against the manifest (digest first, then size and values)."""
+    def from_member(
+        cls, data: bytes, spec: CohortSpec, norm: ScoreNorm, dim: int, bundle: str
+    ) -> Cohort:
+        """Check ``cohort.f32`` against the manifest (digest first, then size and values); its
+        statistics follow ``norm``."""
         if hashlib.sha256(data).hexdigest() != spec.sha256:
             raise BundleError(
                 f"{bundle}: cohort.f32 does not match the manifest's cohort.sha256 "
@@ -115,19 +175,30 @@ class Cohort:
                 f"{bundle}: cohort.f32 holds a non-finite or zero vector",
                 code="bundle.member-invalid",
             )
-        return cls(vectors, spec.top_k)
+        return cls(vectors, norm.k(spec.count), norm.method)
 
     def statistics(
         self, vectors: np.ndarray, exclude: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(μ, σ)`` per row of ``vectors``: mean and (population) standard deviation of its
-        ``top_k`` largest cosines with the cohort, σ floored at :data:`MIN_STD`.
+        ``top_k`` largest cosines with the cohort (``s-norm``: of all of them), σ floored at
+        :data:`MIN_STD`.
 
         ``exclude`` (``[rows, count]`` booleans) leaves cohort vectors out per row: calibration
-        uses it so that nobody is normalised against their own recordings."""
+        uses it so that nobody is normalised against their own recordings (``s-norm`` then
+        takes every vector left)."""
         units = np.asarray(vectors, dtype=np.float64)
         units = units / np.maximum(np.linalg.norm(units, axis=-1, keepdims=True), 1e-12)
         scores = np.atleast_2d(units) @ self.vectors.T
+        if self.method == "s-norm":
+            kept = np.ones(scores.shape, dtype=bool) if exclude is None else ~exclude
+            kept = np.broadcast_to(kept, scores.shape)
+            counts = kept.sum(axis=1)
+            if np.any(counts < 2):
+                raise ValueError("fewer than 2 cohort vectors left after exclusion")
+            mean = np.where(kept, scores, 0.0).sum(axis=1) / counts
+            spread = np.where(kept, (scores - mean[:, None]) ** 2, 0.0).sum(axis=1) / counts
+            return mean, np.maximum(np.sqrt(spread), MIN_STD)
         if exclude is not None:
             scores = np.where(exclude, -np.inf, scores)
         k = min(self.top_k, scores.shape[1])

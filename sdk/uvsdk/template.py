@@ -102,8 +102,9 @@ class Template:
     ``mode``, ``threshold``, ``target_tpr``, ``model_sha256`` and ``prototype`` (prototype mode)
     from enrollment; ``far`` and ``calibration`` (the SHA-256 of the bundle's calibration) when
     the threshold came from a calibrated FAR, ``None`` when it is the warm-up rule alone;
-    ``cohort`` (the SHA-256 of the bundle's ``cohort.f32``) when prototype scores are normalised
-    against it (AS-norm, :mod:`uvsdk.cohort`), ``None`` for raw cosines. A template may hold a
+    ``cohort`` (the bundle's score scale, :attr:`uvsdk.bundle.Manifest.score_scale`: its cohort
+    and ``score_norm``) when prototype scores are normalised, ``None`` for raw cosines. A
+    template may hold a
     codeword and no enrollment yet. ``generation`` is the
     store's write counter (read from the file; the store sets it when writing).
     """
@@ -208,7 +209,7 @@ class Template:
 
 
 def _cohort(data: dict) -> str | None:
-    """Version 3's ``cohort``: the SHA-256 of the cohort the threshold is normalised against."""
+    """Version 3's ``cohort``: the score scale (cohort and rule) the threshold is on."""
     value = data["cohort"]
     if value is not None and not (isinstance(value, str) and len(value) == 64):
         raise ValueError("cohort is not a SHA-256")

@@ -499,9 +499,7 @@ class Verifier:
                 target_tpr=target_tpr,
                 far=far if row is not None else None,
                 calibration=calibration.sha256 if calibration is not None and row else None,
-                cohort=manifest.cohort.sha256
-                if mode == "prototype" and manifest.cohort is not None
-                else None,
+                cohort=manifest.score_scale if mode == "prototype" else None,
                 model_sha256=manifest.model_sha256,
                 enrolled=self.clock(),
                 samples=len(vectors),
@@ -549,10 +547,9 @@ class Verifier:
                 f"user {user!r} was enrolled with another model than {bundle.path.name}: "
                 "re-enroll with uvsdk enroll"
             )
-        cohort = bundle.manifest.cohort
-        if template.mode == "prototype" and template.cohort != (cohort and cohort.sha256):
+        if template.mode == "prototype" and template.cohort != bundle.manifest.score_scale:
             raise ModelMismatchError(
-                f"user {user!r} was enrolled with another score normalisation (cohort) than "
+                f"user {user!r} was enrolled with another score normalisation (cohort or rule) than "
                 f"{bundle.path.name}'s: re-enroll with uvsdk enroll"
             )
         return template

@@ -374,7 +374,7 @@ def test_cross_source_trials_are_normalised_as_calibration_scores_its_people() -
     rows = np.frombuffer(calibrated.cohort, "<f4").reshape(calibrated.cohort_spec.count, -1)
     for row, person in zip(rows, people, strict=True):
         assert np.any(np.all(calibration[person].astype("<f4") == row, axis=1))
-    cohort = far.Cohort(rows, calibrated.cohort_spec.top_k)
+    cohort = calibrated.normaliser()
     held_out = {"t-0": centres[4] + 0.5 * rng.standard_normal((7, 16)), "t-1": centres[5][None]}
     scores, owners = far.cross_source_trials(held_out, calibration, 5, cohort, people)
     assert set(scores) == {"t-0"}  # t-1 has too few vectors to enroll

@@ -417,8 +417,11 @@ def test_enroll_states_the_expected_rates_and_info_shows_the_table(
         in info.stdout
     )
     assert "FAR 0.01    at score >= " in info.stdout
-    cohort = Bundle(calibrated_bundle).manifest.cohort
-    assert f"cohort: {cohort.count} vectors, top {cohort.top_k} (prototype" in info.stdout
+    manifest = Bundle(calibrated_bundle).manifest
+    count, top_k = manifest.cohort.count, manifest.score_norm.top_k
+    assert (
+        f"score normalisation: AS-norm over the {top_k} nearest of {count:,} cohort" in info.stdout
+    )
     template = Verifier(calibrated_bundle, store=store, passphrase=PASSPHRASE).store.load("default")
     assert f"{template.threshold:+.4f}" not in result.stdout  # the user's own threshold: never
 
@@ -437,7 +440,7 @@ def test_uncalibrated_enroll_says_no_far_is_stated(
     )
     info = uvsdk("info", "--bundle", spectral_bundle, "--store", tmp_path / "s")
     assert "calibration: none" in info.stdout
-    assert "cohort: none (prototype scores are raw cosines)" in info.stdout
+    assert "score normalisation: none (prototype scores are raw cosines)" in info.stdout
 
 
 @pytest.mark.parametrize("far", ["0", "-0.01", "0.6", "nan", "abc", "0.0001"])

@@ -1,6 +1,7 @@
-"""AS-norm against a bundle's cohort: the statistics and the normalised score against a hand
-computation, the decision ``Verifier.verify`` takes, every malformed cohort refused (API error,
-CLI one line and exit 2), and templates enrolled against another cohort refused."""
+"""Score normalisation against a bundle's cohort (``cohort`` and ``score_norm``): AS-norm's and
+S-norm's statistics and the normalised score against a hand computation, the decision
+``Verifier.verify`` takes, every malformed cohort or rule refused (API error, CLI one line and
+exit 2), and templates enrolled against another cohort or rule refused."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from uvsdk import Verifier
 from uvsdk.bundle import Bundle
 from uvsdk.calibration import normalised_leave_one_out
 from uvsdk.cli import app
-from uvsdk.cohort import MIN_STD, Cohort, CohortSpec, as_norm
+from uvsdk.cohort import MIN_STD, Cohort, CohortSpec, ScoreNorm, as_norm
 from uvsdk.errors import BundleError, ModelMismatchError, SignatureError
 
 from ..conftest import PASSPHRASE, enrolled_clip, enrollment_dir, held_out
@@ -75,6 +76,56 @@ def test_statistics_match_a_hand_computation() -> None:
     assert same.statistics(tested)[1] == pytest.approx([MIN_STD] * 3)
 
 
+def test_s_norm_statistics_take_the_whole_cohort() -> None:
+    """S-norm: every cohort vector (``top_k`` ignored), and with exclusions every vector left,
+    however many that is per row."""
+    rng = np.random.default_rng(6)
+    vectors = rng.normal(size=(9, 6))
+    cohort = Cohort(vectors, top_k=2, method="s-norm")
+    assert cohort.top_k == 9
+    tested = rng.normal(size=(3, 6))
+    mean, std = cohort.statistics(tested)
+    for row, m, s in zip(tested, mean, std, strict=True):
+        assert (m, s) == pytest.approx(hand_statistics(row, vectors, 9), abs=1e-12)
+    exclude = np.zeros((3, 9), bool)
+    exclude[0, [1, 2]] = True
+    exclude[2, 8] = True
+    mean, std = cohort.statistics(tested, exclude)
+    for row, m, s, out in zip(tested, mean, std, exclude, strict=True):
+        kept = vectors[~out]
+        assert (m, s) == pytest.approx(hand_statistics(row, kept, len(kept)), abs=1e-12)
+    with pytest.raises(ValueError, match="fewer than 2"):
+        cohort.statistics(tested[:1], np.arange(9)[None, :] > 0)
+    with pytest.raises(ValueError, match="unknown score normalisation"):
+        Cohort(vectors, 3, method="z-norm")
+
+
+def test_the_score_scale_names_cohort_and_rule() -> None:
+    """The template's ``cohort`` value: the SHA-256 of the canonical ``{cohort, score_norm}``
+    (docs/spec.md §3.9), computed here by hand; another rule or top_k is another scale."""
+    from uvsdk.bundle import Manifest
+
+    sha = "ab" * 32
+    base = {"format": "uvsdk-bundle/1", "name": "x", "method": "fedhide", "modality": "audio",
+            "input": {"sample_rate": 16000, "window_seconds": 1.6, "hop_seconds": 0.8,
+                      "min_seconds": 0.5},
+            "output": {"kind": "embedding", "dim": 4}, "model_sha256": "0" * 64,
+            "cohort": {"file": "cohort.f32", "count": 8, "sha256": sha}}  # fmt: skip
+    scales = set()
+    for rule, text in (
+        ({"method": "as-norm", "top_k": 3}, '{"method":"as-norm","top_k":3}'),
+        ({"method": "as-norm", "top_k": 4}, '{"method":"as-norm","top_k":4}'),
+        ({"method": "s-norm"}, '{"method":"s-norm"}'),
+    ):
+        manifest = Manifest.from_dict({**base, "score_norm": rule})
+        expected = hashlib.sha256(f'{{"cohort":"{sha}","score_norm":{text}}}'.encode()).hexdigest()
+        assert manifest.score_scale == expected
+        scales.add(manifest.score_scale)
+    assert len(scales) == 3
+    plain = {k: v for k, v in base.items() if k != "cohort"}
+    assert Manifest.from_dict(plain).score_scale is None
+
+
 def test_as_norm_is_the_symmetric_formula() -> None:
     s, enrolled, tested = 0.7, (0.2, 0.1), (0.3, 0.05)
     assert as_norm(s, enrolled, tested) == pytest.approx(0.5 * ((0.7 - 0.2) / 0.1 + 0.4 / 0.05))
@@ -110,17 +161,19 @@ def test_verify_takes_the_decision_of_the_formula(
     verifier = Verifier(calibrated_bundle, store=tmp_path / "s", passphrase=PASSPHRASE, far=0.01)
     verifier.enroll(enrollment_dir(voice_dir, 0, tmp_path, count=5))
     template = verifier.store.load("default")
-    assert template.cohort == verifier.bundle.manifest.cohort.sha256
-    spec = verifier.bundle.manifest.cohort
+    manifest = verifier.bundle.manifest
+    assert template.cohort == manifest.score_scale
+    spec, top_k = manifest.cohort, manifest.score_norm.top_k
+    assert manifest.score_norm.method == "as-norm"
     cohort = np.frombuffer(verifier.bundle.cohort_bytes, "<f4").reshape(spec.count, -1)
     prototype = template.prototype.astype(np.float64)
-    enrolled = hand_statistics(prototype, cohort, spec.top_k)
+    enrolled = hand_statistics(prototype, cohort, top_k)
     decisions = set()
     others = [clip for speaker in range(1, 10) for clip in held_out(voice_dir, speaker)]
     for clip in [*held_out(voice_dir, 0, first=5), *others]:
         vector = verifier.embed(clip).astype(np.float64)
         cosine = float(prototype @ vector / np.linalg.norm(prototype) / np.linalg.norm(vector))
-        mean, std = hand_statistics(vector, cohort, spec.top_k)
+        mean, std = hand_statistics(vector, cohort, top_k)
         expected = 0.5 * ((cosine - enrolled[0]) / enrolled[1] + (cosine - mean) / std)
         decision = verifier.verify(clip, backoff=False)
         assert decision.score == pytest.approx(expected, abs=1e-6)
@@ -135,13 +188,15 @@ def test_verify_takes_the_decision_of_the_formula(
 
 @pytest.fixture(scope="module")
 def cohort_bundle(spectral_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The spectral bundle (same model) with a cohort of 16 vectors, top 4, no calibration."""
+    """The spectral bundle (same model) with a cohort of 16 vectors, AS-norm top 4, no
+    calibration."""
     import dataclasses
 
     source = Bundle(spectral_bundle)
     data = np.random.default_rng(11).normal(size=(16, 40)).astype("<f4").tobytes()
-    spec = CohortSpec(16, 4, hashlib.sha256(data).hexdigest())
-    manifest = dataclasses.replace(source.manifest, cohort=spec)
+    spec = CohortSpec(16, hashlib.sha256(data).hexdigest())
+    norm = ScoreNorm("as-norm", 4)
+    manifest = dataclasses.replace(source.manifest, cohort=spec, score_norm=norm)
     path = tmp_path_factory.mktemp("cohort") / "cohort.uvb"
     return write_bundle(path, source.model_bytes, manifest, cohort=data)
 
@@ -178,7 +233,11 @@ def _values(files: dict, data: dict, index: int, value: float) -> None:
 
 
 MALFORMED = {
-    "member without key": (lambda d: d.pop("cohort"), None, "not named in the manifest"),
+    "member without key": (
+        lambda d: (d.pop("cohort"), d.pop("score_norm")),
+        None,
+        "not named in the manifest",
+    ),
     "key without member": (None, lambda f, d: f.pop("cohort.f32"), "there is no cohort.f32"),
     "wrong sha256": (
         lambda d: d["cohort"].update(sha256="0" * 64),
@@ -198,8 +257,48 @@ MALFORMED = {
     "count too large": (lambda d: d["cohort"].update(count=16385), None, "cohort.count"),
     "count as text": (lambda d: d["cohort"].update(count="16"), None, "cohort.count"),
     "count true": (lambda d: d["cohort"].update(count=True), None, "cohort.count"),
-    "top_k 1": (lambda d: d["cohort"].update(top_k=1), None, "cohort.top_k must be an integer"),
-    "top_k above count": (lambda d: d["cohort"].update(top_k=17), None, "cohort.top_k"),
+    "top_k in the cohort (before spec 4)": (
+        lambda d: d["cohort"].update(top_k=4),
+        None,
+        "cohort.top_k is score_norm.top_k since spec version 4",
+    ),
+    "top_k 1": (
+        lambda d: d["score_norm"].update(top_k=1),
+        None,
+        "score_norm.top_k must be an integer in",
+    ),
+    "top_k above count": (lambda d: d["score_norm"].update(top_k=17), None, "score_norm.top_k"),
+    "top_k missing": (lambda d: d["score_norm"].pop("top_k"), None, "score_norm.top_k"),
+    "top_k with s-norm": (
+        lambda d: d["score_norm"].update(method="s-norm"),
+        None,
+        "score_norm.top_k is for as-norm",
+    ),
+    "unknown method": (
+        lambda d: d["score_norm"].update(method="z-norm"),
+        None,
+        "score_norm.method must be one of as-norm, s-norm",
+    ),
+    "rule not an object": (
+        lambda d: d.update(score_norm="as-norm"),
+        None,
+        "score_norm must be an object",
+    ),
+    "rule unknown key": (
+        lambda d: d["score_norm"].update(impostors=1),
+        None,
+        "score_norm has an unknown key",
+    ),
+    "cohort without rule": (
+        lambda d: d.pop("score_norm"),
+        None,
+        "a cohort needs score_norm",
+    ),
+    "rule without cohort": (
+        lambda d: d.pop("cohort"),
+        lambda f, d: f.pop("cohort.f32"),
+        "score_norm needs a cohort",
+    ),
     "unknown file": (lambda d: d["cohort"].update(file="other.f32"), None, "cohort.file must be"),
     "not an object": (lambda d: d.update(cohort=[1]), None, "cohort must be an object"),
     "unknown key": (lambda d: d["cohort"].update(extra=1), None, "cohort has an unknown key"),
@@ -236,6 +335,7 @@ def test_a_table_score_that_disagrees_with_the_cohort_is_refused(
 
     def without_cohort(data: dict) -> None:
         data.pop("cohort")
+        data.pop("score_norm")
 
     drop = folder_bundle(
         calibrated_bundle, tmp_path / "a", without_cohort, lambda f, d: f.pop("cohort.f32")
@@ -310,7 +410,10 @@ def test_a_template_enrolled_against_another_cohort_is_refused(
     voice_dir: Path,
     tmp_path: Path,
 ) -> None:
-    """Same model, other score normalisation: the threshold means nothing there."""
+    """Same model, other score normalisation (another cohort, none, or the same cohort under
+    another rule): the threshold means nothing there."""
+    import dataclasses
+
     store = tmp_path / "store"
     enrolled = uvsdk(
         "enroll",
@@ -323,7 +426,14 @@ def test_a_template_enrolled_against_another_cohort_is_refused(
     )
     assert enrolled.exit_code == 0, enrolled.stderr
     clip = enrolled_clip(voice_dir, 0)
-    for other in (cohort_bundle, spectral_bundle):  # another cohort, and none
+    calibrated = Bundle(calibrated_bundle)
+    s_norm = write_bundle(
+        tmp_path / "s-norm.uvb",
+        calibrated.model_bytes,
+        dataclasses.replace(calibrated.manifest, score_norm=ScoreNorm("s-norm"), calibration=None),
+        cohort=calibrated.cohort_bytes,
+    )
+    for other in (cohort_bundle, spectral_bundle, s_norm):  # another cohort, none, another rule
         verifier = Verifier(other, store=store, passphrase=PASSPHRASE)
         assert (
             verifier.bundle.manifest.model_sha256 == Bundle(calibrated_bundle).manifest.model_sha256
