@@ -12,7 +12,7 @@ the rounds and the ``δ`` the docs state. For each run it prints:
   Wang, Balle and Kasiviswanathan 2019, Thm. 27; the update at ``z_Δ/2`` of the sensitivity
   ``2C`` and the count at ``σ_b`` composed);
 - **the same noise under today's mechanism** (Poisson-sampled cohorts, fixed denominator,
-  bits shifted to ``±½``: :func:`uvtrain.privacy.epsilon` of ``z = (z_Δ⁻² + (2σ_b)⁻²)^(−½)``,
+  bits shifted to ``±½``: :func:`uvtrain.privacy.epsilon_release` of ``z = (z_Δ⁻² + (2σ_b)⁻²)^(−½)``,
   add/remove), at the docs' ``δ`` and at today's default ``δ``
   (:func:`uvtrain.privacy.default_delta`) — what a new run with this noise gets.
 
@@ -26,7 +26,7 @@ import logging
 import dp_accounting
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
-from uvtrain.privacy import default_delta, effective_noise_multiplier, epsilon
+from uvtrain.privacy import default_delta, effective_noise_multiplier, epsilon_release
 
 #: (run, labelled ε, update noise multiplier as run, σ_b or None, cohort, users, rounds, δ)
 RUNS = [
@@ -74,8 +74,8 @@ def main() -> None:
         run = as_run(update, count, cohort, users, rounds, delta)
         total = update if count is None else effective_noise_multiplier(update, count)
         rate, default = cohort / users, default_delta(users)
-        now = epsilon(total, rate, rounds, delta)
-        at_default = epsilon(total, rate, rounds, default)
+        now = epsilon_release(total, rate, rounds, delta)
+        at_default = epsilon_release(total, rate, rounds, default)
         print(
             f"| {name} | {label} | {update:g} | {'–' if count is None else f'{count:g}'} | "
             f"{cohort}/{users} | {rounds} | {delta:.3g} | {run:.3g} | {total:.4g} | {now:.3g} | "
