@@ -138,9 +138,12 @@ def deploy_local(
     )
     throughput = report["throughput"]
     privacy = report.get("privacy")
-    spent = (
-        "" if privacy is None else f", {privacy['mechanism']} DP at ε = {privacy['epsilon']:.3g}"
-    )
+    spent = ""
+    if privacy is not None:
+        spent = (
+            f", {privacy['mechanism']} DP at ε = {privacy['epsilon_release']:.3g} (against the "
+            f"server: {privacy['epsilon_server']:.3g})"
+        )
     typer.echo(
         f"{report['method']}: {report['rounds']} rounds on {report['deployment']['devices']} "
         f"devices{spent}, {throughput['rounds_per_s'] or 0:.3f} rounds/s; report: "

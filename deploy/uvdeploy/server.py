@@ -513,7 +513,8 @@ class FederatedServer:
             "seconds": 0.0,
             "survivors": 0,
             "clip_norm": self.dp.clip_norm,
-            "epsilon": self.dp.plan.spent(round_number),
+            "epsilon": self.dp.plan.spent_release(round_number),
+            "epsilon_server": self.dp.plan.spent_server(round_number),
             "secure": self.secure,
             "update_max_abs": 0.0,
         }
@@ -633,7 +634,12 @@ class FederatedServer:
                     self._save(round_number)
                 spent = ""
                 if self.dp is not None:
-                    spent = f", ε spent {metrics['epsilon']:.3g} of {self.dp.plan.epsilon:.3g}"
+                    plan = self.dp.plan
+                    spent = (
+                        f", ε spent {metrics['epsilon']:.3g} of {plan.epsilon_release:.3g} "
+                        f"(against the server {metrics['epsilon_server']:.3g} of "
+                        f"{plan.epsilon_server:.3g})"
+                    )
                 self.echo(
                     f"round {round_number}/{self.config.schedule.rounds}: loss {metrics['loss']:.4f}, "
                     f"{metrics['clients']} devices, {metrics['seconds']:.1f} s{spent}"

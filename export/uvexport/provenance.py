@@ -67,8 +67,9 @@ def run_training(report: dict[str, Any], method: str, output_kind: str) -> dict[
     Returns
     -------
     dict
-        ``method``, ``privacy`` (mechanism, ε, δ, whether the noise is a simulated deployment's,
-        the membership EER floor; ``None`` without DP) and ``enrollment``: ``prototype`` for an
+        ``method``, ``privacy`` (mechanism, ε against the released model, δ, whether the noise
+        is a simulated deployment's, the membership EER floor, ε against the server; ``None``
+        without DP) and ``enrollment``: ``prototype`` for an
         embedding model and for a codeword model trained with DP (whose codeword mode the
         privacy guarantee bounds: the floor), ``codeword`` for a codeword model without DP.
     """
@@ -81,6 +82,7 @@ def run_training(report: dict[str, Any], method: str, output_kind: str) -> dict[
             "delta": spent["delta"],
             "simulated_deployment": spent.get("simulated_deployment") is not None,
             "membership_eer_floor": _membership_eer_floor(spent),
+            "epsilon_server": _epsilon_server(spent),
         }
     by_codeword = output_kind == "codeword" and privacy is None
     return {
@@ -101,6 +103,17 @@ def _membership_eer_floor(privacy: dict[str, Any]) -> float:
             privacy["noise_multiplier"], privacy["sampling_rate"], privacy["rounds"]
         )
     return float(floor)
+
+
+def _epsilon_server(privacy: dict[str, Any]) -> float:
+    """The report's ε against the server; for a report written before the trainer stated it,
+    computed from its noise for a user in every round (the most Poisson sampling allows)."""
+    value = privacy.get("epsilon_server")
+    if value is None:
+        from uvtrain.privacy import epsilon_server
+
+        value = epsilon_server(privacy["noise_multiplier"], privacy["rounds"], privacy["delta"])
+    return float(value)
 
 
 def bundle_input(modality: str, spec: dict[str, Any]) -> AudioInput | ImageInput:

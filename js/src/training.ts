@@ -2,7 +2,9 @@
  * How a bundle's model was trained: the manifest's optional `training` object
  * (sdk/uvsdk/training.py; docs/spec.md §3.10). A DP-trained FedUV bundle says
  * `"enrollment": "prototype"`: codeword mode is a membership test there, its EER floored by the
- * privacy guarantee (`membership_eer_floor`), while enrollment after training is not. Nothing
+ * privacy guarantee (`membership_eer_floor`), while enrollment after training is not.
+ * `epsilon` holds against anyone who sees the released model, `epsilon_server` (optional, since
+ * spec version 5; validated when present) against the server that picked the cohorts. Nothing
  * here is secret.
  */
 import type { Mode } from "./calibration.js";
@@ -12,7 +14,12 @@ import { pyG, pyStrRepr } from "./pyfmt.js";
 
 export const MECHANISMS = ["central", "distributed"] as const;
 const TRAINING_KEYS = ["method", "privacy", "enrollment"];
-const PRIVACY_KEYS = ["mechanism", "epsilon", "delta", "simulated_deployment", "membership_eer_floor"];
+const PRIVACY_KEYS = ["mechanism", "epsilon", "delta", "simulated_deployment", "membership_eer_floor", "epsilon_server"];
+/** Who `epsilon_server` holds against, by placement of the noise (sdk/uvsdk/training.py). */
+const SERVER_ADVERSARY = {
+  distributed: "against the server that ran training",
+  central: "against anyone who knows who trained in each round (not the server, which added the noise)",
+} as const;
 
 /** The user-level DP guarantee of the run (`training.privacy`). */
 export interface Privacy {
@@ -21,6 +28,8 @@ export interface Privacy {
   delta: number;
   simulatedDeployment: boolean;
   membershipEerFloor: number;
+  /** ε against the server that picked the cohorts; null: not stated (bundles before spec version 5). */
+  epsilonServer: number | null;
 }
 
 /** The manifest's `training` (privacy null: trained without DP). */
@@ -68,7 +77,13 @@ export function parsePrivacy(data: JsonValue | undefined): Privacy {
   if (!(floor >= 0 && floor <= 0.5)) {
     throw new BundleError("manifest: training.privacy.membership_eer_floor must be in [0, 0.5]");
   }
-  return { mechanism, epsilon, delta, simulatedDeployment: simulated, membershipEerFloor: floor };
+  let epsilonServer: number | null = null;
+  if ("epsilon_server" in data) {
+    // optional: bundles before spec version 5 lack it; validated when present
+    epsilonServer = number(data, "epsilon_server");
+    if (!(epsilonServer > 0)) throw new BundleError("manifest: training.privacy.epsilon_server must be > 0");
+  }
+  return { mechanism, epsilon, delta, simulatedDeployment: simulated, membershipEerFloor: floor, epsilonServer };
 }
 
 /** `Training.from_dict`: validate `training`; enrollment `codeword` needs a codeword bundle. */
@@ -105,13 +120,23 @@ export function trainingToDict(training: Training): Record<string, unknown> {
             delta: privacy.delta,
             simulated_deployment: privacy.simulatedDeployment,
             membership_eer_floor: privacy.membershipEerFloor,
+            ...(privacy.epsilonServer === null ? {} : { epsilon_server: privacy.epsilonServer }),
           },
     enrollment: training.enrollment,
   };
 }
 
-/** `Privacy.describe`: "user-level DP ε = 8, δ = 1e-06 (central)", plus the simulated scale. */
+/**
+ * `Privacy.describe`: "user-level DP: ε = 8 against anyone who sees the released model, ε = 22.4
+ * against the server that ran training (δ = 1e-06, distributed)", plus the simulated scale.
+ */
 export function describePrivacy(privacy: Privacy): string {
-  const text = `user-level DP ε = ${pyG(privacy.epsilon)}, δ = ${pyG(privacy.delta)} (${privacy.mechanism})`;
+  const server =
+    privacy.epsilonServer === null
+      ? "ε against the server that ran training not stated"
+      : `ε = ${pyG(privacy.epsilonServer, 3)} ${SERVER_ADVERSARY[privacy.mechanism]}`;
+  const text =
+    `user-level DP: ε = ${pyG(privacy.epsilon, 3)} against anyone who sees the released model, ` +
+    `${server} (δ = ${pyG(privacy.delta)}, ${privacy.mechanism})`;
   return privacy.simulatedDeployment ? `${text}, at a simulated deployment scale` : text;
 }

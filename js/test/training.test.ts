@@ -49,11 +49,37 @@ test("training: parsed, described, round-tripped; absent means not stated", asyn
   const dp = await loadBundle(await withTraining("voice-codeword.uvb", DP_FEDUV));
   const training = dp.manifest.training!;
   assert.equal(training.enrollment, "prototype");
-  assert.equal(describePrivacy(training.privacy!), "user-level DP ε = 8, δ = 1e-06 (central), at a simulated deployment scale");
+  assert.equal(
+    describePrivacy(training.privacy!),
+    "user-level DP: ε = 8 against anyone who sees the released model, ε against the server that ran training " +
+      "not stated (δ = 1e-06, central), at a simulated deployment scale",
+  );
   assert.deepEqual(trainingToDict(training), DP_FEDUV);
   assert.ok(!("training" in dp.manifest.extra));
   const again = parseTraining(parseJson(JSON.stringify(trainingToDict(training))), "codeword");
   assert.deepEqual(again, training);
+});
+
+test("training: epsilon_server, optional, is parsed, described by placement and round-tripped", async () => {
+  const stated = {
+    ...DP_FEDUV,
+    privacy: { ...DP_FEDUV.privacy, mechanism: "distributed", simulated_deployment: false, epsilon_server: 22.424515828 },
+  };
+  const dp = await loadBundle(await withTraining("voice-codeword.uvb", stated));
+  const privacy = dp.manifest.training!.privacy!;
+  assert.equal(privacy.epsilonServer, 22.424515828);
+  assert.equal(
+    describePrivacy(privacy),
+    "user-level DP: ε = 8 against anyone who sees the released model, ε = 22.4 against the server " +
+      "that ran training (δ = 1e-06, distributed)",
+  );
+  assert.deepEqual(trainingToDict(dp.manifest.training!), stated);
+  const central = { ...privacy, mechanism: "central" as const };
+  assert.match(describePrivacy(central), /ε = 22.4 against anyone who knows who trained in each round \(not the server/);
+  for (const bad of [0, -1, "22", true, null]) {
+    const malformed = { ...stated, privacy: { ...stated.privacy, epsilon_server: bad } };
+    assert.throws(() => parseTraining(parseJson(JSON.stringify(malformed)), "codeword"), /epsilon_server/);
+  }
 });
 
 test("the signature covers training: an edited training block is refused with trusted keys", async () => {

@@ -9,11 +9,17 @@ is not bounded that way. The manifest therefore says how the model was trained a
 the SDK enrolls in by default::
 
     "training": {"method": "feduv",
-                 "privacy": {"mechanism": "central", "epsilon": 8.0, "delta": 1e-06,
-                             "simulated_deployment": false, "membership_eer_floor": 0.39},
+                 "privacy": {"mechanism": "distributed", "epsilon": 8.0, "delta": 1e-06,
+                             "simulated_deployment": false, "membership_eer_floor": 0.39,
+                             "epsilon_server": 22.4},
                  "enrollment": "prototype"}
 
-``privacy`` is ``null`` for a run without DP. Nothing here is secret.
+``privacy`` is ``null`` for a run without DP. ``epsilon`` holds against anyone who sees the
+released model (amplification by subsampling); ``epsilon_server`` against the server that ran
+training, which picks the cohorts (no amplification; with ``central`` noise, against anyone who
+knows the cohorts: the server adds the noise and sees the updates). ``epsilon_server`` is
+optional — bundles exported before it existed (spec version 4 and earlier) lack it and keep
+loading, signed as they are — but validated when present. Nothing here is secret.
 """
 
 from __future__ import annotations
@@ -27,7 +33,20 @@ from .errors import BundleError
 
 MECHANISMS = ("central", "distributed")
 _TRAINING_KEYS = {"method", "privacy", "enrollment"}
-_PRIVACY_KEYS = {"mechanism", "epsilon", "delta", "simulated_deployment", "membership_eer_floor"}
+_PRIVACY_KEYS = {
+    "mechanism",
+    "epsilon",
+    "delta",
+    "simulated_deployment",
+    "membership_eer_floor",
+    "epsilon_server",
+}
+#: Who ``epsilon_server`` holds against, by placement of the noise.
+_SERVER_ADVERSARY = {
+    "distributed": "against the server that ran training",
+    "central": "against anyone who knows who trained in each round (not the server, which "
+    "added the noise)",
+}
 
 
 @dataclass(frozen=True)
@@ -39,19 +58,33 @@ class Privacy:
     delta: float
     simulated_deployment: bool
     membership_eer_floor: float
+    #: ``ε`` against the server that picked the cohorts; ``None``: not stated (older bundles)
+    epsilon_server: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "mechanism": self.mechanism,
             "epsilon": self.epsilon,
             "delta": self.delta,
             "simulated_deployment": self.simulated_deployment,
             "membership_eer_floor": self.membership_eer_floor,
         }
+        if self.epsilon_server is not None:
+            data["epsilon_server"] = self.epsilon_server
+        return data
 
     def describe(self) -> str:
-        """``user-level DP ε = 8, δ = 1e-06 (central)``, plus the simulated deployment scale."""
-        text = f"user-level DP ε = {self.epsilon:g}, δ = {self.delta:g} ({self.mechanism})"
+        """``user-level DP: ε = 8 against anyone who sees the released model, ε = 22.4 against
+        the server that ran training (δ = 1e-06, distributed)``, plus the simulated scale."""
+        server = (
+            "ε against the server that ran training not stated"
+            if self.epsilon_server is None
+            else f"ε = {self.epsilon_server:.3g} {_SERVER_ADVERSARY[self.mechanism]}"
+        )
+        text = (
+            f"user-level DP: ε = {self.epsilon:.3g} against anyone who sees the released model, "
+            f"{server} (δ = {self.delta:g}, {self.mechanism})"
+        )
         if self.simulated_deployment:
             text += ", at a simulated deployment scale"
         return text
@@ -80,7 +113,12 @@ class Privacy:
         floor = _number(data, "membership_eer_floor")
         if not 0 <= floor <= 0.5:
             raise BundleError("manifest: training.privacy.membership_eer_floor must be in [0, 0.5]")
-        return cls(mechanism, epsilon, delta, simulated, floor)
+        server = None
+        if "epsilon_server" in data:  # optional: bundles before spec version 5 lack it
+            server = _number(data, "epsilon_server")
+            if not server > 0:
+                raise BundleError("manifest: training.privacy.epsilon_server must be > 0")
+        return cls(mechanism, epsilon, delta, simulated, floor, server)
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,9 @@ def test_dp_defaults_to_distributed_under_secagg_and_refuses_what_cannot_hold() 
     assert not central.secure and central.mechanism == "central"
     planned = plan(feduv, 4)
     assert planned is not None and planned.mechanism == "distributed"
-    assert planned.epsilon == pytest.approx(8.0, rel=1e-2) and planned.epsilon <= 8.0
+    assert (
+        planned.epsilon_release == pytest.approx(8.0, rel=1e-2) and planned.epsilon_release <= 8.0
+    )
     assert planned.sampling_rate == 0.75 and planned.delta == 1e-6  # min(4^-1.1, 1e-6)
     assert (
         planned.rounds == 2
@@ -480,7 +482,7 @@ def test_a_central_dp_round_sums_the_clipped_updates_and_adds_the_servers_noise(
     dp = server.dp
     assert dp is not None and dp.survivors == 1
     assert isinstance(server.aggregator, PrivateSum) and server.aggregator.mechanism is dp.mechanism
-    assert dp.plan.sampling_rate == 1.0 and dp.plan.epsilon == pytest.approx(8.0, rel=1e-2)
+    assert dp.plan.sampling_rate == 1.0 and dp.plan.epsilon_release == pytest.approx(8.0, rel=1e-2)
     generator = torch.Generator().manual_seed(1)
     deltas = [
         {k: 0.01 * torch.randn(v.shape, generator=generator) for k, v in server.params.items()}
@@ -494,7 +496,9 @@ def test_a_central_dp_round_sums_the_clipped_updates_and_adds_the_servers_noise(
     metrics = server.round(1, [11, 12, 13])
     config = sent[0][0][1].config
     assert config["dp"] == "central" and config["dp_clip_norm"] == 0.5 and config["dp_noise"] == 0
-    assert metrics["epsilon"] == pytest.approx(dp.plan.spent(1)) and metrics["survivors"] == 3
+    assert (
+        metrics["epsilon"] == pytest.approx(dp.plan.spent_release(1)) and metrics["survivors"] == 3
+    )
     change = torch.cat([server.params[k].reshape(-1) for k in ("a", "b")])
     scale = 0.5 / np.sqrt(20010)  # each big update clipped to 0.5: every entry 0.5/√n
     signal = 0.01 * torch.cat([deltas[0][k].reshape(-1) for k in ("a", "b")]) + 2 * scale
@@ -587,7 +591,7 @@ def test_one_mechanism_releases_the_same_in_the_simulator_the_audit_and_flower(
     simulated, simulated_metrics = PrivateSum(dp)(sent, base, round_plan)
     after = dp.state_dict()
     assert after != start and {"clip_norm", "unclipped", "epsilon"} <= set(simulated_metrics)
-    assert simulated_metrics["epsilon"] == plan.spent(2)
+    assert simulated_metrics["epsilon"] == plan.spent_release(2)
 
     # the audit: the same users' output through SecAgg+ as the transport
     dp.load_state_dict(start)

@@ -93,7 +93,7 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     std z_Δ·√(Σ_r C_r² m′_r / m_min) / (qN) (the clipped updates are negligible beside it)."""
     from uvsdk import Verifier
     from uvtrain.checkpoints import read_checkpoint
-    from uvtrain.privacy import epsilon
+    from uvtrain.privacy import epsilon_release, epsilon_server
     from uvtrain.rounds import poisson_cohort
 
     _, root, devices = federation
@@ -131,10 +131,13 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     assert sampled == [2, 4] and metrics[0]["skipped"] and metrics[0]["survivors"] == 0
     assert "round 1: 2 device(s) sampled, fewer than the 3" in log
     for row in metrics:  # the ε spent so far, in the metrics and on each round's log line
-        spent = epsilon(z, 0.75, row["round"], privacy["delta"])
+        spent = epsilon_release(z, 0.75, row["round"], privacy["delta"])
         assert row["epsilon"] == pytest.approx(spent)
         assert f"round {row['round']}/2: " in log
         assert f"ε spent {spent:.3g} of {privacy['epsilon']:.3g}" in log
+        server = epsilon_server(z, row["round"], privacy["delta"])  # a device in every round
+        assert row["epsilon_server"] == pytest.approx(server)
+        assert f"(against the server {server:.3g} of {privacy['epsilon_server']:.3g})" in log
     assert metrics[1]["survivors"] == 4 and metrics[1]["clip_norm"] == 0.05
     checkpoint = read_checkpoint(out / "checkpoint.pt")
     assert checkpoint["privacy"]["clip_norm"] != 0.05  # adaptive: moved by round 2's count

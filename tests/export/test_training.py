@@ -49,6 +49,7 @@ def test_a_dp_feduv_export_says_so_and_enrolls_by_prototype(
     assert privacy is not None and privacy.mechanism == "central"
     assert (privacy.epsilon, privacy.delta) == (spent["epsilon"], spent["delta"])
     assert privacy.membership_eer_floor == spent["membership_eer_floor"]
+    assert privacy.epsilon_server == spent["epsilon_server"] > spent["epsilon"]
     assert privacy.simulated_deployment is False
 
     verifier = Verifier(bundle_path, store=tmp_path / "store", passphrase=PASSPHRASE)
@@ -65,6 +66,7 @@ def test_run_training_follows_the_output_kind_and_the_privacy() -> None:
         "delta": 1e-6,
         "membership_eer_floor": 0.39,
         "simulated_deployment": {"noise_cohort": 1000, "population": 10**6},
+        "epsilon_server": 22.4,
     }
     stated = run_training({"privacy": privacy}, "feduv", "codeword")
     assert stated["enrollment"] == "prototype"
@@ -74,7 +76,15 @@ def test_run_training_follows_the_output_kind_and_the_privacy() -> None:
         "delta": 1e-6,
         "simulated_deployment": True,
         "membership_eer_floor": 0.39,
+        "epsilon_server": 22.4,
     }
+    # a report from before ε against the server: computed from its noise, a user in every
+    # round; z = 1 over one round at δ 1e-6 is the Gaussian mechanism's 4.8866 (Balle and
+    # Wang's closed form, by hand in tests/trainer/test_privacy.py)
+    older = {**privacy, "noise_multiplier": 1.0, "rounds": 1}
+    del older["epsilon_server"]
+    computed = run_training({"privacy": older}, "feduv", "codeword")["privacy"]
+    assert computed["epsilon_server"] == pytest.approx(4.886554, abs=1e-5)
     assert run_training({"privacy": None}, "feduv", "codeword")["enrollment"] == "codeword"
     assert run_training({"privacy": None}, "fedhide", "embedding")["enrollment"] == "prototype"
     assert run_training({"privacy": privacy}, "fedhide", "embedding")["enrollment"] == "prototype"

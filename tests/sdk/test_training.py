@@ -60,6 +60,16 @@ def test_training_round_trips_and_absent_means_not_stated(
     assert Manifest.from_dict(manifest.to_dict()).training == manifest.training
     plain = with_training(initial_codeword_bundle, tmp_path / "null.uvb", None)
     assert Bundle(plain).manifest.training is None
+    # epsilon_server: absent (bundles before spec version 5) is not stated; present, validated
+    from uvsdk.training import Privacy
+
+    assert manifest.training.privacy.epsilon_server is None
+    stated = {**DP_FEDUV["privacy"], "epsilon_server": 22.4}
+    privacy = Privacy.from_dict(stated)
+    assert privacy.epsilon_server == 22.4 and privacy.to_dict() == {**stated, "epsilon": 8}
+    for bad in (0, -1.0, "22", True, None, float("inf")):
+        with pytest.raises(BundleError, match="epsilon_server"):
+            Privacy.from_dict({**stated, "epsilon_server": bad})
 
 
 def test_codeword_enrollment_is_refused_on_an_embedding_bundle(spectral_bundle: Path) -> None:
@@ -176,8 +186,18 @@ def test_info_states_the_training_and_what_codeword_mode_costs(
     shown = uvsdk("info", "--bundle", dp, "--store", tmp_path / "store")
     assert shown.exit_code == 0, shown.stderr
     assert (
-        "training: feduv, user-level DP ε = 8, δ = 1e-06 (central), at a simulated deployment "
-        "scale" in shown.stdout
+        "training: feduv, user-level DP: ε = 8 against anyone who sees the released model, ε "
+        "against the server that ran training not stated (δ = 1e-06, central), at a simulated "
+        "deployment scale" in shown.stdout
+    )
+    stated = {**DP_FEDUV, "privacy": {**DP_FEDUV["privacy"], "epsilon_server": 22.4245,
+                                       "mechanism": "distributed", "simulated_deployment": False}}  # fmt: skip
+    server = with_training(initial_codeword_bundle, tmp_path / "server.uvb", stated)
+    shown = uvsdk("info", "--bundle", server, "--store", tmp_path / "store")
+    assert shown.exit_code == 0, shown.stderr
+    assert (
+        "training: feduv, user-level DP: ε = 8 against anyone who sees the released model, "
+        "ε = 22.4 against the server that ran training (δ = 1e-06, distributed)\n" in shown.stdout
     )
     assert "enrollment: prototype by default" in shown.stdout
     assert "its EER cannot go below 0.39 here" in shown.stdout

@@ -233,7 +233,7 @@ def test_a_secure_round_under_dp_clips_each_update_before_secagg(feduv: tuple) -
     before = dict(simulation.params)
     result = audit.secure_round(simulation, aggregator)
     assert result.metrics["clipped"] > 0  # FedUV's updates are larger than 0.05
-    assert result.metrics["epsilon"] == simulation.privacy.spent(1)
+    assert result.metrics["epsilon"] == simulation.privacy.spent_release(1)
     released = {k: result.params[k].double() - before[k].double() for k in before}
     norm = math.sqrt(sum(float(v.pow(2).sum()) for v in released.values()))
     parameters = sum(v.numel() for v in released.values())

@@ -28,7 +28,7 @@ def test_the_audited_noise_is_the_deployments_at_epsilon_8(benchmark: ModuleType
     plan = benchmark.deployment_plan(8.0)
     assert plan.noise_multiplier == pytest.approx(0.4468, abs=5e-4)
     assert plan.sampling_rate == pytest.approx(0.001) and plan.rounds == 800
-    assert plan.epsilon <= 8.0 * (1 + 1e-6)
+    assert plan.epsilon_release <= 8.0 * (1 + 1e-6)
 
 
 def test_the_ceiling_against_hand_computed_values(benchmark: ModuleType) -> None:

@@ -19,7 +19,8 @@ from uvtrain.privacy import (  # noqa: E402
     PrivateSum,
     PrivateUsers,
     UserLevelDP,
-    epsilon,
+    epsilon_release,
+    epsilon_server,
     noise_multiplier,
     plan_privacy,
     seeded_noise,
@@ -97,23 +98,23 @@ def test_the_accountant_matches_published_values_and_the_librarys_other_accounta
     # Abadi et al. 2016, "Deep Learning with Differential Privacy", Sec. 3.1: with q = 0.01,
     # σ = 4, δ = 1e-5 and T = 10,000 steps "we have ε ≈ 1.26 using the moments accountant";
     # the RDP analysis of the same sampled Gaussian (Mironov et al. 2019) is at most that
-    ours = epsilon(4.0, 0.01, 10_000, 1e-5)
+    ours = epsilon_release(4.0, 0.01, 10_000, 1e-5)
     assert 0.75 * 1.26 < ours <= 1.26
     # Balle & Wang's analytic Gaussian: multiplier 4.530877117 is exactly (1, 1e-6)-DP without
     # sampling (dp-accounting's rdp test_compute_epsilon_delta_gaussian); RDP within 2 %
-    assert epsilon(4.530877117, 1.0, 1, 1e-6) == pytest.approx(1.0, rel=0.02)
+    assert epsilon_release(4.530877117, 1.0, 1, 1e-6) == pytest.approx(1.0, rel=0.02)
     assert noise_multiplier(1.0, 1.0, 1, 1e-6) == pytest.approx(4.530877117, rel=0.02)
     # the PLD accountant is tight, RDP an upper bound: PLD <= ours, within RDP's slack
     for z, q, rounds, delta in ((4.0, 0.01, 10_000, 1e-5), (1.0, 0.1, 100, 1e-6),
                                 (2.0, 0.5, 3, 1e-6), (0.8, 0.1, 800, 1e-6)):  # fmt: skip
         tight = _pld_epsilon(z, q, rounds, delta)
-        assert tight <= epsilon(z, q, rounds, delta) <= 1.15 * tight
+        assert tight <= epsilon_release(z, q, rounds, delta) <= 1.15 * tight
     # RDP built by hand from dp-accounting's functions, composed by addition over the rounds
     z, q, rounds, delta = 1.3, 0.05, 500, 1e-6
     orders = rdp.DEFAULT_RDP_ORDERS
     per_round = rdp._compute_rdp_poisson_subsampled_gaussian(q, z, orders)
     by_hand, _ = rdp.compute_epsilon(orders, np.asarray(per_round) * rounds, delta)
-    assert epsilon(z, q, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
+    assert epsilon_release(z, q, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
     # and at order 2 the sampled Gaussian's RDP in closed form (Mironov, Talwar and Zhang 2019,
     # Sec. 3.3, integer α): log(1 + q² (e^{1/z²} − 1))
     from uvtrain.privacy import _rdp_per_round
@@ -121,9 +122,115 @@ def test_the_accountant_matches_published_values_and_the_librarys_other_accounta
     table, divergence = _rdp_per_round(z, q)
     assert divergence[table.index(2.0)] == pytest.approx(math.log1p(q**2 * math.expm1(z**-2)))
     # and ε grows with the rounds and the rate, and falls with the noise
-    assert epsilon(1.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.1, 200, 1e-5)
-    assert epsilon(1.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.2, 100, 1e-5)
-    assert epsilon(2.0, 0.1, 100, 1e-5) < epsilon(1.0, 0.1, 100, 1e-5)
+    assert epsilon_release(1.0, 0.1, 100, 1e-5) < epsilon_release(1.0, 0.1, 200, 1e-5)
+    assert epsilon_release(1.0, 0.1, 100, 1e-5) < epsilon_release(1.0, 0.2, 100, 1e-5)
+    assert epsilon_release(2.0, 0.1, 100, 1e-5) < epsilon_release(1.0, 0.1, 100, 1e-5)
+
+
+def _analytic_gaussian_epsilon(sigma: float, delta: float) -> float:
+    """``ε`` of one Gaussian mechanism of multiplier ``sigma`` (sensitivity 1) at ``δ``, written
+    here from Balle and Wang (ICML 2018), Theorem 8: ``δ(ε) = Φ(1/(2σ) − εσ) −
+    e^ε Φ(−1/(2σ) − εσ)``, solved for ``ε`` by scipy's root finder (the log-CDF keeps
+    ``e^ε Φ(·)`` finite: ε − (1/(2σ) + εσ)²/2 ≤ 0)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(value: float) -> float:
+        tail = math.exp(value + norm.logcdf(-1 / (2 * sigma) - value * sigma))
+        return norm.cdf(1 / (2 * sigma) - value * sigma) - tail - delta
+
+    return brentq(excess, 0.0, 1e6, xtol=1e-12, rtol=1e-12)  # the exponent stays ≤ 0
+
+
+def test_the_server_epsilon_is_the_gaussian_mechanism_over_the_rounds_joined() -> None:
+    """No amplification: k rounds of multiplier z against the server are one Gaussian mechanism
+    of multiplier z/√k. Three routes besides ours: the closed form by hand, dp-accounting's PLD
+    accountant composing GaussianDpEvent(z) k times, and its RDP accountant (an upper bound)."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant as pld
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    adjacency = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    for z, k, delta in ((1.0, 1, 1e-6), (2.0, 50, 1e-6), (0.447, 1, 2.5e-7), (1.5, 30, 1e-5)):
+        ours = epsilon_server(z, k, delta)
+        assert ours == pytest.approx(_analytic_gaussian_epsilon(z / math.sqrt(k), delta), rel=1e-7)
+        composed = pld.PLDAccountant(adjacency)
+        composed.compose(dp_accounting.GaussianDpEvent(z), k)
+        assert ours == pytest.approx(composed.get_epsilon(delta), rel=1e-5)
+        renyi = rdp.RdpAccountant(neighboring_relation=adjacency)
+        renyi.compose(dp_accounting.GaussianDpEvent(z), k)
+        assert ours < renyi.get_epsilon(delta) < 1.1 * ours  # RDP: an upper bound, ~6 % loose
+    # the issue's figure: one round of a simulated deployment's noise (z 0.447, δ 2.5e-7)
+    assert epsilon_server(0.447, 1, 2.5e-7) == pytest.approx(13.2, abs=0.05)
+    # more rounds, more ε; more noise, less; none joined, nothing spent; no noise, no bound
+    assert epsilon_server(1.0, 10, 1e-6) < epsilon_server(1.0, 11, 1e-6)
+    assert epsilon_server(2.0, 10, 1e-6) < epsilon_server(1.0, 10, 1e-6)
+    assert epsilon_server(1.0, 0, 1e-6) == 0.0 and epsilon_server(0.0, 3, 1e-6) == math.inf
+    # amplification only helps: the release's ε is below the server's for the same run
+    assert epsilon_release(1.0, 0.1, 100, 1e-6) < epsilon_server(1.0, 100, 1e-6)
+    # and at q = 1 (everyone in every round) the two differ only by RDP's slack
+    assert 1.0 < epsilon_release(1.0, 1.0, 10, 1e-6) / epsilon_server(1.0, 10, 1e-6) < 1.1
+
+
+def test_the_plan_states_both_epsilons_and_whom_each_holds_against() -> None:
+    plan = plan_privacy("distributed", clip_norm=1.0, rounds=200, cohort=10, users=100,
+                        target_epsilon=4.0)  # fmt: skip
+    assert plan is not None
+    z, delta = plan.noise_multiplier, plan.delta
+    report = plan.report()
+    assert report["epsilon"] == report["epsilon_release"] == epsilon_release(z, 0.1, 200, delta)
+    # before training, the most rounds a user can join: all 200 (Poisson sampling has no cap)
+    assert (
+        report["server_participations"] == 200
+        and "can join" in report["server_participations_basis"]
+    )
+    hand = _analytic_gaussian_epsilon(z / math.sqrt(200), delta)
+    assert report["epsilon_server"] == pytest.approx(hand, rel=1e-7)
+    assert report["expected_participations"] == pytest.approx(20.0)  # q·R
+    expected = _analytic_gaussian_epsilon(z / math.sqrt(20), delta)
+    assert report["epsilon_server_expected"] == pytest.approx(expected, rel=1e-7)
+    assert report["epsilon_release"] < report["epsilon_server_expected"] < report["epsilon_server"]
+    assert "the server that ran training" in report["adversaries"]
+    assert "PLD" in report["server_accountant"]
+    line = plan.describe()
+    assert f"ε = {plan.epsilon_release:.3g} against anyone who sees the released model" in line
+    assert f"ε = {hand:.3g} against the server that ran training, for a user in all 200" in line
+    # after training: the most rounds any user joined
+    joined = plan.report(joined=31)
+    assert (
+        joined["server_participations"] == 31 and "joined" in joined["server_participations_basis"]
+    )
+    assert joined["epsilon_server"] == pytest.approx(
+        _analytic_gaussian_epsilon(z / math.sqrt(31), delta), rel=1e-7
+    )
+    # central noise: the server adds it and sees the updates; the line says nothing bounds it
+    central = replace(plan, mechanism="central")
+    assert "nothing bounds the server" in central.report()["adversaries"]
+    assert "not the server" in central.describe()
+
+
+def test_at_simulated_deployment_scale_the_server_epsilon_is_a_deployments_users() -> None:
+    """A deployment's user's rounds carry z; the simulation's own users' carry z·m/M, and they
+    join far more often: their ε is stated beside, far larger."""
+    plan = plan_privacy("central", clip_norm=0.1, rounds=800, cohort=100, users=1000,
+                        target_epsilon=8.0, noise_cohort=1000, population=1_000_000)  # fmt: skip
+    assert plan is not None
+    z, delta = plan.noise_multiplier, plan.delta
+    report = plan.report(joined=95)
+    assert report["server_participations"] == 800  # a deployment's user, every round
+    assert report["epsilon_server"] == pytest.approx(
+        _analytic_gaussian_epsilon(z / math.sqrt(800), delta), rel=1e-7
+    )
+    assert report["expected_participations"] == pytest.approx(0.8)  # M/N_dep · R
+    one = _analytic_gaussian_epsilon(z, delta)  # ⌈0.8⌉ = 1 round
+    assert report["epsilon_server_expected"] == pytest.approx(one, rel=1e-7)
+    simulated = report["simulated_deployment"]
+    assert simulated["simulated_users_participations"] == 95
+    assert simulated["simulated_users_epsilon_server"] == pytest.approx(
+        _analytic_gaussian_epsilon(z * 0.1 / math.sqrt(95), delta), rel=1e-7
+    )
+    assert simulated["simulated_users_epsilon_server"] > 100 * report["epsilon_server_expected"]
+    assert "simulation's own users far less private" in plan.describe()
 
 
 def test_delta_defaults_below_one_over_n_to_the_1_1() -> None:
@@ -138,14 +245,14 @@ def test_a_target_epsilon_sets_a_noise_that_spends_at_most_it() -> None:
     plan = plan_privacy("central", clip_norm=1.0, rounds=50, cohort=10, users=100,
                         target_epsilon=4.0)  # fmt: skip
     assert plan is not None and plan.delta == 1e-6 and plan.sampling_rate == 0.1
-    assert 3.9 < plan.epsilon <= 4.0
-    assert plan.spent(10) < plan.spent(50) == pytest.approx(plan.epsilon)
+    assert 3.9 < plan.epsilon_release <= 4.0
+    assert plan.spent_release(10) < plan.spent_release(50) == pytest.approx(plan.epsilon_release)
     report = plan.report()
     assert report["sampling"] == "poisson" and report["expected_cohort"] == 10
     assert report["neighboring_relation"] == "add-or-remove-one"
     assert "PoissonSampledDpEvent" in report["accountant"]
     assert report["noise_multiplier"] == report["update_noise_multiplier"] == plan.noise_multiplier
-    assert report["clip_count_std"] is None and report["epsilon"] == plan.epsilon
+    assert report["clip_count_std"] is None and report["epsilon"] == plan.epsilon_release
     for bad in (0.0, -1.0):
         with pytest.raises(ConfigError, match="positive"):
             plan_privacy("central", clip_norm=1.0, rounds=5, cohort=2, users=10,
@@ -200,8 +307,10 @@ def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
     assert report["clip_count_std"] == 5.0 and report["clip_count_bits"] == "±½"
     # the plan spends what the sampled Gaussian of the z made by hand from z_Δ and σ_b spends
     pair = (plan.update_noise**-2 + (0.5 / 5.0) ** 2) ** -0.5
-    assert plan.epsilon == pytest.approx(epsilon(pair, 0.1, 50, plan.delta), rel=1e-6)
-    assert plan.epsilon == pytest.approx(_pld_epsilon(pair, 0.1, 50, plan.delta), rel=0.15)
+    assert plan.epsilon_release == pytest.approx(
+        epsilon_release(pair, 0.1, 50, plan.delta), rel=1e-6
+    )
+    assert plan.epsilon_release == pytest.approx(_pld_epsilon(pair, 0.1, 50, plan.delta), rel=0.15)
     # a count noise too small for the budget is refused, not turned into a wrong z
     with pytest.raises(ConfigError, match="clip-count-std"):
         plan_privacy("distributed", clip_norm=0.1, rounds=50, cohort=6, users=60,
@@ -281,7 +390,7 @@ def test_the_flower_plan_spends_exactly_what_the_simulator_plans() -> None:
     assert simulated is not None and deployed is not None
     assert deployed.report() == simulated.report()
     for rounds in (1, 17, 40):
-        assert deployed.spent(rounds) == simulated.spent(rounds)
+        assert deployed.spent_release(rounds) == simulated.spent_release(rounds)
 
 
 def test_a_simulated_deployment_cohort_gets_the_deployments_noise_and_epsilon() -> None:
@@ -299,7 +408,7 @@ def test_a_simulated_deployment_cohort_gets_the_deployments_noise_and_epsilon() 
     assert simulated.noise_multiplier == deployed.noise_multiplier
     assert simulated.delta == deployed.delta == pytest.approx(1e6**-1.1)
     assert simulated.count_std == deployed.count_std == 50.0  # M / 20
-    assert simulated.epsilon == pytest.approx(deployed.epsilon)
+    assert simulated.epsilon_release == pytest.approx(deployed.epsilon_release)
     assert simulated.noise_scale == pytest.approx(0.01)
     assert "SIMULATED DEPLOYMENT SCALE" in simulated.describe()
     assert simulated.report()["simulated_deployment"]["noise_cohort"] == 1000
@@ -392,6 +501,23 @@ def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
     ]
     spent = [x["epsilon"] for x in lines]
     assert spent == sorted(spent) and spent[-1] == pytest.approx(privacy["epsilon"])
+    # against the server: each line a user in every round so far; the report the most rounds
+    # any client joined, replayed here from the selection's own draws
+    from uvtrain.rounds import poisson_cohort
+
+    assert privacy["epsilon_release"] == privacy["epsilon"]
+    z, delta = privacy["noise_multiplier"], privacy["delta"]
+    for line in lines:
+        by_hand = _analytic_gaussian_epsilon(z / math.sqrt(line["round"]), delta)
+        assert line["epsilon_server"] == pytest.approx(by_hand, rel=1e-7)
+    joined = np.zeros(8, dtype=int)
+    for round_number in (1, 2, 3):
+        joined[poisson_cohort(0, round_number, 8, 0.5)] += 1
+    assert privacy["server_participations"] == joined.max() >= 1
+    by_hand = _analytic_gaussian_epsilon(z / math.sqrt(joined.max()), delta)
+    assert privacy["epsilon_server"] == pytest.approx(by_hand, rel=1e-7)
+    assert privacy["epsilon_server"] > privacy["epsilon_release"]
+    assert "against the server that ran training" in straight.output  # the plan line
     norms = [x["clip_norm"] for x in lines]
     assert (len(set(norms)) == 3) if adaptive else norms == [0.5] * 3
     assert (privacy["adaptive_clipping"] is not None) == adaptive
@@ -453,7 +579,7 @@ def test_a_dp_round_copes_with_a_cohort_of_none_or_one(
         noise = std * torch.randn(value.shape, generator=server)
         torch.testing.assert_close(simulation.params[name], value + noise / 4.0)
     assert simulation.mechanism.clip_norm != norm  # moved by the count's noise alone
-    assert result.metrics["epsilon"] == simulation.privacy.spent(1)
+    assert result.metrics["epsilon"] == simulation.privacy.spent_release(1)
     assert all(torch.equal(v, simulation.shared[k]) for k, v in shared.items())
     one = simulation.next_round(path=path)
     assert one.metrics["clients"] == 1 and simulation.round == 2
@@ -494,8 +620,13 @@ def test_fedgns_proxy_is_accounted_as_a_gaussian_mechanism() -> None:
     from uvtrain.algorithms import FedGN
     from uvtrain.privacy import release_epsilon
 
-    # Δ = 2 (unit prototypes), σ = 2 × 4.530877117: dp-accounting's (1, 1e-6) example
-    assert release_epsilon(2 * 4.530877117, 2.0, 1, 1e-6) == pytest.approx(1.0, rel=0.02)
+    # Δ = 2 (unit prototypes): the Gaussian mechanism of multiplier σ/Δ, as the closed form
+    # written by hand gives it (σ = 2: multiplier 1), and composed over the releases
+    by_hand = _analytic_gaussian_epsilon(1.0, 1e-6)
+    assert release_epsilon(2.0, 2.0, 1, 1e-6) == pytest.approx(by_hand, rel=1e-7)
+    assert release_epsilon(2.0, 2.0, 9, 1e-6) == pytest.approx(
+        _analytic_gaussian_epsilon(1.0 / 3.0, 1e-6), rel=1e-7
+    )
     sigma, sensitivity = FedGN(sigma=0.3).release_noise()
     one = release_epsilon(sigma, sensitivity, 1, 1e-3)
     assert 10 < one < release_epsilon(sigma, sensitivity, 10, 1e-3)  # σ 0.3 protects little

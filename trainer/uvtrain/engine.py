@@ -335,6 +335,23 @@ class Simulation(GlobalModel):
             return np.sort(np.arange(start, start + count) % self.num_clients)
         return sample_cohort(self.config.seed, round_number, self.num_clients, count)
 
+    def report_extra(self, dataset: Any, folder: Any, seed: int) -> dict[str, Any]:
+        """``privacy`` under DP: the plan's report with ε against the server at the most rounds
+        any client joined (:meth:`participations`)."""
+        if self.privacy is None:
+            return {}
+        joined = int(self.participations(self.round).max(initial=0))
+        return {"privacy": self.privacy.report(joined)}
+
+    def participations(self, rounds: int) -> np.ndarray:
+        """``[K]`` how many of rounds ``1..rounds`` each client joined, by the selection
+        (:meth:`clients_of_round`, a function of ``(seed, round)``): what the server that drew
+        the cohorts knows (:func:`uvtrain.privacy.epsilon_server`)."""
+        joined = np.zeros(self.num_clients, dtype=np.int64)
+        for round_number in range(1, rounds + 1):
+            joined[self.clients_of_round(round_number)] += 1
+        return joined
+
     def batches_of_round(self, round_number: int, clients: np.ndarray) -> Tensor:
         """``[m, E, B, ...]`` samples: each client's E batches, drawn from ``(seed, round)``; with
         ``crop``, each 1-D sample (audio) is cut to a random window of ``crop`` steps; with

@@ -51,12 +51,27 @@ averaging of ``M`` users' signal (it averages ``m``): its accuracy is the deploy
 as the ``m``-user mean stands for the ``M``-user one, which is why every report names such a run
 "simulated deployment scale", never a real cohort.
 
-**Accounting** (:func:`epsilon`, :func:`noise_multiplier`): Google's ``dp-accounting`` RDP
-accountant with ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (Mironov, Talwar and Zhang,
-"Rényi Differential Privacy of the Sampled Gaussian Mechanism", 2019) composed over the run's
-rounds, under add/remove-one adjacency (one user's data present or absent) — the guarantee
-DP-FedAvg's literature states (McMahan et al. 2018, Andrew et al. 2021). Everything random is
-drawn from ``(seed, round, client)``, so a resumed DP run is bit-exact.
+**Accounting: two ε, against two adversaries.** Both under add/remove-one adjacency (one user's
+data present or absent), for the same ``δ``:
+
+- :func:`epsilon_release` (and :func:`noise_multiplier`, which a budget sets the noise by): Google's
+  ``dp-accounting`` RDP accountant with ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``
+  (Mironov, Talwar and Zhang, "Rényi Differential Privacy of the Sampled Gaussian Mechanism",
+  2019) composed over the run's rounds — the guarantee DP-FedAvg's literature states (McMahan et
+  al. 2018, Andrew et al. 2021). It rests on amplification by subsampling, so it holds against
+  whoever sees the released models but does not know who was sampled.
+- :func:`epsilon_server`: the server draws each round's cohort (from a seed it holds, in the
+  simulator and on Flower alike), so against it there is no amplification: a user who joined
+  ``k`` rounds is protected by the Gaussian mechanism of multiplier ``z`` composed ``k`` times,
+  which is exactly one Gaussian mechanism of multiplier ``z/√k``, computed in closed form
+  (Balle and Wang, ICML 2018, Theorem 8; dp-accounting's PLD ``GaussianPrivacyLoss``). Before
+  training ``k`` is the most rounds a user can join (Poisson sampling has no cap: every round),
+  with the expected ``⌈qR⌉`` beside it; after a simulation, the most rounds any of its users
+  joined. In ``distributed`` the server sees only the noisy sums, so this is the guarantee
+  against it; in ``central`` it adds the noise itself and sees the updates, so nothing bounds
+  it, and this ε holds against anyone else who learns the cohorts (its logs, its operator).
+
+Everything random is drawn from ``(seed, round, client)``, so a resumed DP run is bit-exact.
 """
 
 from __future__ import annotations
@@ -85,6 +100,21 @@ MECHANISMS = ("off", "central", "distributed")
 SAMPLING = "poisson"
 NEIGHBORING_RELATION = "add-or-remove-one"
 ACCOUNTANT = "RDP, dp-accounting PoissonSampledDpEvent(q, GaussianDpEvent(z))"
+SERVER_ACCOUNTANT = (
+    "PLD, dp-accounting GaussianPrivacyLoss(z/sqrt(k)): the Gaussian mechanism composed over k "
+    "participations, no amplification, exact (Balle and Wang 2018)"
+)
+#: Who each ε holds against, by placement (``report.json``'s ``privacy.adversaries``).
+ADVERSARIES = {
+    "distributed": "epsilon_release: against anyone who sees the released models but not who "
+    "was sampled (amplification by subsampling); epsilon_server: against the server that ran "
+    "training, which draws the cohorts and sees only noisy sums (no amplification, over "
+    "server_participations rounds)",
+    "central": "epsilon_release: against anyone who sees the released models but not who was "
+    "sampled (amplification by subsampling); epsilon_server: against anyone who also knows the "
+    "cohorts (no amplification, over server_participations rounds); nothing bounds the server "
+    "itself, which adds the noise and sees the updates",
+}
 #: The clip-count bits' convention (:meth:`UserLevelDP.user_half`).
 COUNT_BITS = "±½"
 
@@ -118,10 +148,11 @@ def _rdp_per_round(noise: float, sampling_rate: float) -> tuple[tuple[float, ...
     return tuple(accountant._orders), np.asarray(accountant._rdp, dtype=np.float64)
 
 
-def epsilon(noise: float, sampling_rate: float, rounds: int, delta: float) -> float:
+def epsilon_release(noise: float, sampling_rate: float, rounds: int, delta: float) -> float:
     """The add/remove ``ε`` of ``rounds`` rounds of the Gaussian sum with noise multiplier
     ``noise`` (relative to the clip norm ``C``) on Poisson-sampled cohorts of rate
-    ``sampling_rate`` (:func:`round_event`), for ``δ`` (``inf`` without noise)."""
+    ``sampling_rate`` (:func:`round_event`), for ``δ`` (``inf`` without noise): the guarantee
+    against whoever sees the released models but not the cohorts (RDP accountant)."""
     if rounds <= 0:
         return 0.0
     if noise <= 0:
@@ -131,6 +162,54 @@ def epsilon(noise: float, sampling_rate: float, rounds: int, delta: float) -> fl
     orders, per_round = _rdp_per_round(float(noise), float(sampling_rate))
     value, _ = rdp.compute_epsilon(orders, per_round * rounds, delta)
     return float(value)
+
+
+@lru_cache(maxsize=4096)
+def epsilon_server(noise: float, participations: int, delta: float) -> float:
+    """The add/remove ``ε`` against the server that picks the cohorts, for a user who joined
+    ``participations`` rounds of the Gaussian sum with noise multiplier ``noise``: no
+    amplification by subsampling (the server knows who was sampled), so the Gaussian mechanism
+    of sensitivity ``C`` composed ``k`` times — exactly one Gaussian mechanism of multiplier
+    ``noise/√k`` (the sum of ``k`` independent Gaussian releases is sufficient for them).
+
+    Its privacy profile is in closed form (Balle and Wang, "Improving the Gaussian Mechanism for
+    Differential Privacy", ICML 2018, Theorem 8), ``δ(ε) = Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ)``
+    with ``σ = noise/√k``: dp-accounting's PLD ``GaussianPrivacyLoss.get_delta_for_epsilon``;
+    ``ε`` is found by bisection to a relative 10⁻⁹. ``0`` for no participation, ``inf``
+    without noise.
+
+    Parameters
+    ----------
+    noise:
+        ``z``, the noise multiplier of each round's sum (relative to the clip norm).
+    participations:
+        ``k``, the rounds the user joined (or can join).
+    delta:
+        ``δ``.
+    """
+    if participations <= 0:
+        return 0.0
+    if noise <= 0:
+        return math.inf
+    from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
+
+    loss = GaussianPrivacyLoss(noise / math.sqrt(participations), sensitivity=1.0)
+
+    def profile(value: float) -> float:
+        return float(loss.get_delta_for_epsilon(value))
+
+    if profile(0.0) <= delta:
+        return 0.0
+    low, high = 0.0, 1.0
+    while profile(high) > delta:
+        low, high = high, high * 2
+    while high - low > 1e-9 * high:
+        middle = (low + high) / 2
+        if profile(middle) > delta:
+            low = middle
+        else:
+            high = middle
+    return high
 
 
 def delta_at(noise: float, sampling_rate: float, rounds: int, epsilon_value: float) -> float:
@@ -167,12 +246,12 @@ def membership_eer_floor(noise: float, sampling_rate: float, rounds: int) -> flo
 
 def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: float) -> float:
     """The smallest noise multiplier ``z`` (to 0.1 %) whose run of ``rounds`` rounds spends at
-    most ``target`` ε (bisection on :func:`epsilon`, which falls as ``z`` grows)."""
+    most ``target`` ε (bisection on :func:`epsilon_release`, which falls as ``z`` grows)."""
     if not target > 0:
         raise ConfigError(f"--dp-epsilon must be positive, not {target}")
 
     def spent(noise: float) -> float:
-        return epsilon(noise, sampling_rate, rounds, delta)
+        return epsilon_release(noise, sampling_rate, rounds, delta)
 
     low, high = 0.0, 1.0
     while spent(high) > target:
@@ -240,15 +319,13 @@ def effective_noise_multiplier(update_noise: float, count_std: float) -> float:
 def release_epsilon(sigma: float, sensitivity: float, releases: int, delta: float) -> float:
     """``ε`` of ``releases`` releases of a value of L2 sensitivity ``sensitivity`` (between any
     two users' values), each with ``N(0, σ² I)`` added: the Gaussian mechanism of
-    multiplier ``σ / Δ`` composed without sampling (the server knows who sent), by the same RDP
-    accountant as :func:`epsilon`.
+    multiplier ``σ / Δ`` composed without sampling (the server knows who sent):
+    :func:`epsilon_server` of that multiplier.
 
     FedGN's proxy ``normalize(w + σ n)`` of a unit prototype ``w`` is this mechanism with
     ``Δ = 2`` (any unit vector against any other) followed by a normalisation, which is
     post-processing and spends nothing more (FedHide paper, eq. 5 and the remark after it)."""
-    if releases <= 0:
-        return 0.0
-    return epsilon(sigma / sensitivity, 1.0, releases, delta)
+    return epsilon_server(sigma / sensitivity, releases, delta)
 
 
 @dataclass(frozen=True)
@@ -303,14 +380,53 @@ class PrivacyPlan:
         return None if self.adaptive is None else self.adaptive.count_std
 
     @property
-    def epsilon(self) -> float:
-        """The ``ε`` of the whole run."""
-        return self.spent(self.rounds)
+    def epsilon_release(self) -> float:
+        """The ``ε`` of the whole run against whoever sees the released models
+        (:func:`epsilon_release`, with amplification by subsampling)."""
+        return self.spent_release(self.rounds)
 
-    def spent(self, rounds: int) -> float:
-        """The ``ε`` spent after ``rounds`` rounds (:func:`epsilon` of ``z``: with adaptive
-        clipping the pair ``z_Δ``, ``σ_b`` is as private as ``z``)."""
-        return epsilon(self.noise_multiplier, self.sampling_rate, rounds, self.delta)
+    def spent_release(self, rounds: int) -> float:
+        """The release's ``ε`` after ``rounds`` rounds (:func:`epsilon_release` of ``z``: with
+        adaptive clipping the pair ``z_Δ``, ``σ_b`` is as private as ``z``)."""
+        return epsilon_release(self.noise_multiplier, self.sampling_rate, rounds, self.delta)
+
+    def spent_server(self, rounds: int) -> float:
+        """The ``ε`` against the server after ``rounds`` rounds for a user in every one of
+        them, the most Poisson sampling allows (:func:`epsilon_server` of ``z``)."""
+        return self.epsilon_server_at(rounds)
+
+    def epsilon_server_at(self, participations: int) -> float:
+        """The ``ε`` against the server of a user who joined ``participations`` rounds (at
+        simulated deployment scale: a deployment's user, whose rounds carry the full ``z``)."""
+        return epsilon_server(self.noise_multiplier, participations, self.delta)
+
+    @property
+    def epsilon_server(self) -> float:
+        """The ``ε`` against the server of a user who joins every round
+        (:attr:`server_participations`)."""
+        return self.epsilon_server_at(self.server_participations)
+
+    @property
+    def server_participations(self) -> int:
+        """The most rounds one user can join: all of them (Poisson sampling has no cap)."""
+        return self.rounds
+
+    @property
+    def expected_participations(self) -> float:
+        """``qR``: the rounds a user joins on average (a deployment's user at simulated
+        deployment scale: ``M/N_dep · R``)."""
+        return self.sampling_rate * self.rounds
+
+    @property
+    def expected_server_participations(self) -> int:
+        """``⌈qR⌉``: the expected rounds rounded up to a count a user can join (at least 1)."""
+        return max(1, math.ceil(round(self.expected_participations, 9)))
+
+    def simulated_users_epsilon_server(self, participations: int) -> float:
+        """At simulated deployment scale, the ``ε`` against the server of one of the
+        simulation's own users who joined ``participations`` rounds: each of its rounds
+        carries the noise scaled by ``m/M`` (:attr:`noise_scale`), multiplier ``z·m/M``."""
+        return epsilon_server(self.noise_multiplier * self.noise_scale, participations, self.delta)
 
     @property
     def membership_eer_floor(self) -> float:
@@ -319,10 +435,34 @@ class PrivacyPlan:
         class-row protocol. Enrollment after training is not bounded by it."""
         return membership_eer_floor(self.noise_multiplier, self.sampling_rate, self.rounds)
 
-    def report(self) -> dict[str, Any]:
+    def report(self, joined: int | None = None) -> dict[str, Any]:
+        """``report.json``'s ``privacy``. ``joined``: the most rounds any of the run's own users
+        joined (the simulator's selection, after training); ``None`` before training, where
+        the most they can join (every round) stands in.
+
+        ``epsilon_server`` is at ``server_participations``: ``joined`` (or every round) for a
+        run's own users; at simulated deployment scale every round for a deployment's user, and
+        the simulation's own users' far larger figure under ``simulated_deployment``."""
+        actual = self.server_participations if joined is None else joined
+        simulated = self.noise_cohort is not None
+        participations = self.server_participations if simulated else actual
+        if simulated:
+            basis = "the most rounds a deployment's user can join (Poisson sampling: every round)"
+        elif joined is None:
+            basis = "the most rounds a user can join (Poisson sampling: every round)"
+        else:
+            basis = "the most rounds any of the run's users joined (its selection)"
+        expected = self.expected_server_participations
         return {
             "mechanism": self.mechanism,
-            "epsilon": self.epsilon,
+            "epsilon": self.epsilon_release,
+            "epsilon_release": self.epsilon_release,
+            "epsilon_server": self.epsilon_server_at(participations),
+            "server_participations": participations,
+            "server_participations_basis": basis,
+            "expected_participations": self.expected_participations,
+            "epsilon_server_expected": self.epsilon_server_at(expected),
+            "adversaries": ADVERSARIES[self.mechanism],
             "membership_eer_floor": self.membership_eer_floor,
             "delta": self.delta,
             "noise_multiplier": self.noise_multiplier,
@@ -336,23 +476,50 @@ class PrivacyPlan:
             "sampling_rate": self.sampling_rate,
             "sampling": SAMPLING,
             "accountant": ACCOUNTANT,
+            "server_accountant": SERVER_ACCOUNTANT,
             "neighboring_relation": NEIGHBORING_RELATION,
             "adaptive_clipping": None
             if self.adaptive is None
             else self.adaptive.report(self.noise_multiplier),
             "simulated_deployment": None
-            if self.noise_cohort is None
+            if not simulated
             else {
                 "noise_cohort": self.noise_cohort,
                 "population": self.population,
                 "noise_scale": self.noise_scale,
                 "note": "noise and ε of cohorts of noise_cohort from population; the "
                 "simulation averaged expected_cohort of users real users per round",
+                "simulated_users_participations": actual,
+                "simulated_users_epsilon_server": self.simulated_users_epsilon_server(actual),
+                "simulated_users_note": "the simulation's own users are far less private than "
+                "the deployment's: each of their rounds carries noise_scale of the noise",
             },
         }
 
+    def describe_server(self) -> str:
+        """``ε = 151 against the server that ran training, for a user in all 800 rounds (28.2
+        in the expected 80)``: the server's ``ε`` and who it holds against, for a terminal."""
+        whom = {
+            "distributed": "the server that ran training",
+            "central": "anyone who knows the cohorts (with central noise not the server, which "
+            "sees the updates)",
+        }[self.mechanism]
+        user = "a deployment's user" if self.noise_cohort is not None else "a user"
+        expected = self.expected_server_participations
+        text = (
+            f"ε = {self.epsilon_server:.3g} against {whom}, for {user} in all {self.rounds} "
+            f"rounds ({self.epsilon_server_at(expected):.3g} in the expected {expected})"
+        )
+        if self.noise_cohort is not None:
+            text += (
+                f"; the simulation's own users far less private: each of their rounds has "
+                f"{self.noise_scale:.3g} of that noise, ε = "
+                f"{self.simulated_users_epsilon_server(self.rounds):.3g} in all {self.rounds}"
+            )
+        return text
+
     def describe(self) -> str:
-        """One line for a terminal: the mechanism, ``ε`` and ``δ``, and what they rest on."""
+        """One line for a terminal: the mechanism, both ``ε`` and ``δ``, and what they rest on."""
         count = "" if self.adaptive is None else f", z_Δ = {self.update_noise:.4g}, σ_b = "
         count += "" if self.adaptive is None else f"{self.count_std:.3g} on {COUNT_BITS} bits"
         if self.noise_cohort is None:
@@ -364,7 +531,8 @@ class PrivacyPlan:
                 f"{self.noise_scale:.3g} onto the {self.cohort} of {self.users} simulated"
             )
         return (
-            f"user-level DP, {self.mechanism}: ε = {self.epsilon:.3g}, δ = {self.delta:.2g} "
+            f"user-level DP, {self.mechanism}: ε = {self.epsilon_release:.3g} against anyone who "
+            f"sees the released model, {self.describe_server()}; δ = {self.delta:.2g} "
             f"({NEIGHBORING_RELATION}) over {self.rounds} rounds (z = {self.noise_multiplier:.4g}"
             f"{count}, C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, "
             f"{SAMPLING} sampling q = {self.sampling_rate:.3g}: {cohort})"
@@ -446,9 +614,9 @@ def plan_privacy(
         noise_cohort,
         population,
     )
-    if target_epsilon is not None and plan.epsilon > target_epsilon * (1 + 1e-6):
+    if target_epsilon is not None and plan.epsilon_release > target_epsilon * (1 + 1e-6):
         raise ConfigError(
-            f"this run would spend ε = {plan.epsilon:.3g} > the budget {target_epsilon:g}: "
+            f"this run would spend ε = {plan.epsilon_release:.3g} > the budget {target_epsilon:g}: "
             "lower --rounds or raise --dp-epsilon"
         )
     return plan
@@ -671,7 +839,8 @@ class UserLevelDP:
         ``N(0, σ²)`` (``central``, or an empty cohort's noise alone; in ``distributed`` the
         users' shares are in the sum already); with adaptive clipping the next ``C_r`` from
         ``b̃ = (Σ_k b_k + N(0, σ_b²)) / (qN) + ½`` (the server's count noise only where the
-        users added none). Metrics: the round's clip norm, ``b̃`` and the ``ε`` spent."""
+        users added none). Metrics: the round's clip norm, ``b̃`` and the ``ε`` spent, against
+        the release and against the server (:meth:`PrivacyPlan.spent_server`)."""
         clip_norm = self.clip_norm
         server_adds = not (self.distributed and count > 0)
         std = self.update_noise * clip_norm if server_adds else 0.0
@@ -694,7 +863,8 @@ class UserLevelDP:
             metrics["unclipped"] = fraction
             self.clip_norm = self.adaptive.next_clip_norm(clip_norm, fraction)
         if self.plan is not None:
-            metrics["epsilon"] = self.plan.spent(round_number)
+            metrics["epsilon"] = self.plan.spent_release(round_number)
+            metrics["epsilon_server"] = self.plan.spent_server(round_number)
         return released, metrics
 
     def state_dict(self) -> dict[str, float]:

@@ -418,10 +418,11 @@ def storage_note(simulation: Trainer, dataset: FederatedDataset) -> str | None:
 
 def _figures(metrics: dict[str, Any], privacy: PrivacyPlan | None) -> dict[str, str]:
     """What the progress shows of a round's metrics: its loss, the ε spent so far under DP
-    (with its δ)."""
+    (with its δ), against the released model and against the server."""
     figures = {"loss": f"{metrics['loss']:.4f}"}
     if privacy is not None and metrics.get("epsilon") is not None:
         figures["ε spent"] = f"{metrics['epsilon']:.3g} (δ {privacy.delta:.2g})"
+        figures["against the server"] = f"{metrics['epsilon_server']:.3g}"
     return figures
 
 
@@ -459,7 +460,7 @@ def evaluate(
     scored = score_run(simulation, dataset, config.target_tpr)
     atomic_write(folder / SCORES, lambda file: np.savez_compressed(file, **scored["arrays"]))
     extra = {**scored["extra"], **simulation.report_extra(dataset, folder, config.seed)}
-    extra["privacy"] = None if simulation.privacy is None else simulation.privacy.report()
+    extra.setdefault("privacy", None)  # a trainer with DP states it (Simulation.report_extra)
     report = ev.make_report(
         config.method.name,
         dataset.name,

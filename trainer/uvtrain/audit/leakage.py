@@ -56,9 +56,7 @@ def release_privacy(simulation: Simulation) -> dict[str, Any] | None:
     if release is None:
         return None
     sigma, sensitivity = release()
-    sent = np.zeros(simulation.num_clients, dtype=np.int64)
-    for round_number in range(1, simulation.round + 1):
-        sent[simulation.clients_of_round(round_number)] += 1
+    sent = simulation.participations(simulation.round)
     delta = default_delta(simulation.num_clients)
     median, most = int(np.median(sent)), int(sent.max())
     return {

@@ -160,7 +160,7 @@ def disaggregation_entries(
             "whole_decoded": score["whole_decoded"],
             "clients_seen": score["clients_seen"],
             "cohort": int(record["membership"][0].sum()),
-            "epsilon_spent": None if plan is None else plan.spent(score["rounds"]),
+            "epsilon_spent": None if plan is None else plan.spent_release(score["rounds"]),
         }
         for score in scores
     ]
