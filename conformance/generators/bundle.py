@@ -135,6 +135,7 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
         ("cohort-unknown-key", {**with_cohort, "cohort.extra": 1}),
         ("conditions-newline", {"calibration.prototype.conditions": ["clean\n"]}),
         *_training_changes(),
+        *_held_out_changes(base),
         ("extra-keys-kept", {"licence": "CC0"}),
         ("description", {"description": "a line"}),
     ]
@@ -156,15 +157,54 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
                 "model.onnx does not match the manifest's model_sha256",
                 code="bundle.digest-mismatch",
             )
+        digest = {}
+        if error is None and name.startswith("held-out"):  # both cores' digest covers it
+            digest["calibration_sha256"] = Manifest.from_dict(data).calibration.sha256
         cases.append(
             {
                 "name": name,
                 **change,
                 "valid": error is None,
                 **({"error": error.code} if error is not None else {}),
+                **digest,
             }
         )
     return cases
+
+
+def _held_out_changes(base: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The prototype table's ``held_out`` (spec §3.6): valid forms (their calibration digest
+    given), and each malformed one."""
+    fars = [row["far"] for row in base["calibration"]["prototype"]["rows"]]
+    row = {"far": fars[1], "false_accepts": 61, "impostor_trials": 1000, "far_low": 0.0,
+           "far_high": 0.25, "false_rejects": 25, "genuine_trials": 200, "frr_low": 0.05,
+           "frr_high": 0.2}  # fmt: skip
+    second = {**row, "far": fars[2], "false_accepts": 30, "far_high": 0.125}
+    where = "calibration.prototype.held_out"
+    held = {where: {"chains": 8, "min_seconds": 2.0, "rows": [row, second]}}
+    at = f"{where}.rows.0"
+    return [
+        ("held-out", held),
+        ("held-out-one-row", {where: {"chains": 2, "min_seconds": 0, "rows": [second]}}),
+        ("held-out-null", {where: None}),
+        ("held-out-chains-1", {**held, f"{where}.chains": 1}),
+        ("held-out-chains-float", {**held, f"{where}.chains": 8.0}),
+        ("held-out-min-seconds-negative", {**held, f"{where}.min_seconds": -1}),
+        ("held-out-min-seconds-61", {**held, f"{where}.min_seconds": 61}),
+        ("held-out-rows-empty", {**held, f"{where}.rows": []}),
+        ("held-out-rows-reversed", {**held, f"{where}.rows": [second, row]}),
+        ("held-out-rows-twice", {**held, f"{where}.rows": [row, row]}),
+        ("held-out-far-not-a-row", {**held, f"{at}.far": 0.3}),
+        ("held-out-accepts-over-trials", {**held, f"{at}.false_accepts": 1001}),
+        ("held-out-trials-0", {**held, f"{at}.impostor_trials": 0}),
+        ("held-out-pooled-outside-range", {**held, f"{at}.far_high": 0.05}),
+        ("held-out-rate-above-1", {**held, f"{at}.frr_high": 1.5}),
+        ("held-out-row-missing-key", {**held, f"{at}.frr_low": _DELETE}),
+        ("held-out-row-unknown-key", {**held, f"{at}.chain": "fotaq"}),
+        ("held-out-unknown-key", {**held, f"{where}.conditions": ["clean"]}),
+        ("held-out-not-an-object", {where: [row]}),
+        ("held-out-on-codeword-table", {"calibration.codeword.held_out": held[where]}),
+    ]
 
 
 #: a DP-trained FedUV model's ``training`` (spec §3.10)

@@ -424,13 +424,16 @@ def calibrate_vectors(
     top_k: int = DEFAULT_TOP_K,
     groups: Mapping[str, str] | None = None,
     score_norm: str = DEFAULT_SCORE_NORM,
+    seconds: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> Calibrated:
     """The calibration (and cohort, unless ``cohort_size`` is 0 or ``score_norm`` is
     ``none``) of vectors already embedded per condition; conditions where fewer than 2 people
     have more than ``enroll_samples`` vectors are left out (and named in ``data``). ``groups``
     (person → recording chain): impostor trials only within a chain
     (:func:`uvsdk.calibration.measure`), said in ``data``. ``score_norm``: ``as-norm`` over the
-    ``top_k`` nearest cohort vectors (at most half the cohort), ``s-norm`` over all of them."""
+    ``top_k`` nearest cohort vectors (at most half the cohort), ``s-norm`` over all of them.
+    With ``seconds`` (the audio behind each vector) and several chains, the prototype table
+    carries its leave-one-chain-out figures (:func:`uvsdk.calibration.held_out_figures`)."""
     if score_norm not in SCORE_NORM_CHOICES:
         raise ValueError(f"score_norm {score_norm!r}: one of {', '.join(SCORE_NORM_CHOICES)}")
     usable = {
@@ -465,6 +468,7 @@ def calibrate_vectors(
         cohort=cohort,
         cohort_people=cohort_people,
         groups=groups,
+        seconds=None if seconds is None else {c: seconds[c] for c in usable},
     )
     return Calibrated(calibration, cohort_bytes, spec, norm)
 
@@ -550,6 +554,7 @@ def calibrate(
             groups=groups,
             score_norm=score_norm,
             top_k=top_k,
+            seconds=embedded.seconds,
         )
     except ValueError as error:
         where = root if isinstance(root, str | Path) else ", ".join(map(str, root))

@@ -42,6 +42,31 @@ export interface Row {
   falseRejects: number | null;
 }
 
+/** What one row's threshold did on recording chains it was not fitted on (calibration.HeldOutRow). */
+export interface HeldOutRow {
+  far: number;
+  falseAccepts: number;
+  impostorTrials: number;
+  farLow: number;
+  farHigh: number;
+  falseRejects: number;
+  genuineTrials: number;
+  frrLow: number;
+  frrHigh: number;
+}
+
+/** A prototype table's leave-one-chain-out figures (calibration.HeldOut; spec §3.6). */
+export interface HeldOut {
+  chains: number;
+  minSeconds: number;
+  rows: HeldOutRow[];
+}
+
+/** `HeldOut.row_for`: the held-out figures of the table row stating `far`, or null. */
+export function heldOutRowFor(heldOut: HeldOut, far: number): HeldOutRow | null {
+  return heldOut.rows.find((row) => Math.abs(row.far - far) <= 1e-12 * Math.max(1, far)) ?? null;
+}
+
 /** The calibration of one enrollment mode (calibration.Table). */
 export interface Table {
   mode: Mode;
@@ -54,6 +79,8 @@ export interface Table {
   /** The recording conditions the table was measured in (each row holds in the worst of them). */
   conditions: string[];
   rows: Row[];
+  /** Leave-one-chain-out figures of the rows (prototype tables; null when not measured). */
+  heldOut: HeldOut | null;
 }
 
 /** The manifest's `calibration` (calibration.Calibration); `raw` is the object as parsed. */
@@ -150,9 +177,72 @@ export function calibrationToDict(calibration: Pick<Calibration, "version" | "da
         frr: row.frr,
         false_rejects: row.falseRejects,
       })),
+      ...(table.heldOut === null || table.heldOut === undefined ? {} : { held_out: heldOutToDict(table.heldOut) }),
     };
   }
   return out;
+}
+
+/** `HeldOut.to_dict`. */
+export function heldOutToDict(heldOut: HeldOut): Record<string, unknown> {
+  return {
+    chains: heldOut.chains,
+    min_seconds: heldOut.minSeconds,
+    rows: heldOut.rows.map((row) => ({
+      far: row.far,
+      false_accepts: row.falseAccepts,
+      impostor_trials: row.impostorTrials,
+      far_low: row.farLow,
+      far_high: row.farHigh,
+      false_rejects: row.falseRejects,
+      genuine_trials: row.genuineTrials,
+      frr_low: row.frrLow,
+      frr_high: row.frrHigh,
+    })),
+  };
+}
+
+/** `held_out.min_seconds` at most this. */
+export const MAX_MIN_SECONDS = 60;
+const HELD_OUT_ROW_KEYS = ["far", "false_accepts", "impostor_trials", "far_low", "far_high", "false_rejects", "genuine_trials", "frr_low", "frr_high"];
+
+/** `_parse_held_out`: each row names a FAR of the table's rows, in their order; counts within their trials; each pooled rate within its chains' range. */
+function parseHeldOut(spec: JsonValue, where: string, fars: number[]): HeldOut {
+  if (!isObject(spec)) throw new BundleError(`manifest: ${where} must be an object`);
+  const unknown = Object.keys(spec).filter((key) => !["chains", "min_seconds", "rows"].includes(key)).sort();
+  if (unknown.length > 0) throw new BundleError(`manifest: ${where} has an unknown key '${unknown[0]}'`);
+  const chains = count(spec["chains"], `${where}.chains`, 2);
+  const minSeconds = number(spec["min_seconds"], `${where}.min_seconds`, 0, MAX_MIN_SECONDS);
+  const rawRows = spec["rows"];
+  if (!Array.isArray(rawRows) || rawRows.length === 0) throw new BundleError(`manifest: ${where}.rows must be a non-empty list`);
+  const rows: HeldOutRow[] = [];
+  rawRows.forEach((raw, index) => {
+    const at = `${where}.rows[${index}]`;
+    if (!isObject(raw)) throw new BundleError(`manifest: ${at} must be an object`);
+    const extra = Object.keys(raw).filter((key) => !HELD_OUT_ROW_KEYS.includes(key)).sort();
+    if (extra.length > 0) throw new BundleError(`manifest: ${at} has an unknown key '${extra[0]}'`);
+    const far = number(raw["far"], `${at}.far`, 0, MAX_FAR);
+    if (!fars.includes(far)) throw new BundleError(`manifest: ${at}.far ${pyG(far)} is not a FAR of the table's rows`);
+    const part = (rate: string, errors: string, trials: string): [number, number, number, number] => {
+      const total = count(raw[trials], `${at}.${trials}`, 1);
+      const n = count(raw[errors], `${at}.${errors}`);
+      if (n > total) throw new BundleError(`manifest: ${at}.${errors} exceeds ${trials}`);
+      const lo = number(raw[`${rate}_low`], `${at}.${rate}_low`, 0, 1);
+      const hi = number(raw[`${rate}_high`], `${at}.${rate}_high`, 0, 1);
+      if (!(lo - 1e-9 <= n / total && n / total <= hi + 1e-9)) {
+        throw new BundleError(`manifest: ${at}: the pooled ${rate} is not within ${rate}_low..${rate}_high`);
+      }
+      return [n, total, lo, hi];
+    };
+    const [falseAccepts, impostorTrials, farLow, farHigh] = part("far", "false_accepts", "impostor_trials");
+    const [falseRejects, genuineTrials, frrLow, frrHigh] = part("frr", "false_rejects", "genuine_trials");
+    rows.push({ far, falseAccepts, impostorTrials, farLow, farHigh, falseRejects, genuineTrials, frrLow, frrHigh });
+  });
+  const order = rows.map((row) => fars.indexOf(row.far));
+  for (let i = 1; i < order.length; i++) {
+    if (!(order[i]! > order[i - 1]!)) throw new BundleError(`manifest: ${where}.rows must follow the table's rows, each once`);
+  }
+  return { chains, minSeconds, rows };
 }
 
 /**
@@ -270,6 +360,12 @@ function parseTable(mode: Mode, spec: JsonValue | undefined, expectedScore: stri
       throw new BundleError(`manifest: ${where}.rows: the FRR must not fall as the FAR falls`);
     }
   }
+  let heldOut: HeldOut | null = null;
+  const rawHeldOut = spec["held_out"];
+  if (rawHeldOut !== undefined && rawHeldOut !== null) {
+    if (mode !== "prototype") throw new BundleError(`manifest: ${where}.held_out is for the prototype table`);
+    heldOut = parseHeldOut(rawHeldOut, `${where}.held_out`, rows.map((row) => row.far));
+  }
   return {
     mode,
     people,
@@ -279,6 +375,7 @@ function parseTable(mode: Mode, spec: JsonValue | undefined, expectedScore: stri
     score,
     conditions,
     rows,
+    heldOut,
   };
 }
 

@@ -8,7 +8,19 @@ import type { InferenceSession, Tensor } from "onnxruntime-common";
 import * as backoffRules from "./backoff.js";
 import { BackoffPolicy } from "./backoff.js";
 import { scoreScale, type Bundle, type AudioInput, type Code, type Manifest } from "./bundle.js";
-import { DEFAULT_FAR, checkFar, expected, rowFor, userThreshold, type Calibration, type Mode, type Row } from "./calibration.js";
+import {
+  DEFAULT_FAR,
+  checkFar,
+  expected,
+  heldOutRowFor,
+  rowFor,
+  userThreshold,
+  type Calibration,
+  type HeldOut,
+  type HeldOutRow,
+  type Mode,
+  type Row,
+} from "./calibration.js";
 import { bipolar, encode, newMessage, randomUserId } from "./codeword.js";
 import { normalisedLeaveOneOut, type Cohort } from "./cohort.js";
 import {
@@ -110,6 +122,11 @@ export interface EnrollmentReport {
   floored: boolean;
   ownRejected: number;
   advice: string | null;
+  /** What the user's threshold (a calibrated row's) did on recording chains it was not fitted on, when measured. */
+  heldOut: HeldOutRow | null;
+  /** How many chains the held-out figures cover, and the clip length their FRR counts (null without them). */
+  heldOutChains: number | null;
+  heldOutSeconds: number | null;
 }
 
 /** One verification: the score, the user's threshold and whether `score >= threshold`. */
@@ -554,8 +571,11 @@ export class Verifier {
       let expectedFar: string | null = null;
       let expectedFrr: string | null = null;
       let advice: string | null = null;
+      let heldOut: HeldOut | null = null;
       if (row !== null && calibration !== null) {
-        [expectedFar, expectedFrr] = expected(calibration.tables[mode]!, threshold);
+        const table = calibration.tables[mode]!;
+        [expectedFar, expectedFrr] = expected(table, threshold);
+        if (table.heldOut && threshold === row.threshold) heldOut = table.heldOut;
         if (rerecordAdvised(ownRejected, scores.length, targetTpr, row)) {
           advice =
             `${ownRejected} of your ${scores.length} samples score below the bundle's ` +
@@ -576,6 +596,9 @@ export class Verifier {
         floored,
         ownRejected,
         advice,
+        heldOut: heldOut === null || row === null ? null : heldOutRowFor(heldOut, row.far),
+        heldOutChains: heldOut === null ? null : heldOut.chains,
+        heldOutSeconds: heldOut === null ? null : heldOut.minSeconds,
       };
     }, { create: true });
   }

@@ -410,6 +410,8 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         try {
           const manifest = uv.parseManifest(data);
           if (manifest.modelSha256 !== base.model_sha256) error = "bundle.digest-mismatch";
+          // the calibration digest (spec §4.5) covers what the case adds (held_out)
+          if (c.calibration_sha256) same(uv.calibrationSha256(manifest.calibration), c.calibration_sha256, "calibration sha256");
         } catch (e) {
           ok(e instanceof uv.BundleError, String(e));
           error = codeOf(e, uv);

@@ -32,6 +32,7 @@ rows takes the stricter row (the largest tabled FAR not above it).
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import hashlib
 import json
@@ -130,6 +131,70 @@ class Row:
 
 
 @dataclass(frozen=True)
+class HeldOutRow:
+    """What one row's threshold did on recording chains it was not fitted on: pooled counts
+    over the chains, and the lowest and highest rate of a single chain."""
+
+    far: float
+    false_accepts: int
+    impostor_trials: int
+    far_low: float
+    far_high: float
+    false_rejects: int
+    genuine_trials: int
+    frr_low: float
+    frr_high: float
+
+    @property
+    def far_measured(self) -> float:
+        return self.false_accepts / self.impostor_trials
+
+    @property
+    def frr(self) -> float:
+        return self.false_rejects / self.genuine_trials
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "far": self.far,
+            "false_accepts": self.false_accepts,
+            "impostor_trials": self.impostor_trials,
+            "far_low": self.far_low,
+            "far_high": self.far_high,
+            "false_rejects": self.false_rejects,
+            "genuine_trials": self.genuine_trials,
+            "frr_low": self.frr_low,
+            "frr_high": self.frr_high,
+        }
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A prototype table's held-out figures (``held_out``): each recording chain left out in
+    turn, the thresholds fitted on the others as the table's are, then applied to the left-out
+    chain's people (impostors: pairs within that chain; genuine: its clips of at least
+    ``min_seconds``). What a user of a chain the bundle never saw can expect, not the in-sample
+    rows."""
+
+    chains: int
+    min_seconds: float
+    rows: tuple[HeldOutRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chains": self.chains,
+            "min_seconds": self.min_seconds,
+            "rows": [row.to_dict() for row in self.rows],
+        }
+
+    def row_for(self, far: float) -> HeldOutRow | None:
+        """The held-out figures of the table row stating ``far`` (``None``: not measured)."""
+        for row in self.rows:
+            if abs(row.far - far) <= 1e-12 * max(1.0, far):
+                return row
+        return None
+
+
+@dataclass(frozen=True)
 class Table:
     """The calibration of one enrollment mode."""
 
@@ -141,9 +206,10 @@ class Table:
     rows: tuple[Row, ...]
     score: str = "cosine"
     conditions: tuple[str, ...] = ("clean",)
+    held_out: HeldOut | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "people": self.people,
             "enroll_samples": self.enroll_samples,
             "genuine_trials": self.genuine_trials,
@@ -152,6 +218,9 @@ class Table:
             "conditions": list(self.conditions),
             "rows": [row.to_dict() for row in self.rows],
         }
+        if self.held_out is not None:
+            data["held_out"] = self.held_out.to_dict()
+        return data
 
     @property
     def states_frr(self) -> bool:
@@ -392,7 +461,61 @@ def _parse_table(mode: str, spec: Any, expected_score: str) -> Table:
             raise BundleError(f"manifest: {where}.rows: thresholds must not fall as the FAR falls")
         if after.frr is not None and before.frr is not None and after.frr < before.frr:
             raise BundleError(f"manifest: {where}.rows: the FRR must not fall as the FAR falls")
-    return Table(mode, people, enroll, genuine, impostor, tuple(rows), score, conditions)
+    held_out = None
+    if spec.get("held_out") is not None:
+        if mode != "prototype":
+            raise BundleError(f"manifest: {where}.held_out is for the prototype table")
+        held_out = _parse_held_out(spec["held_out"], f"{where}.held_out", [r.far for r in rows])
+    return Table(mode, people, enroll, genuine, impostor, tuple(rows), score, conditions, held_out)
+
+
+MAX_MIN_SECONDS = 60.0
+"""``held_out.min_seconds`` at most this."""
+
+
+def _parse_held_out(spec: Any, where: str, fars: list[float]) -> HeldOut:
+    """The table's ``held_out`` (docs/spec.md §3.6): each row names a FAR of the table's rows,
+    in the same order; counts within their trials; each pooled rate within its chains' range."""
+    if not isinstance(spec, dict):
+        raise BundleError(f"manifest: {where} must be an object")
+    unknown = sorted(set(spec) - {"chains", "min_seconds", "rows"})
+    if unknown:
+        raise BundleError(f"manifest: {where} has an unknown key {unknown[0]!r}")
+    chains = _count(spec.get("chains"), f"{where}.chains", minimum=2)
+    min_seconds = _number(spec.get("min_seconds"), f"{where}.min_seconds", 0.0, MAX_MIN_SECONDS)
+    raw_rows = spec.get("rows")
+    if not isinstance(raw_rows, list) or not raw_rows:
+        raise BundleError(f"manifest: {where}.rows must be a non-empty list")
+    rows = []
+    for number, raw in enumerate(raw_rows):
+        at = f"{where}.rows[{number}]"
+        if not isinstance(raw, dict):
+            raise BundleError(f"manifest: {at} must be an object")
+        unknown = sorted(set(raw) - set(HeldOutRow.__dataclass_fields__))
+        if unknown:
+            raise BundleError(f"manifest: {at} has an unknown key {unknown[0]!r}")
+        far = _number(raw.get("far"), f"{at}.far", 0.0, MAX_FAR)
+        if far not in fars:
+            raise BundleError(f"manifest: {at}.far {far:g} is not a FAR of the table's rows")
+        values: dict[str, Any] = {"far": far}
+        for rate, errors, trials in (("far", "false_accepts", "impostor_trials"),
+                                     ("frr", "false_rejects", "genuine_trials")):  # fmt: skip
+            total = _count(raw.get(trials), f"{at}.{trials}", minimum=1)
+            count = _count(raw.get(errors), f"{at}.{errors}")
+            if count > total:
+                raise BundleError(f"manifest: {at}.{errors} exceeds {trials}")
+            low = _number(raw.get(f"{rate}_low"), f"{at}.{rate}_low", 0.0, 1.0)
+            high = _number(raw.get(f"{rate}_high"), f"{at}.{rate}_high", 0.0, 1.0)
+            if not low - 1e-9 <= count / total <= high + 1e-9:
+                raise BundleError(
+                    f"manifest: {at}: the pooled {rate} is not within {rate}_low..{rate}_high"
+                )
+            values.update({errors: count, trials: total, f"{rate}_low": low, f"{rate}_high": high})
+        rows.append(HeldOutRow(**values))
+    order = [fars.index(row.far) for row in rows]
+    if order != sorted(set(order)):
+        raise BundleError(f"manifest: {where}.rows must follow the table's rows, each once")
+    return HeldOut(chains, min_seconds, tuple(rows))
 
 
 # -- measuring ----------------------------------------------------------------------------
@@ -544,6 +667,7 @@ def measure(
     cohort: Cohort | None = None,
     cohort_people: np.ndarray | None = None,
     groups: Mapping[str, str] | None = None,
+    seconds: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> Calibration:
     """The calibration of a bundle from its vectors of a calibration set under each recording
     condition (``{condition: {person: [N, dim]}}``, e.g. from :meth:`uvsdk.Verifier.embed` of
@@ -554,7 +678,9 @@ def measure(
     vector is). With a ``generator`` (codeword bundles), the codeword table scores every vector
     against :data:`CODEWORDS_PER_PERSON` codewords per person, drawn from the code with a seeded
     generator (they are the calibration's, not anyone's secret). ``groups`` (person →
-    recording chain) keeps the impostor trials within each chain (:func:`enrollment_trials`).
+    recording chain) keeps the impostor trials within each chain (:func:`enrollment_trials`);
+    with ``seconds`` (the audio behind each vector, as ``conditions``) and at least two chains
+    of several people, the prototype table carries its :func:`held_out_figures`.
     """
     trials, people = {}, set()
     for condition, vectors in conditions.items():
@@ -580,9 +706,123 @@ def measure(
             score="cosine" if cohort is None else cohort.method,
         )
     }
+    if seconds is not None and groups is not None:
+        held_out = held_out_figures(
+            conditions,
+            seconds,
+            table=tables["prototype"],
+            enroll_samples=enroll_samples,
+            groups=groups,
+            cohort=cohort,
+            cohort_people=cohort_people,
+        )
+        if held_out is not None:
+            tables["prototype"] = dataclasses.replace(tables["prototype"], held_out=held_out)
     if generator is not None:
         tables["codeword"] = _codeword_table(conditions, np.asarray(generator, np.uint8), seed)
     return Calibration(data, tables)
+
+
+HELD_OUT_MIN_SECONDS = 2.0
+"""The held-out FRR counts genuine test clips of at least this many seconds: what a user says
+to the app (a name, a sentence), not the one-word clips some sources hold."""
+
+
+def held_out_figures(
+    conditions: Mapping[str, Mapping[str, np.ndarray]],
+    seconds: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    table: Table,
+    enroll_samples: int,
+    groups: Mapping[str, str],
+    cohort: Cohort | None = None,
+    cohort_people: np.ndarray | None = None,
+    min_seconds: float = HELD_OUT_MIN_SECONDS,
+) -> HeldOut | None:
+    """Leave-one-chain-out figures of ``table``'s rows: for each recording chain with several
+    people, the thresholds are fitted as :func:`measure` fits them on the other chains alone
+    (their cohort vectors only), then applied to the held-out chain: its impostor pairs (within
+    the chain) give the FAR, its genuine clips of at least ``min_seconds`` the FRR. The chain's
+    vectors leave the cohort for its fold (AS-norm's ``top_k`` then at most half of what is
+    left, as :func:`uvexport.calibrate.calibrate_vectors` chooses it). Counts are pooled over the
+    chains; the range is the lowest and highest single chain; a chain whose fold leaves too
+    small a cohort to normalise is skipped. ``None`` when fewer than two chains can be held out
+    (nothing to hold out)."""
+    chains = sorted({groups[p] for p in groups})
+    members = {c: {p for p in groups if groups[p] == c} for c in chains}
+    testable = [c for c in chains if len(members[c]) >= 2]
+    if len(testable) < 2:
+        return None
+    fars = [row.far for row in table.rows]
+    pooled = {far: [0, 0, 0, 0] for far in fars}  # accepts, impostors, rejects, genuine
+    per_chain: dict[float, list[tuple[float | None, float | None]]] = {far: [] for far in fars}
+    folds = 0
+    for chain in testable:
+        options: dict[str, Any] = {"cohort": cohort, "cohort_people": cohort_people,
+                                   "groups": groups}  # fmt: skip
+        if cohort is not None and cohort_people is not None:  # the chain is in no cohort
+            keep = np.array([groups.get(p) != chain for p in cohort_people], dtype=bool)
+            options["cohort_people"] = cohort_people[keep]
+            options["cohort"] = Cohort(
+                cohort.vectors[keep], max(2, min(cohort.top_k, int(keep.sum()) // 2)), cohort.method
+            )
+        fit, test, long_enough = {}, {}, {}
+        try:  # the other chains' cohort may be too small to normalise: no fold
+            for condition, vectors in conditions.items():
+                inside = {p: v for p, v in vectors.items() if p in members[chain]}
+                outside = {p: v for p, v in vectors.items() if p not in members[chain]}
+                _, genuine, impostor = enrollment_trials(outside, enroll_samples, **options)
+                if len(genuine) >= 2 and sum(len(i) for i in impostor.values()):
+                    fit[condition] = (
+                        np.concatenate(list(genuine.values())),
+                        np.concatenate(list(impostor.values())),
+                    )
+                _, genuine, impostor = enrollment_trials(inside, enroll_samples, **options)
+                if genuine:
+                    kept = [
+                        scores[np.asarray(seconds[condition][p])[enroll_samples:] >= min_seconds]
+                        for p, scores in genuine.items()
+                    ]
+                    test[condition] = np.concatenate(list(impostor.values()))
+                    long_enough[condition] = np.concatenate(kept)
+        except ValueError:
+            continue
+        if not fit or not test:
+            continue
+        try:
+            fitted = table_from_scores(
+                "prototype", fit, people=2, enroll_samples=enroll_samples, score=table.score,
+                grid=fars,
+            )  # fmt: skip
+        except ValueError:  # the other chains resolve no FAR of the table
+            continue
+        folds += 1
+        impostors = np.concatenate(list(test.values()))
+        genuine_long = np.concatenate(list(long_enough.values()))
+        for row in fitted.rows:
+            accepts = int(np.count_nonzero(impostors >= row.threshold))
+            rejects = int(np.count_nonzero(genuine_long < row.threshold))
+            counts = pooled[row.far]
+            counts[0] += accepts
+            counts[1] += impostors.size
+            counts[2] += rejects
+            counts[3] += genuine_long.size
+            per_chain[row.far].append((
+                accepts / impostors.size if impostors.size else None,
+                rejects / genuine_long.size if genuine_long.size else None,
+            ))  # fmt: skip
+    rows = []
+    for far in fars:
+        accepts, impostors, rejects, genuine = pooled[far]
+        fars_seen = [f for f, _ in per_chain[far] if f is not None]
+        frrs_seen = [r for _, r in per_chain[far] if r is not None]
+        if len(per_chain[far]) < 2 or not impostors or not genuine:
+            continue
+        rows.append(HeldOutRow(far, accepts, impostors, min(fars_seen), max(fars_seen),
+                               rejects, genuine, min(frrs_seen), max(frrs_seen)))  # fmt: skip
+    if not rows or folds < 2:
+        return None
+    return HeldOut(folds, float(min_seconds), tuple(rows))
 
 
 def _codeword_table(

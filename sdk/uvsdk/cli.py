@@ -215,6 +215,8 @@ def _expected_line(report: Any, calibration: Any) -> str:
             f"No false-accept rate is stated: this bundle has no calibration for {report.mode} "
             "mode, so what is accepted rests on your own samples alone."
         )
+    if report.held_out is not None:
+        return _held_out_line(report)
     table = calibration.tables[report.mode]
     conditions = len(table.conditions)
     measured = (
@@ -229,6 +231,27 @@ def _expected_line(report: Any, calibration: Any) -> str:
         f"{accepted} would be accepted, and {own} of your own (FRR "
         f"{report.expected_frr.split()[-1]}) rejected, {measured}."
     )
+
+
+def _held_out_line(report: Any) -> str:
+    """The sentence from figures measured held out: what this user's threshold did on people of
+    recording chains it was not fitted on (docs/formats.md, ``held_out``)."""
+    row = report.held_out
+    seconds = f"{report.held_out_seconds:g} s"
+    accepted = _one_in(f"{row.far_measured:.6g}", "about").capitalize()
+    rejected = _one_in(f"{row.frr:.6g}", "about")
+    return (
+        f"{accepted} attempts by a stranger recorded like you would be accepted, and {rejected} "
+        f"of your own attempts of {seconds} or more rejected (measured on people of "
+        f"{report.held_out_chains} recording chains this threshold was not fitted on: "
+        f"{_percent(row.far_low)}-{_percent(row.far_high)} and {_percent(row.frr_low)}-"
+        f"{_percent(row.frr_high)} by chain; --far {report.far:g} is what held on the people "
+        f"it was fitted on; {UNSEEN_CHAIN})."
+    )
+
+
+def _percent(rate: float) -> str:
+    return f"{100 * rate:.0f} %" if rate >= 0.1 else f"{100 * rate:.1f} %"
 
 
 def _one_in(rate: str, plain: str) -> str:
@@ -448,6 +471,19 @@ def _show_calibration(calibration: Any) -> None:
                 f"      FAR {row.far:<7g} at score >= {row.threshold:+.4f}{frr}  "
                 f"({row.false_accepts} false accepts)"
             )
+        held = table.held_out
+        if held is not None:
+            typer.echo(
+                f"      held out: each of {held.chains} recording chains in turn, the rows "
+                f"fitted on the others; FRR on clips of {held.min_seconds:g} s or more "
+                "(pooled, lowest-highest chain):"
+            )
+            for got in held.rows:
+                typer.echo(
+                    f"      FAR {got.far:<7g} held out: FAR {got.far_measured:.3f} "
+                    f"({got.far_low:.3f}-{got.far_high:.3f})  FRR {got.frr:.3f} "
+                    f"({got.frr_low:.3f}-{got.frr_high:.3f})"
+                )
 
 
 @app.command()

@@ -28,6 +28,7 @@ from . import backoff as backoff_rules
 from .bundle import AudioInput, Bundle, Code, ImageInput, Manifest
 from .calibration import (
     DEFAULT_FAR,
+    HeldOutRow,
     check_far,
     normalised_leave_one_out,
     rerecord_advised,
@@ -95,7 +96,10 @@ class EnrollmentReport:
     threshold was above the warm-up one; ``own_rejected`` counts the user's own enrollment
     samples (leave-one-out) that their threshold would reject, and ``advice`` is the re-record
     advice when that is more than the target TPR allows and than the table's FRR makes likely
-    (:func:`uvsdk.calibration.rerecord_advised`).
+    (:func:`uvsdk.calibration.rerecord_advised`). ``held_out`` is what the user's threshold (a
+    calibrated row's) did on recording chains it was not fitted on, when the table measured it
+    (:class:`uvsdk.calibration.HeldOut`), and ``held_out_chains``/``held_out_seconds`` how many
+    chains and which clip length it counts: the figures the user should expect.
     """
 
     user: str
@@ -109,6 +113,9 @@ class EnrollmentReport:
     floored: bool = False
     own_rejected: int = 0
     advice: str | None = None
+    held_out: HeldOutRow | None = None
+    held_out_chains: int | None = None
+    held_out_seconds: float | None = None
 
     @property
     def used(self) -> int:
@@ -507,11 +514,14 @@ class Verifier:
                 backoff=backoff_rules.BackoffState(),
             )
             path = self.store.save(template)
-        expected_far = expected_frr = advice = None
+        expected_far = expected_frr = advice = held_out = None
         own_rejected = int(np.count_nonzero(scores < threshold))
         if row is not None:
             assert calibration is not None
-            expected_far, expected_frr = calibration.tables[mode].expected(threshold)
+            table = calibration.tables[mode]
+            expected_far, expected_frr = table.expected(threshold)
+            if table.held_out is not None and threshold == row.threshold:
+                held_out = table.held_out
             if rerecord_advised(own_rejected, len(scores), target_tpr, row):
                 advice = (
                     f"{own_rejected} of your {len(scores)} samples score below the bundle's "
@@ -531,6 +541,9 @@ class Verifier:
             floored=floored,
             own_rejected=own_rejected,
             advice=advice,
+            held_out=None if held_out is None or row is None else held_out.row_for(row.far),
+            held_out_chains=None if held_out is None else held_out.chains,
+            held_out_seconds=None if held_out is None else held_out.min_seconds,
         )
 
     # -- verification ----------------------------------------------------------------------

@@ -23,6 +23,8 @@ from uvsdk.calibration import (
     FAR_GRID,
     MIN_FALSE_ACCEPTS,
     Calibration,
+    HeldOut,
+    HeldOutRow,
     Row,
     Table,
     check_far,
@@ -535,6 +537,11 @@ def test_uvexport_calibrate_takes_several_folders_of_people_together(
     assert Bundle(chains).manifest.calibration.data.endswith(
         "impostors: other people of the same recording chain (2 of 2 chains hold several people)"
     )
+    # two chains of several people: each held out in turn, its figures in the table
+    held = Bundle(chains).manifest.calibration.tables["prototype"].held_out
+    assert held is not None and held.chains == 2 and held.min_seconds == 2.0, held
+    assert all(row.genuine_trials > 0 and row.impostor_trials > 0 for row in held.rows)
+    assert Bundle(one).manifest.calibration.tables["prototype"].held_out is None  # one chain
     few = tmp_path / "few"
     for person in everyone[:2]:
         (few / person.name).parent.mkdir(exist_ok=True)
@@ -609,6 +616,103 @@ def test_impostor_trials_stay_within_a_recording_chain() -> None:
     assert all(np.array_equal(genuine[k], all_genuine[k]) for k in vectors)
     table = measure({"clean": vectors}, data="t", enroll_samples=5, groups=groups).tables
     assert table["prototype"].impostor_trials == 8 + 9 + 7 + 9 + 7 + 8
+
+
+def _chains(seed: int = 3) -> tuple[dict, dict, dict]:
+    """Three recording chains of three people each (people of a chain alike: a shared offset),
+    12 vectors a person, and the seconds behind each vector (alternately 1 s and 3 s)."""
+    rng = np.random.default_rng(seed)
+    vectors, seconds, groups = {}, {}, {}
+    for chain in "abc":
+        offset = rng.normal(size=8)
+        for person in range(3):
+            name = f"{chain}{person}"
+            centre = offset + 0.8 * rng.normal(size=8)
+            vectors[name] = centre + 0.7 * rng.normal(size=(12, 8))
+            seconds[name] = np.where(np.arange(12) % 2, 3.0, 1.0)
+            groups[name] = chain
+    return vectors, seconds, groups
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_held_out_figures_match_a_hand_computation() -> None:
+    """Each chain held out in turn: thresholds fitted on the other two chains' within-chain
+    impostor scores (the table's FARs, each threshold at least the previous one's), then the
+    held-out chain's impostor pairs and its genuine clips of >= 2 s counted, here with plain
+    numpy cosines."""
+    vectors, seconds, groups = _chains()
+    calibration = measure({"clean": vectors}, data="t", enroll_samples=3, groups=groups,
+                          seconds={"clean": seconds})  # fmt: skip
+    table = calibration.tables["prototype"]
+    held = table.held_out
+    assert isinstance(held, HeldOut) and held.chains == 3 and held.min_seconds == 2.0
+
+    def trials(people: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        genuine, impostor = [], []
+        for name in people:
+            reference = _unit(_unit(vectors[name][:3]).sum(axis=0))
+            tests = _unit(vectors[name][3:]) @ reference
+            genuine.append(tests[seconds[name][3:] >= 2.0])
+            for other in people:
+                if other != name:
+                    impostor.append(_unit(vectors[other]) @ reference)
+        return np.concatenate(genuine), np.concatenate(impostor)
+
+    expected: dict[float, list] = {}
+    for chain in "abc":
+        inside = [p for p in vectors if groups[p] == chain]
+        fit_impostors = np.concatenate(
+            [trials([p for p in vectors if groups[p] == other])[1] for other in "abc" if other != chain]
+        )  # fmt: skip
+        genuine, impostor = trials(inside)
+        previous = -np.inf
+        for row in table.rows:
+            if row.far * fit_impostors.size < MIN_FALSE_ACCEPTS:
+                continue
+            previous = threshold = max(far_threshold(fit_impostors, row.far), previous)
+            expected.setdefault(row.far, []).append(
+                (int(np.sum(impostor >= threshold)), impostor.size,
+                 int(np.sum(genuine < threshold)), genuine.size)
+            )  # fmt: skip
+    assert [r.far for r in held.rows] == [far for far in expected if len(expected[far]) >= 2]
+    for row in held.rows:
+        folds = expected[row.far]
+        assert (row.false_accepts, row.impostor_trials, row.false_rejects, row.genuine_trials) == (
+            tuple(sum(f[i] for f in folds) for i in range(4))
+        )
+        assert row.far_low == min(f[0] / f[1] for f in folds)
+        assert row.far_high == max(f[0] / f[1] for f in folds)
+        assert row.frr_low == min(f[2] / f[3] for f in folds)
+        assert row.frr_high == max(f[2] / f[3] for f in folds)
+    assert any(r.far_measured > r.far for r in held.rows)  # held out is not the stated rate
+    # round trip through the manifest form, and the digest covers it
+    again = Calibration.from_dict(calibration.to_dict())
+    assert again.tables["prototype"].held_out == held and again.sha256 == calibration.sha256
+    # one chain, or no seconds: nothing to hold out
+    one = {p: "a" for p in vectors}
+    assert measure({"clean": vectors}, data="t", enroll_samples=3, groups=one,
+                   seconds={"clean": seconds}).tables["prototype"].held_out is None  # fmt: skip
+    assert measure({"clean": vectors}, data="t", enroll_samples=3,
+                   groups=groups).tables["prototype"].held_out is None  # fmt: skip
+
+
+def test_enroll_says_the_held_out_figures(tmp_path: Path) -> None:
+    """A table with held-out figures: the owner sentence gives them, not the in-sample row."""
+    from uvsdk.cli import _expected_line
+    from uvsdk.verifier import EnrollmentReport
+
+    row = HeldOutRow(0.01, 61, 1000, 0.0, 0.25, 25, 200, 0.05, 0.2)
+    report = EnrollmentReport("u", "prototype", 0.95, (), tmp_path, far=0.01, expected_far="0.01",
+                              expected_frr="0.373", held_out=row, held_out_chains=8,
+                              held_out_seconds=2.0)  # fmt: skip
+    line = _expected_line(report, None)
+    assert line.startswith("About 1 in 16 attempts by a stranger recorded like you would be "
+                           "accepted, and about 1 in 8 of your own attempts of 2 s or more "
+                           "rejected (measured on people of 8 recording chains")  # fmt: skip
+    assert "0.0 %-25 % and 5.0 %-20 % by chain" in line and "0.373" not in line
 
 
 def test_recording_chains_are_sources_of_the_real_speech_folder_else_folders(
