@@ -226,16 +226,28 @@ def row(folder: Path, name: str, spec: list[str]) -> dict[str, Any] | None:
             "sampling_rate": privacy["sampling_rate"],
             "noise_cohort": deployment["noise_cohort"] if deployment else None,
             "population": deployment["population"] if deployment else privacy["users"],
-            "floor": membership_eer_floor(
-                privacy["noise_multiplier"], privacy["sampling_rate"], privacy["rounds"]
-            ),
+            "rounds": privacy["rounds"],  # planned: a stopped run's is more than it ran
         }
-        if deployment:  # the simulation's own users: noise z·m/M at their own rate m/N
-            scale = fraction * 1000 / deployment["noise_cohort"]
-            entry["privacy"]["simulated_floor"] = membership_eer_floor(
-                privacy["noise_multiplier"] * scale, fraction, privacy["rounds"]
-            )
+        _floor(entry)
     return entry
+
+
+def _floor(entry: dict[str, Any]) -> None:
+    """Set the membership EER floor of an entry's stated ε (:func:`uvtrain.privacy.
+    membership_eer_floor`, from the PLD since issue 45) and, at simulated deployment scale, of
+    the simulation's own users (noise z·m/M at their own rate m/N); the floor is the plan's, so
+    a recorded entry is restated from its noise, rate and planned rounds (older records: the
+    rounds tabled) without its run."""
+    privacy = entry["privacy"]
+    rounds = privacy.get("rounds", entry["rounds"])
+    privacy["floor"] = membership_eer_floor(
+        privacy["noise_multiplier"], privacy["sampling_rate"], rounds
+    )
+    if privacy["noise_cohort"] is not None:
+        scale = entry["fraction"] * 1000 / privacy["noise_cohort"]
+        privacy["simulated_floor"] = membership_eer_floor(
+            privacy["noise_multiplier"] * scale, entry["fraction"], rounds
+        )
 
 
 def _privacy_of(folder: Path) -> dict[str, Any] | None:
@@ -287,6 +299,8 @@ def table(folder: Path, out: Path, record: Path | None = None) -> list[dict[str,
                if name in measured or name in recorded]  # fmt: skip
     by_name = {entry["run"]: entry for entry in entries}
     for entry in entries:
+        if entry["privacy"] is not None and entry["run"] not in measured:
+            _floor(entry)  # a recorded floor restated by today's computation
         suffix = f"-s{entry['seed']}" if entry.get("seed") else ""
         baseline = by_name.get(BASELINE[(entry["method"], entry["fraction"])] + suffix)
         entry["baseline"] = None if baseline is None else baseline["run"]

@@ -186,7 +186,9 @@ def test_quickstart_provisions_the_trained_codeword_and_enrolls_in_codeword_mode
     assert template.user_id == user_id and not template.is_enrolled
     who = quickstart.write_clips(dataset, 2, tmp_path / "enroll", tmp_path / "test")
     assert sum(name.startswith("genuine-") for name in who) == len(dataset.clients[2].test)
-    report = Verifier(bundle, store=store).enroll(tmp_path / "enroll", user="client2")
-    assert report.mode == "codeword"
+    verifier = Verifier(bundle, store=store)
+    report = verifier.enroll(tmp_path / "enroll", user="client2", mode="codeword")
+    assert report.mode == "codeword"  # asked for: the tiny run measured prototype mode better
+    assert verifier.bundle.manifest.training.enrollment == "prototype"
     with pytest.raises(quickstart.StepFailed, match=f"clients are 0 to {clients - 1}"):
         quickstart.provision_codeword(run, clients, bundle, tmp_path / "other", "client6")

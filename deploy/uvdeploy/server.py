@@ -657,9 +657,7 @@ class FederatedServer:
             "splits": {},
             "warmup": {"target_tpr": self.config.target_tpr, **enrolled},
             "leakage": None,
-            "privacy": None
-            if self.dp is None
-            else {**self.dp.plan.report(), "min_survivors": self.dp.survivors},
+            "privacy": self._privacy_report(),
             "throughput": {
                 "client_updates_per_s": updates / seconds if updates else None,
                 "rounds_per_s": rounds_done / seconds if rounds_done else None,
@@ -678,9 +676,18 @@ class FederatedServer:
         self.echo(f"finished: {self.folder / REPORT}")
         return report
 
+    def _privacy_report(self) -> dict[str, Any] | None:
+        """``report.json``'s ``privacy``: the plan's, with the fewest survivors a round needs."""
+        if self.dp is None:
+            return None
+        return {**self.dp.plan.report(), "min_survivors": self.dp.survivors}
+
     def finish(self, model: torch.nn.Module) -> dict[str, Any]:
-        """Export the final model and have every device enroll with it."""
+        """Export the final model, its manifest's ``training`` stating the run's privacy and
+        the enrollment mode that follows (:func:`uvexport.provenance.run_training`: prototype,
+        as nothing is measured on the server), and have every device enroll with it."""
         from uvexport.export import export_model
+        from uvexport.provenance import run_training
 
         with torch.no_grad():
             for name, value in model.named_parameters():
@@ -702,6 +709,9 @@ class FederatedServer:
                 "secure_aggregation": self.secure,
             },
             "data_licence": "the devices' own data (never collected)",
+            "training": run_training(
+                {"privacy": self._privacy_report()}, self.config.method.name, model.output_kind
+            ),
         }
         result = export_model(
             model,

@@ -92,7 +92,7 @@ def export_run(
         raise ExportError(str(error)) from None
     model = simulation.load_into_model().cpu().eval()
     inputs = _parity_inputs(dataset)
-    extra = run_extra(run_dir, config, dataset, model, extra)
+    extra = run_extra(run_dir, config, dataset, model, extra, method)
 
     def int8(onnx_bytes: bytes) -> tuple[bytes, dict[str, Any]]:
         return _quantize_run(

@@ -5,6 +5,7 @@ weights, and the input and code of the bundle contract."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,22 @@ def _pretrained_provenance(pretrained: str) -> dict[str, Any]:
 
 
 def run_extra(
-    run_dir: Path, config: Any, dataset: Any, model: Any, extra: dict[str, Any] | None
+    run_dir: Path,
+    config: Any,
+    dataset: Any,
+    model: Any,
+    extra: dict[str, Any] | None,
+    method: str | None = None,
 ) -> dict[str, Any]:
     """The manifest's extra keys for a run folder: ``provenance`` (method, dataset, rounds,
-    backbone, the report's EER per split, the pretrained weights), ``data_licence``, then
-    ``extra`` (the caller's), ``training`` when the run has a report (:func:`run_training`),
-    then ``weights_licence`` when the run started from pretrained weights."""
+    backbone, the report's EER per split — by enrollment too for a codeword model —, the
+    pretrained weights), ``data_licence``, then ``extra`` (the caller's), ``training``
+    (:func:`run_training`; ``method``: the manifest's, default the run's), then
+    ``weights_licence`` when the run started from pretrained weights.
+
+    A run folder without ``report.json`` (stopped before its evaluation) still gets
+    ``training``: its privacy is its plan's (the ε of all its rounds, at least what it spent), and
+    with nothing measured it enrolls by prototype."""
     report_path = run_dir / REPORT
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     provenance = {
@@ -41,15 +52,26 @@ def run_extra(
         "dataset": dataset.name,
         "rounds": report.get("rounds"),
         "backbone": type(model.backbone).__name__,
-        "metrics": {name: split.get("eer") for name, split in report.get("splits", {}).items()},
+        "metrics": _eers(report),
     }
+    if report.get("enrollment"):
+        provenance["metrics_by_enrollment"] = _eers(report["enrollment"])
     extra = {"provenance": provenance, "data_licence": dataset.licence, **(extra or {})}
-    if report:
-        extra["training"] = run_training(report, config.method.name, model.output_kind)
+    if not report:
+        from uvtrain.run import privacy_plan
+
+        plan = privacy_plan(config, config.data.clients)
+        report = {"privacy": None if plan is None else plan.report()}
+    extra["training"] = run_training(report, method or config.method.name, model.output_kind)
     if config.model.pretrained:
         provenance["pretrained"] = _pretrained_provenance(config.model.pretrained)
         extra["weights_licence"] = provenance["pretrained"]["licence"]
     return extra
+
+
+def _eers(section: dict[str, Any]) -> dict[str, Any]:
+    """A report section's EER per split."""
+    return {name: split.get("eer") for name, split in section.get("splits", {}).items()}
 
 
 def run_training(report: dict[str, Any], method: str, output_kind: str) -> dict[str, Any]:
@@ -58,7 +80,9 @@ def run_training(report: dict[str, Any], method: str, output_kind: str) -> dict[
     Parameters
     ----------
     report:
-        The run's report; its ``privacy`` is ``None`` without DP.
+        The run's report; its ``privacy`` is ``None`` without DP. A FedUV report's ``splits``
+        hold the codeword protocol and its ``enrollment.splits`` the SDK's prototype mode;
+        a Flower deployment's report has neither (its server holds no labelled data).
     method:
         The training method's name (``feduv``, ``fedhide``, ...).
     output_kind:
@@ -69,9 +93,7 @@ def run_training(report: dict[str, Any], method: str, output_kind: str) -> dict[
     dict
         ``method``, ``privacy`` (mechanism, ε against the released model, δ, whether the noise
         is a simulated deployment's, the membership EER floor, ε against the server; ``None``
-        without DP) and ``enrollment``: ``prototype`` for an
-        embedding model and for a codeword model trained with DP (whose codeword mode the
-        privacy guarantee bounds: the floor), ``codeword`` for a codeword model without DP.
+        without DP) and ``enrollment`` (:func:`default_enrollment`).
     """
     spent = report.get("privacy")
     privacy = None
@@ -84,12 +106,44 @@ def run_training(report: dict[str, Any], method: str, output_kind: str) -> dict[
             "membership_eer_floor": _membership_eer_floor(spent),
             "epsilon_server": _epsilon_server(spent),
         }
-    by_codeword = output_kind == "codeword" and privacy is None
     return {
         "method": method,
         "privacy": privacy,
-        "enrollment": "codeword" if by_codeword else "prototype",
+        "enrollment": default_enrollment(report, output_kind),
     }
+
+
+#: The split whose EER decides a codeword bundle's default mode: the known users' held-out
+#: samples, the people codeword mode is for (users who trained with their codeword).
+DECIDING_SPLIT = "test_known"
+
+
+def default_enrollment(report: dict[str, Any], output_kind: str) -> str:
+    """The mode the SDK enrolls in by default: ``prototype``, unless the model is a codeword
+    model trained without DP whose codeword protocol verified better than enrollment on the
+    run's own evaluation (``splits`` against ``enrollment.splits``, :data:`DECIDING_SPLIT`'s
+    EER, strictly lower); then ``codeword``.
+
+    Under DP codeword mode is a membership test its privacy floors (``membership_eer_floor``);
+    without DP it has verified 3–8× worse than enrollment in every run the project has measured
+    (issue 45), so it must be measured better to be chosen. Nothing measured (a Flower
+    deployment, a run stopped before its evaluation, a missing or NaN EER): ``prototype``.
+    """
+    if output_kind != "codeword" or report.get("privacy") is not None:
+        return "prototype"
+    codeword = _eer(report, DECIDING_SPLIT)
+    enrolled = _eer(report.get("enrollment") or {}, DECIDING_SPLIT)
+    if codeword is None or enrolled is None:
+        return "prototype"
+    return "codeword" if codeword < enrolled else "prototype"
+
+
+def _eer(section: dict[str, Any], split: str) -> float | None:
+    """A section's EER on ``split``; ``None`` when absent or not a finite number."""
+    value = (section.get("splits") or {}).get(split, {}).get("eer")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def _membership_eer_floor(privacy: dict[str, Any]) -> float:

@@ -154,11 +154,26 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     assert float(change.std()) == pytest.approx(expected, rel=0.03)
     registry = json.loads((out / "devices.json").read_text())["assigned"]
     assert len(set(registry)) == 4
+    # the exported bundle states the run's privacy, and so enrolls by prototype (README, sdk.md:
+    # under DP codeword mode is a membership test the ε floors): each device holds its codeword,
+    # unused, and a prototype made from its own samples
+    from uvsdk.bundle import Bundle
+
+    training = Bundle(out / "model.uvb").manifest.training
+    assert training is not None and training.method == "feduv"
+    assert training.enrollment == "prototype"
+    stated = training.privacy
+    assert stated is not None and stated.mechanism == "distributed"
+    assert (stated.epsilon, stated.delta) == (privacy["epsilon"], privacy["delta"])
+    assert stated.epsilon_server == privacy["epsilon_server"]
+    assert stated.membership_eer_floor == privacy["membership_eer_floor"]
+    assert stated.simulated_deployment is False
     for device in devices:
         bundle = device / "store" / "model.uvb"
         verifier = Verifier(bundle, store=device / "store", passphrase=PASSPHRASE)
         template = verifier.store.load("default")
-        assert template.mode == "codeword" and template.is_enrolled
+        assert template.mode == "prototype" and template.is_enrolled
+        assert template.codeword is not None  # trained with, kept, unused
         assert template.user_id in registry
         # no threshold in the server's log, as a float would be written there (repr or six
         # significant digits); a shorter form (0.0005, or 0.3012 beside the log's 4-decimal
