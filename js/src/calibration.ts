@@ -62,6 +62,25 @@ export interface HeldOut {
   rows: HeldOutRow[];
 }
 
+/**
+ * What a held-out row means for the user, in words (uvsdk's `uvsdk enroll` line, less its
+ * `--far` clause): "About 1 in 17 attempts by a stranger recorded like you would be accepted,
+ * and about 1 in 5 of your own attempts of 2 s or more rejected (measured on people of 7
+ * recording chains this threshold was not fitted on: 0.0 %-35 % and 5.4 %-55 % by chain".
+ * The caller closes the parenthesis.
+ */
+export function heldOutSentence(row: HeldOutRow, chains: number, minSeconds: number): string {
+  const about = (rate: number) => (rate > 0 ? `about 1 in ${Math.max(1, Math.round(1 / rate)).toLocaleString("en-US")}` : "almost none");
+  const pct = (rate: number) => (rate >= 0.1 ? `${(100 * rate).toFixed(0)} %` : `${(100 * rate).toFixed(1)} %`);
+  const accepted = about(row.falseAccepts / row.impostorTrials);
+  return (
+    `${accepted[0]!.toUpperCase()}${accepted.slice(1)} attempts by a stranger recorded like you would be accepted, ` +
+    `and ${about(row.falseRejects / row.genuineTrials)} of your own attempts of ${pyG(minSeconds)} s or more rejected ` +
+    `(measured on people of ${chains} recording chains this threshold was not fitted on: ` +
+    `${pct(row.farLow)}-${pct(row.farHigh)} and ${pct(row.frrLow)}-${pct(row.frrHigh)} by chain`
+  );
+}
+
 /** `HeldOut.row_for`: the held-out figures of the table row stating `far`, or null. */
 export function heldOutRowFor(heldOut: HeldOut, far: number): HeldOutRow | null {
   return heldOut.rows.find((row) => Math.abs(row.far - far) <= 1e-12 * Math.max(1, far)) ?? null;

@@ -34,6 +34,7 @@ import {
   parseCohortSpec,
   parseScoreNorm,
   scoreScale,
+  heldOutSentence,
   rerecordAdvised,
   binomialTail,
   toPayload,
@@ -149,6 +150,42 @@ test("cohort.f32 against the manifest: digest, size, finite and non-zero vectors
   ];
   for (const [text, pattern, cohort] of badRules) {
     assert.throws(() => rule(text, cohort === undefined ? spec : cohort), (e: unknown) => e instanceof BundleError && pattern.test(e.message), text);
+  }
+});
+
+test("held_out: parsed and validated as the reference does, in the digest, and said in words", () => {
+  const base = {
+    version: 2,
+    data: "t",
+    prototype: {
+      people: 10, enroll_samples: 5, genuine_trials: 100, impostor_trials: 1000, score: "cosine", conditions: ["clean"],
+      rows: [
+        { far: 0.1, threshold: 0.3, false_accepts: 100, frr: 0.01, false_rejects: 1 },
+        { far: 0.01, threshold: 0.6, false_accepts: 10, frr: 0.05, false_rejects: 5 },
+      ],
+    },
+  };
+  const row = { far: 0.01, false_accepts: 61, impostor_trials: 1000, far_low: 0, far_high: 0.25, false_rejects: 25, genuine_trials: 200, frr_low: 0.05, frr_high: 0.2 };
+  const withHeld = (heldOut: unknown) => JSON.stringify({ ...base, prototype: { ...base.prototype, held_out: heldOut } });
+  const parsed = parseCalibration(parseJson(withHeld({ chains: 8, min_seconds: 2.0, rows: [row] })), "embedding", "cosine");
+  const held = parsed.tables.prototype!.heldOut!;
+  assert.deepEqual(held.rows[0], { far: 0.01, falseAccepts: 61, impostorTrials: 1000, farLow: 0, farHigh: 0.25, falseRejects: 25, genuineTrials: 200, frrLow: 0.05, frrHigh: 0.2 });
+  assert.notEqual(parsed.sha256, parseCalibration(parseJson(JSON.stringify(base)), "embedding", "cosine").sha256, "the digest covers it");
+  // uvsdk's sentence (tests/sdk/test_calibration.py, test_enroll_says_the_held_out_figures), less its --far clause
+  assert.equal(
+    heldOutSentence(held.rows[0]!, held.chains, held.minSeconds),
+    "About 1 in 16 attempts by a stranger recorded like you would be accepted, and about 1 in 8 of your own attempts " +
+      "of 2 s or more rejected (measured on people of 8 recording chains this threshold was not fitted on: 0.0 %-25 % and 5.0 %-20 % by chain",
+  );
+  const refused: [unknown, RegExp][] = [
+    [{ chains: 1, min_seconds: 2, rows: [row] }, /held_out\.chains must be an integer >= 2/],
+    [{ chains: 8, min_seconds: 2, rows: [{ ...row, far: 0.05 }] }, /is not a FAR of the table's rows/],
+    [{ chains: 8, min_seconds: 2, rows: [{ ...row, far_high: 0.05 }] }, /pooled far is not within far_low\.\.far_high/],
+    [{ chains: 8, min_seconds: 2, rows: [row, row] }, /must follow the table's rows, each once/],
+    [{ chains: 8, min_seconds: 2, rows: [{ ...row, chain: "x" }] }, /has an unknown key 'chain'/],
+  ];
+  for (const [heldOut, pattern] of refused) {
+    assert.throws(() => parseCalibration(parseJson(withHeld(heldOut)), "embedding", "cosine"), (e: unknown) => e instanceof BundleError && pattern.test(e.message), String(pattern));
   }
 });
 

@@ -235,23 +235,10 @@ function expectedRates(far, frr, table) {
 }
 const count = (n) => n.toLocaleString("en-US");
 
-/**
- * The same sentence from figures measured held out (uvsdk's `_held_out_line`): what this user's
- * threshold did on people of recording chains it was not fitted on, with the range by chain.
- */
+/** The sentence from figures measured held out (the core's heldOutSentence, uvsdk's `uvsdk enroll` line). */
 function heldOutRates(report) {
-  const row = report.heldOut;
-  const about = (value) => (value > 0 ? `about ${oneIn(value)}` : "almost none");
-  const pct = (rate) => (rate >= 0.1 ? `${(100 * rate).toFixed(0)} %` : `${(100 * rate).toFixed(1)} %`);
-  const far = row.falseAccepts / row.impostorTrials;
-  const frr = row.falseRejects / row.genuineTrials;
-  const accepted = about(far);
-  return (
-    `${accepted[0].toUpperCase()}${accepted.slice(1)} attempts by a stranger recorded like you would be accepted, ` +
-    `and ${about(frr)} of your own attempts of ${report.heldOutSeconds} s or more rejected (measured on people of ` +
-    `${report.heldOutChains} recording chains this threshold was not fitted on: ${pct(row.farLow)}-${pct(row.farHigh)} and ` +
-    `${pct(row.frrLow)}-${pct(row.frrHigh)} by chain; strangers recorded unlike them can be accepted far more often).`
-  );
+  const start = uv.heldOutSentence(report.heldOut, report.heldOutChains, report.heldOutSeconds);
+  return `${start}; strangers recorded unlike them can be accepted far more often).`;
 }
 
 /** The calibration table the page's enrollments use: prototype mode (no codeword is given). */
