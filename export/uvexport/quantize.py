@@ -377,6 +377,11 @@ def _correct_biases(
     (:func:`int8_weights`), ``E[x]`` from :func:`_mean_patches` on ``calibration``."""
     from onnx import numpy_helper
 
+    layers = {  # explicit padding only (what torch exports): auto_pad's is not computed here
+        name: node
+        for name, node in layers.items()
+        if all(a.name != "auto_pad" or a.s in (b"", b"NOTSET") for a in node.attribute)
+    }
     means = _mean_patches(
         fp32, {name: (node, stored[name][0].shape) for name, node in layers.items()}, calibration
     )
