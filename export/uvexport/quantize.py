@@ -37,15 +37,25 @@ DRIFT_BOUND = 0.02
 SCHEMES = ("dynamic-matmul", "dynamic-conv", "static-qdq-u8s8", "static-qdq-s8s8")
 #: The storage scheme of ``uvexport --quantize weights``: the weights of every convolution and
 #: fully connected layer (outside the frontend) stored as int8 in blocks of
-#: :data:`WEIGHT_BLOCK` values along each output channel, one float32 scale per block, and
-#: expanded to float32 in the graph (``Cast``, ``Mul``, ``Reshape``, ``Slice`` of constants: ONNX
-#: Runtime folds them once when it loads the model), so the arithmetic stays float32: a model of
-#: about 1.1 bytes a weight instead of 4, not a faster one. (float16 scales underflow: blocks of
-#: small weights then lose their precision.)
+#: :data:`WEIGHT_BLOCK` values along each output channel, each block with its own range (an int8
+#: zero point and a scale: float16 where every scale of the weight is a normal float16, else
+#: float32), expanded to float32 in the graph (``Cast``, ``Sub``, ``Mul``, ``Reshape``,
+#: ``Slice`` of constants: ONNX Runtime folds them once when it loads the model), so the
+#: arithmetic stays float32: about 1.1 bytes a weight instead of 4, not a faster model. Each
+#: layer's bias is corrected for the mean shift its rounding causes, measured on
+#: :data:`CALIBRATION_CLIPS` training clips (:func:`int8_weights`). A backbone's
+#: ``half_precision`` layers are stored as float16.
 WEIGHT_SCHEME = "weights-int8"
-#: Values per scale. On CAM++ (40 real clips of 2 s, every pair's score), one scale per output
-#: channel moved the scores by up to 0.034; blocks of 16 by 0.024, of 32 by 0.012 with its
-#: ``half_precision`` layers at float16 (16: 0.015).
+#: Values per block. Measured on CAM++ (``uvexport /work/cpp/run0 --quantize weights``: a 0-round
+#: campplus run on synth-voices; the largest change of the exporter's 96 x 32 scores; and 35
+#: real clips of 2 s of 10 people, every pair): symmetric int8, one float32 scale per block of
+#: 32, moved the scores by 0.030 (real 0.017), with the head, TDNN layer and first D-TDNN block
+#: at float16 by 0.024 (10.4 MB raw, 9.2 MB deflated in the bundle); bias correction
+#: alone took 0.030 to 0.023 (head at float16: 0.016); a zero point a block with float16 scales,
+#: the head at float16 and bias correction: 0.008 (real 0.006), 8.4 MB deflated (9.6 MB raw).
+#: One scale per output channel moved them by 0.034, blocks of 16 by 0.025 (symmetric, no
+#: correction). Error-compensating rounding (GPTQ, blocks of 32, Hessians from the 32
+#: calibration clips) lowered the mean change but raised the largest, 0.030 to 0.038.
 WEIGHT_BLOCK = 32
 #: Weights smaller than this many values stay float32 (biases, norms: nothing to gain).
 WEIGHT_MIN_VALUES = 1024
@@ -175,24 +185,122 @@ def _frontend_nodes(model: Any) -> list[str]:
 _QUANTIZED_OP_TYPES = {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"}
 
 
-def int8_weights(fp32: bytes, half: Sequence[str] = ()) -> bytes:
+def _mean_patch(x: np.ndarray, node: Any, kernel: Sequence[int]) -> np.ndarray:
+    """The mean over ``x``'s batch and the layer's output positions of what the layer multiplies
+    its weight by: for ``Gemm`` the input row (``[K]``); for ``Conv`` the input window
+    (``[C, *kernel]``, the layer's padding, strides and dilations applied), so that a weight
+    change ``ΔW`` moves the mean of output channel ``o`` by ``ΔW[o] · patch`` (the patch's channel
+    group's rows for a grouped convolution)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    x = x.astype(np.float64).mean(axis=0)
+    if node.op_type == "Gemm":
+        return x
+    axes = len(kernel)
+    ints = {a.name: list(a.ints) for a in node.attribute}
+    pads = ints.get("pads") or [0] * 2 * axes
+    strides = ints.get("strides") or [1] * axes
+    dilations = ints.get("dilations") or [1] * axes
+    x = np.pad(x, [(0, 0)] + [(pads[i], pads[i + axes]) for i in range(axes)])
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    windows = sliding_window_view(x, spans, axis=tuple(range(1, 1 + axes)))
+    windows = windows[
+        (slice(None),)
+        + tuple(slice(None, None, s) for s in strides)
+        + tuple(slice(None, None, d) for d in dilations)
+    ]
+    return windows.mean(axis=tuple(range(1, 1 + axes)))
+
+
+def _mean_patches(
+    fp32: bytes, nodes: dict[str, tuple[Any, tuple[int, ...]]], calibration: Sequence[np.ndarray]
+) -> dict[str, np.ndarray]:
+    """:func:`_mean_patch` of each weight's layer in ``nodes`` (weight name → the node and the
+    weight's shape) over the
+    ``calibration`` batches, from one float32 run of each batch with the layers' inputs as extra
+    outputs."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load_from_string(fp32)
+    feeds = {value.name for value in model.graph.input}
+    outputs = {value.name for value in model.graph.output}
+    wanted = sorted({node.input[0] for node, _ in nodes.values()} - feeds)
+    for name in sorted(set(wanted) - outputs):
+        model.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    session = _session(model.SerializeToString(), threads=None)
+    sums: dict[str, np.ndarray] = {}
+    count = 0
+    for batch in calibration:
+        values = dict(zip(wanted, session.run(wanted, {"input": batch}), strict=True))
+        values["input"] = batch
+        for name, (node, shape) in nodes.items():
+            patch = _mean_patch(values[node.input[0]], node, shape[2:]) * len(batch)
+            sums[name] = sums.get(name, 0) + patch
+        count += len(batch)
+    return {name: total / count for name, total in sums.items()}
+
+
+def _int8_blocks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``values`` as :data:`WEIGHT_SCHEME` stores them: ``(q, z, s, expanded)``, each row of
+    ``values`` flattened and zero-padded to ``[rows, blocks, WEIGHT_BLOCK]``, ``q`` and the zero
+    points ``z`` int8, the scales ``s`` float16 when every one is a normal float16 (else
+    float32), and ``expanded = ((q - z) · s)`` cut back to ``values``' shape — what the graph
+    computes.
+
+    Each block spans its own range, widened to hold 0: ``s = (max - min) / 255`` (rounded up to
+    the stored precision), ``z = -128 - round(min / s)``, ``q = clip(round(x / s) + z, -128,
+    127)``; zero stays exact (the padding, pruned weights) and the step is at most that of a
+    symmetric scale, finer where a block's values lean to one side."""
+    rows = values.shape[0]
+    flat = values.reshape(rows, -1).astype(np.float64)
+    columns = flat.shape[1]
+    blocks = np.pad(flat, ((0, 0), (0, -columns % WEIGHT_BLOCK))).reshape(rows, -1, WEIGHT_BLOCK)
+    low = np.minimum(blocks.min(axis=2, keepdims=True), 0.0)
+    high = np.maximum(blocks.max(axis=2, keepdims=True), 0.0)
+    wanted = np.where(high > low, (high - low) / 255.0, 1.0)
+    scale: np.ndarray = wanted.astype(np.float32)
+    scale = np.where(scale < wanted, np.nextafter(scale, np.float32(np.inf)), scale)
+    half = wanted.astype(np.float16)
+    half = np.where(half < wanted, np.nextafter(half, np.float16(np.inf)), half)
+    if np.all(np.isfinite(half)) and half.min() >= np.finfo(np.float16).tiny:
+        scale = half
+    step = scale.astype(np.float64)
+    zero = np.clip(-128 - np.round(low / step), -128, 127)
+    quantized = np.clip(np.round(blocks / step) + zero, -128, 127)
+    expanded = ((quantized - zero) * step.astype(np.float32)).astype(np.float32)
+    expanded = expanded.reshape(rows, -1)[:, :columns].reshape(values.shape)
+    return quantized.astype(np.int8), zero.astype(np.int8), scale, expanded
+
+
+def int8_weights(
+    fp32: bytes, half: Sequence[str] = (), calibration: Sequence[np.ndarray] = ()
+) -> bytes:
     """``fp32`` with the weights of its ``Conv`` and ``Gemm`` (``transB=1``) layers stored as int8
-    (:data:`WEIGHT_SCHEME`), or float16.
+    (:data:`WEIGHT_SCHEME`), or float16, and (with ``calibration``) each layer's bias corrected
+    for the change in its weight.
 
     Each weight ``W`` of at least :data:`WEIGHT_MIN_VALUES` values is flattened per output
-    channel, zero-padded to whole blocks of :data:`WEIGHT_BLOCK`, and stored as ``q = round(W /
-    s)`` (int8, in [-127, 127]) with ``s = max|block| / 127`` per block (float32); nodes in front
-    of the layer compute ``W = reshape(q · s)[:, :n]`` under ``W``'s own name. The weights whose
+    channel, zero-padded to whole blocks of :data:`WEIGHT_BLOCK`, and stored as int8 values
+    ``q`` with an int8 zero point ``z`` and a scale ``s`` per block (:func:`_int8_blocks`); nodes
+    in front of the layer compute ``W = reshape((q - z) · s)[:, :n]`` under ``W``'s own name. The weights whose
     names start with one of ``half`` (a backbone's ``half_precision``: the layers measured to move
     the scores most when int8) are stored as float16 and cast back instead. The frontend's
-    constants (:data:`FRONTEND_PREFIX`) stay float32."""
+    constants (:data:`FRONTEND_PREFIX`) stay float32.
+
+    Bias correction: rounding moves the mean of each output channel by ``ΔW[o] · E[x]`` (``x``
+    the layer's input window, ``ΔW`` the stored weight minus the original); after a ReLU ``E[x]``
+    is far from zero, and that shift, the same for every clip, is most of what rounding does to
+    the layer's output. With ``calibration`` (batches of inputs), ``E[x]`` is measured on them
+    with the float32 model and the layer's bias becomes ``b - ΔW · E[x]`` (a ``Conv`` or ``Gemm``
+    without one gains one, ``{W}.bias``): one float32 a channel."""
     import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load_from_string(fp32)
     graph = model.graph
     initializers = {tensor.name: tensor for tensor in graph.initializer}
-    weights = set()
+    layers: dict[str, Any] = {}
     for node in graph.node:
         transposed = node.op_type == "Gemm" and any(
             a.name == "transB" and a.i == 1 for a in node.attribute
@@ -200,46 +308,47 @@ def int8_weights(fp32: bytes, half: Sequence[str] = ()) -> bytes:
         if node.op_type == "Conv" or transposed:
             name = node.input[1]
             if name in initializers and not name.startswith(FRONTEND_PREFIX):
-                weights.add(name)
+                layers.setdefault(name, node)
+    stored: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name: (original, as expanded)
     expand = []
-    for name in sorted(weights):
+    for name in sorted(layers):
         values = numpy_helper.to_array(initializers[name])
         if values.dtype != np.float32 or values.size < WEIGHT_MIN_VALUES:
             continue
         if name.startswith(tuple(half)):
+            half_values = values.astype(np.float16)
+            stored[name] = (values, half_values.astype(np.float32))
             graph.initializer.remove(initializers[name])
-            graph.initializer.append(
-                numpy_helper.from_array(values.astype(np.float16), f"{name}.f16")
-            )
+            graph.initializer.append(numpy_helper.from_array(half_values, f"{name}.f16"))
             expand.append(
                 helper.make_node("Cast", [f"{name}.f16"], [name], to=onnx.TensorProto.FLOAT)
             )
             continue
-        flat = values.reshape(values.shape[0], -1)
-        columns = flat.shape[1]
-        blocks = np.pad(flat, ((0, 0), (0, -columns % WEIGHT_BLOCK))).reshape(
-            values.shape[0], -1, WEIGHT_BLOCK
-        )
-        peak = np.abs(blocks).max(axis=2, keepdims=True)
-        scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
-        quantized = np.clip(np.round(blocks / scale), -127, 127).astype(np.int8)
+        quantized, zero, scale, expanded = _int8_blocks(values)
+        stored[name] = (values, expanded)
         graph.initializer.remove(initializers[name])
+        rows, columns = values.shape[0], values.size // values.shape[0]
         graph.initializer.extend(
             [
                 numpy_helper.from_array(quantized, f"{name}.int8"),
+                numpy_helper.from_array(zero, f"{name}.zero"),
                 numpy_helper.from_array(scale, f"{name}.scale"),
-                numpy_helper.from_array(np.array([values.shape[0], -1], np.int64), f"{name}.rows"),
+                numpy_helper.from_array(np.array([rows, -1], np.int64), f"{name}.rows"),
                 numpy_helper.from_array(np.array([0, 0], np.int64), f"{name}.from"),
-                numpy_helper.from_array(
-                    np.array([values.shape[0], columns], np.int64), f"{name}.to"
-                ),
+                numpy_helper.from_array(np.array([rows, columns], np.int64), f"{name}.to"),
                 numpy_helper.from_array(np.array(values.shape, np.int64), f"{name}.shape"),
             ]
         )
         float32 = onnx.TensorProto.FLOAT
+        scaled = f"{name}.scale"
+        if scale.dtype == np.float16:
+            scaled = f"{name}.scale32"
+            expand.append(helper.make_node("Cast", [f"{name}.scale"], [scaled], to=float32))
         expand += [
             helper.make_node("Cast", [f"{name}.int8"], [f"{name}.q"], to=float32),
-            helper.make_node("Mul", [f"{name}.q", f"{name}.scale"], [f"{name}.blocks"]),
+            helper.make_node("Cast", [f"{name}.zero"], [f"{name}.z"], to=float32),
+            helper.make_node("Sub", [f"{name}.q", f"{name}.z"], [f"{name}.steps"]),
+            helper.make_node("Mul", [f"{name}.steps", scaled], [f"{name}.blocks"]),
             helper.make_node("Reshape", [f"{name}.blocks", f"{name}.rows"], [f"{name}.padded"]),
             helper.make_node(
                 "Slice", [f"{name}.padded", f"{name}.from", f"{name}.to"], [f"{name}.flat"]
@@ -248,11 +357,66 @@ def int8_weights(fp32: bytes, half: Sequence[str] = ()) -> bytes:
         ]
     if not expand:
         raise ValueError("no weights to store as int8")
+    if len(calibration):
+        _correct_biases(graph, {name: layers[name] for name in stored}, stored, fp32, calibration)
     nodes = expand + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
     onnx.checker.check_model(model)
     return model.SerializeToString()
+
+
+def _correct_biases(
+    graph: Any,
+    layers: dict[str, Any],
+    stored: dict[str, tuple[np.ndarray, np.ndarray]],
+    fp32: bytes,
+    calibration: Sequence[np.ndarray],
+) -> None:
+    """Give each layer of ``layers`` (weight name → node) the bias ``b - ΔW · E[x]``
+    (:func:`int8_weights`), ``E[x]`` from :func:`_mean_patches` on ``calibration``."""
+    from onnx import numpy_helper
+
+    layers = {  # explicit padding only (what torch exports): auto_pad's is not computed here
+        name: node
+        for name, node in layers.items()
+        if all(a.name != "auto_pad" or a.s in (b"", b"NOTSET") for a in node.attribute)
+    }
+    means = _mean_patches(
+        fp32, {name: (node, stored[name][0].shape) for name, node in layers.items()}, calibration
+    )
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    users: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            users[name] = users.get(name, 0) + 1
+    for name, node in layers.items():
+        original, expanded = stored[name]
+        change = (expanded.astype(np.float64) - original).reshape(original.shape[0], -1)
+        mean = means[name]
+        if node.op_type == "Conv":  # the channel group each output channel reads
+            groups = mean.shape[0] // original.shape[1]
+            per_group = original.shape[0] // groups
+            rows = np.arange(original.shape[0]) // per_group
+            mean = mean.reshape(groups, -1)[rows]
+        else:
+            mean = np.broadcast_to(mean, change.shape)
+        shift = (change * mean).sum(axis=1)
+        bias = np.zeros(original.shape[0], np.float64)
+        if len(node.input) > 2 and node.input[2]:
+            old = node.input[2]
+            bias = bias + numpy_helper.to_array(initializers[old]).astype(np.float64)
+            users[old] -= 1
+            if users[old] == 0:
+                graph.initializer.remove(initializers[old])
+        corrected = f"{name}.bias"
+        graph.initializer.append(
+            numpy_helper.from_array((bias - shift).astype(np.float32), corrected)
+        )
+        if len(node.input) > 2:
+            node.input[2] = corrected
+        else:
+            node.input.append(corrected)
 
 
 def _quantize(
@@ -262,12 +426,12 @@ def _quantize(
     calibration: Sequence[np.ndarray],
     half: Sequence[str] = (),
 ) -> bytes:
-    """``fp32`` quantized with ``scheme``; the frontend's nodes stay float32 (``half``: see
-    :func:`int8_weights`)."""
+    """``fp32`` quantized with ``scheme``; the frontend's nodes stay float32 (``half``, and
+    ``calibration`` for the bias correction of :data:`WEIGHT_SCHEME`: see :func:`int8_weights`)."""
     import onnx
 
     if scheme == WEIGHT_SCHEME:
-        return int8_weights(fp32, half)
+        return int8_weights(fp32, half, calibration)
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,

@@ -389,9 +389,10 @@ def test_export_with_calibrate_writes_both_tables_of_a_codeword_bundle(
 
 
 def test_int8_weights_are_stored_in_blocks_and_expanded_in_the_graph() -> None:
-    """``--quantize weights``: each Conv weight becomes int8 blocks of 16 with a float32 scale
-    each, expanded back to the weight in the graph; the layer computes in float32 on weights
-    within half a step of the original, in fewer bytes."""
+    """``--quantize weights``: each Conv weight becomes int8 blocks of WEIGHT_BLOCK with an int8
+    zero point and a scale each (float16 where every scale is a normal float16, else float32),
+    expanded back to the weight in the graph; the layer computes in float32 on weights within
+    half a step of the original (a step no coarser than a symmetric scale's), in fewer bytes."""
     import onnx
     import onnxruntime as ort
     from onnx import helper, numpy_helper
@@ -402,47 +403,60 @@ def test_int8_weights_are_stored_in_blocks_and_expanded_in_the_graph() -> None:
     weight = (rng.standard_normal((64, 3, 7)) * np.logspace(-4, 0, 64)[:, None, None]).astype(
         np.float32
     )  # channels of very different sizes: one scale per channel would lose the small ones
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["input", "w"], ["output"])],
-        "conv",
-        [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, ["batch", 3, "time"])],
-        [helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, ["batch", 64, "frames"])],
-        [numpy_helper.from_array(weight, "w")],
-    )
-    fp32 = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    fp32_bytes = fp32.SerializeToString()
-    int8 = int8_weights(fp32_bytes)
-    stored = {
-        t.name: numpy_helper.to_array(t) for t in onnx.load_from_string(int8).graph.initializer
-    }
-    assert "w" not in stored and stored["w.int8"].dtype == np.int8
-    blocks = -(-21 // WEIGHT_BLOCK)  # 21 values a channel, padded to whole blocks
-    assert stored["w.int8"].shape == (64, blocks, WEIGHT_BLOCK)
-    assert stored["w.scale"].dtype == np.float32
-    assert len(int8) < 0.6 * len(
-        fp32_bytes
-    )  # padding costs here; about 1.1 bytes a weight at scale
+    weight[5, 1] = 0.0  # zeros stay exact
+
+    def conv(values: np.ndarray) -> tuple[onnx.GraphProto, bytes]:
+        graph = helper.make_graph(
+            [helper.make_node("Conv", ["input", "w"], ["output"])],
+            "conv",
+            [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, ["batch", 3, "time"])],
+            [
+                helper.make_tensor_value_info(
+                    "output", onnx.TensorProto.FLOAT, ["batch", 64, "frames"]
+                )
+            ],
+            [numpy_helper.from_array(values, "w")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        return graph, model.SerializeToString()
+
     x = rng.standard_normal((2, 3, 40)).astype(np.float32)
 
     def run(model: bytes) -> np.ndarray:
         session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
         return session.run(None, {"input": x})[0]
 
-    expanded = (stored["w.int8"] * stored["w.scale"]).reshape(64, -1)[:, :21].reshape(weight.shape)
-    step = np.abs(weight).reshape(64, -1).max(axis=1) / 127
-    assert np.all(np.abs(expanded - weight) <= step[:, None, None] / 2 + 1e-12)
-    graph.initializer[0].CopyFrom(numpy_helper.from_array(expanded.astype(np.float32), "w"))
-    as_expanded = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    assert np.allclose(run(int8), run(as_expanded.SerializeToString()), rtol=1e-5, atol=1e-7)
+    for values, scale_type in ((weight, np.float32), (weight * 1e4 / 3, np.float16)):
+        # the first's smallest channels need scales below float16's normal range
+        values = values.astype(np.float32)
+        _, fp32_bytes = conv(values)
+        int8 = int8_weights(fp32_bytes)
+        stored = {
+            t.name: numpy_helper.to_array(t) for t in onnx.load_from_string(int8).graph.initializer
+        }
+        assert "w" not in stored and stored["w.int8"].dtype == np.int8
+        blocks = -(-21 // WEIGHT_BLOCK)  # 21 values a channel, padded to whole blocks
+        assert stored["w.int8"].shape == (64, blocks, WEIGHT_BLOCK)
+        assert stored["w.zero"].shape == (64, blocks, 1) and stored["w.zero"].dtype == np.int8
+        assert stored["w.scale"].dtype == scale_type
+        assert len(int8) < 0.6 * len(fp32_bytes)  # padding costs here; ~1.1 bytes a weight
+        steps = stored["w.int8"].astype(np.float32) - stored["w.zero"]
+        expanded = (steps * stored["w.scale"].astype(np.float32)).reshape(64, -1)[:, :21]
+        expanded = expanded.reshape(values.shape)
+        step = np.abs(values).reshape(64, -1).max(axis=1) / 127
+        assert np.all(np.abs(expanded - values) <= step[:, None, None] / 2 + 1e-12)
+        assert np.all(expanded[5, 1] == 0.0)
+        graph, _ = conv(expanded.astype(np.float32))
+        as_expanded = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        assert np.allclose(run(int8), run(as_expanded.SerializeToString()), rtol=1e-5, atol=1e-7)
     # a backbone's half_precision layers: float16, cast back to float32 in the graph
+    _, fp32_bytes = conv(weight)
     half = int8_weights(fp32_bytes, half=("w",))
     stored = {
         t.name: numpy_helper.to_array(t) for t in onnx.load_from_string(half).graph.initializer
     }
     assert set(stored) == {"w.f16"} and stored["w.f16"].dtype == np.float16
-    graph.initializer[0].CopyFrom(
-        numpy_helper.from_array(weight.astype(np.float16).astype(np.float32), "w")
-    )
+    graph, _ = conv(weight.astype(np.float16).astype(np.float32))
     rounded = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     assert np.allclose(run(half), run(rounded.SerializeToString()), rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match="no weights"):
@@ -451,6 +465,73 @@ def test_int8_weights_are_stored_in_blocks_and_expanded_in_the_graph() -> None:
                 helper.make_graph([], "empty", [], []), opset_imports=[helper.make_opsetid("", 18)]
             ).SerializeToString()
         )
+
+
+def test_int8_weights_bias_correction_keeps_a_small_model_close() -> None:
+    """A small network (Conv, ReLU, dilated Conv with a bias, ReLU, mean over time, Gemm) as
+    ``--quantize weights`` stores it: under 0.35 of float32's bytes, and with calibration batches
+    each layer's bias absorbs the mean shift its rounding causes (``b - ΔW · E[x]``), so on other
+    inputs the embeddings' mean error nearly vanishes and the scores (cosines between
+    embeddings) move less than without - within the exporter's drift bound either way."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    from uvexport.quantize import DRIFT_BOUND, int8_weights
+
+    rng = np.random.default_rng(1)
+    w1 = (rng.standard_normal((96, 16, 3)) * 0.2).astype(np.float32)
+    w2 = (rng.standard_normal((96, 96, 3)) * 0.08 + 0.01).astype(np.float32)
+    b2 = (rng.standard_normal(96) * 0.1).astype(np.float32)
+    w3 = (rng.standard_normal((48, 96)) * 0.2).astype(np.float32)
+    float32 = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["input", "w1"], ["c1"], pads=[1, 1]),
+            helper.make_node("Relu", ["c1"], ["r1"]),
+            helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[2, 2], dilations=[2]),
+            helper.make_node("Relu", ["c2"], ["r2"]),
+            helper.make_node("ReduceMean", ["r2", "axis"], ["pooled"], keepdims=0),
+            helper.make_node("Gemm", ["pooled", "w3"], ["output"], transB=1),
+        ],
+        "small",
+        [helper.make_tensor_value_info("input", float32, ["batch", 16, "time"])],
+        [helper.make_tensor_value_info("output", float32, ["batch", 48])],
+        [
+            numpy_helper.from_array(w1, "w1"),
+            numpy_helper.from_array(w2, "w2"),
+            numpy_helper.from_array(b2, "b2"),
+            numpy_helper.from_array(w3, "w3"),
+            numpy_helper.from_array(np.array([2], np.int64), "axis"),
+        ],
+    )
+    fp32 = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    fp32_bytes = fp32.SerializeToString()
+    inputs = (rng.standard_normal((48, 16, 100)) + 0.3).astype(np.float32)
+    calibration = [inputs[:8], inputs[8:16]]  # the probes are the other 32
+    plain = int8_weights(fp32_bytes)
+    corrected = int8_weights(fp32_bytes, calibration=calibration)
+    assert len(corrected) < 0.35 * len(fp32_bytes)
+    biases = {t.name for t in onnx.load_from_string(corrected).graph.initializer}
+    assert {"w1.bias", "w2.bias", "w3.bias"} <= biases and "b2" not in biases
+
+    def embed(model: bytes) -> np.ndarray:
+        session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        return session.run(None, {"input": inputs[16:]})[0].astype(np.float64)
+
+    def scores(e: np.ndarray) -> np.ndarray:
+        e = e / np.linalg.norm(e, axis=1, keepdims=True)
+        return e @ e.T
+
+    reference = embed(fp32_bytes)
+    shift = {}
+    drift = {}
+    for name, model in (("plain", plain), ("corrected", corrected)):
+        out = embed(model)
+        shift[name] = np.abs((out - reference).mean(axis=0)).max()
+        drift[name] = np.abs(scores(out) - scores(reference)).max()
+    assert shift["corrected"] < 0.5 * shift["plain"]
+    assert drift["corrected"] < drift["plain"] <= DRIFT_BOUND
 
 
 def test_int8_weights_export_states_its_drift_or_refuses(
