@@ -334,15 +334,19 @@ def default_voice(
         str | None,
         typer.Option(
             "--encoder",
-            help="The pretrained speaker encoder: ge2e (recipe) or campplus (CAM++; "
-            "docs/model-card.md compares them).",
+            help="The pretrained speaker encoder: campplus (CAM++, the recipe) or ge2e "
+            "(smaller, faster; docs/model-card.md compares them).",
             show_default=False,
         ),
     ] = None,
     quantize: Annotated[
-        Quantize,
-        typer.Option("--quantize", help="As uvexport --quantize (weights: int8 weights)."),
-    ] = Quantize.none,
+        Quantize | None,
+        typer.Option(
+            "--quantize",
+            help="As uvexport --quantize (recipe: weights, int8 weights).",
+            show_default=False,
+        ),
+    ] = None,
     rounds: Annotated[
         int | None,
         typer.Option(
@@ -375,7 +379,7 @@ def default_voice(
         speakers=speakers,
         calibrate=calibrate,
         ort=ort,
-        quantize=quantize.value,
+        quantize=None if quantize is None else quantize.value,
         pretrained=encoder,
     )
     typer.echo(

