@@ -5,7 +5,7 @@ impostors in every condition: the worst condition decides. This calibrates the s
 does (:func:`uvexport.calibrate.calibrate_vectors`), rebuilds the calibration's trials with
 ``far_rules.py``'s :func:`fold_trials` (which checks that its cohort is the one calibrated) and
 prints, for one FAR, the table's threshold, then each condition's own threshold
-(:func:`uvsdk.calibration.far_threshold` on that condition's impostor trials alone), the FRR there,
+(:func:`uvsdk.measurement.far_threshold` on that condition's impostor trials alone), the FRR there,
 and the FRR and observed FAR at the table's threshold: which condition decides and what it costs
 the others. These are the calibration's own trials: this describes the calibration, it does not
 test it (``far_generalisation.py`` does, on sources left out).
@@ -24,7 +24,8 @@ from far_rules import fold_trials
 
 from uvexport.calibrate import calibrate_vectors, embed_conditions, people_folders, print_progress
 from uvsdk.bundle import Bundle
-from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, far_threshold
+from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES
+from uvsdk.measurement import far_threshold
 
 
 def main() -> None:

@@ -73,8 +73,9 @@ from uvexport.calibrate import (
     print_progress,
 )
 from uvsdk import Bundle
-from uvsdk.calibration import DEFAULT_FAR, enrollment_trials, user_threshold
+from uvsdk.calibration import DEFAULT_FAR, user_threshold
 from uvsdk.cohort import Cohort, as_norm
+from uvsdk.measurement import enrollment_trials
 from uvsdk.scoring import cosine_scores, prototype, warmup_threshold
 from uvsdk.verifier import default_bundle_path
 from uvtrain.evaluation import equal_error_rate
@@ -167,7 +168,7 @@ def pair_counts(
 
 def trial_owners(by_person: Mapping[str, np.ndarray], person: str) -> np.ndarray:
     """Whose clip each of ``person``'s impostor trials is, in the order of
-    :func:`uvsdk.calibration.enrollment_trials` (every other person's vectors, in turn)."""
+    :func:`uvsdk.measurement.enrollment_trials` (every other person's vectors, in turn)."""
     names = [name for name, vectors in by_person.items() if len(vectors) and name != person]
     return np.repeat(np.array(names, dtype=object), [len(by_person[name]) for name in names])
 
@@ -205,7 +206,7 @@ def cross_source_trials(
     cohort_people: np.ndarray | None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Each test person's template (their first ``enroll`` vectors, as
-    :func:`uvsdk.calibration.enrollment_trials` enrolls them) scored against every vector of the
+    :func:`uvsdk.measurement.enrollment_trials` enrolls them) scored against every vector of the
     other sources' people, AS-norm normalised as ``enrollment_trials`` normalises calibration
     people: the tested clip's statistics leave out its own person's cohort vectors. Returns the
     scores per test person and the owner of each scored vector."""

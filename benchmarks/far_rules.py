@@ -5,7 +5,7 @@ The protocol is :mod:`far_generalisation`'s, with its functions: the same embedd
 turn), the bundle calibrated on every other source by :func:`uvexport.calibrate.calibrate_vectors`,
 and each test speaker enrolled on their first ``--enroll`` vectors with the SDK's rule. Each
 fold's trial scores (AS-norm against the fold's cohort) are computed once, on the calibration
-sources (as :func:`uvsdk.calibration.measure` computes them) and on the held-out source, and every
+sources (as :func:`uvsdk.measurement.measure` computes them) and on the held-out source, and every
 rule is evaluated on the same scores:
 
 - ``global``: today's rule, :func:`uvsdk.calibration.user_threshold` on the calibrated table
@@ -67,15 +67,9 @@ from uvexport.calibrate import (
     print_progress,
 )
 from uvsdk import Bundle
-from uvsdk.calibration import (
-    DEFAULT_ENROLL_SAMPLES,
-    MIN_FALSE_ACCEPTS,
-    enrollment_trials,
-    far_threshold,
-    table_from_scores,
-    user_threshold,
-)
+from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, MIN_FALSE_ACCEPTS, user_threshold
 from uvsdk.cohort import Cohort
+from uvsdk.measurement import enrollment_trials, far_threshold, table_from_scores
 from uvsdk.verifier import default_bundle_path
 
 OWNER_TARGET = 0.95
@@ -107,7 +101,7 @@ def condition_trials(
     cohort: Cohort,
     cohort_people: np.ndarray | None = None,
 ) -> Trials | None:
-    """The trials of one condition, in :func:`uvsdk.calibration.enrollment_trials`' order;
+    """The trials of one condition, in :func:`uvsdk.measurement.enrollment_trials`' order;
     ``None`` when fewer than 2 people are enrolled."""
     warmup, genuine, impostor = enrollment_trials(
         vectors, enroll, cohort=cohort, cohort_people=cohort_people
@@ -136,7 +130,7 @@ def fold_trials(
     enroll: int,
 ) -> tuple[dict[str, Trials], dict[str, Trials]]:
     """The calibration trials (the conditions and cohort :func:`calibrate_vectors` used, each
-    person's own vectors out of their statistics, as :func:`uvsdk.calibration.measure`) and the
+    person's own vectors out of their statistics, as :func:`uvsdk.measurement.measure`) and the
     held-out trials (the SDK's user, not in the cohort)."""
     table = calibrated.calibration.tables["prototype"]
     usable = {condition: calibration_vectors[condition] for condition in table.conditions}

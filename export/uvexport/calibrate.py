@@ -6,7 +6,7 @@ decoded as the SDK decodes it and turned into each simulated recording condition
 utterances joined from a person's consecutive clips); every version goes through the SDK's own
 :meth:`uvsdk.Verifier.embed` (windows, ONNX Runtime). A cohort of those vectors, drawn evenly over
 people and conditions, goes into the bundle (``cohort.f32``, :mod:`uvsdk.cohort`), and
-:func:`uvsdk.calibration.measure` enrolls each person as the SDK enrolls, normalises every score
+:func:`uvsdk.measurement.measure` enrolls each person as the SDK enrolls, normalises every score
 against the cohort without the two people's own vectors, and states for each FAR the threshold of
 the worst condition (docs/formats.md, "Calibration"). So the table states what the SDK will do
 with this very model file, in each of those conditions.
@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from uvsdk.bundle import AudioInput, Bundle, Manifest
-from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, Calibration, measure
+from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, Calibration
 from uvsdk.cohort import SCORE_NORMS, Cohort, CohortSpec, ScoreNorm
 from uvsdk.errors import MediaError, UvsdkError
+from uvsdk.measurement import measure
 from uvsdk.media import check_audio, load_audio, load_image
 
 from .bundle import write_bundle
@@ -364,7 +365,7 @@ def build_cohort(
     embedded: Mapping[str, Mapping[str, np.ndarray]], size: int, *, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Up to ``size`` cohort vectors drawn evenly over the people and conditions (seeded), and
-    whose each one is (``[N]`` names, for :func:`uvsdk.calibration.measure`'s exclusion)."""
+    whose each one is (``[N]`` names, for :func:`uvsdk.measurement.measure`'s exclusion)."""
     rng = np.random.default_rng(seed)
     pools = [
         (person, vectors)
@@ -430,10 +431,10 @@ def calibrate_vectors(
     ``none``) of vectors already embedded per condition; conditions where fewer than 2 people
     have more than ``enroll_samples`` vectors are left out (and named in ``data``). ``groups``
     (person → recording chain): impostor trials only within a chain
-    (:func:`uvsdk.calibration.measure`), said in ``data``. ``score_norm``: ``as-norm`` over the
+    (:func:`uvsdk.measurement.measure`), said in ``data``. ``score_norm``: ``as-norm`` over the
     ``top_k`` nearest cohort vectors (at most half the cohort), ``s-norm`` over all of them.
     With ``seconds`` (the audio behind each vector) and several chains, the prototype table
-    carries its leave-one-chain-out figures (:func:`uvsdk.calibration.held_out_figures`)."""
+    carries its leave-one-chain-out figures (:func:`uvsdk.measurement.held_out_figures`)."""
     if score_norm not in SCORE_NORM_CHOICES:
         raise ValueError(f"score_norm {score_norm!r}: one of {', '.join(SCORE_NORM_CHOICES)}")
     usable = {

@@ -329,7 +329,7 @@ def test_impostor_pairs_are_classed_and_counted_by_source_and_gender() -> None:
 
 def test_a_templates_impostor_trials_are_split_by_whose_clip_they_are() -> None:
     far = _benchmark_module()
-    from uvsdk.calibration import enrollment_trials
+    from uvsdk.measurement import enrollment_trials
 
     scores = np.array([0.9, 0.1, 0.6, 0.2, 0.7])
     owners = np.array(["x", "x", "y", "y", "y"], dtype=object)
@@ -364,7 +364,7 @@ def test_cross_source_trials_are_normalised_as_calibration_scores_its_people() -
     clip's statistics without its own person's cohort vectors); the cohort's owners are found."""
     far = _benchmark_module()
     from uvexport.calibrate import calibrate_vectors
-    from uvsdk.calibration import enrollment_trials
+    from uvsdk.measurement import enrollment_trials
 
     rng = np.random.default_rng(1)
     centres = rng.standard_normal((6, 16))

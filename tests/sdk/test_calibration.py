@@ -28,14 +28,11 @@ from uvsdk.calibration import (
     Row,
     Table,
     check_far,
-    enrollment_trials,
-    far_threshold,
-    measure,
-    table_from_scores,
     user_threshold,
 )
 from uvsdk.cli import app
 from uvsdk.errors import BundleError, CalibrationError
+from uvsdk.measurement import enrollment_trials, far_threshold, measure, table_from_scores
 from uvsdk.scoring import warmup_threshold
 from uvsdk.template import Template
 

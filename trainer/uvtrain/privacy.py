@@ -207,12 +207,23 @@ def epsilon_server(noise: float, participations: int, delta: float) -> float:
 
     if profile(0.0) <= delta:
         return 0.0
+    return _smallest_at_most(profile, delta, 1e-9)
+
+
+def _smallest_at_most(
+    falling: Callable[[float], float], target: float, tolerance: float, limit: float = math.inf
+) -> float:
+    """The smallest ``x > 0`` (to a relative ``tolerance``) at which the non-increasing
+    ``falling(x) <= target``: doubling from 1, then bisection. :class:`ValueError` when ``x``
+    would pass ``limit``."""
     low, high = 0.0, 1.0
-    while profile(high) > delta:
+    while falling(high) > target:
         low, high = high, high * 2
-    while high - low > 1e-9 * high:
+        if high > limit:
+            raise ValueError(f"no x up to {limit:g} reaches {target:g}")
+    while high - low > tolerance * high:
         middle = (low + high) / 2
-        if profile(middle) > delta:
+        if falling(middle) > target:
             low = middle
         else:
             high = middle
@@ -300,18 +311,10 @@ def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: fl
     def spent(noise: float) -> float:
         return epsilon_release(noise, sampling_rate, rounds, delta)
 
-    low, high = 0.0, 1.0
-    while spent(high) > target:
-        low, high = high, high * 2
-        if high > 1e4:
-            raise ConfigError(f"no noise reaches ε = {target} in {rounds} rounds")
-    while high - low > 1e-3 * high:
-        middle = (low + high) / 2
-        if spent(middle) > target:
-            low = middle
-        else:
-            high = middle
-    return high
+    try:
+        return _smallest_at_most(spent, target, 1e-3, limit=1e4)
+    except ValueError:
+        raise ConfigError(f"no noise reaches ε = {target} in {rounds} rounds") from None
 
 
 @dataclass(frozen=True)
