@@ -19,11 +19,17 @@ from uvsdk.codeword import unpack_generator
 from uvtrain.algorithms.base import overrides
 from uvtrain.batches import draw_batches, epoch_batches
 from uvtrain.engine import local_update, split_parameters
-from uvtrain.io import atomic_write
+from uvtrain.errors import TrainingError
+from uvtrain.io import atomic_write, read_json, write_json
 
 from .dp import private_update
 from .errors import DeviceError
 from .settings import DeploySettings, build_model, from_arrays, pack, unpack
+
+
+#: The device's record of the last round it sent an update in (the participation rule's half
+#: that the device keeps, :meth:`Device.take_part`), in its store folder.
+PARTICIPATION = "participation.json"
 
 
 class Device:
@@ -164,6 +170,33 @@ class Device:
                 f"the round asks for dp {dp!r}, the run's settings say {self.settings.mechanism!r}"
             )
 
+    def take_part(self, round_number: int, period: int) -> None:
+        """The device's half of the participation rule (``dp_period``, :mod:`uvtrain.privacy`):
+        refuse a second round in one period of ``period`` rounds, whatever the server's
+        selection did, and record this one before the update leaves. The record is the last
+        round taken part in: a round numbered lower starts a new run. It holds the server to
+        its own numbering of rounds; a server that renumbers them is not bounded by it
+        (docs/privacy.md)."""
+        if period <= 0:
+            return
+        path = self.store_dir / PARTICIPATION
+        if path.exists():
+            try:
+                last = read_json(path)
+                before, window = int(last["round"]), int(last["period"])
+            except (TrainingError, KeyError, TypeError, ValueError):
+                raise DeviceError(f"{path}: not a participation record; remove it") from None
+            same = window == period and (before - 1) // period == (round_number - 1) // period
+            if same and round_number >= before:
+                first = (round_number - 1) // period * period + 1
+                raise DeviceError(
+                    f"refusing round {round_number}: this device took part in round {before}, "
+                    f"and the run allows one round in each period of {period} (rounds {first}-"
+                    f"{first + period - 1})"
+                )
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        write_json(path, {"round": round_number, "period": period})
+
     def train(
         self,
         arrays: list[np.ndarray],
@@ -224,7 +257,9 @@ class Device:
                     f"the round calibrates the noise to {config['dp_survivors']} survivors, "
                     f"fewer than the run's min_cohort {settings.min_cohort}"
                 )
-            return private_update(delta, config, noise), 1, metrics, private
+            update = private_update(delta, config, noise)
+            self.take_part(int(config.get("round", 0)), int(config.get("dp_period", 0)))
+            return update, 1, metrics, private
         update = [value.numpy() for value in delta.values()]
         return update, len(samples), metrics, private
 

@@ -242,6 +242,7 @@ class FlowerPrivacy:
             "dp_survivors": int(self.survivors),
             "dp_adaptive": adaptive is not None,
             "dp_count_std": float(adaptive.count_std) if adaptive is not None else 0.0,
+            "dp_period": int(self.plan.period or 0),
         }
 
     def quantization_range(self) -> float:

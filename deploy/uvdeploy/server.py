@@ -83,6 +83,7 @@ from uvtrain.rounds import (
     ClientUpdates,
     RoundPlan,
     WeightedMean,
+    period_cohort,
     poisson_cohort,
     run_round,
     sample_cohort,
@@ -301,14 +302,19 @@ class FederatedServer:
 
     def cohort(self, round_number: int, nodes: list[int]) -> list[int]:
         """The round's devices, drawn from ``(seed, round)`` as the simulator draws clients:
-        under DP each device with probability ``q`` (:func:`~uvtrain.rounds.poisson_cohort`)."""
+        under DP each device with probability ``q`` (:func:`~uvtrain.rounds.poisson_cohort`), or
+        under a participation rule the period's next devices (:func:`~uvtrain.rounds.
+        period_cohort`; each device also refuses a second round in a period)."""
         count = self.settings.cohort_size(len(nodes))
         if self.secure and len(nodes) < self.settings.min_cohort:
             raise DeploymentError(
                 f"{len(nodes)} device(s): a secure round needs min_cohort = "
                 f"{self.settings.min_cohort} (a sum over fewer reveals too much)"
             )
-        if self.dp is not None:
+        if self.dp is not None and self.dp.plan.capped:
+            period = self.dp.plan.sampling_period
+            picked = period_cohort(self.config.seed, round_number, len(nodes), count, period)
+        elif self.dp is not None:
             rate = self.dp.plan.sampling_rate
             picked = poisson_cohort(self.config.seed, round_number, len(nodes), rate)
         else:
@@ -587,7 +593,11 @@ class FederatedServer:
             secure.reconstruction_threshold = float(survivors)
         self.dp = dp
         self.aggregator = PrivateSum(mechanism)  # the server half over the devices' sum
-        skip = skip_probability(users, plan.sampling_rate, survivors)
+        skip = (
+            float(cohort < survivors)
+            if plan.capped
+            else skip_probability(users, plan.sampling_rate, survivors)
+        )
         shares = f", sums of >= {survivors} devices" if secure is not None else ""
         self.echo(
             f"{plan.describe()}{shares}; a round releases nothing when fewer than {survivors} "

@@ -439,6 +439,21 @@ class Privacy:
         },
     )
 
+    dp_noise: str = field(
+        default="independent",
+        metadata={
+            "help": "DP: independent (DP-FedAvg: fresh noise every round) or tree (DP-FTRL: "
+            "tree-aggregated noise over each period; needs --dp central and a fixed clip norm).",
+        },
+    )
+    dp_period: int | None = field(
+        default=None,
+        metadata={
+            "help": "DP participation rule: each user in at most one round of each period of "
+            "this many rounds, instead of Poisson sampling (no amplification: one ε against "
+            "the server and the model's observers; tree default: users/cohort).",
+        },
+    )
     dp_noise_cohort: int | None = field(
         default=None,
         metadata={
@@ -483,6 +498,10 @@ class Privacy:
             raise ConfigError(f"clip_learning_rate must be positive, not {self.clip_learning_rate}")
         if self.clip_count_std is not None and not self.clip_count_std > 0:
             raise ConfigError(f"clip_count_std must be positive, not {self.clip_count_std}")
+        if self.dp_noise not in ("independent", "tree"):
+            raise ConfigError(f"dp_noise must be independent or tree, not {self.dp_noise!r}")
+        if self.dp_period is not None and not 1 <= self.dp_period <= 10**6:
+            raise ConfigError(f"dp_period must be in [1, 10^6], not {self.dp_period}")
         if self.dp_noise_cohort is not None and not 1 <= self.dp_noise_cohort <= 10**9:
             raise ConfigError(f"dp_noise_cohort must be in [1, 10^9], not {self.dp_noise_cohort}")
         if self.dp_population is not None and self.dp_population > 10**10:

@@ -53,6 +53,7 @@ from .rounds import (
     UpdateStep,
     WeightedMean,
     gather,
+    period_cohort,
     poisson_cohort,
     run_round,
     sample_cohort,
@@ -325,7 +326,11 @@ class Simulation(GlobalModel):
     def clients_of_round(self, round_number: int) -> np.ndarray:
         """The ε·K clients of a round: drawn without replacement from ``(seed, round)``, or the
         next ε·K in order (round-robin); under differential privacy (``privacy``, the plan) each
-        client with probability ``q`` (:func:`~uvtrain.rounds.poisson_cohort`)."""
+        client with probability ``q`` (:func:`~uvtrain.rounds.poisson_cohort`), or under its
+        participation rule the period's next ``m`` (:func:`~uvtrain.rounds.period_cohort`)."""
+        if self.privacy is not None and self.privacy.capped:
+            period, count = self.privacy.sampling_period, self.privacy.cohort
+            return period_cohort(self.config.seed, round_number, self.num_clients, count, period)
         if self.privacy is not None:
             rate = self.privacy.cohort_rate
             return poisson_cohort(self.config.seed, round_number, self.num_clients, rate)

@@ -101,6 +101,10 @@ from .rounds import Aggregator, ClientUpdates, RoundPlan
 
 #: The placements of the noise (``off``: no differential privacy).
 MECHANISMS = ("off", "central", "distributed")
+#: How each round's noise relates to the others' (``--dp-noise``): ``independent`` (DP-FedAvg:
+#: fresh noise on every round's sum) or ``tree`` (DP-FTRL: the noise of a binary tree over the
+#: rounds of a period, :class:`TreeNoise`).
+NOISES = ("independent", "tree")
 
 
 #: What the accountant assumes, stated in every report (see the module's docstring).
@@ -121,6 +125,24 @@ ADVERSARIES = {
     "sampled (amplification by subsampling); epsilon_server: against anyone who also knows the "
     "cohorts (no amplification, over server_participations rounds); nothing bounds the server "
     "itself, which adds the noise and sees the updates",
+}
+#: What the accountant assumes under a participation rule (``--dp-period``, either noise).
+PERIOD_SAMPLING = "at most one round in each period of b rounds (the server's selection)"
+PERIOD_ACCOUNTANT = (
+    "PLD, dp-accounting GaussianPrivacyLoss(z/sqrt(S)): the whole run is one Gaussian mechanism "
+    "of sensitivity sqrt(S)·C (S = the periods a user can join, or with tree noise the sum over "
+    "the periods of their trees' depths), no amplification, exact (Balle and Wang 2018); checked "
+    "against dp-accounting's RDP of the same events"
+)
+#: Who each ε holds against under a participation rule, by placement: no amplification is
+#: assumed, so the same ε holds whether or not the adversary knows the cohorts.
+PERIOD_ADVERSARIES = {
+    "distributed": "epsilon_release = epsilon_server: against anyone who sees the released "
+    "models, and against the server that ran training, which draws the cohorts and sees only "
+    "noisy sums (no amplification, at most one round per period)",
+    "central": "epsilon_release = epsilon_server: against anyone who sees the released models, "
+    "whether or not they know who took part (no amplification, at most one round per period); "
+    "nothing bounds the server itself, which adds the noise and sees each round's sum",
 }
 #: The clip-count bits' convention (:meth:`UserLevelDP.user_half`).
 COUNT_BITS = "±½"
@@ -378,13 +400,51 @@ def release_epsilon(sigma: float, sensitivity: float, releases: int, delta: floa
     return epsilon_server(sigma / sensitivity, releases, delta)
 
 
+def tree_depth(steps: int) -> int:
+    """``⌈log₂(steps + 1)⌉``: the most nodes of a binary tree over ``steps`` rounds that hold one
+    round's sum (one per level: a leaf and its complete ancestors; :class:`TreeNoise`), the
+    sensitivity's square in units of ``C²`` of one participation (Kairouz et al., ICML 2021,
+    Appendix D; dp-accounting's ``SingleEpochTreeAggregationDpEvent``)."""
+    return int(steps).bit_length()
+
+
+def period_lengths(rounds: int, period: int) -> list[int]:
+    """The lengths of the periods of ``period`` rounds that cover rounds ``1..rounds`` (the last
+    may be shorter): the participation rule's windows and the tree's restarts."""
+    full, rest = divmod(max(0, rounds), period)
+    return [period] * full + ([rest] if rest else [])
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """The ``ε`` at ``δ`` of one Gaussian mechanism whose sensitivity is ``mu`` noise standard
+    deviations (``μ``-GDP; :func:`epsilon_server` of multiplier ``1/μ``, closed form)."""
+    if mu <= 0:
+        return 0.0
+    if not math.isfinite(mu):
+        return math.inf
+    return epsilon_server(1.0 / mu, 1, delta)
+
+
+def gaussian_eer_floor(mu: float) -> float:
+    """The lowest EER of any test against a ``μ``-GDP mechanism, ``Φ(−μ/2)``: its trade-off
+    curve ``β(α) = Φ(Φ⁻¹(1−α) − μ)`` (Dong, Roth and Su 2019, eq. 2.3) meets ``α = β`` there."""
+    return 0.5 * math.erfc(mu / (2 * math.sqrt(2)))
+
+
 @dataclass(frozen=True)
 class PrivacyPlan:
     """A run's mechanism, fixed before training: what ``report.json`` calls ``privacy``.
     ``noise_multiplier`` is ``z``, the multiplier the run is as private as (with adaptive
     clipping the update carries ``z_Δ`` and the count ``σ_b``, :func:`update_noise_multiplier`);
     each round Poisson-samples each of ``users`` with probability ``q = cohort / users``, so
-    ``cohort`` is the expected cohort ``qN``, the aggregate's fixed denominator."""
+    ``cohort`` is the expected cohort ``qN``, the aggregate's fixed denominator.
+
+    ``period`` (``b``, ``--dp-period``): the participation rule instead — each round's cohort is
+    ``cohort`` users of those who have not taken part in the current period of ``b`` rounds
+    (:func:`uvtrain.rounds.period_cohort`), so a user joins at most ``⌈R/b⌉`` rounds and nothing
+    rests on a secret sample: both ``ε`` are one Gaussian mechanism's (:meth:`mu`).
+    ``noise`` is ``independent`` (DP-FedAvg) or ``tree`` (DP-FTRL, :class:`TreeNoise`, whose
+    tree restarts at every period)."""
 
     mechanism: str
     noise_multiplier: float
@@ -397,6 +457,35 @@ class PrivacyPlan:
     adaptive: AdaptiveClipping | None = None
     noise_cohort: int | None = None
     population: int | None = None
+    noise: str = "independent"
+    period: int | None = None
+
+    @property
+    def capped(self) -> bool:
+        """Whether a participation rule (:attr:`period`) replaces Poisson sampling."""
+        return self.period is not None
+
+    def units(self, rounds: int) -> int:
+        """``S``: the sensitivity's square, in ``C²``, of the first ``rounds`` rounds for a user
+        under the participation rule — the periods it can join (independent noise), or the sum
+        of their trees' depths (tree noise: one participation sits in :func:`tree_depth` nodes,
+        each with its own noise)."""
+        assert self.period is not None
+        lengths = period_lengths(rounds, self.period)
+        return sum(map(tree_depth, lengths)) if self.noise == "tree" else len(lengths)
+
+    def mu(self, rounds: int) -> float:
+        """``μ = √S / z``: under the participation rule the first ``rounds`` rounds are one
+        Gaussian mechanism with this many standard deviations of sensitivity (the rounds' noises
+        independent, or the tree's nodes'; with adaptive clipping the pair ``z_Δ``, ``σ_b`` is
+        as private as ``z`` per participation)."""
+        return math.sqrt(self.units(rounds)) / self.noise_multiplier
+
+    @property
+    def sampling_period(self) -> int:
+        """The period the cohorts are drawn under (the rule's ``b``)."""
+        assert self.period is not None
+        return self.period
 
     @property
     def cohort_rate(self) -> float:
@@ -437,12 +526,18 @@ class PrivacyPlan:
 
     def spent_release(self, rounds: int) -> float:
         """The release's ``ε`` after ``rounds`` rounds (:func:`epsilon_release` of ``z``: with
-        adaptive clipping the pair ``z_Δ``, ``σ_b`` is as private as ``z``)."""
+        adaptive clipping the pair ``z_Δ``, ``σ_b`` is as private as ``z``); under the
+        participation rule the one Gaussian mechanism's (:meth:`mu`), no amplification."""
+        if self.capped:
+            return gaussian_epsilon(self.mu(rounds), self.delta)
         return epsilon_release(self.noise_multiplier, self.sampling_rate, rounds, self.delta)
 
     def spent_server(self, rounds: int) -> float:
         """The ``ε`` against the server after ``rounds`` rounds for a user in every one of
-        them, the most Poisson sampling allows (:func:`epsilon_server` of ``z``)."""
+        them, the most Poisson sampling allows (:func:`epsilon_server` of ``z``); under the
+        participation rule the release's (nothing was amplified)."""
+        if self.capped:
+            return self.spent_release(rounds)
         return self.epsilon_server_at(rounds)
 
     def epsilon_server_at(self, participations: int) -> float:
@@ -453,12 +548,17 @@ class PrivacyPlan:
     @property
     def epsilon_server(self) -> float:
         """The ``ε`` against the server of a user who joins every round
-        (:attr:`server_participations`)."""
+        (:attr:`server_participations`); under the participation rule the release's."""
+        if self.capped:
+            return self.spent_release(self.rounds)
         return self.epsilon_server_at(self.server_participations)
 
     @property
     def server_participations(self) -> int:
-        """The most rounds one user can join: all of them (Poisson sampling has no cap)."""
+        """The most rounds one user can join: all of them (Poisson sampling has no cap), or
+        one per period under the participation rule."""
+        if self.period is not None:
+            return len(period_lengths(self.rounds, self.period))
         return self.rounds
 
     @property
@@ -482,7 +582,10 @@ class PrivacyPlan:
     def membership_eer_floor(self) -> float:
         """The lowest EER a verification test that is a membership test can reach under this
         run's noise (:func:`membership_eer_floor`): FedUV's codeword protocol, the baselines'
-        class-row protocol. Enrollment after training is not bounded by it."""
+        class-row protocol. Enrollment after training is not bounded by it. Under the
+        participation rule the Gaussian mechanism's, in closed form (:func:`gaussian_eer_floor`)."""
+        if self.capped:
+            return gaussian_eer_floor(self.mu(self.rounds))
         return membership_eer_floor(self.noise_multiplier, self.sampling_rate, self.rounds)
 
     def report(self, joined: int | None = None) -> dict[str, Any]:
@@ -493,6 +596,8 @@ class PrivacyPlan:
         ``epsilon_server`` is at ``server_participations``: ``joined`` (or every round) for a
         run's own users; at simulated deployment scale every round for a deployment's user, and
         the simulation's own users' far larger figure under ``simulated_deployment``."""
+        if self.capped:
+            return self._capped_report(joined)
         actual = self.server_participations if joined is None else joined
         simulated = self.noise_cohort is not None
         participations = self.server_participations if simulated else actual
@@ -546,6 +651,55 @@ class PrivacyPlan:
             },
         }
 
+    def _capped_report(self, joined: int | None) -> dict[str, Any]:
+        """:meth:`report` under the participation rule: both ``ε`` the one Gaussian
+        mechanism's, for a user in one round of every period."""
+        assert self.period is not None
+        epsilon = self.spent_release(self.rounds)
+        tree = self.noise == "tree"
+        return {
+            "mechanism": self.mechanism,
+            "noise": self.noise,
+            "algorithm": "DP-FTRL, tree aggregation" if tree else "DP-FedAvg",
+            "epsilon": epsilon,
+            "epsilon_release": epsilon,
+            "epsilon_server": epsilon,
+            "server_participations": self.server_participations,
+            "server_participations_basis": "the most rounds a user can join under the "
+            "participation rule (one per period)",
+            "joined": joined,
+            "participation": {
+                "period": self.period,
+                "rule": PERIOD_SAMPLING,
+                "max_participations": self.server_participations,
+                "sensitivity_units": self.units(self.rounds),
+                "tree_depths": [tree_depth(n) for n in period_lengths(self.rounds, self.period)]
+                if tree
+                else None,
+                "mu": self.mu(self.rounds),
+            },
+            "adversaries": PERIOD_ADVERSARIES[self.mechanism],
+            "membership_eer_floor": self.membership_eer_floor,
+            "delta": self.delta,
+            "noise_multiplier": self.noise_multiplier,
+            "update_noise_multiplier": self.update_noise,
+            "clip_count_std": self.count_std,
+            "clip_count_bits": None if self.adaptive is None else COUNT_BITS,
+            "clip_norm": self.clip_norm,
+            "rounds": self.rounds,
+            "expected_cohort": self.cohort,
+            "users": self.users,
+            "sampling_rate": self.cohort_rate,
+            "sampling": "period",
+            "accountant": PERIOD_ACCOUNTANT,
+            "server_accountant": PERIOD_ACCOUNTANT,
+            "neighboring_relation": NEIGHBORING_RELATION,
+            "adaptive_clipping": None
+            if self.adaptive is None
+            else self.adaptive.report(self.noise_multiplier),
+            "simulated_deployment": None,
+        }
+
     def describe_server(self) -> str:
         """``ε = 151 against the server that ran training, for a user in all 800 rounds (28.2
         in the expected 80)``: the server's ``ε`` and who it holds against, for a terminal."""
@@ -570,6 +724,8 @@ class PrivacyPlan:
 
     def describe(self) -> str:
         """One line for a terminal: the mechanism, both ``ε`` and ``δ``, and what they rest on."""
+        if self.capped:
+            return self._describe_capped()
         count = "" if self.adaptive is None else f", z_Δ = {self.update_noise:.4g}, σ_b = "
         count += "" if self.adaptive is None else f"{self.count_std:.3g} on {COUNT_BITS} bits"
         if self.noise_cohort is None:
@@ -586,6 +742,28 @@ class PrivacyPlan:
             f"({NEIGHBORING_RELATION}) over {self.rounds} rounds (z = {self.noise_multiplier:.4g}"
             f"{count}, C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, "
             f"{SAMPLING} sampling q = {self.sampling_rate:.3g}: {cohort})"
+        )
+
+    def _describe_capped(self) -> str:
+        """:meth:`describe` under the participation rule."""
+        assert self.period is not None
+        name = "DP-FTRL (tree aggregation)" if self.noise == "tree" else "DP-FedAvg"
+        whom = {
+            "distributed": "against anyone who sees the released model and against the server "
+            "that ran training",
+            "central": "against anyone who sees the released model, whether or not they know "
+            "who took part (not the server, which adds the noise)",
+        }[self.mechanism]
+        count = "" if self.adaptive is None else f", z_Δ = {self.update_noise:.4g}, σ_b = "
+        count += "" if self.adaptive is None else f"{self.count_std:.3g} on {COUNT_BITS} bits"
+        trees = ", the tree restarting each period" if self.noise == "tree" else ""
+        return (
+            f"user-level {name}, {self.mechanism}: ε = {self.epsilon_release:.3g} {whom}; "
+            f"δ = {self.delta:.2g} ({NEIGHBORING_RELATION}) over {self.rounds} rounds, each user "
+            f"in at most one round of each period of {self.period} (at most "
+            f"{self.server_participations}){trees} (z = {self.noise_multiplier:.4g}{count}, "
+            f"C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, cohorts of "
+            f"{self.cohort} of {self.users})"
         )
 
 
@@ -605,6 +783,8 @@ def plan_privacy(
     clip_count_std: float | None = None,
     noise_cohort: int | None = None,
     population: int | None = None,
+    dp_noise: str = "independent",
+    period: int | None = None,
 ) -> PrivacyPlan | None:
     """The run's mechanism from its settings (``None`` when off): given a target ``ε`` the noise
     multiplier is computed for the run's ``rounds`` and Poisson-sampled cohorts of expected size
@@ -614,7 +794,12 @@ def plan_privacy(
 
     ``noise_cohort`` (``M``): simulated deployment scale (see the module's docstring): the noise,
     ``δ``'s default, ``σ_b``'s default and ``q`` are those of cohorts of ``M`` from
-    ``population`` (default ``M·users/cohort``, the simulation's own rate kept)."""
+    ``population`` (default ``M·users/cohort``, the simulation's own rate kept).
+
+    ``period`` (``b``): the participation rule instead of Poisson sampling (each user in at most
+    one round of each period of ``b`` rounds; :attr:`PrivacyPlan.period`); ``dp_noise`` ``tree``
+    (DP-FTRL) needs it and defaults it to ``⌊users/cohort⌋`` (every user can take part once a
+    period), and needs ``central`` placement and a fixed clip norm (:func:`check_tree`)."""
     if mechanism == "off":
         return None
     if mechanism not in MECHANISMS:
@@ -622,6 +807,26 @@ def plan_privacy(
     if not clip_norm > 0:
         raise ConfigError(f"--clip-norm must be positive, not {clip_norm}")
     cohort = min(cohort, users)
+    if dp_noise == "tree" and period is None:
+        period = max(1, users // max(1, cohort))
+    if period is not None:
+        return _plan_capped(
+            mechanism,
+            clip_norm=clip_norm,
+            rounds=rounds,
+            cohort=cohort,
+            users=users,
+            target_epsilon=target_epsilon,
+            noise=noise,
+            delta=delta,
+            adaptive=adaptive,
+            clip_quantile=clip_quantile,
+            clip_learning_rate=clip_learning_rate,
+            clip_count_std=clip_count_std,
+            noise_cohort=noise_cohort,
+            dp_noise=dp_noise,
+            period=period,
+        )
     accounted, rate = users, cohort / users
     if noise_cohort is not None:
         if noise_cohort < cohort:
@@ -672,6 +877,97 @@ def plan_privacy(
     return plan
 
 
+def check_tree(mechanism: str, adaptive: bool) -> None:
+    """Refuse what tree noise (DP-FTRL) cannot be here, in one line each:
+
+    - ``distributed``: a round's release must carry the *difference* of two prefix sums' tree
+      noises, which subtracts the noise of nodes that earlier cohorts' devices drew; a device
+      of this cohort cannot know it, and the server must not. Doing it needs secret resharing
+      from each cohort's devices to later ones (the distributed matrix mechanism, arXiv
+      2410.16161), which SecAgg+ does not give. Fresh shares per round are DP-FedAvg again.
+    - adaptive clipping: a node sums the rounds below it under one noise scale, so every round
+      of a tree must clip to the same ``C``."""
+    if mechanism == "distributed":
+        raise ConfigError(
+            "--dp-noise tree needs --dp central: a round's tree noise subtracts noise that "
+            "earlier cohorts' devices drew, which no device of this cohort holds (docs/privacy.md)"
+        )
+    if adaptive:
+        raise ConfigError(
+            "--dp-noise tree needs a fixed --clip-norm: a tree node sums rounds under one noise "
+            "scale (drop --adaptive-clipping)"
+        )
+
+
+def _plan_capped(
+    mechanism: str,
+    *,
+    clip_norm: float,
+    rounds: int,
+    cohort: int,
+    users: int,
+    target_epsilon: float | None,
+    noise: float | None,
+    delta: float | None,
+    adaptive: bool,
+    clip_quantile: float,
+    clip_learning_rate: float,
+    clip_count_std: float | None,
+    noise_cohort: int | None,
+    dp_noise: str,
+    period: int,
+) -> PrivacyPlan:
+    """:func:`plan_privacy` under the participation rule: the noise for ``target_epsilon`` is
+    ``z = √S · z₁``, ``z₁`` the one Gaussian mechanism's multiplier at that ``ε`` (a bisection
+    on the closed form, :func:`epsilon_server`), ``S`` the run's :meth:`PrivacyPlan.units`."""
+    if dp_noise not in NOISES:
+        raise ConfigError(f"--dp-noise must be one of {', '.join(NOISES)}, not {dp_noise!r}")
+    if dp_noise == "tree":
+        check_tree(mechanism, adaptive)
+    if noise_cohort is not None:
+        raise ConfigError(
+            "--dp-period (and --dp-noise tree) are not simulated at deployment scale: give a "
+            "real cohort (drop --dp-noise-cohort)"
+        )
+    if not 1 <= period <= 10**6:
+        raise ConfigError(f"--dp-period must be in [1, 10^6], not {period}")
+    if period * cohort > users:
+        raise ConfigError(
+            f"--dp-period {period}: {period} rounds of cohorts of {cohort} need {period * cohort} "
+            f"users, there are {users} (at most {max(1, users // cohort)})"
+        )
+    delta = default_delta(users) if delta is None else delta
+    if not 0 < delta < 1:
+        raise ConfigError(f"--dp-delta must be in (0, 1), not {delta}")
+    clipping = None
+    if adaptive:
+        count_std = cohort / 20 if clip_count_std is None else clip_count_std
+        clipping = AdaptiveClipping(clip_quantile, clip_learning_rate, float(count_std))
+    plan = PrivacyPlan(
+        mechanism, 1.0, clip_norm, delta, rounds, cohort, users, target_epsilon, clipping,
+        noise=dp_noise, period=period,
+    )  # fmt: skip
+    units = plan.units(rounds)
+    if noise is None:
+        if target_epsilon is None:
+            raise ConfigError("--dp needs --dp-epsilon (or --dp-noise-multiplier)")
+        if not target_epsilon > 0:
+            raise ConfigError(f"--dp-epsilon must be positive, not {target_epsilon}")
+        try:
+            one = _smallest_at_most(
+                lambda z: epsilon_server(z, 1, delta), target_epsilon, 1e-9, limit=1e6
+            )
+        except ValueError:
+            raise ConfigError(f"no noise reaches ε = {target_epsilon}") from None
+        noise = one * math.sqrt(max(1, units))
+    elif not noise > 0:
+        raise ConfigError(f"--dp-noise-multiplier must be positive, not {noise}")
+    plan = replace(plan, noise_multiplier=float(noise))
+    if clipping is not None:
+        update_noise_multiplier(float(noise), clipping.count_std)  # refused when impossible
+    return plan
+
+
 def plan_from_settings(
     settings: Any,
     mechanism: str,
@@ -703,6 +999,8 @@ def plan_from_settings(
         clip_count_std=settings.clip_count_std,
         noise_cohort=settings.dp_noise_cohort,
         population=settings.dp_population,
+        dp_noise=settings.dp_noise,
+        period=settings.dp_period,
     )
 
 
@@ -762,8 +1060,10 @@ def scalar_noise(std: float, generator: torch.Generator) -> float:
     return std * float(torch.randn((), generator=generator, dtype=torch.float64))
 
 
-#: The noise's streams: what ``(seed, round, stream, client)`` draws in the simulator.
+#: The noise's streams: what ``(seed, round, stream, client)`` draws in the simulator
+#: (:data:`TREE_NOISE`: ``(seed, tree + 1, stream, node)``).
 CLIENT_UPDATE_NOISE, SERVER_UPDATE_NOISE, CLIENT_COUNT_NOISE, SERVER_COUNT_NOISE = 1, 2, 3, 4
+TREE_NOISE = 5
 
 NoiseSource = Callable[[int, int, int], torch.Generator]
 """Where a draw of the mechanism comes from: ``(round, stream, client)`` → a generator."""
@@ -779,6 +1079,73 @@ def secret_noise(round_number: int, stream: int, client: int) -> torch.Generator
     """A real device's or server's noise: a fresh secret generator at every draw
     (:func:`secret_generator`), whatever the round, stream and client."""
     return secret_generator()
+
+
+def prefix_nodes(position: int) -> set[tuple[int, int]]:
+    """The nodes ``(level, index)`` of a binary tree whose sums add up to the sum of leaves
+    ``1..position``: one per set bit ``l`` of ``position``, the node ``(l, ⌊position/2^l⌋ − 1)``
+    covering leaves ``index·2^l + 1 … (index + 1)·2^l`` (the binary counter of Dwork et al. 2010
+    and Chan et al. 2011; Kairouz et al. 2021, Algorithm 2)."""
+    return {
+        (level, (position >> level) - 1)
+        for level in range(position.bit_length())
+        if position >> level & 1
+    }
+
+
+@dataclass
+class TreeNoise:
+    """DP-FTRL's noise (Kairouz, McMahan, Song, Thakkar, Thakurta and Xu, "Practical and
+    Private (Deep) Learning without Sampling or Shuffling", ICML 2021, Sec. 3 and Appendix D),
+    in the residual form that composes with any server optimiser (TFF's
+    ``TreeResidualSumQuery``): every node of a binary tree over a period's rounds carries its own
+    ``N(0, σ²)``, the noisy sum of rounds ``1..p`` of the period is the sum of its
+    :func:`prefix_nodes` with theirs, and round ``p`` releases the difference of two such
+    prefix sums — its own sum plus :meth:`residual` — so that the model after round ``p`` holds
+    the prefix sum's noise, at most :func:`tree_depth` nodes' worth, where independent noise
+    would hold ``p`` rounds'. The tree restarts at every period (Appendix D's restarts).
+
+    A node's noise is drawn again, identically, when it leaves a prefix, from ``source`` at
+    ``(tree + 1, TREE_NOISE, node)``: the simulator's seeded noise, or on a real server a key
+    from its secret randomness (``key``), which its checkpoint keeps (the server that adds
+    the noise can subtract it: central placement trusts it)."""
+
+    period: int
+    source: NoiseSource
+    key: int | None = None
+
+    @classmethod
+    def for_source(cls, period: int, source: NoiseSource) -> TreeNoise:
+        """The tree over ``source``; a real server's :func:`secret_noise` (fresh at every draw,
+        so no node could be drawn twice) becomes a secret key of its own."""
+        if source is secret_noise:
+            key = secrets.randbits(63)
+            return cls(period, seeded_noise(key), key)
+        return cls(period, source)
+
+    def residual(self, like: Tensors, std: float, round_number: int) -> Tensors:
+        """The noise round ``round_number`` adds to its sum (shaped as ``like``): the nodes that
+        enter the prefix minus those that leave it, each ``N(0, std²)`` (float32 draws)."""
+        tree, position = divmod(round_number - 1, self.period)
+        now, before = prefix_nodes(position + 1), prefix_nodes(position)
+        noise = {
+            name: torch.zeros(value.shape, dtype=torch.float32) for name, value in like.items()
+        }
+        for sign, nodes in ((1.0, now - before), (-1.0, before - now)):
+            for level, index in sorted(nodes):
+                generator = self.source(tree + 1, TREE_NOISE, index << 6 | level)
+                for name, value in like.items():
+                    draw = torch.randn(value.shape, generator=generator, dtype=torch.float32)
+                    noise[name] += sign * std * draw
+        return noise
+
+    def state_dict(self) -> dict[str, int]:
+        return {} if self.key is None else {"tree_key": self.key}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.key is not None and "tree_key" in state:
+            self.key = int(state["tree_key"])
+            self.source = seeded_noise(self.key)
 
 
 @dataclass
@@ -803,6 +1170,7 @@ class UserLevelDP:
     noise: NoiseSource = secret_noise
     survivors: int | None = None
     plan: PrivacyPlan | None = None
+    tree: TreeNoise | None = None
 
     @classmethod
     def from_plan(
@@ -814,6 +1182,10 @@ class UserLevelDP:
         adaptive = plan.adaptive
         if adaptive is not None and scale != 1.0:
             adaptive = replace(adaptive, count_std=adaptive.count_std * scale)
+        tree = None
+        if plan.noise == "tree":
+            assert plan.period is not None
+            tree = TreeNoise.for_source(plan.period, noise)
         return cls(
             plan.mechanism,
             plan.clip_norm,
@@ -823,6 +1195,7 @@ class UserLevelDP:
             noise,
             survivors,
             plan,
+            tree,
         )
 
     @property
@@ -896,8 +1269,13 @@ class UserLevelDP:
         std = self.update_noise * clip_norm if server_adds else 0.0
         released = {}
         generator = self.noise(round_number, SERVER_UPDATE_NOISE, 0) if std > 0 else None
+        tree = None
+        if self.tree is not None:  # DP-FTRL: the tree's residual instead of fresh noise
+            tree, generator = self.tree.residual(base, std, round_number), None
         for name, value in base.items():
             summed = total[name]
+            if tree is not None:
+                summed = summed + tree[name].to(summed.device, summed.dtype)
             if generator is not None:
                 noise = torch.randn(value.shape, generator=generator, dtype=torch.float32)
                 summed = summed + (std * noise).to(summed.device, summed.dtype)
@@ -918,10 +1296,13 @@ class UserLevelDP:
         return released, metrics
 
     def state_dict(self) -> dict[str, float]:
-        return {"clip_norm": float(self.clip_norm)}
+        tree = {} if self.tree is None else self.tree.state_dict()
+        return {"clip_norm": float(self.clip_norm), **tree}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.clip_norm = float(state["clip_norm"])
+        if self.tree is not None:
+            self.tree.load_state_dict(state)
 
 
 @dataclass

@@ -250,6 +250,19 @@ def poisson_cohort(seed: int, round_number: int, population: int, rate: float) -
     return np.flatnonzero(rng.random(population) < rate)
 
 
+def period_cohort(
+    seed: int, round_number: int, population: int, count: int, period: int
+) -> np.ndarray:
+    """Step 1 of a round under a participation rule (``--dp-period b``: each client in at most
+    one round of each period of ``b`` rounds, :mod:`uvtrain.privacy`): the period's clients in
+    a random order from ``(seed, period)``, and round ``p`` of the period takes the ``p``-th run
+    of ``count`` of them, sorted — so no client is in two rounds of one period (``b·count`` must
+    not exceed ``population``). The simulator's clients and the Flower server's devices alike."""
+    index, position = divmod(round_number - 1, period)
+    order = np.random.default_rng([seed, index, 4]).permutation(population)
+    return np.sort(order[position * count : (position + 1) * count])
+
+
 def gather(state: Tensors, clients: Tensor) -> Tensors:
     """The rows of per-client state (``[K, ...]``) of the round's clients."""
     return {name: value[clients] for name, value in state.items()}

@@ -422,7 +422,12 @@ def _figures(metrics: dict[str, Any], privacy: PrivacyPlan | None) -> dict[str, 
     figures = {"loss": f"{metrics['loss']:.4f}"}
     if privacy is not None and metrics.get("epsilon") is not None:
         figures["ε spent"] = f"{metrics['epsilon']:.3g} (δ {privacy.delta:.2g})"
-        figures["against the server"] = f"{metrics['epsilon_server']:.3g}"
+        central = privacy.mechanism == "central"
+        if privacy.capped:  # no amplification: the one ε holds whoever knows the cohorts
+            figures["ε spent"] += " (the server trusted)" if central else ", the server's too"
+        else:
+            whom = "knowing the cohorts" if central else "against the server"
+            figures[whom] = f"{metrics['epsilon_server']:.3g}"
     return figures
 
 
