@@ -26,7 +26,6 @@ from .dp import private_update
 from .errors import DeviceError
 from .settings import DeploySettings, build_model, from_arrays, pack, unpack
 
-
 #: The device's record of the last round it sent an update in (the participation rule's half
 #: that the device keeps, :meth:`Device.take_part`), in its store folder.
 PARTICIPATION = "participation.json"

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from tests.trainer.test_privacy import _analytic_gaussian_epsilon
-from uvtrain.errors import ConfigError
 from uvtrain.privacy import (
     TreeNoise,
     gaussian_eer_floor,
