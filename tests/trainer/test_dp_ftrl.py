@@ -265,8 +265,9 @@ def test_what_tree_noise_cannot_be_is_refused_in_one_line(
         "needs --dp central": ["--dp", "distributed", *tree],
         "needs a fixed --clip-norm": ["--dp", "central", "--adaptive-clipping", *tree],
         "need 12 users, there are 8": ["--dp", "central", *tree, "--dp-period", "3"],
-        "not simulated at deployment scale": ["--dp", "central", *tree,
-                                              "--dp-noise-cohort", "100"],
+        "need 2000 users, there are 1000": ["--dp", "central", *tree, "--dp-noise-cohort",
+                                            "100", "--dp-population", "1000", "--dp-period",
+                                            "20"],
         "dp_noise must be independent or tree": ["--dp", "central", "--dp-noise", "fresh",
                                                  "--dp-epsilon", "8"],
         "dp_period must be in [1, 10^6]": ["--dp", "central", "--dp-period", "0",
@@ -278,6 +279,31 @@ def test_what_tree_noise_cannot_be_is_refused_in_one_line(
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], (extra, result.output)
     assert not (tmp_path / "refused" / "report.json").exists()
+
+
+def test_at_simulated_deployment_scale_the_tree_is_the_deployments() -> None:
+    """--dp-noise-cohort M --dp-population N with tree noise: the deployment's rule (one round
+    in each period of N/M rounds: here one tree over the whole run) and its noise scaled by m/M;
+    the simulation's own users join one round in each of their own periods of N_sim/m, and
+    their far weaker ε is bounded and stated."""
+    from uvtrain.privacy import UserLevelDP
+
+    plan = plan_privacy("central", clip_norm=0.1, rounds=100, cohort=100, users=1000,
+                        target_epsilon=8.0, dp_noise="tree", noise_cohort=1000,
+                        population=1_000_000)  # fmt: skip
+    assert plan is not None and plan.period == 1000 and plan.sampling_period == 10
+    assert plan.units(100) == tree_depth(100) == 7 and plan.delta == pytest.approx(1e6**-1.1)
+    assert plan.epsilon_release == pytest.approx(8.0, rel=1e-6)
+    dp = UserLevelDP.from_plan(plan, seeded_noise(0))
+    assert dp.update_noise == pytest.approx(plan.noise_multiplier * 0.1)
+    assert dp.tree is not None and dp.tree.period == 1000
+    simulated = plan.report()["simulated_deployment"]
+    assert simulated["simulated_users_period"] == 10
+    # ten rounds in the one tree, each a node path of 7: μ ≤ √(10² · 7) / (z/10)
+    mu = math.sqrt(100 * 7) / (plan.noise_multiplier * 0.1)
+    assert plan.simulated_users_mu() == pytest.approx(mu)
+    assert simulated["simulated_users_epsilon_server"] > 50 * plan.epsilon_release
+    assert "SIMULATED DEPLOYMENT SCALE" in plan.describe()
 
 
 def test_a_device_refuses_a_second_round_in_a_period(tmp_path: Path) -> None:

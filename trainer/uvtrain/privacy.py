@@ -483,9 +483,26 @@ class PrivacyPlan:
 
     @property
     def sampling_period(self) -> int:
-        """The period the cohorts are drawn under (the rule's ``b``)."""
+        """The period the cohorts are drawn under: the rule's ``b``, or at simulated deployment
+        scale the simulation's own ``⌊N/m⌋`` (its users cannot keep a deployment's ``b``)."""
         assert self.period is not None
+        if self.noise_cohort is not None:
+            return max(1, self.users // self.cohort)
         return self.period
+
+    def simulated_users_mu(self) -> float:
+        """At simulated deployment scale, a bound on ``μ`` for one of the simulation's own users:
+        it joins one round of each of its own periods (:attr:`sampling_period`), so ``j_t`` of
+        a tree's rounds; a node holds at most ``j_t`` of its updates, and at most ``j_t·d_t`` of
+        them over the tree's nodes, so ``μ² ≤ Σ_t j_t² d_t / (z·m/M)²`` (independent noise:
+        ``Σ`` of its rounds over ``(z·m/M)²``)."""
+        assert self.period is not None
+        own, start, total = self.sampling_period, 0, 0.0
+        for length in period_lengths(self.rounds, self.period):
+            joined = len({(start + r) // own for r in range(length)})
+            total += joined**2 * tree_depth(length) if self.noise == "tree" else joined
+            start += length
+        return math.sqrt(total) / (self.noise_multiplier * self.noise_scale)
 
     @property
     def cohort_rate(self) -> float:
@@ -697,7 +714,22 @@ class PrivacyPlan:
             "adaptive_clipping": None
             if self.adaptive is None
             else self.adaptive.report(self.noise_multiplier),
-            "simulated_deployment": None,
+            "simulated_deployment": None
+            if self.noise_cohort is None
+            else {
+                "noise_cohort": self.noise_cohort,
+                "population": self.population,
+                "noise_scale": self.noise_scale,
+                "note": "noise and ε of a deployment's cohorts of noise_cohort from population "
+                "under its participation rule; the simulation averaged expected_cohort of users "
+                "real users per round",
+                "simulated_users_period": self.sampling_period,
+                "simulated_users_epsilon_server": gaussian_epsilon(
+                    self.simulated_users_mu(), self.delta
+                ),
+                "simulated_users_note": "an upper bound: the simulation's own users join one "
+                "round of each of their own periods, each with noise_scale of the noise",
+            },
         }
 
     def describe_server(self) -> str:
@@ -757,13 +789,20 @@ class PrivacyPlan:
         count = "" if self.adaptive is None else f", z_Δ = {self.update_noise:.4g}, σ_b = "
         count += "" if self.adaptive is None else f"{self.count_std:.3g} on {COUNT_BITS} bits"
         trees = ", the tree restarting each period" if self.noise == "tree" else ""
+        cohorts = f"cohorts of {self.cohort} of {self.users}"
+        if self.noise_cohort is not None:
+            cohorts = (
+                f"SIMULATED DEPLOYMENT SCALE: the noise of cohorts of {self.noise_cohort:,} from "
+                f"{self.population:,} users, scaled by {self.noise_scale:.3g} onto the "
+                f"{self.cohort} of {self.users} simulated, who join one round in "
+                f"{self.sampling_period}"
+            )
         return (
             f"user-level {name}, {self.mechanism}: ε = {self.epsilon_release:.3g} {whom}; "
             f"δ = {self.delta:.2g} ({NEIGHBORING_RELATION}) over {self.rounds} rounds, each user "
             f"in at most one round of each period of {self.period} (at most "
             f"{self.server_participations}){trees} (z = {self.noise_multiplier:.4g}{count}, "
-            f"C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, cohorts of "
-            f"{self.cohort} of {self.users})"
+            f"C = {self.clip_norm:g}{', adaptive' if self.adaptive else ''}, {cohorts})"
         )
 
 
@@ -807,7 +846,8 @@ def plan_privacy(
     if not clip_norm > 0:
         raise ConfigError(f"--clip-norm must be positive, not {clip_norm}")
     cohort = min(cohort, users)
-    if dp_noise == "tree" and period is None:
+    defaulted = dp_noise == "tree" and period is None
+    if defaulted:
         period = max(1, users // max(1, cohort))
     if period is not None:
         return _plan_capped(
@@ -824,8 +864,10 @@ def plan_privacy(
             clip_learning_rate=clip_learning_rate,
             clip_count_std=clip_count_std,
             noise_cohort=noise_cohort,
+            population=population,
             dp_noise=dp_noise,
             period=period,
+            defaulted=defaulted,
         )
     accounted, rate = users, cohort / users
     if noise_cohort is not None:
@@ -914,8 +956,10 @@ def _plan_capped(
     clip_learning_rate: float,
     clip_count_std: float | None,
     noise_cohort: int | None,
+    population: int | None,
     dp_noise: str,
     period: int,
+    defaulted: bool,
 ) -> PrivacyPlan:
     """:func:`plan_privacy` under the participation rule: the noise for ``target_epsilon`` is
     ``z = √S · z₁``, ``z₁`` the one Gaussian mechanism's multiplier at that ``ε`` (a bisection
@@ -924,28 +968,40 @@ def _plan_capped(
         raise ConfigError(f"--dp-noise must be one of {', '.join(NOISES)}, not {dp_noise!r}")
     if dp_noise == "tree":
         check_tree(mechanism, adaptive)
-    if noise_cohort is not None:
-        raise ConfigError(
-            "--dp-period (and --dp-noise tree) are not simulated at deployment scale: give a "
-            "real cohort (drop --dp-noise-cohort)"
-        )
+    accounted, expected = users, cohort
+    if noise_cohort is not None:  # simulated deployment scale: the deployment's rule and noise
+        if noise_cohort < cohort:
+            raise ConfigError(
+                f"--dp-noise-cohort {noise_cohort} is smaller than the simulated cohort {cohort}: "
+                "it simulates a deployment's larger cohort"
+            )
+        if population is None:
+            population = max(noise_cohort, round(noise_cohort * users / cohort))
+        if population < noise_cohort:
+            raise ConfigError(f"--dp-population {population} < --dp-noise-cohort {noise_cohort}")
+        accounted, expected = population, noise_cohort
+        if defaulted:
+            period = max(1, population // noise_cohort)
+    elif population is not None:
+        raise ConfigError("--dp-population is the population of --dp-noise-cohort: give both")
     if not 1 <= period <= 10**6:
         raise ConfigError(f"--dp-period must be in [1, 10^6], not {period}")
-    if period * cohort > users:
+    if period * expected > accounted:
         raise ConfigError(
-            f"--dp-period {period}: {period} rounds of cohorts of {cohort} need {period * cohort} "
-            f"users, there are {users} (at most {max(1, users // cohort)})"
+            f"--dp-period {period}: {period} rounds of cohorts of {expected} need "
+            f"{period * expected} users, there are {accounted} (at most "
+            f"{max(1, accounted // expected)})"
         )
-    delta = default_delta(users) if delta is None else delta
+    delta = default_delta(accounted) if delta is None else delta
     if not 0 < delta < 1:
         raise ConfigError(f"--dp-delta must be in (0, 1), not {delta}")
     clipping = None
     if adaptive:
-        count_std = cohort / 20 if clip_count_std is None else clip_count_std
+        count_std = expected / 20 if clip_count_std is None else clip_count_std
         clipping = AdaptiveClipping(clip_quantile, clip_learning_rate, float(count_std))
     plan = PrivacyPlan(
         mechanism, 1.0, clip_norm, delta, rounds, cohort, users, target_epsilon, clipping,
-        noise=dp_noise, period=period,
+        noise_cohort, population, noise=dp_noise, period=period,
     )  # fmt: skip
     units = plan.units(rounds)
     if noise is None:

@@ -1,0 +1,269 @@
+"""DP-FTRL beside today's mechanism at the same ε (issue 45): FedHide trained at simulated
+deployment scale (the noise of cohorts of M = 1,000 from 10⁶ users; 100 of 1,000 synth-voices
+users trained per round, 100 rounds) under three mechanisms at ε = 8, each with 3 seeds, beside
+the same runs without DP:
+
+- ``poisson``: today's default of ``uvtrain deploy`` — distributed noise, Poisson sampling,
+  adaptive clipping from C = 0.1; its ε = 8 holds against observers of the model who do not know
+  the cohorts (amplification), and against the server that drew them it is far larger
+  (``epsilon_server``, tabled);
+- ``period``: DP-FedAvg under the participation rule (``--dp-period 1000``: a deployment's user in
+  at most one round of each period of N/M = 1,000 rounds, so once in the run), distributed noise,
+  C = 0.25 fixed (the median update norm the adaptive runs settle at); ε = 8 against the server too;
+- ``tree``: DP-FTRL with tree aggregation (``--dp central --dp-noise tree``), the same rule and C;
+  ε = 8 against anyone who sees the models, knowing the cohorts or not; the server that adds the
+  noise is trusted.
+
+    python benchmarks/dp_ftrl.py --train [--parallel 2] [--deadline 7200] [--only NAME,...]
+    python benchmarks/dp_ftrl.py [--runs results/dp-ftrl/runs] [--out results/dp-ftrl]
+                                 [--record docs/figures/dp-ftrl.json]
+
+Writes ``OUT/dp-ftrl.md`` (every run, then each mechanism's mean and range over seeds with its
+verdict against no DP: a difference inside the seeds' spread is a tie), ``OUT/dp-ftrl.json`` and
+``OUT/dp-ftrl.png``; ``--record FILE`` keeps the tabled runs (and merges runs from other
+sessions or devices, each labelled with the device it ran on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from uvtrain.io import save_figure, write_json
+
+SEEDS = (0, 1, 2)
+COMMON = ["--method", "fedhide", "--clients", "1000", "--fraction", "0.1", "--batch-size", "16",
+          "--server-optimizer", "sgd", "--server-lr", "1", "--rounds", "100", "--lr", "0.1",
+          "--lr-decay", "0"]  # fmt: skip
+DEPLOYMENT = ["--dp-epsilon", "8", "--dp-noise-cohort", "1000", "--dp-population", "1000000"]
+MECHANISMS: dict[str, list[str]] = {
+    "off": [],
+    "poisson": ["--dp", "distributed", "--adaptive-clipping", "--clip-norm", "0.1", *DEPLOYMENT],
+    "period": ["--dp", "distributed", "--dp-period", "1000", "--clip-norm", "0.25", *DEPLOYMENT],
+    "tree": ["--dp", "central", "--dp-noise", "tree", "--clip-norm", "0.25", *DEPLOYMENT],
+}
+LABELS = {
+    "off": "no DP",
+    "poisson": "DP-FedAvg, Poisson sampling, distributed (today's default)",
+    "period": "DP-FedAvg, one round a period, distributed",
+    "tree": "DP-FTRL (tree), one round a period, central",
+}
+
+
+def runs() -> dict[str, tuple[str, int]]:
+    """Every run by name: ``hide-MECHANISM-sSEED``."""
+    return {f"hide-{m}-s{seed}": (m, seed) for m in MECHANISMS for seed in SEEDS}
+
+
+def train(folder: Path, parallel: int, deadline: float, only: set[str] | None) -> None:
+    """Run every missing run, ``parallel`` at a time (one ``uvtrain run`` process each), each
+    stopped at the deadline."""
+    from uvtrain.data.registry import build_dataset, dataset_path
+
+    data = dataset_path("synth-voices", seed=0, speakers=1250)
+    if not data.is_file():
+        data = build_dataset("synth-voices", seed=0, speakers=1250)
+    folder.mkdir(parents=True, exist_ok=True)
+    end = time.monotonic() + deadline
+    program = "import sys; from uvtrain.entry import main; sys.exit(main())"
+
+    def one(name: str) -> str:
+        mechanism, seed = runs()[name]
+        if (folder / name / "report.json").is_file():
+            return f"{name}: done before"
+        left = end - time.monotonic()
+        if left < 20:
+            return f"{name}: not started (deadline)"
+        command = [sys.executable, "-c", program, "run", "--dataset", str(data), *COMMON,
+                   *MECHANISMS[mechanism], "--seed", str(seed), "--out", str(folder / name)]  # fmt: skip
+        started = time.monotonic()
+        with open(folder / f"{name}.log", "w") as log:
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            try:
+                status: Any = process.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, 9)
+                process.wait()
+                status = "stopped at the deadline"
+        return f"{name}: {status} after {time.monotonic() - started:.0f} s"
+
+    names = [n for n in runs() if only is None or n in only]
+    # seeds first, so that a deadline leaves whole mechanisms at fewer seeds, not mechanisms out
+    names.sort(key=lambda n: (runs()[n][1], list(MECHANISMS).index(runs()[n][0])))
+    with ThreadPoolExecutor(parallel) as pool:
+        for line in pool.map(one, names):
+            print(line, flush=True)
+
+
+def row(folder: Path, name: str) -> dict[str, Any] | None:
+    """One finished run's figures."""
+    path = folder / name / "report.json"
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    mechanism, seed = runs()[name]
+    privacy = report.get("privacy")
+    entry: dict[str, Any] = {
+        "run": name,
+        "mechanism": mechanism,
+        "seed": seed,
+        "rounds": report["rounds"],
+        "enrollment": report["splits"]["test_known"]["eer"],
+        "enrollment_unknown": report["splits"]["unknown"]["eer"],
+        "device": report["throughput"]["device"],
+        "seconds": report.get("seconds"),
+        "privacy": None,
+    }
+    if privacy is not None:
+        entry["privacy"] = {
+            key: privacy.get(key)
+            for key in (
+                "epsilon_release",
+                "epsilon_server",
+                "delta",
+                "noise_multiplier",
+                "server_participations",
+                "clip_norm",
+                "noise",
+            )  # fmt: skip
+        }
+    return entry
+
+
+def _number(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def summary(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per mechanism: the mean and range of the EERs over its seeds, and against no DP whether
+    the difference of the means is inside the larger of the two seeds' spreads (a tie)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        groups.setdefault(entry["mechanism"], []).append(entry)
+    rows = []
+    baseline = [e["enrollment"] for e in groups.get("off", [])]
+    for mechanism in MECHANISMS:
+        group = groups.get(mechanism)
+        if not group:
+            continue
+        known = [e["enrollment"] for e in group]
+        result: dict[str, Any] = {
+            "mechanism": mechanism,
+            "seeds": [e["seed"] for e in group],
+            "mean": _mean(known),
+            "low": min(known),
+            "high": max(known),
+            "unknown_mean": _mean([e["enrollment_unknown"] for e in group]),
+            "privacy": group[0]["privacy"],
+            "verdict": None,
+        }
+        if mechanism != "off" and len(baseline) > 1 and len(known) > 1:
+            change = result["mean"] - _mean(baseline)
+            spread = max(max(known) - min(known), max(baseline) - min(baseline))
+            result["change"] = change
+            result["verdict"] = "a tie" if abs(change) <= spread else "outside the spread"
+        rows.append(result)
+    return rows
+
+
+def table(folder: Path, out: Path, record: Path | None) -> None:
+    recorded: dict[str, dict[str, Any]] = {}
+    if record is not None and record.is_file():
+        recorded = {e["run"]: e for e in json.loads(record.read_text())["runs"]}
+    measured = {name: e for name in runs() if (e := row(folder, name))}
+    entries = [measured.get(n) or recorded[n] for n in runs() if n in measured or n in recorded]
+    header = ["run", "mechanism", "seed", "ε release", "ε server", "z", "C", "EER test_known",
+              "EER unknown", "device"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for e in entries:
+        p = e["privacy"] or {}
+        lines.append("| " + " | ".join([
+            e["run"], LABELS[e["mechanism"]], str(e["seed"]),
+            _number(p.get("epsilon_release"), 2) if p else "∞",
+            _number(p.get("epsilon_server"), 1) if p else "∞",
+            _number(p.get("noise_multiplier"), 3) if p else "–",
+            f"{p['clip_norm']:g}" if p else "–",
+            _number(e["enrollment"]), _number(e["enrollment_unknown"]), e["device"],
+        ]) + " |")  # fmt: skip
+    rows = summary(entries)
+    lines += ["", "Over seeds (mean, range), FedHide enrollment EER on test_known:", "",
+              "| mechanism | ε release / ε server | seeds | EER test_known | EER unknown | "
+              "against no DP |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        p = r["privacy"] or {}
+        eps = f"{p['epsilon_release']:.2f} / {p['epsilon_server']:.3g}" if p else "∞"
+        verdict = "–" if r["verdict"] is None else f"{r['change']:+.3f}: {r['verdict']}"
+        lines.append(
+            f"| {LABELS[r['mechanism']]} | {eps} | {len(r['seeds'])} | {_number(r['mean'])} "
+            f"({_number(r['low'])}–{_number(r['high'])}) | {_number(r['unknown_mean'])} | "
+            f"{verdict} |"
+        )
+    text = "\n".join(lines) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dp-ftrl.md").write_text(text)
+    write_json(out / "dp-ftrl.json", {"runs": entries, "summary": rows})
+    if record is not None:
+        write_json(record, {"runs": entries, "summary": rows})
+    print(text)
+    _figure(rows, out / "dp-ftrl.png")
+
+
+def _figure(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7.5, 4.2))
+    for x, r in enumerate(rows):
+        below, above = r["mean"] - r["low"], r["high"] - r["mean"]
+        axis.errorbar([x], [r["mean"]], yerr=[[below], [above]], fmt="o", capsize=4)
+        p = r["privacy"]
+        note = (
+            "no DP"
+            if p is None
+            else f"ε {p['epsilon_release']:.0f} / server {p['epsilon_server']:.3g}"
+        )
+        axis.annotate(note, (x, r["high"]), textcoords="offset points", xytext=(0, 6),
+                      ha="center", fontsize=7)  # fmt: skip
+    axis.set_xticks(range(len(rows)), [LABELS[r["mechanism"]].split(",")[0] + "\n" +
+                                       ", ".join(LABELS[r["mechanism"]].split(", ")[1:])
+                                       for r in rows], fontsize=7)  # fmt: skip
+    axis.set_ylabel("FedHide EER on test_known (lower is better)")
+    axis.set_title("Same ε = 8, simulated deployment (M = 1,000 of 10⁶): mean and range over "
+                   "3 seeds", fontsize=9)  # fmt: skip
+    save_figure(figure, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--train", action="store_true")
+    parser.add_argument("--runs", default="results/dp-ftrl/runs")
+    parser.add_argument("--out", default="results/dp-ftrl")
+    parser.add_argument("--record", default=None)
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--deadline", type=float, default=7200.0)
+    parser.add_argument("--only", default=None)
+    args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    if args.train:
+        train(Path(args.runs), args.parallel, args.deadline, only)
+    table(Path(args.runs), Path(args.out), Path(args.record) if args.record else None)
+
+
+if __name__ == "__main__":
+    main()
