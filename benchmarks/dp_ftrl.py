@@ -1,7 +1,9 @@
-"""DP-FTRL beside today's mechanism at the same ε (issue 45): FedHide trained at simulated
-deployment scale (the noise of cohorts of M = 1,000 from 10⁶ users; 100 of 1,000 synth-voices
-users trained per round, 100 rounds) under three mechanisms at ε = 8, each with 3 seeds, beside
-the same runs without DP:
+"""DP-FTRL beside today's mechanism at the same ε (issue 45): FedHide and FedUV (scored by
+enrollment, the SDK's prototype mode) trained at simulated deployment scale — the noise of
+cohorts of M = 1,000 from 10⁶ users, scaled onto the tenth of the synth-voices users a round
+trains (FedHide: 500 users, 60 rounds; FedUV: 200 users, 200 rounds; sized for the 2-core CPU,
+where a DP round of 100 users took 30 s beside the other jobs) — under three mechanisms at
+ε = 8, each with 3 seeds, beside the same runs without DP:
 
 - ``poisson``: today's default of ``uvtrain deploy`` — distributed noise, Poisson sampling,
   adaptive clipping from C = 0.1; its ε = 8 holds against observers of the model who do not know
@@ -40,9 +42,17 @@ from typing import Any
 from uvtrain.io import save_figure, write_json
 
 SEEDS = (0, 1, 2)
-COMMON = ["--method", "fedhide", "--clients", "1000", "--fraction", "0.1", "--batch-size", "16",
-          "--server-optimizer", "sgd", "--server-lr", "1", "--rounds", "100", "--lr", "0.1",
-          "--lr-decay", "0"]  # fmt: skip
+COMMON = ["--fraction", "0.1", "--batch-size", "16", "--server-optimizer", "sgd",
+          "--server-lr", "1"]  # fmt: skip
+#: Each method's recipe, sized for the CPU: FedHide's of the privacy curve on 500 users for 60
+#: rounds; FedUV's (lr 0.5, decay 0.005) on 200 users for 200 rounds. The short name is the runs'.
+RECIPES = {
+    "fedhide": ["--method", "fedhide", "--clients", "500", "--rounds", "60", "--lr", "0.1",
+                "--lr-decay", "0"],
+    "feduv": ["--method", "feduv", "--clients", "200", "--rounds", "200", "--lr", "0.5",
+              "--lr-decay", "0.005"],
+}  # fmt: skip
+SHORT = {"fedhide": "hide", "feduv": "uv"}
 DEPLOYMENT = ["--dp-epsilon", "8", "--dp-noise-cohort", "1000", "--dp-population", "1000000"]
 MECHANISMS: dict[str, list[str]] = {
     "off": [],
@@ -58,9 +68,15 @@ LABELS = {
 }
 
 
-def runs() -> dict[str, tuple[str, int]]:
-    """Every run by name: ``hide-MECHANISM-sSEED``."""
-    return {f"hide-{m}-s{seed}": (m, seed) for m in MECHANISMS for seed in SEEDS}
+def runs() -> dict[str, tuple[str, str, int]]:
+    """Every run by name, ``hide-MECHANISM-sSEED`` (FedHide) and ``uv-…`` (FedUV): its method,
+    mechanism and seed."""
+    return {
+        f"{SHORT[method]}-{m}-s{seed}": (method, m, seed)
+        for method in RECIPES
+        for m in MECHANISMS
+        for seed in SEEDS
+    }
 
 
 def train(folder: Path, parallel: int, deadline: float, only: set[str] | None) -> None:
@@ -76,14 +92,14 @@ def train(folder: Path, parallel: int, deadline: float, only: set[str] | None) -
     program = "import sys; from uvtrain.entry import main; sys.exit(main())"
 
     def one(name: str) -> str:
-        mechanism, seed = runs()[name]
+        method, mechanism, seed = runs()[name]
         if (folder / name / "report.json").is_file():
             return f"{name}: done before"
         left = end - time.monotonic()
         if left < 20:
             return f"{name}: not started (deadline)"
         command = [sys.executable, "-c", program, "run", "--dataset", str(data), *COMMON,
-                   *MECHANISMS[mechanism], "--seed", str(seed), "--out", str(folder / name)]  # fmt: skip
+                   *RECIPES[method], *MECHANISMS[mechanism], "--seed", str(seed), "--out", str(folder / name)]  # fmt: skip
         started = time.monotonic()
         with open(folder / f"{name}.log", "w") as log:
             process = subprocess.Popen(
@@ -98,8 +114,10 @@ def train(folder: Path, parallel: int, deadline: float, only: set[str] | None) -
         return f"{name}: {status} after {time.monotonic() - started:.0f} s"
 
     names = [n for n in runs() if only is None or n in only]
-    # seeds first, so that a deadline leaves whole mechanisms at fewer seeds, not mechanisms out
-    names.sort(key=lambda n: (runs()[n][1], list(MECHANISMS).index(runs()[n][0])))
+    # FedHide first, then seeds first, so that a deadline leaves whole mechanisms at fewer
+    # seeds, not mechanisms out
+    names.sort(key=lambda n: (runs()[n][0] != "fedhide", runs()[n][2],
+                              list(MECHANISMS).index(runs()[n][1])))  # fmt: skip
     with ThreadPoolExecutor(parallel) as pool:
         for line in pool.map(one, names):
             print(line, flush=True)
@@ -111,15 +129,18 @@ def row(folder: Path, name: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     report = json.loads(path.read_text())
-    mechanism, seed = runs()[name]
+    method, mechanism, seed = runs()[name]
     privacy = report.get("privacy")
+    # FedUV by enrollment (the SDK's prototype mode, what its bundles enroll by under DP)
+    splits = report["enrollment"]["splits"] if method == "feduv" else report["splits"]
     entry: dict[str, Any] = {
         "run": name,
+        "method": method,
         "mechanism": mechanism,
         "seed": seed,
         "rounds": report["rounds"],
-        "enrollment": report["splits"]["test_known"]["eer"],
-        "enrollment_unknown": report["splits"]["unknown"]["eer"],
+        "enrollment": splits["test_known"]["eer"],
+        "enrollment_unknown": splits["unknown"]["eer"],
         "device": report["throughput"]["device"],
         "seconds": report.get("seconds"),
         "privacy": None,
@@ -149,34 +170,37 @@ def _mean(values: list[float]) -> float:
 
 
 def summary(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per mechanism: the mean and range of the EERs over its seeds, and against no DP whether
-    the difference of the means is inside the larger of the two seeds' spreads (a tie)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    """Per method and mechanism: the mean and range of the EERs over its seeds, and against the
+    method without DP whether the difference of the means is inside the larger of the two
+    seeds' spreads (a tie)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for entry in entries:
-        groups.setdefault(entry["mechanism"], []).append(entry)
+        groups.setdefault((entry["method"], entry["mechanism"]), []).append(entry)
     rows = []
-    baseline = [e["enrollment"] for e in groups.get("off", [])]
-    for mechanism in MECHANISMS:
-        group = groups.get(mechanism)
-        if not group:
-            continue
-        known = [e["enrollment"] for e in group]
-        result: dict[str, Any] = {
-            "mechanism": mechanism,
-            "seeds": [e["seed"] for e in group],
-            "mean": _mean(known),
-            "low": min(known),
-            "high": max(known),
-            "unknown_mean": _mean([e["enrollment_unknown"] for e in group]),
-            "privacy": group[0]["privacy"],
-            "verdict": None,
-        }
-        if mechanism != "off" and len(baseline) > 1 and len(known) > 1:
-            change = result["mean"] - _mean(baseline)
-            spread = max(max(known) - min(known), max(baseline) - min(baseline))
-            result["change"] = change
-            result["verdict"] = "a tie" if abs(change) <= spread else "outside the spread"
-        rows.append(result)
+    for method in RECIPES:
+        baseline = [e["enrollment"] for e in groups.get((method, "off"), [])]
+        for mechanism in MECHANISMS:
+            group = groups.get((method, mechanism))
+            if not group:
+                continue
+            known = [e["enrollment"] for e in group]
+            result: dict[str, Any] = {
+                "method": method,
+                "mechanism": mechanism,
+                "seeds": [e["seed"] for e in group],
+                "mean": _mean(known),
+                "low": min(known),
+                "high": max(known),
+                "unknown_mean": _mean([e["enrollment_unknown"] for e in group]),
+                "privacy": group[0]["privacy"],
+                "verdict": None,
+            }
+            if mechanism != "off" and len(baseline) > 1 and len(known) > 1:
+                change = result["mean"] - _mean(baseline)
+                spread = max(max(known) - min(known), max(baseline) - min(baseline))
+                result["change"] = change
+                result["verdict"] = "a tie" if abs(change) <= spread else "outside the spread"
+            rows.append(result)
     return rows
 
 
@@ -200,17 +224,18 @@ def table(folder: Path, out: Path, record: Path | None) -> None:
             _number(e["enrollment"]), _number(e["enrollment_unknown"]), e["device"],
         ]) + " |")  # fmt: skip
     rows = summary(entries)
-    lines += ["", "Over seeds (mean, range), FedHide enrollment EER on test_known:", "",
-              "| mechanism | ε release / ε server | seeds | EER test_known | EER unknown | "
-              "against no DP |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "Over seeds (mean, range); EER by enrollment on test_known (FedUV: the SDK's "
+              "prototype mode):", "",
+              "| method | mechanism | ε release / ε server | seeds | EER test_known | "
+              "EER unknown | against no DP |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         p = r["privacy"] or {}
         eps = f"{p['epsilon_release']:.2f} / {p['epsilon_server']:.3g}" if p else "∞"
         verdict = "–" if r["verdict"] is None else f"{r['change']:+.3f}: {r['verdict']}"
         lines.append(
-            f"| {LABELS[r['mechanism']]} | {eps} | {len(r['seeds'])} | {_number(r['mean'])} "
-            f"({_number(r['low'])}–{_number(r['high'])}) | {_number(r['unknown_mean'])} | "
-            f"{verdict} |"
+            f"| {r['method']} | {LABELS[r['mechanism']]} | {eps} | {len(r['seeds'])} | "
+            f"{_number(r['mean'])} ({_number(r['low'])}–{_number(r['high'])}) | "
+            f"{_number(r['unknown_mean'])} | {verdict} |"
         )
     text = "\n".join(lines) + "\n"
     out.mkdir(parents=True, exist_ok=True)
@@ -228,24 +253,33 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(7.5, 4.2))
-    for x, r in enumerate(rows):
-        below, above = r["mean"] - r["low"], r["high"] - r["mean"]
-        axis.errorbar([x], [r["mean"]], yerr=[[below], [above]], fmt="o", capsize=4)
-        p = r["privacy"]
-        note = (
-            "no DP"
-            if p is None
-            else f"ε {p['epsilon_release']:.0f} / server {p['epsilon_server']:.3g}"
-        )
-        axis.annotate(note, (x, r["high"]), textcoords="offset points", xytext=(0, 6),
-                      ha="center", fontsize=7)  # fmt: skip
-    axis.set_xticks(range(len(rows)), [LABELS[r["mechanism"]].split(",")[0] + "\n" +
-                                       ", ".join(LABELS[r["mechanism"]].split(", ")[1:])
-                                       for r in rows], fontsize=7)  # fmt: skip
-    axis.set_ylabel("FedHide EER on test_known (lower is better)")
-    axis.set_title("Same ε = 8, simulated deployment (M = 1,000 of 10⁶): mean and range over "
-                   "3 seeds", fontsize=9)  # fmt: skip
+    methods = [m for m in RECIPES if any(r["method"] == m for r in rows)]
+    if not methods:
+        return
+    figure, axes = plt.subplots(1, max(1, len(methods)), figsize=(5.5 * len(methods), 4.4),
+                                squeeze=False)  # fmt: skip
+    for axis, method in zip(axes[0], methods, strict=False):
+        mine = [r for r in rows if r["method"] == method]
+        for x, r in enumerate(mine):
+            below, above = r["mean"] - r["low"], r["high"] - r["mean"]
+            axis.errorbar([x], [r["mean"]], yerr=[[below], [above]], fmt="o", capsize=4)
+            p = r["privacy"]
+            note = (
+                "no DP"
+                if p is None
+                else (f"ε {p['epsilon_release']:.0f}, server {p['epsilon_server']:.3g}")
+            )
+            axis.annotate(note, (x, r["high"]), textcoords="offset points", xytext=(0, 6),
+                          ha="center", fontsize=7)  # fmt: skip
+        axis.set_xticks(range(len(mine)), [LABELS[r["mechanism"]].replace(", ", "\n", 1)
+                                           for r in mine], fontsize=6)  # fmt: skip
+        axis.set_ylabel(f"{method} EER by enrollment, test_known (lower is better)", fontsize=8)
+        recipe = RECIPES[method]
+        axis.set_title(f"{method}: {recipe[recipe.index('--rounds') + 1]} rounds, "
+                       f"{recipe[recipe.index('--clients') + 1]} users", fontsize=9)  # fmt: skip
+    figure.suptitle("The same ε = 8 at simulated deployment scale (the noise of cohorts of "
+                    "M = 1,000 of 10⁶; a tenth of the users trained a round): mean and range over "
+                    "3 seeds", fontsize=9)  # fmt: skip
     save_figure(figure, path)
 
 
