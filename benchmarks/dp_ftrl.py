@@ -9,9 +9,11 @@ where a DP round of 100 users took 30 s beside the other jobs) — under three m
   adaptive clipping from C = 0.1; its ε = 8 holds against observers of the model who do not know
   the cohorts (amplification), and against the server that drew them it is far larger
   (``epsilon_server``, tabled);
-- ``period``: DP-FedAvg under the participation rule (``--dp-period 1000``: a deployment's user in
-  at most one round of each period of N/M = 1,000 rounds, so once in the run), distributed noise,
-  C = 0.25 fixed (the median update norm the adaptive runs settle at); ε = 8 against the server too;
+- ``period-adaptive``: DP-FedAvg under the participation rule (``--dp-period 1000``: a
+  deployment's user in at most one round of each period of N/M = 1,000 rounds, so once in the
+  run), distributed noise, the same adaptive clipping as ``poisson``; ε = 8 against the server too;
+- ``period``: the same with C = 0.25 fixed (about the median update norm the adaptive runs settle
+  at), the clipping DP-FTRL needs: its twin;
 - ``tree``: DP-FTRL with tree aggregation (``--dp central --dp-noise tree``), the same rule and C;
   ε = 8 against anyone who sees the models, knowing the cohorts or not; the server that adds the
   noise is trusted.
@@ -57,14 +59,25 @@ DEPLOYMENT = ["--dp-epsilon", "8", "--dp-noise-cohort", "1000", "--dp-population
 MECHANISMS: dict[str, list[str]] = {
     "off": [],
     "poisson": ["--dp", "distributed", "--adaptive-clipping", "--clip-norm", "0.1", *DEPLOYMENT],
+    "period-adaptive": [
+        "--dp",
+        "distributed",
+        "--dp-period",
+        "1000",
+        "--adaptive-clipping",
+        "--clip-norm",
+        "0.1",
+        *DEPLOYMENT,
+    ],
     "period": ["--dp", "distributed", "--dp-period", "1000", "--clip-norm", "0.25", *DEPLOYMENT],
     "tree": ["--dp", "central", "--dp-noise", "tree", "--clip-norm", "0.25", *DEPLOYMENT],
 }
 LABELS = {
     "off": "no DP",
     "poisson": "DP-FedAvg, Poisson sampling, distributed (today's default)",
-    "period": "DP-FedAvg, one round a period, distributed",
-    "tree": "DP-FTRL (tree), one round a period, central",
+    "period-adaptive": "DP-FedAvg, one round a period, distributed, adaptive clipping",
+    "period": "DP-FedAvg, one round a period, distributed, C fixed",
+    "tree": "DP-FTRL (tree), one round a period, central, C fixed",
 }
 
 

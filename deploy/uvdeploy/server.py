@@ -645,11 +645,15 @@ class FederatedServer:
                 spent = ""
                 if self.dp is not None:
                     plan = self.dp.plan
-                    spent = (
-                        f", ε spent {metrics['epsilon']:.3g} of {plan.epsilon_release:.3g} "
-                        f"(against the server {metrics['epsilon_server']:.3g} of "
-                        f"{plan.epsilon_server:.3g})"
-                    )
+                    spent = f", ε spent {metrics['epsilon']:.3g} of {plan.epsilon_release:.3g} "
+                    if plan.capped:  # nothing amplified: the one ε is the server's too
+                        central = plan.mechanism == "central"
+                        spent += "(the server trusted)" if central else "(the server's too)"
+                    else:
+                        spent += (
+                            f"(against the server {metrics['epsilon_server']:.3g} of "
+                            f"{plan.epsilon_server:.3g})"
+                        )
                 self.echo(
                     f"round {round_number}/{self.config.schedule.rounds}: loss {metrics['loss']:.4f}, "
                     f"{metrics['clients']} devices, {metrics['seconds']:.1f} s{spent}"
