@@ -32,6 +32,7 @@ from uvsdk.errors import (
     BundleError,
     KeyUnavailableError,
     LockedOutError,
+    ModelMismatchError,
     NotEnrolledError,
     RollbackError,
     StorePermissionError,
@@ -740,3 +741,83 @@ def test_templates_written_by_version_1_still_open(alice) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     with pytest.raises(KeyUnavailableError):
         TemplateStore(store, passphrase="\udcff").load("alice")
+
+
+# == issue 46: what a fourth attack tour broke =====================================================
+
+CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
+
+
+def _rezipped(source: Path, target: Path, change_manifest=None, *, drop=()) -> Path:
+    """``source`` (a zip bundle) written again as ``target``, its manifest passed through
+    ``change_manifest`` (no signature: no trusted keys, the default)."""
+    with zipfile.ZipFile(source) as archive, zipfile.ZipFile(target, "w") as out:
+        for info in archive.infolist():
+            if info.filename in drop:
+                continue
+            data = archive.read(info)
+            if info.filename == "manifest.json" and change_manifest is not None:
+                manifest = json.loads(data)
+                change_manifest(manifest)
+                data = json.dumps(manifest).encode()
+            out.writestr(info.filename, data, zipfile.ZIP_DEFLATED)
+    return target
+
+
+def _plant_threshold(manifest: dict) -> None:
+    for row in manifest["calibration"]["prototype"]["rows"]:
+        row["threshold"] = -1.0
+
+
+def _conformance_alice(bundle: Path, store: Path) -> Verifier:
+    verifier = Verifier(bundle, store=TemplateStore(store, passphrase=PASSPHRASE, scrypt_log2_n=10))
+    verifier.enroll([CONFORMANCE / "audio" / f"speaker0-{j}.wav" for j in range(5)], user="alice")
+    return verifier
+
+
+def test_46_a_manifest_cannot_plant_a_threshold_below_the_floor(tmp_path: Path) -> None:
+    honest = CONFORMANCE / "bundles" / "voice-embedding.uvb"
+    planted = _rezipped(honest, tmp_path / "planted.uvb", _plant_threshold)
+    verifier = _conformance_alice(planted, tmp_path / "store")
+    impostor = CONFORMANCE / "audio" / "speaker1-6.wav"
+    decision = verifier.verify(impostor, user="alice", backoff=False)
+    assert decision.score < 0 and not decision.accepted  # -0.478 was accepted at -1
+    from uvsdk.calibration import THRESHOLD_FLOOR
+
+    assert verifier.store.load("alice").threshold == THRESHOLD_FLOOR
+
+
+def test_46_a_threshold_does_not_outlive_the_calibration_it_came_from(tmp_path: Path) -> None:
+    honest = CONFORMANCE / "bundles" / "voice-embedding.uvb"
+    planted = _rezipped(honest, tmp_path / "planted.uvb", _plant_threshold)
+    store = tmp_path / "store"
+    _conformance_alice(planted, store)
+    impostor = CONFORMANCE / "audio" / "speaker1-6.wav"
+    back = Verifier(honest, store=TemplateStore(store, passphrase=PASSPHRASE))
+    with pytest.raises(ModelMismatchError, match="another calibration.*uvsdk enroll"):
+        back.verify(impostor, user="alice")
+    with pytest.raises(ModelMismatchError, match="another calibration"):
+        back.verify(impostor, user="alice", backoff=False)
+    uncalibrated = _rezipped(honest, tmp_path / "none.uvb", lambda m: m.pop("calibration"))
+    with pytest.raises(ModelMismatchError, match="another calibration"):
+        Verifier(uncalibrated, store=TemplateStore(store, passphrase=PASSPHRASE)).verify(
+            impostor, user="alice"
+        )
+    result = uvsdk("verify", impostor, "--user", "alice", "--bundle", honest, "--store", store)
+    one_line_error(result, "re-enroll with uvsdk enroll")
+    assert "ACCEPT" not in result.stdout
+    # enrolled again under the honest bundle, the user verifies as before
+    _conformance_alice(honest, store)
+    assert not back.verify(impostor, user="alice").accepted
+
+
+def test_46_a_template_without_a_calibrated_threshold_is_not_bound_to_one(tmp_path: Path) -> None:
+    """The warm-up rule alone (``far=None``) owes nothing to the manifest's table."""
+    honest = CONFORMANCE / "bundles" / "voice-embedding.uvb"
+    store = TemplateStore(tmp_path / "store", passphrase=PASSPHRASE, scrypt_log2_n=10)
+    Verifier(honest, store=store, far=None).enroll(
+        [CONFORMANCE / "audio" / f"speaker0-{j}.wav" for j in range(5)], user="alice"
+    )
+    other = _rezipped(honest, tmp_path / "other.uvb", _plant_threshold)
+    clip = CONFORMANCE / "audio" / "speaker0-6.wav"
+    assert Verifier(other, store=store).verify(clip, user="alice", backoff=False).accepted
