@@ -2,13 +2,13 @@
 // port (docs/spec.md version 6).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir, mkdtemp, open, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { strFromU8, strToU8, unzipSync, zipSync } from "fflate";
 import * as ort from "onnxruntime-node";
-import { FileStore, ModelMismatchError, THRESHOLD_FLOOR, Verifier, decodeWavFile, loadBundle } from "../src/node.js";
+import { FileStore, ModelMismatchError, THRESHOLD_FLOOR, UvsdkError, Verifier, decodeWavFile, loadBundle, userLock } from "../src/node.js";
 
 const CONFORMANCE = fileURLToPath(new URL("../../../conformance/", import.meta.url));
 const clip = async (name: string) => (await decodeWavFile(join(CONFORMANCE, "audio", name))).samples;
@@ -60,5 +60,60 @@ test("a manifest cannot plant a threshold below the floor, nor leave one behind 
     const warmUp = await Verifier.create({ ...options, far: null, bundle: (honest as any).bundle });
     await warmUp.enroll(samples, { user: "bob" });
     assert.equal((await planted.verify(await clip("speaker0-6.wav"), { user: "bob", backoff: false })).accepted, true);
+  });
+});
+
+test("a lock of another host is waited on with progress, then named; never broken (spec §10.1)", async () => {
+  await withFolder(async (folder) => {
+    const store = join(folder, "templates");
+    await mkdir(store, { mode: 0o700 });
+    const lock = join(store, ".alice.lock");
+    await writeFile(lock, "999999 0123456789abcdef oldhost\n");
+    const lines: string[] = [];
+    const files = new FileStore(store, { stateDir: join(folder, "state"), lockTimeoutMs: 0, lockNoticeMs: 0, onLockWait: (line) => lines.push(line) });
+    await assert.rejects(files.lock("alice"), (error: unknown) => {
+      assert.ok(error instanceof UvsdkError && error.code === "store.locked");
+      assert.match(error.message, /^the lock .*\.alice\.lock has been held by process 999999 on oldhost for 0 s: if no uvsdk process runs there, remove .*\.alice\.lock$/);
+      return true;
+    });
+    assert.deepEqual(lines, [`waiting for the lock ${lock}, held by process 999999 on oldhost (giving up if one holder keeps it 0 s)`]);
+    assert.equal(await readFile(lock, "utf8"), "999999 0123456789abcdef oldhost\n");
+    assert.deepEqual(await readdir(store), [".alice.lock"]);
+  });
+});
+
+test("a lock naming this process with another token is stale; its own is not (spec §10.1)", async () => {
+  await withFolder(async (folder) => {
+    const lock = join(folder, ".alice.lock");
+    await writeFile(lock, `${process.pid} 0123456789abcdef ${hostname()}\n`);
+    const release = await userLock(folder, "alice"); // hung forever before
+    const line = await readFile(lock, "utf8");
+    assert.equal(line.split(" ")[0], String(process.pid));
+    assert.notEqual(line.split(" ")[1], "0123456789abcdef");
+    await assert.rejects(userLock(folder, "alice", { timeoutMs: 0 }), { code: "store.locked" });
+    await release();
+    assert.deepEqual(await readdir(folder), []);
+  });
+});
+
+test("a full disk leaves no lock file behind", async () => {
+  await withFolder(async (folder) => {
+    const probe = await open(join(folder, "probe"), "w");
+    const prototype = Object.getPrototypeOf(probe) as { writeFile: (...args: unknown[]) => Promise<void> };
+    await probe.close();
+    await rm(join(folder, "probe"));
+    const writeFileOriginal = prototype.writeFile;
+    prototype.writeFile = async function (this: unknown, data: unknown, ...rest: unknown[]) {
+      if (typeof data === "string" && data.startsWith(`${process.pid} `)) {
+        throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+      }
+      return writeFileOriginal.call(this, data, ...rest);
+    };
+    try {
+      for (let i = 0; i < 3; i++) await assert.rejects(userLock(folder, "alice"), { code: "store.io", message: /ENOSPC/ });
+    } finally {
+      prototype.writeFile = writeFileOriginal;
+    }
+    assert.deepEqual(await readdir(folder), []);
   });
 });

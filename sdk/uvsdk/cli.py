@@ -142,6 +142,7 @@ def _verifier(bundle: Path | None, store: Path | None, **options: Any) -> Any:
         use_keyring=keyring_wanted,
         passphrase=passphrase,
         freshness=freshness,
+        on_lock_wait=lambda line: typer.echo(f"uvsdk: {printable(line)}", err=True),
         **options,
     )
 

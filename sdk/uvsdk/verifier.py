@@ -282,6 +282,10 @@ class Verifier:
         :data:`uvsdk.calibration.THRESHOLD_FLOOR`. ``None``: the warm-up rule alone, and so for
         a bundle without calibration (the enrollment report says so). See
         :mod:`uvsdk.calibration`.
+    lock_timeout, on_lock_wait:
+        How long one holder may keep a user's lock before an operation gives up
+        (``store.locked``), and who is told, once, that an operation is waiting for it
+        (:class:`TemplateStore`; used only when ``store`` is a folder).
     """
 
     def __init__(
@@ -298,6 +302,8 @@ class Verifier:
         max_seconds: float = DEFAULT_MAX_SECONDS,
         clock: Callable[[], float] = time.time,
         far: float | None = DEFAULT_FAR,
+        lock_timeout: float | None = None,
+        on_lock_wait: Callable[[str], None] | None = None,
     ) -> None:
         self.far = None if far is None else check_far(far)
         self._bundle = bundle if isinstance(bundle, Bundle) else None
@@ -311,6 +317,8 @@ class Verifier:
                 passphrase=passphrase,
                 use_keyring=use_keyring,
                 freshness=freshness or ("keyring" if use_keyring else "file"),
+                lock_timeout=lock_timeout,
+                on_lock_wait=on_lock_wait,
             )
         self.trusted_keys = (
             list(trusted_keys) if trusted_keys is not None else trusted_keys_from_environment()
