@@ -518,6 +518,9 @@ _READING_REFUSALS = {
     "zip-encrypted": "model.onnx is encrypted",
     "zip-method-bzip2": "compression method 12",
     "zip-deflate-stream-cut": "not a readable bundle",
+    "zip-model-entry-eight-times": "names model.onnx more than once",
+    "zip-manifest-twice": "names manifest.json more than once",
+    "zip-compressed-size-past-the-end": "more than the archive holds after it",
     "json-calibration-count-10^400": "a number of 401 characters",
     "json-integer-4301-digits": "a number of 4301 characters",
     "json-integer-2^53": "an integer beyond 2**53 - 1",
@@ -554,17 +557,24 @@ def _deflate(data: bytes) -> bytes:
 
 def _raw_zip(entries: list[dict[str, Any]]) -> bytes:
     """A zip archive written entry by entry (``name``, ``payload`` as stored, ``method``,
-    declared ``size``, ``crc``, ``flags``), recording whatever each entry claims."""
+    declared ``size``, ``crc``, ``flags``, optionally the ``compressed`` size declared), recording
+    whatever each entry claims; an entry with ``repeat`` is only a directory entry, pointing at the
+    data of the first entry of its name."""
     local, central = b"", b""
+    offsets: dict[bytes, int] = {}
     for entry in entries:
         name, payload = entry["name"].encode(), entry["payload"]
-        fields = (entry["flags"], entry["method"], 0, 0x21, entry["crc"], len(payload))
+        compressed = entry.get("compressed", len(payload))
+        fields = (entry["flags"], entry["method"], 0, 0x21, entry["crc"], compressed)
         header = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, *fields, entry["size"], len(name), 0)
+        at = offsets[name] if entry.get("repeat") else len(local)
         central += struct.pack(
             "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, *fields, entry["size"], len(name), 0, 0, 0, 0, 0,
-            len(local),
+            at,
         ) + name  # fmt: skip
-        local += header + name + payload
+        if not entry.get("repeat"):
+            offsets.setdefault(name, len(local))
+            local += header + name + payload
     count = len(entries)
     end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, len(central), len(local), 0)
     return local + central + end
@@ -582,6 +592,9 @@ def _lying_zip_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[
 
     def lying(name: str, **lie: Any) -> bytes:
         return _raw_zip([entry(member, **(lie if member == name else {})) for member in image])
+
+    def with_entries(*extra: dict[str, Any]) -> bytes:
+        return _raw_zip([entry(member) for member in image] + list(extra))
 
     model, manifest = image["model.onnx"], image["manifest.json"]
     cut = _deflate(model)[: len(_deflate(model)) // 2]
@@ -607,6 +620,25 @@ def _lying_zip_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[
         ("zip-encrypted", lying("model.onnx", flags=1), []),
         ("zip-method-bzip2", lying("model.onnx", method=zipfile.ZIP_BZIP2), []),
         ("zip-deflate-stream-cut", lying("model.onnx", payload=cut), []),
+        # spec version 6: each member read once, within the archive (issue 46)
+        ("zip-model-entry-eight-times", with_entries(*[entry("model.onnx", repeat=True)] * 7), []),
+        (
+            "zip-manifest-twice",
+            with_entries(
+                entry(
+                    "manifest.json",
+                    payload=_deflate(manifest + b" "),
+                    size=len(manifest) + 1,
+                    crc=zlib.crc32(manifest + b" "),
+                )
+            ),
+            [],
+        ),  # fmt: skip
+        (
+            "zip-compressed-size-past-the-end",
+            lying("model.onnx", compressed=len(_deflate(model)) + (1 << 20)),
+            [],
+        ),
     ]
 
 

@@ -821,3 +821,70 @@ def test_46_a_template_without_a_calibrated_threshold_is_not_bound_to_one(tmp_pa
     other = _rezipped(honest, tmp_path / "other.uvb", _plant_threshold)
     clip = CONFORMANCE / "audio" / "speaker0-6.wav"
     assert Verifier(other, store=store).verify(clip, user="alice", backoff=False).accepted
+
+
+def _repeat_directory_entry(blob: bytes, name: str, copies: int) -> bytes:
+    """``blob`` (a zip archive without a comment) with the directory entry of ``name`` repeated
+    ``copies`` more times, each pointing at the same member data: 46 bytes and a name apiece."""
+    import struct
+
+    end = blob[-22:]
+    signature, disk, start_disk, count, total, size, offset, comment = struct.unpack(
+        "<4s4H2LH", end
+    )
+    assert signature == b"PK\x05\x06" and comment == 0
+    directory = blob[offset : offset + size]
+    at, repeated = 0, b""
+    while at < len(directory):
+        lengths = struct.unpack("<3H", directory[at + 28 : at + 34])
+        entry = directory[at : at + 46 + sum(lengths)]
+        if entry[46 : 46 + lengths[0]] == name.encode():
+            repeated = entry * copies
+        at += len(entry)
+    assert repeated
+    count, total = count + copies, total + copies
+    end = struct.pack("<4s4H2LH", signature, disk, start_disk, count, total,
+                      size + len(repeated), offset, 0)  # fmt: skip
+    return blob[:offset] + directory + repeated + end
+
+
+def test_46_duplicate_directory_entries_are_refused_before_any_member_is_read(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import uvsdk.archive as archive
+
+    honest = (CONFORMANCE / "bundles" / "voice-embedding.uvb").read_bytes()
+    inflated: list[str] = []
+    inflate = archive._inflate_bounded
+    monkeypatch.setattr(
+        archive,
+        "_inflate_bounded",
+        lambda handle, info, bundle: (
+            inflated.append(info.filename) or inflate(handle, info, bundle)
+        ),
+    )
+    for name in ("model.onnx", "manifest.json"):
+        bundle = tmp_path / f"{name}-8.uvb"
+        bundle.write_bytes(_repeat_directory_entry(honest, name, 7))
+        with pytest.raises(BundleError, match=f"names {name} more than once") as caught:
+            Bundle(bundle)
+        assert caught.value.code == "bundle.unreadable" and inflated == []
+        result = uvsdk("info", "--bundle", bundle)
+        one_line_error(result, "more than once")
+    (tmp_path / "honest.uvb").write_bytes(honest)
+    Bundle(tmp_path / "honest.uvb")
+    assert "model.onnx" in inflated and len(set(inflated)) == len(inflated)  # each read once
+
+
+def test_46_a_compressed_size_past_the_end_of_the_archive_is_refused(tmp_path: Path) -> None:
+    import struct
+
+    blob = bytearray((CONFORMANCE / "bundles" / "voice-embedding.uvb").read_bytes())
+    offset = struct.unpack("<L", blob[-6:-2])[0]
+    assert blob[offset : offset + 4] == b"PK\x01\x02"
+    blob[offset + 20 : offset + 24] = struct.pack("<L", len(blob) * 2)  # the first entry's
+    bundle = tmp_path / "long.uvb"
+    bundle.write_bytes(bytes(blob))
+    with pytest.raises(BundleError, match="more than the archive holds after it") as caught:
+        Bundle(bundle)
+    assert caught.value.code == "bundle.unreadable"
