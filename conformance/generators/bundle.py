@@ -230,10 +230,24 @@ def _training_changes() -> list[tuple[str, dict[str, Any]]]:
         ("training", with_training),
         ("training-null", {"training": None}),
         ("training-without-dp", {"training": {**TRAINING, "privacy": None}}),
-        ("training-codeword-enrollment", {**with_training, "training.enrollment": "codeword"}),
+        (
+            "training-codeword-enrollment",
+            {**with_training, "training.enrollment": "codeword", privacy: None},
+        ),
         ("training-distributed", {**with_training, f"{privacy}.mechanism": "distributed"}),
         ("training-simulated", {**with_training, f"{privacy}.simulated_deployment": True}),
-        ("training-floor-0", {**with_training, f"{privacy}.membership_eer_floor": 0}),
+        (
+            "training-floor-0",
+            {**with_training, f"{privacy}.epsilon": 50, f"{privacy}.membership_eer_floor": 0},
+        ),
+        (
+            "training-epsilon-1e-300-floor-at-its-bound",
+            {
+                **with_training,
+                f"{privacy}.epsilon": 1e-300,
+                f"{privacy}.membership_eer_floor": (1 - 1e-06) / 2,
+            },
+        ),  # fmt: skip
         ("training-floor-half", {**with_training, f"{privacy}.membership_eer_floor": 0.5}),
         ("training-epsilon-float", {**with_training, f"{privacy}.epsilon": 0.25}),
         ("training-epsilon-server", {**with_training, f"{privacy}.epsilon_server": 22.4}),
@@ -269,6 +283,19 @@ def _training_changes() -> list[tuple[str, dict[str, Any]]]:
         ("training-floor-missing", {**with_training, f"{privacy}.membership_eer_floor": _DELETE}),
         ("training-enrollment-unknown", {**with_training, "training.enrollment": "auto"}),
         ("training-enrollment-missing", {**with_training, "training.enrollment": _DELETE}),
+        # spec version 6: claims that contradict each other (issue 46)
+        (
+            "training-codeword-enrollment-with-dp",
+            {**with_training, "training.enrollment": "codeword"},
+        ),
+        (
+            "training-floor-below-its-epsilon",
+            {**with_training, f"{privacy}.membership_eer_floor": 0},
+        ),
+        (
+            "training-epsilon-1e-300-floor-0",
+            {**with_training, f"{privacy}.epsilon": 1e-300, f"{privacy}.membership_eer_floor": 0},
+        ),
         (
             "training-codeword-enrollment-on-embedding",
             {**embedding, **with_training, "training.enrollment": "codeword"},

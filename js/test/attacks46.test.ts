@@ -117,3 +117,18 @@ test("a full disk leaves no lock file behind", async () => {
     assert.deepEqual(await readdir(folder), []);
   });
 });
+
+test("training claims that contradict each other are refused (spec §3.10)", async () => {
+  const claims: [Record<string, unknown>, string, RegExp][] = [
+    [{ epsilon: 8 }, "codeword", /'codeword' contradicts training\.privacy/],
+    [{ epsilon: 1e-300, membership_eer_floor: 0 }, "prototype", /contradict each other/],
+    [{ epsilon: 8, membership_eer_floor: 0 }, "prototype", /contradict each other/],
+  ];
+  for (const [privacy, enrollment, message] of claims) {
+    const claimed = { mechanism: "distributed", delta: 1e-6, simulated_deployment: false, membership_eer_floor: 0.39, ...privacy };
+    const bytes = await rezipped("voice-codeword.uvb", (m) => {
+      m["training"] = { method: "feduv", privacy: claimed, enrollment };
+    });
+    await assert.rejects(loadBundle(bytes, { name: "t.uvb" }), { code: "bundle.manifest", message });
+  }
+});

@@ -888,3 +888,40 @@ def test_46_a_compressed_size_past_the_end_of_the_archive_is_refused(tmp_path: P
     with pytest.raises(BundleError, match="more than the archive holds after it") as caught:
         Bundle(bundle)
     assert caught.value.code == "bundle.unreadable"
+
+
+@pytest.mark.parametrize(
+    ("privacy", "enrollment", "match"),
+    [
+        ({"epsilon": 8}, "codeword", "'codeword' contradicts training.privacy"),
+        ({"epsilon": 1e-300, "membership_eer_floor": 0}, "prototype", "contradict each other"),
+        ({"epsilon": 8, "membership_eer_floor": 0}, "prototype", "contradict each other"),
+    ],
+)
+def test_46_contradictory_training_claims_are_refused(
+    tmp_path: Path, privacy: dict, enrollment: str, match: str
+) -> None:
+    claimed = {"mechanism": "distributed", "delta": 1e-6, "simulated_deployment": False,
+               "membership_eer_floor": 0.39, **privacy}  # fmt: skip
+
+    def claim(manifest: dict) -> None:
+        manifest["training"] = {"method": "feduv", "privacy": claimed, "enrollment": enrollment}
+
+    bundle = _rezipped(CONFORMANCE / "bundles" / "voice-codeword.uvb", tmp_path / "t.uvb", claim)
+    with pytest.raises(BundleError, match=match) as caught:
+        Bundle(bundle)
+    assert caught.value.code == "bundle.manifest"
+    one_line_error(uvsdk("info", "--bundle", bundle), match)
+
+
+def test_46_the_floor_bound_holds_for_every_guarantee_the_trainer_states() -> None:
+    """``membership_floor_bound`` against the trainer's own figures: a consistent bundle is never
+    refused (the grid issue 46 measured: noise 0.3-5, sampling 0.01-1, 1-200 rounds)."""
+    from uvsdk.training import FLOOR_TOLERANCE, membership_floor_bound
+
+    uvtrain_privacy = pytest.importorskip("uvtrain.privacy")
+    for noise, rate, rounds, delta in [(0.3, 0.01, 200, 1e-6), (1.0, 1.0, 200, 1e-3),
+                                       (5.0, 0.1, 10, 1e-6), (0.7, 0.5, 1, 1e-3)]:  # fmt: skip
+        epsilon = uvtrain_privacy.epsilon_release(noise, rate, rounds, delta)
+        floor = uvtrain_privacy.membership_eer_floor(noise, rate, rounds)
+        assert floor >= membership_floor_bound(epsilon, delta) - FLOOR_TOLERANCE
