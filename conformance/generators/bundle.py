@@ -400,9 +400,10 @@ _COHORT_REFUSALS = {
     "cohort-member-edited": "does not match the manifest's cohort.sha256",
     "cohort-short": "not count x dim x 4",
     "cohort-long": "not count x dim x 4",
-    "cohort-nan": "non-finite or zero vector",
-    "cohort-infinity": "non-finite or zero vector",
-    "cohort-zero-vector": "non-finite or zero vector",
+    "cohort-nan": "holds a non-finite value",
+    "cohort-infinity": "holds a non-finite value",
+    "cohort-zero-vector": "too short to normalise",
+    "cohort-subnormal-vector": "too short to normalise",
     "cohort-too-large": "more than the 16777216 accepted",
     "cohort-count-above-member": "not count x dim x 4",
     "cohort-top-k-above-count": "score_norm.top_k must be an integer in [2, 8]",
@@ -475,6 +476,8 @@ def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, by
 
     zero = np.frombuffer(data, dtype="<f4").copy()
     zero[dim : 2 * dim] = 0.0
+    subnormal = np.frombuffer(data, dtype="<f4").copy()
+    subnormal[dim : 2 * dim] = np.float32(1e-40)  # not zero, yet no rescale makes it unit length
     flipped = bytearray(data)
     flipped[100] ^= 0x01
     valid = edited(data)
@@ -493,6 +496,7 @@ def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, by
         ("cohort-nan", edited(value_at(5, float("nan"))), []),
         ("cohort-infinity", edited(value_at(dim + 3, float("-inf"))), []),
         ("cohort-zero-vector", edited(zero.tobytes()), []),
+        ("cohort-subnormal-vector", edited(subnormal.tobytes()), []),
         ("cohort-too-large", _zip(image, {"cohort.f32": bytes(16 * 1024 * 1024 + 4)}), []),
         ("cohort-count-above-member", edited(None, count=count + 1), []),
         ("cohort-top-k-above-count", edited(None, {"top_k": count + 1}), []),

@@ -435,10 +435,10 @@ class TemplateStore:
 
     def path(self, user: str) -> Path:
         """``<store>/<user>.uvt`` for a valid user name."""
-        if not isinstance(user, str) or not _USER_NAME.match(user):
+        if not isinstance(user, str) or not _USER_NAME.fullmatch(user):
             raise UvsdkError(
                 f"invalid user name {user!r:.80}: use 1-64 letters, digits, '.', '_' or '-'",
-                code="store.io",
+                code="store.user-name",
             )
         return self.directory / f"{user}{SUFFIX}"
 
@@ -470,7 +470,7 @@ class TemplateStore:
             if not entry.name.endswith(SUFFIX) or entry.name.startswith("."):
                 continue
             user = entry.name[: -len(SUFFIX)]
-            if not _USER_NAME.match(user):
+            if not _USER_NAME.fullmatch(user):
                 found.append((entry.name, "not a valid user name"))
             elif entry.is_symlink():
                 found.append((entry.name, "a symbolic link, not a template file"))

@@ -37,6 +37,7 @@ from uvsdk.errors import (
     RollbackError,
     StorePermissionError,
     TemplateError,
+    UvsdkError,
     WrongKeyError,
 )
 from uvsdk.template import TemplateStore, parse_file
@@ -925,3 +926,43 @@ def test_46_the_floor_bound_holds_for_every_guarantee_the_trainer_states() -> No
         epsilon = uvtrain_privacy.epsilon_release(noise, rate, rounds, delta)
         floor = uvtrain_privacy.membership_eer_floor(noise, rate, rounds)
         assert floor >= membership_floor_bound(epsilon, delta) - FLOOR_TOLERANCE
+
+
+def test_46_an_invalid_user_name_is_store_user_name(alice) -> None:
+    verifier, store, _, impostor = alice
+    for name in ("al/ice", "", "alice\n", "-x"):
+        with pytest.raises(UvsdkError, match="invalid user name") as caught:
+            verifier.verify(impostor, user=name)
+        assert caught.value.code == "store.user-name"
+    assert sorted(p.name for p in store.iterdir()) == ["alice.uvt"]  # "alice\n.uvt" never made
+
+
+def _wav_header(rate: int, frames: int, *, bits: int = 16, align: int = 2, byte_rate=None) -> bytes:
+    import struct
+
+    data = bytes(2 * frames)
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, byte_rate or rate * 2, align, bits)
+    body = b"WAVEfmt " + struct.pack("<I", 16) + fmt + b"data" + struct.pack("<I", len(data))
+    return b"RIFF" + struct.pack("<I", len(body) + len(data)) + body + data
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        ({"bits": 12}, "undecodable"),  # libsndfile read it as 16-bit; the port refused it
+        ({"align": 0}, "undecodable"),  # libsndfile guessed the block align
+        ({"rate": 1, "frames": 61, "byte_rate": 32000}, "too_long"),  # was called truncated
+    ],
+)
+def test_46_wav_headers_are_read_as_the_spec_says(
+    tmp_path: Path, header: dict, reason: str
+) -> None:
+    from uvsdk.errors import MediaError
+    from uvsdk.media import load_audio
+
+    settings = {"rate": 8000, "frames": 800, **header}
+    path = tmp_path / "odd.wav"
+    path.write_bytes(_wav_header(**settings))
+    with pytest.raises(MediaError) as caught:
+        load_audio(path, settings["rate"])
+    assert caught.value.reason == reason
