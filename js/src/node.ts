@@ -457,7 +457,8 @@ export async function decodeWavFile(file: string, options: { maxSeconds?: number
   };
   let handle: fs.FileHandle;
   try {
-    handle = await fs.open(file, constants.O_RDONLY);
+    // O_NONBLOCK: a FIFO (or device) given as audio is refused at once below, never waited on
+    handle = await fs.open(file, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0));
   } catch (error) {
     throw unreadable(error);
   }

@@ -6,6 +6,7 @@ import { mkdir, mkdtemp, open, readFile, readdir, rm, writeFile } from "node:fs/
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { execFileSync } from "node:child_process";
 import { strFromU8, strToU8, unzipSync, zipSync } from "fflate";
 import * as ort from "onnxruntime-node";
 import { FileStore, ModelMismatchError, THRESHOLD_FLOOR, UvsdkError, Verifier, decodeWavFile, loadBundle, userLock } from "../src/node.js";
@@ -131,4 +132,12 @@ test("training claims that contradict each other are refused (spec §3.10)", asy
     });
     await assert.rejects(loadBundle(bytes, { name: "t.uvb" }), { code: "bundle.manifest", message });
   }
+});
+
+test("a FIFO given as audio is refused at once, not waited on", { skip: process.platform === "win32" }, async () => {
+  await withFolder(async (folder) => {
+    const fifo = join(folder, "attempt.wav");
+    execFileSync("mkfifo", [fifo]); // no writer ever opens it: reading it would wait forever
+    await assert.rejects(decodeWavFile(fifo), { code: "media.undecodable", message: /attempt\.wav: not a regular file/ });
+  });
 });

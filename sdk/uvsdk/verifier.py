@@ -627,6 +627,7 @@ class Verifier:
         that cannot be decoded is not an attempt.
         """
         name = str(source) if isinstance(source, str | Path) else "input"
+        _ = self.bundle  # loaded (or refused) before the user's lock is taken, never under it
         if not backoff:
             template = self._enrolled_template(user)
             value = self._score(template, self.embed(source))

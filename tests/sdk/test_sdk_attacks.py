@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import sys
 import unicodedata
 import zipfile
@@ -966,3 +967,46 @@ def test_46_wav_headers_are_read_as_the_spec_says(
     with pytest.raises(MediaError) as caught:
         load_audio(path, settings["rate"])
     assert caught.value.reason == reason
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_46_a_fifo_given_as_the_bundle_is_refused_at_once(alice, tmp_path: Path) -> None:
+    _, store, _, impostor = alice
+    fifo = tmp_path / "bundle.uvb"
+    os.mkfifo(fifo, 0o600)
+    folder = tmp_path / "folder-bundle"
+    folder.mkdir()
+    os.mkfifo(folder / "manifest.json", 0o600)
+    environment = {**os.environ, "UVSDK_PASSPHRASE": PASSPHRASE}
+    for bundle in (fifo, folder):
+        for command in (["info"], ["verify", impostor, "--user", "alice", "--store", store]):
+            full = [sys.executable, "-m", "uvsdk.cli", *command, "--bundle", bundle]
+            result = finish(start(full, env=environment), stall_seconds=60, cpu_is_progress=False)
+            assert result.returncode == 2, (result.stdout, result.stderr)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and "is not a regular file" in lines[0], lines
+    assert sorted(p.name for p in store.iterdir()) == ["alice.uvt"]  # no lock left held
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["info", "--bundle", str(CONFORMANCE / "bundles" / "voice-embedding.uvb")], ["--help"],
+     ["verify", "--help"], ["codeword", "new", "--help"]],
+)  # fmt: skip
+def test_46_output_to_a_reader_that_went_away_ends_quietly(command: list[str]) -> None:
+    """``uvsdk info | head -1``: the reader is gone before the first line is written (its end
+    of the pipe closed here at once, so the test does not depend on timing)."""
+    from uvsdk.cli import BROKEN_PIPE_EXIT
+
+    reader, writer = os.pipe()
+    os.close(reader)
+    full = [sys.executable, "-m", "uvsdk.cli", *command]
+    try:
+        process = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=writer,
+                                   stderr=subprocess.PIPE, text=True)  # fmt: skip
+    finally:
+        os.close(writer)
+    _, stderr = process.communicate(timeout=600)  # a guard against a hang, not a measurement
+    result = subprocess.CompletedProcess(full, process.returncode, "", stderr)
+    assert result.returncode == BROKEN_PIPE_EXIT, result.stderr
+    assert result.stderr == ""
