@@ -61,10 +61,13 @@ export function readZipMembers(bytes: Uint8Array, limits: Record<string, number>
     // A member named twice (or many entries pointing at one member's data) would be read, and
     // inflated, once per entry: refused before anything is read, so every member is read once
     // and reading costs at most the sum of the limits (spec §3.1).
-    const names = entries.map((entry) => entry.name);
-    const twice = [...new Set(names.filter((name, i) => names.indexOf(name) !== i))].sort();
-    if (twice.length) {
-      throw new BundleError(`${bundle}: the zip directory names ${twice[0]} more than once (a bundle's members are unique)`, "bundle.unreadable");
+    const seen = new Set<string>();
+    for (const entry of entries) {
+      // one pass: a directory may hold 100,000 entries of one name
+      if (seen.has(entry.name)) {
+        throw new BundleError(`${bundle}: the zip directory names ${entry.name} more than once (a bundle's members are unique)`, "bundle.unreadable");
+      }
+      seen.add(entry.name);
     }
     for (const entry of entries) {
       checkEntry(entry, limits[entry.name]!, bundle);

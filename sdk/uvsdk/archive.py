@@ -60,14 +60,15 @@ def read_zip_members(handle: BinaryIO, limits: Mapping[str, int], bundle: str) -
     members: dict[str, bytes] = {}
     with zipfile.ZipFile(handle) as archive:
         entries = [info for info in archive.infolist() if info.filename in limits]
-    names = [info.filename for info in entries]
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise BundleError(
-            f"{bundle}: the zip directory names {twice[0]} more than once (a bundle's members "
-            "are unique)",
-            code="bundle.unreadable",
-        )
+    seen: set[str] = set()
+    for info in entries:  # one pass: a directory may hold 100,000 entries of one name
+        if info.filename in seen:
+            raise BundleError(
+                f"{bundle}: the zip directory names {info.filename} more than once (a bundle's "
+                "members are unique)",
+                code="bundle.unreadable",
+            )
+        seen.add(info.filename)
     size = handle.seek(0, 2)
     for info in entries:
         _check_entry(info, limits[info.filename], bundle)
