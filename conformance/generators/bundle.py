@@ -230,10 +230,24 @@ def _training_changes() -> list[tuple[str, dict[str, Any]]]:
         ("training", with_training),
         ("training-null", {"training": None}),
         ("training-without-dp", {"training": {**TRAINING, "privacy": None}}),
-        ("training-codeword-enrollment", {**with_training, "training.enrollment": "codeword"}),
+        (
+            "training-codeword-enrollment",
+            {**with_training, "training.enrollment": "codeword", privacy: None},
+        ),
         ("training-distributed", {**with_training, f"{privacy}.mechanism": "distributed"}),
         ("training-simulated", {**with_training, f"{privacy}.simulated_deployment": True}),
-        ("training-floor-0", {**with_training, f"{privacy}.membership_eer_floor": 0}),
+        (
+            "training-floor-0",
+            {**with_training, f"{privacy}.epsilon": 50, f"{privacy}.membership_eer_floor": 0},
+        ),
+        (
+            "training-epsilon-1e-300-floor-at-its-bound",
+            {
+                **with_training,
+                f"{privacy}.epsilon": 1e-300,
+                f"{privacy}.membership_eer_floor": (1 - 1e-06) / 2,
+            },
+        ),  # fmt: skip
         ("training-floor-half", {**with_training, f"{privacy}.membership_eer_floor": 0.5}),
         ("training-epsilon-float", {**with_training, f"{privacy}.epsilon": 0.25}),
         ("training-epsilon-server", {**with_training, f"{privacy}.epsilon_server": 22.4}),
@@ -269,6 +283,19 @@ def _training_changes() -> list[tuple[str, dict[str, Any]]]:
         ("training-floor-missing", {**with_training, f"{privacy}.membership_eer_floor": _DELETE}),
         ("training-enrollment-unknown", {**with_training, "training.enrollment": "auto"}),
         ("training-enrollment-missing", {**with_training, "training.enrollment": _DELETE}),
+        # spec version 6: claims that contradict each other (issue 46)
+        (
+            "training-codeword-enrollment-with-dp",
+            {**with_training, "training.enrollment": "codeword"},
+        ),
+        (
+            "training-floor-below-its-epsilon",
+            {**with_training, f"{privacy}.membership_eer_floor": 0},
+        ),
+        (
+            "training-epsilon-1e-300-floor-0",
+            {**with_training, f"{privacy}.epsilon": 1e-300, f"{privacy}.membership_eer_floor": 0},
+        ),
         (
             "training-codeword-enrollment-on-embedding",
             {**embedding, **with_training, "training.enrollment": "codeword"},
@@ -373,9 +400,10 @@ _COHORT_REFUSALS = {
     "cohort-member-edited": "does not match the manifest's cohort.sha256",
     "cohort-short": "not count x dim x 4",
     "cohort-long": "not count x dim x 4",
-    "cohort-nan": "non-finite or zero vector",
-    "cohort-infinity": "non-finite or zero vector",
-    "cohort-zero-vector": "non-finite or zero vector",
+    "cohort-nan": "holds a non-finite value",
+    "cohort-infinity": "holds a non-finite value",
+    "cohort-zero-vector": "too short to normalise",
+    "cohort-subnormal-vector": "too short to normalise",
     "cohort-too-large": "more than the 16777216 accepted",
     "cohort-count-above-member": "not count x dim x 4",
     "cohort-top-k-above-count": "score_norm.top_k must be an integer in [2, 8]",
@@ -448,6 +476,8 @@ def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, by
 
     zero = np.frombuffer(data, dtype="<f4").copy()
     zero[dim : 2 * dim] = 0.0
+    subnormal = np.frombuffer(data, dtype="<f4").copy()
+    subnormal[dim : 2 * dim] = np.float32(1e-40)  # not zero, yet no rescale makes it unit length
     flipped = bytearray(data)
     flipped[100] ^= 0x01
     valid = edited(data)
@@ -466,6 +496,7 @@ def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, by
         ("cohort-nan", edited(value_at(5, float("nan"))), []),
         ("cohort-infinity", edited(value_at(dim + 3, float("-inf"))), []),
         ("cohort-zero-vector", edited(zero.tobytes()), []),
+        ("cohort-subnormal-vector", edited(subnormal.tobytes()), []),
         ("cohort-too-large", _zip(image, {"cohort.f32": bytes(16 * 1024 * 1024 + 4)}), []),
         ("cohort-count-above-member", edited(None, count=count + 1), []),
         ("cohort-top-k-above-count", edited(None, {"top_k": count + 1}), []),
@@ -518,6 +549,9 @@ _READING_REFUSALS = {
     "zip-encrypted": "model.onnx is encrypted",
     "zip-method-bzip2": "compression method 12",
     "zip-deflate-stream-cut": "not a readable bundle",
+    "zip-model-entry-eight-times": "names model.onnx more than once",
+    "zip-manifest-twice": "names manifest.json more than once",
+    "zip-compressed-size-past-the-end": "more than the archive holds after it",
     "json-calibration-count-10^400": "a number of 401 characters",
     "json-integer-4301-digits": "a number of 4301 characters",
     "json-integer-2^53": "an integer beyond 2**53 - 1",
@@ -554,17 +588,24 @@ def _deflate(data: bytes) -> bytes:
 
 def _raw_zip(entries: list[dict[str, Any]]) -> bytes:
     """A zip archive written entry by entry (``name``, ``payload`` as stored, ``method``,
-    declared ``size``, ``crc``, ``flags``), recording whatever each entry claims."""
+    declared ``size``, ``crc``, ``flags``, optionally the ``compressed`` size declared), recording
+    whatever each entry claims; an entry with ``repeat`` is only a directory entry, pointing at the
+    data of the first entry of its name."""
     local, central = b"", b""
+    offsets: dict[bytes, int] = {}
     for entry in entries:
         name, payload = entry["name"].encode(), entry["payload"]
-        fields = (entry["flags"], entry["method"], 0, 0x21, entry["crc"], len(payload))
+        compressed = entry.get("compressed", len(payload))
+        fields = (entry["flags"], entry["method"], 0, 0x21, entry["crc"], compressed)
         header = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, *fields, entry["size"], len(name), 0)
+        at = offsets[name] if entry.get("repeat") else len(local)
         central += struct.pack(
             "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, *fields, entry["size"], len(name), 0, 0, 0, 0, 0,
-            len(local),
+            at,
         ) + name  # fmt: skip
-        local += header + name + payload
+        if not entry.get("repeat"):
+            offsets.setdefault(name, len(local))
+            local += header + name + payload
     count = len(entries)
     end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, len(central), len(local), 0)
     return local + central + end
@@ -582,6 +623,9 @@ def _lying_zip_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[
 
     def lying(name: str, **lie: Any) -> bytes:
         return _raw_zip([entry(member, **(lie if member == name else {})) for member in image])
+
+    def with_entries(*extra: dict[str, Any]) -> bytes:
+        return _raw_zip([entry(member) for member in image] + list(extra))
 
     model, manifest = image["model.onnx"], image["manifest.json"]
     cut = _deflate(model)[: len(_deflate(model)) // 2]
@@ -607,6 +651,25 @@ def _lying_zip_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[
         ("zip-encrypted", lying("model.onnx", flags=1), []),
         ("zip-method-bzip2", lying("model.onnx", method=zipfile.ZIP_BZIP2), []),
         ("zip-deflate-stream-cut", lying("model.onnx", payload=cut), []),
+        # spec version 6: each member read once, within the archive (issue 46)
+        ("zip-model-entry-eight-times", with_entries(*[entry("model.onnx", repeat=True)] * 7), []),
+        (
+            "zip-manifest-twice",
+            with_entries(
+                entry(
+                    "manifest.json",
+                    payload=_deflate(manifest + b" "),
+                    size=len(manifest) + 1,
+                    crc=zlib.crc32(manifest + b" "),
+                )
+            ),
+            [],
+        ),  # fmt: skip
+        (
+            "zip-compressed-size-past-the-end",
+            lying("model.onnx", compressed=len(_deflate(model)) + (1 << 20)),
+            [],
+        ),
     ]
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import struct
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from uvsdk.media import check_audio, trim_silence, window_starts
+from uvsdk.media import check_audio, load_audio, trim_silence, window_starts
 
-from .shared import document, f32_b64, outcome, start_of, wav
+from .shared import b64, document, f32_b64, outcome, start_of, wav
 
 
 def generate() -> dict[str, Any]:
@@ -119,8 +122,62 @@ def generate() -> dict[str, Any]:
         "media",
         "Input checks (the error code: enroll refuses clipped audio, verify tolerates it), "
         "silence trimming, and "
-        "window starts (spec §5.2–§5.4).",
+        "window starts (spec §5.2–§5.4); WAV files decoded at their own rate with max_seconds: "
+        "the frames decoded, or the error code (spec §5.1).",
         checks=checks,
         trims=trims,
         windows=windows,
+        decoding=_decoding(),
     )
+
+
+def _wav_file(
+    rate: int,
+    frames: int,
+    *,
+    bits: int = 16,
+    align: int | None = None,
+    byte_rate: int | None = None,
+    code: int = 1,
+    announced: int | None = None,
+) -> bytes:
+    """A mono RIFF/WAVE file of a 440 Hz tone whose header says what it is given to say."""
+    width = 2 if bits == 12 else bits // 8
+    tone = 0.3 * np.sin(2 * np.pi * 440 * np.arange(frames) / max(rate, 1000))
+    if code == 3:
+        data = tone.astype(f"<f{width}").tobytes()
+    elif width == 2:
+        data = (tone * 32767).astype("<i2").tobytes()
+    else:
+        data = (tone * 32767).astype("<i2").astype("<i4").tobytes()[: frames * width]
+    align = width if align is None else align
+    fmt = struct.pack("<HHIIHH", code, 1, rate, rate * width if byte_rate is None else byte_rate,
+                      align, bits)  # fmt: skip
+    size = len(data) if announced is None else announced
+    body = b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt + b"data" + struct.pack("<I", size)
+    return b"RIFF" + struct.pack("<I", len(body) + len(data)) + body + data
+
+
+def _decoding() -> list[dict[str, Any]]:
+    """WAV headers each core must read alike (issue 46: the reference decoded 12-bit samples and
+    a block align of 0 that the TypeScript port refused, and called a 1 Hz file whose byte rate
+    disagrees truncated where the port found it too long)."""
+    files = [
+        ("pcm16", _wav_file(8000, 800), 8000),
+        ("float32", _wav_file(8000, 800, bits=32, code=3), 8000),
+        ("pcm12-in-16-bit-containers", _wav_file(8000, 800, bits=12), 8000),
+        ("block-align-0", _wav_file(8000, 800, align=0), 8000),
+        ("block-align-3-for-16-bits", _wav_file(8000, 800, align=3), 8000),
+        ("rate-1-hz-61-frames-byte-rate-32000", _wav_file(1, 61, byte_rate=32000), 1),
+        ("rate-1-hz-30-frames", _wav_file(1, 30), 1),
+        ("data-announces-more-than-present", _wav_file(8000, 800, announced=4000), 8000),
+    ]
+    cases = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name, blob, rate in files:
+            path = Path(folder) / f"{name}.wav"
+            path.write_bytes(blob)
+            samples, error = outcome(lambda p=path, r=rate: load_audio(p, r, max_seconds=60.0))
+            result = {"error": error.code} if error else {"frames": int(samples.size)}
+            cases.append({"name": name, "wav_b64": b64(blob), "max_seconds": 60.0, **result})
+    return cases

@@ -233,9 +233,26 @@ def generate() -> dict[str, Any]:
         "the payload's fields, and opening (file, passphrase, the user it is opened as, the "
         "generation recorded outside the file -> ok with the generation and the payload's "
         "cohort, or the error code); payloads are written as version 3 (with `cohort`) and "
-        "versions 1 and 2 are read (cohort null) (spec §10).",
+        "versions 1 and 2 are read (cohort null); user names, valid or the error code "
+        "(spec §10).",
         key_check_example={"key_hex": bytes(range(32)).hex(), "check_hex": key_check},
         seal=seal_cases,
         fields=fields,
         open=open_cases,
+        user_names=_user_names(),
     )
+
+
+def _user_names() -> list[dict[str, Any]]:
+    """User names (spec §10.1): valid, or the error code (``store.user-name``; issue 46: the
+    reference said ``store.io``)."""
+    store = templates.TemplateStore(Path(tempfile.gettempdir()) / "uvsdk-conformance-names")
+    names = ["alice", "bob.smith-2", "A", "9" * 64, "9" * 65, "", ".alice", "-x", "al ice",
+             "al/ice", "../alice", "alice\n", "ålice", "alice.uvt"]  # fmt: skip
+    cases = []
+    for name in names:
+        _, error = outcome(lambda n=name: store.path(n))
+        cases.append(
+            {"user": name, "valid": error is None, **({"error": error.code} if error else {})}
+        )
+    return cases

@@ -50,15 +50,26 @@ interface Entry {
 
 /**
  * `archive.read_zip_members`: the members of the zip archive `bytes` named in `limits`, each
- * checked and bounded (of duplicates, the last in the zip directory). Throws BundleError, naming
- * `bundle`: an unreadable archive, a member over its limit, encrypted, neither stored nor
- * deflated, not its declared size, or not matching its CRC-32.
+ * checked and bounded. Throws BundleError, naming `bundle`: an unreadable archive, a member named
+ * twice, over its limit, encrypted, neither stored nor deflated, whose data run past the end of
+ * the archive, not its declared size, or not matching its CRC-32.
  */
 export function readZipMembers(bytes: Uint8Array, limits: Record<string, number>, bundle: string): Record<string, Uint8Array> {
   try {
     const members: Record<string, Uint8Array> = Object.create(null) as Record<string, Uint8Array>;
-    for (const entry of centralDirectory(bytes)) {
-      if (!Object.hasOwn(limits, entry.name)) continue;
+    const entries = centralDirectory(bytes).filter((entry) => Object.hasOwn(limits, entry.name));
+    // A member named twice (or many entries pointing at one member's data) would be read, and
+    // inflated, once per entry: refused before anything is read, so every member is read once
+    // and reading costs at most the sum of the limits (spec §3.1).
+    const seen = new Set<string>();
+    for (const entry of entries) {
+      // one pass: a directory may hold 100,000 entries of one name
+      if (seen.has(entry.name)) {
+        throw new BundleError(`${bundle}: the zip directory names ${entry.name} more than once (a bundle's members are unique)`, "bundle.unreadable");
+      }
+      seen.add(entry.name);
+    }
+    for (const entry of entries) {
       checkEntry(entry, limits[entry.name]!, bundle);
       const start = dataOffset(bytes, entry);
       const content = entry.method === STORED ? readStored(bytes, start, entry, bundle) : readDeflated(bytes, start, entry, bundle);
@@ -217,7 +228,12 @@ function readStored(bytes: Uint8Array, start: number, entry: Entry, bundle: stri
 
 function readDeflated(bytes: Uint8Array, start: number, entry: Entry, bundle: string): Uint8Array {
   const end = start + entry.compressedSize;
-  if (end > bytes.length) throw new Unreadable(`${entry.name} is cut short`);
+  if (end > bytes.length) {
+    throw new BundleError(
+      `${bundle}: ${entry.name}'s zip entry declares ${entry.compressedSize} compressed bytes, more than the archive holds after it (damaged?)`,
+      "bundle.unreadable",
+    );
+  }
   const content = new Uint8Array(entry.size);
   let at = 0;
   const result = inflateBounded(bytes.subarray(start, end), entry.size, (part) => {

@@ -3,7 +3,7 @@
  * 2: each table names its `score` and the recording `conditions` it was measured in), the row a
  * FAR uses, and a user's threshold (spec §4.3): a table with genuine trials (prototype) gives the
  * row's threshold itself; a table without them (codeword) floors the warm-up rule,
- * `max(warm-up, row threshold)`.
+ * `max(warm-up, row threshold)`; a row's threshold is never used below THRESHOLD_FLOOR.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, CalibrationError } from "./errors.js";
@@ -28,6 +28,12 @@ export const SCORE_RANGES: Record<string, readonly [number, number]> = {
   "as-norm": [-1000, 1000],
   "s-norm": [-1000, 1000],
 };
+/**
+ * `THRESHOLD_FLOOR` (spec §4.3): the lowest calibrated threshold a user gets, whatever the
+ * manifest says; chance on every score a table can hold, so an unsigned manifest whose rows say
+ * -1 cannot enroll a user who accepts everyone.
+ */
+export const THRESHOLD_FLOOR = 0;
 export const MAX_CONDITIONS = 32;
 export const CONDITION_NAME = /^[a-z0-9][a-z0-9-]{0,31}$/;
 /** What a prototype-mode score is: the raw cosine (no cohort) or its score_norm (a cohort). */
@@ -458,9 +464,9 @@ export function floor(
 
 /**
  * `user_threshold` (spec §4.3): with a table for `mode` and a `far`, the table's threshold at
- * `far` when the table has genuine trials (it states the FRR there), else the warm-up rule at
- * `targetTpr` floored at it; otherwise the warm-up rule alone. Returns the row behind the
- * threshold (null: the warm-up rule alone).
+ * `far`, never below THRESHOLD_FLOOR, when the table has genuine trials (it states the FRR there),
+ * else the warm-up rule at `targetTpr` floored at it; otherwise the warm-up rule alone. Returns the
+ * row behind the threshold (null: the warm-up rule alone).
  */
 export function userThreshold(
   warmupScores: Vector,
@@ -472,6 +478,7 @@ export function userThreshold(
   const threshold = warmupThreshold(warmupScores, targetTpr);
   const floored = floor(calibration, mode, far);
   if (floored === null) return { threshold, row: null };
-  if (calibration!.tables[mode]!.genuineTrials > 0) return { threshold: floored.threshold, row: floored.row };
-  return { threshold: Math.max(threshold, floored.threshold), row: floored.row };
+  const calibrated = Math.max(floored.threshold, THRESHOLD_FLOOR);
+  if (calibration!.tables[mode]!.genuineTrials > 0) return { threshold: calibrated, row: floored.row };
+  return { threshold: Math.max(threshold, calibrated), row: floored.row };
 }

@@ -25,6 +25,8 @@ export const MAX_COHORT_BYTES = 16 * 1024 * 1024;
 /** σ is floored here, so a degenerate cohort cannot divide by zero. */
 export const MIN_STD = 1e-6;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
+/** `cohort.RESCALE_EPSILON`: the least norm a vector is rescaled by (spec §6.1); a cohort vector must reach it. */
+export const RESCALE_EPSILON = 1e-12;
 /** The score normalisations a bundle may declare (`score_norm.method`). */
 export const SCORE_NORMS = ["as-norm", "s-norm"] as const;
 export type ScoreNormMethod = (typeof SCORE_NORMS)[number];
@@ -154,14 +156,21 @@ export class Cohort {
     const vectors: Float64Array[] = [];
     for (let r = 0; r < spec.count; r++) {
       const row = new Float64Array(dim);
-      let zero = true;
+      let squares = 0;
       for (let j = 0; j < dim; j++) {
         const x = view.getFloat32(4 * (r * dim + j), true);
-        if (!Number.isFinite(x)) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite or zero vector`, "bundle.member-invalid");
-        if (x !== 0) zero = false;
+        if (!Number.isFinite(x)) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite value`, "bundle.member-invalid");
+        squares += x * x;
         row[j] = x;
       }
-      if (zero) throw new BundleError(`${bundle}: cohort.f32 holds a non-finite or zero vector`, "bundle.member-invalid");
+      // In double, as scoring rescales it (spec §6.1): a vector shorter than the rescale epsilon
+      // (zero, or subnormal float32 values) cannot be made unit length.
+      if (Math.sqrt(squares) < RESCALE_EPSILON) {
+        throw new BundleError(
+          `${bundle}: cohort.f32 holds a vector too short to normalise (zero or subnormal: norm below 1e-12)`,
+          "bundle.member-invalid",
+        );
+      }
       vectors.push(row);
     }
     return new Cohort(vectors, scoreNormK(norm, spec.count), norm.method);

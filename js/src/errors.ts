@@ -46,6 +46,7 @@ export const ERROR_CODES = [
   "key.unavailable",
   "store.permissions",
   "store.io",
+  "store.locked",
   "store.user-name",
   "user.not-enrolled",
   "codeword.exists",

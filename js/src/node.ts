@@ -149,64 +149,142 @@ export const LOCK_SUFFIX = ".lock";
 const BREAK_SUFFIX = ".break";
 const FIRST_WAIT_MS = 2;
 const LONGEST_WAIT_MS = 50;
+/** `files.LOCK_TIMEOUT_SECONDS`: how long one holder may keep a user's lock before a waiter gives up. */
+export const LOCK_TIMEOUT_MS = 30_000;
+/** `files.LOCK_NOTICE_SECONDS`: how long a waiter waits in silence before it says what it waits for. */
+export const LOCK_NOTICE_MS = 1_000;
+/**
+ * The tokens of the locks this process holds or is taking: a lock naming this process's id with
+ * another token was left by an earlier process that had the same id (a container restarted).
+ */
+const OWN_TOKENS = new Set<string>();
+
+/** How {@link userLock} waits: the longest hold it waits out, when to say so, and to whom. */
+export interface LockWait {
+  timeoutMs?: number;
+  noticeMs?: number;
+  onWait?: (line: string) => void;
+}
 
 /**
  * `files.user_lock`: take `<directory>/.<user>.lock`, the per-user lock every uvsdk process
  * takes (Python's and this port's alike); resolves to the function that releases it.
  *
  * The file holds `<pid> <random token> <host name>`, written whole to a file of its own and then
- * hard-linked into place (which fails while another holds the lock). A waiting process polls; a
- * lock whose process no longer exists on this host was left by a crash and is removed, by one
- * process at a time (`.<user>.lock.break`, taken the same way).
+ * hard-linked into place (which fails while another holds the lock). A waiting process polls. A
+ * lock is broken when provably stale (spec §10.1): not a line uvsdk writes, naming a process of
+ * this host that no longer exists, or naming this very process with a token it did not draw; one
+ * process at a time breaks it (`.<user>.lock.break`, taken the same way). Any other lock is
+ * waited on: after `noticeMs` `onWait` is told once what is awaited, and when one holder has kept
+ * it `timeoutMs` (the clock restarts when the lock changes hands) the wait ends in a
+ * `store.locked` error naming the lock file. Nothing is left behind when the attempt fails.
  */
-export async function userLock(directory: string, user: string): Promise<() => Promise<void>> {
+export async function userLock(directory: string, user: string, wait: LockWait = {}): Promise<() => Promise<void>> {
   const lock = path.join(directory, `.${user}${LOCK_SUFFIX}`);
-  const owner = `${process.pid} ${randomBytes(8).toString("hex")} ${os.hostname()}\n`;
+  const token = randomBytes(8).toString("hex");
+  const owner = `${process.pid} ${token} ${os.hostname()}\n`;
   const candidate = `${lock}.${randomBytes(6).toString("hex")}`;
+  OWN_TOKENS.add(token);
   try {
-    await fs.writeFile(candidate, owner, { flag: "wx", mode: 0o600 });
+    await writeCandidate(candidate, owner, directory);
+    try {
+      await acquire(lock, candidate, owner, wait);
+    } finally {
+      await fs.unlink(candidate).catch(() => undefined);
+    }
+  } catch (error) {
+    OWN_TOKENS.delete(token);
+    throw error;
+  }
+  return async () => {
+    try {
+      await removeIfHeldBy(lock, owner).catch(() => undefined);
+    } finally {
+      OWN_TOKENS.delete(token);
+    }
+  };
+}
+
+/** The lock line, whole, in a file of its own; removed again if it cannot be written (a full disk). */
+async function writeCandidate(candidate: string, owner: string, directory: string): Promise<void> {
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(candidate, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600);
   } catch (error) {
     throw new UvsdkError(`cannot lock ${printable(directory)} (${osMessage(error)})`, "store.io");
   }
   try {
-    await acquire(lock, candidate, owner);
-  } finally {
+    await handle.writeFile(owner, "ascii");
+  } catch (error) {
+    await handle.close().catch(() => undefined);
     await fs.unlink(candidate).catch(() => undefined);
+    throw new UvsdkError(`cannot lock ${printable(directory)} (${osMessage(error)})`, "store.io");
   }
-  return async () => {
-    await removeIfHeldBy(lock, owner).catch(() => undefined);
-  };
+  await handle.close();
 }
 
-async function acquire(lock: string, candidate: string, owner: string): Promise<void> {
-  let wait = FIRST_WAIT_MS;
+async function acquire(lock: string, candidate: string, owner: string, wait: LockWait): Promise<void> {
+  const timeoutMs = wait.timeoutMs ?? LOCK_TIMEOUT_MS;
+  const noticeMs = wait.noticeMs ?? LOCK_NOTICE_MS;
+  let pause = FIRST_WAIT_MS;
+  const started = performance.now();
+  let holderSeen: string | null = null;
+  let since = started;
+  let told = false;
   for (;;) {
     if (await linked(candidate, lock)) return;
     const holder = await readLock(lock);
     if (holder === null) continue; // released meanwhile
-    if (holderAlive(holder)) {
-      await sleep(wait);
-      wait = Math.min(2 * wait, LONGEST_WAIT_MS);
-    } else {
-      await breakStale(lock, candidate, owner, holder);
+    if (!holderAlive(holder) && (await breakStale(lock, candidate, owner, holder))) continue;
+    const now = performance.now();
+    if (holder !== holderSeen) {
+      // the lock changed hands: progress, the clock restarts
+      holderSeen = holder;
+      since = now;
     }
+    if (wait.onWait && !told && now - started >= noticeMs) {
+      told = true;
+      wait.onWait(`waiting for the lock ${printable(lock)}, held by ${describe(holder)} (giving up if one holder keeps it ${timeoutMs / 1000} s)`);
+    }
+    if (now - since >= timeoutMs) {
+      throw new UvsdkError(
+        `the lock ${printable(lock)} has been held by ${describe(holder)} for ${timeoutMs / 1000} s: ` +
+          `if no uvsdk process runs there, remove ${printable(lock)}`,
+        "store.locked",
+      );
+    }
+    await sleep(Math.min(pause, Math.max(timeoutMs - (now - since), 0)));
+    pause = Math.min(2 * pause, LONGEST_WAIT_MS);
   }
 }
 
-/** Remove `lock` if it still holds `stale`, under the break lock (one breaker at a time). */
-async function breakStale(lock: string, candidate: string, owner: string, stale: string): Promise<void> {
+/** `process 123 on host h`, escaped (the file's content is not trusted to be printable). */
+function describe(holder: string): string {
+  const fields = holder.split(/\s+/).filter(Boolean);
+  if (fields.length !== 3) return "a file that is not a uvsdk lock";
+  return `process ${printable(fields[0]!)} on ${printable(fields[2]!)}`;
+}
+
+/**
+ * Remove `lock` if it still holds `stale`, under the break lock (one breaker at a time). False
+ * when another process holds the break lock (the caller waits, as on a live holder).
+ */
+async function breakStale(lock: string, candidate: string, owner: string, stale: string): Promise<boolean> {
   const guard = lock + BREAK_SUFFIX;
   if (!(await linked(candidate, guard))) {
     const breaker = await readLock(guard);
-    if (breaker !== null && !holderAlive(breaker)) await removeIfHeldBy(guard, breaker); // a breaker that crashed in turn
-    else await sleep(FIRST_WAIT_MS);
-    return;
+    if (breaker !== null && !holderAlive(breaker)) {
+      await removeIfHeldBy(guard, breaker); // a breaker that crashed in turn
+      return true;
+    }
+    return false;
   }
   try {
     await removeIfHeldBy(lock, stale);
   } finally {
     await removeIfHeldBy(guard, owner);
   }
+  return true;
 }
 
 /** Hard-link `from` as `to`: true, or false when `to` exists. */
@@ -237,17 +315,21 @@ async function removeIfHeldBy(lock: string, holder: string): Promise<void> {
   await fs.unlink(lock).catch(() => undefined);
 }
 
-/** Whether the process a lock file names may still hold it (another host's is taken to). */
+/**
+ * Whether the process a lock file names may still hold it (another host's is taken to). A lock
+ * naming this process is alive only with a token this process drew.
+ */
 function holderAlive(holder: string): boolean {
   const fields = holder.split(/\s+/).filter(Boolean);
   if (fields.length !== 3 || !/^\d+$/.test(fields[0]!)) return false; // not a lock any uvsdk wrote whole
   if (fields[2] !== os.hostname()) return true;
+  if (Number(fields[0]) === process.pid) return OWN_TOKENS.has(fields[1]!);
   return processExists(Number(fields[0]));
 }
 
 function processExists(pid: number): boolean {
   if (pid <= 0) return false;
-  if (pid === process.pid || process.platform === "win32") return true; // as the Python's
+  if (process.platform === "win32") return true; // as the Python's
   try {
     process.kill(pid, 0);
     return true;
@@ -261,9 +343,16 @@ export class FileStore implements TemplateStore {
   readonly directory: string;
   readonly stateDir: string;
 
-  constructor(directory: string, options: { stateDir?: string } = {}) {
+  /** How a lock is waited on ({@link userLock}): `lockTimeoutMs`, `lockNoticeMs`, `onLockWait`. */
+  readonly lockWait: LockWait;
+
+  constructor(
+    directory: string,
+    options: { stateDir?: string; lockTimeoutMs?: number; lockNoticeMs?: number; onLockWait?: (line: string) => void } = {},
+  ) {
     this.directory = directory;
     this.stateDir = options.stateDir ?? defaultStateDir();
+    this.lockWait = { timeoutMs: options.lockTimeoutMs, noticeMs: options.lockNoticeMs, onWait: options.onLockWait };
   }
 
   private file(user: string): string {
@@ -306,7 +395,7 @@ export class FileStore implements TemplateStore {
       return async () => undefined;
     }
     await checkPrivate(this.directory, "store");
-    return userLock(this.directory, user);
+    return userLock(this.directory, user, this.lockWait);
   }
 
   /** Refuse a state or freshness folder another user could write (they could lock the owner out). */
@@ -368,7 +457,8 @@ export async function decodeWavFile(file: string, options: { maxSeconds?: number
   };
   let handle: fs.FileHandle;
   try {
-    handle = await fs.open(file, constants.O_RDONLY);
+    // O_NONBLOCK: a FIFO (or device) given as audio is refused at once below, never waited on
+    handle = await fs.open(file, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0));
   } catch (error) {
     throw unreadable(error);
   }

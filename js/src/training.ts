@@ -83,7 +83,25 @@ export function parsePrivacy(data: JsonValue | undefined): Privacy {
     epsilonServer = number(data, "epsilon_server");
     if (!(epsilonServer > 0)) throw new BundleError("manifest: training.privacy.epsilon_server must be > 0");
   }
+  if (floor < membershipFloorBound(epsilon, delta) - FLOOR_TOLERANCE) {
+    throw new BundleError(
+      "manifest: training.privacy.membership_eer_floor is below (1 - delta) / (1 + e^epsilon), the least that " +
+        "epsilon and delta themselves guarantee: the privacy claims contradict each other",
+    );
+  }
   return { mechanism, epsilon, delta, simulatedDeployment: simulated, membershipEerFloor: floor, epsilonServer };
+}
+
+/** `training.FLOOR_TOLERANCE`: how far below the bound a stated floor may be. */
+export const FLOOR_TOLERANCE = 1e-6;
+
+/**
+ * `training.membership_floor_bound`: (1 − δ) / (1 + e^ε), the lowest membership-test EER one
+ * (ε, δ) point of a guarantee allows (Kairouz et al. 2015); a run's floor is never below it.
+ */
+export function membershipFloorBound(epsilon: number, delta: number): number {
+  const tail = Math.exp(-epsilon);
+  return ((1 - delta) * tail) / (1 + tail);
 }
 
 /** `Training.from_dict`: validate `training`; enrollment `codeword` needs a codeword bundle. */
@@ -102,6 +120,12 @@ export function parseTraining(data: JsonValue | undefined, outputKind: string): 
   }
   if (enrollment === "codeword" && outputKind !== "codeword") {
     throw new BundleError("manifest: training.enrollment 'codeword' needs output.kind 'codeword'");
+  }
+  if (enrollment === "codeword" && privacy !== null) {
+    throw new BundleError(
+      "manifest: training.enrollment 'codeword' contradicts training.privacy: under DP, verifying a user by their " +
+        "trained codeword is a membership test the privacy bounds (enrollment must be 'prototype')",
+    );
   }
   return { method, privacy, enrollment };
 }

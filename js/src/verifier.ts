@@ -621,6 +621,14 @@ export class Verifier {
           `${this.bundle.name}'s: re-enroll with uvsdk enroll`,
       );
     }
+    const calibration = this.bundle.manifest.calibration;
+    if (template.calibration !== null && (calibration === null || template.calibration !== calibration.sha256)) {
+      // The threshold came from a calibration this bundle does not carry: a manifest swapped for
+      // one enrollment must not leave its threshold behind (spec §9.2).
+      throw new ModelMismatchError(
+        `user ${pyStrRepr(user)} was enrolled under another calibration than ${this.bundle.name}'s: re-enroll with uvsdk enroll`,
+      );
+    }
     return template;
   }
 

@@ -147,6 +147,20 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         }
       });
     }
+    for (const c of doc.decoding) {
+      add("media", `decode ${c.name}`, () => {
+        let decoded = null;
+        let got = null;
+        try {
+          decoded = uv.decodeWav(b64(c.wav_b64), { name: `${c.name}.wav`, maxSeconds: c.max_seconds });
+        } catch (error) {
+          ok(error instanceof uv.MediaError, String(error));
+          got = codeOf(error, uv);
+        }
+        same(got, c.error ?? null, "error code");
+        if (decoded !== null) same(decoded.samples.length, c.frames, "frames");
+      });
+    }
     for (const c of doc.windows) {
       add("media", `windows ${c.length} samples at ${c.sample_rate} Hz, ${c.window_seconds}/${c.hop_seconds} s`, () => {
         const { width, starts } = uv.windowStarts(c.length, c.sample_rate, c.window_seconds, c.hop_seconds);
@@ -325,6 +339,17 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
           "policy",
         );
         same({ failures: t.backoff.failures, locked_until: t.backoff.lockedUntil }, f.backoff, "backoff");
+      });
+    }
+    for (const c of doc.user_names) {
+      add("template", `user name ${JSON.stringify(c.user)}`, () => {
+        let got = null;
+        try {
+          uv.checkUser(c.user);
+        } catch (error) {
+          got = codeOf(error, uv);
+        }
+        same(got, c.error ?? null, "error code");
       });
     }
     for (const c of doc.open) {

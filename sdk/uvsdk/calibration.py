@@ -25,6 +25,12 @@ follows how strangers score against this user in these conditions. A user's thre
   ``max(warm-up threshold, calibrated threshold)``, the table floors the paper's rule;
 - no table for the mode, or no FAR requested: the warm-up rule alone.
 
+A row's threshold is used no lower than :data:`THRESHOLD_FLOOR` (chance), which no manifest can
+lower: an unsigned manifest whose rows say −1 would otherwise enroll a user who accepts everyone
+(issue 46). The template records the calibration's digest, and verification refuses a template
+whose calibration is not the bundle's (:mod:`uvsdk.verifier`), so a planted threshold does not
+outlive the bundle that planted it.
+
 A row exists for a FAR target only when, in every condition, ``far × impostor_trials >=``
 :data:`MIN_FALSE_ACCEPTS`: a FAR the trials cannot resolve is not stated. A requested FAR between
 rows takes the stricter row (the largest tabled FAR not above it).
@@ -85,6 +91,13 @@ SCORE_RANGES = {
     "s-norm": (-1e3, 1e3),
 }
 """The thresholds a table of each score may hold."""
+THRESHOLD_FLOOR = 0.0
+"""The lowest calibrated threshold a user gets, whatever the manifest says (docs/spec.md §4.3):
+chance on every score a table can hold. A codeword score of 0 is what an output unrelated to the
+codeword scores on average; a cosine of 0 says nothing either way; an S-norm score of 0 is the
+cohort's mean impostor score, an AS-norm one the mean of the nearest ``top_k`` impostors. Every row
+of the shipped bundle is above it (its 50 % row is 0.41): it changes no honest threshold there, and
+bounds what a manifest edit can do without the signing key to "accept at chance", not "accept all"."""
 MAX_CONDITIONS = 32
 CONDITION_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 
@@ -574,14 +587,16 @@ def user_threshold(
 ) -> tuple[float, Row | None]:
     """A user's threshold and the calibration row behind it (``None``: the warm-up rule alone).
 
-    With a table for ``mode`` and a ``far``: the table's threshold at ``far`` when the table has
-    genuine trials (it states the FRR there; the warm-up would only add false rejects), else the
-    warm-up rule at ``target_tpr`` floored at it. Otherwise the warm-up rule alone."""
+    With a table for ``mode`` and a ``far``: the table's threshold at ``far``, never below
+    :data:`THRESHOLD_FLOOR`, when the table has genuine trials (it states the FRR there; the
+    warm-up would only add false rejects), else the warm-up rule at ``target_tpr`` floored at it.
+    Otherwise the warm-up rule alone (docs/spec.md §4.3)."""
     warmup = warmup_threshold(warmup_scores, target_tpr)
     calibrated = floor(calibration, mode, far)
     if calibrated is None:
         return warmup, None
     threshold, row = calibrated
+    threshold = max(threshold, THRESHOLD_FLOOR)
     assert calibration is not None
     if calibration.tables[mode].states_frr:
         return threshold, row

@@ -8,6 +8,7 @@ control characters escaped, so a name cannot forge an output line.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
@@ -26,6 +27,23 @@ from .errors import UvsdkError, printable
 #: ``--far``'s default as its help states it: :data:`uvsdk.calibration.DEFAULT_FAR` (not imported
 #: here: it brings numpy, and this module is imported for every command and for ``--help``).
 FAR_SHOWN = "0.01"
+
+
+#: The exit code of a command whose reader went away (``uvsdk info | head -1``): what a shell
+#: reports for a Unix tool that SIGPIPE ended (128 + 13), and, like such a tool, no message.
+BROKEN_PIPE_EXIT = 141
+
+
+def _reader_gone() -> int:
+    """Whoever read standard output has gone: point it at the null device, so that nothing
+    written later (Python flushes it at exit) fails again, say nothing, and return
+    :data:`BROKEN_PIPE_EXIT`. SIGPIPE itself stays ignored: set to its default it would also end
+    the process on a closed socket (the keyring's D-Bus connection)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return BROKEN_PIPE_EXIT
 
 
 class _OneLineErrors(TyperGroup):
@@ -51,10 +69,36 @@ class _OneLineErrors(TyperGroup):
         except click.ClickException as error:
             typer.echo(f"uvsdk: error: {' '.join(error.format_message().split())}", err=True)
             code = error.exit_code
+        except BrokenPipeError:  # a usage line written to a reader that went away
+            code = _reader_gone()
         code = code if isinstance(code, int) else 0
         if standalone_mode:
             sys.exit(code)
         return code
+
+    # Help is written while the command line is parsed (the group's, then a command's in
+    # invoke), where click, or rich (SystemExit(1) raised while handling the BrokenPipeError),
+    # would turn a closed pipe into exit code 1, which means "rejected" here.
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _closed_pipe_exits():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _closed_pipe_exits():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _closed_pipe_exits() -> Any:
+    """A closed standard output, however it is reported, ends in :func:`_reader_gone`'s exit."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise click.exceptions.Exit(_reader_gone()) from None
+    except SystemExit as error:
+        if isinstance(error.__context__, BrokenPipeError):
+            raise click.exceptions.Exit(_reader_gone()) from None
+        raise
 
 
 def _usage_line(error: click.UsageError, given: list[str]) -> str:
@@ -114,6 +158,8 @@ def _errors_to_exit(command: F) -> F:
             return command(*args, **kwargs)
         except typer.Exit:
             raise
+        except BrokenPipeError:
+            raise typer.Exit(_reader_gone()) from None
         except UvsdkError as error:
             raise _fail(str(error), error.exit_code) from None
         except KeyboardInterrupt:
@@ -142,6 +188,7 @@ def _verifier(bundle: Path | None, store: Path | None, **options: Any) -> Any:
         use_keyring=keyring_wanted,
         passphrase=passphrase,
         freshness=freshness,
+        on_lock_wait=lambda line: typer.echo(f"uvsdk: {printable(line)}", err=True),
         **options,
     )
 

@@ -47,6 +47,8 @@ MAX_COHORT_BYTES = 16 * 1024 * 1024
 """The member's size limit, checked before it is read."""
 MIN_STD = 1e-6
 """σ is floored here, so a degenerate cohort (identical vectors) cannot divide by zero."""
+RESCALE_EPSILON = 1e-12
+"""The least norm a vector is rescaled by (docs/spec.md §6.1); a cohort vector must reach it."""
 SCORE_NORMS = ("as-norm", "s-norm")
 """The score normalisations a bundle may declare (``score_norm.method``)."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -170,9 +172,16 @@ class Cohort:
                 code="bundle.member-invalid",
             )
         vectors = np.frombuffer(data, dtype="<f4").reshape(spec.count, dim)
-        if not np.all(np.isfinite(vectors)) or np.any(np.linalg.norm(vectors, axis=1) == 0):
+        if not np.all(np.isfinite(vectors)):
             raise BundleError(
-                f"{bundle}: cohort.f32 holds a non-finite or zero vector",
+                f"{bundle}: cohort.f32 holds a non-finite value", code="bundle.member-invalid"
+            )
+        # In double, as scoring rescales it (docs/spec.md §6.1): a vector shorter than the
+        # rescale epsilon (zero, or subnormal float32 values) cannot be made unit length.
+        if np.any(np.linalg.norm(vectors.astype(np.float64), axis=1) < RESCALE_EPSILON):
+            raise BundleError(
+                f"{bundle}: cohort.f32 holds a vector too short to normalise (zero or "
+                f"subnormal: norm below {RESCALE_EPSILON:g})",
                 code="bundle.member-invalid",
             )
         return cls(vectors, norm.k(spec.count), norm.method)

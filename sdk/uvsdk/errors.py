@@ -64,6 +64,7 @@ ERROR_CODES = (
     "key.unavailable",
     "store.permissions",
     "store.io",
+    "store.locked",
     "store.user-name",
     "user.not-enrolled",
     "codeword.exists",

@@ -9,16 +9,17 @@ Shared by the store (:mod:`uvsdk.template`) and the freshness records
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import socket
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import NotEnrolledError, StorePermissionError, TemplateError, UvsdkError
+from .errors import NotEnrolledError, StorePermissionError, TemplateError, UvsdkError, printable
 
 TEMPORARY_SUFFIX = ".tmp"
 LOCK_SUFFIX = ".lock"
@@ -170,42 +171,96 @@ def open_regular(path: Path) -> int:
     return descriptor
 
 
+#: How long one holder may keep a user's lock before a waiting process gives up (store.locked).
+#: The longest honest hold is one verification (a model run over at most 60 s of audio and a
+#: template write: about a second); a holder that keeps it 30 s is stuck, or on another host.
+LOCK_TIMEOUT_SECONDS = 30.0
+#: How long a process waits in silence before it says what it is waiting for.
+LOCK_NOTICE_SECONDS = 1.0
+#: The tokens of the locks this process holds or is taking: a lock naming this process's id with
+#: another token was left by an earlier process that had the same id (a container restarted).
+_OWN_TOKENS: set[str] = set()
+
+
 @contextlib.contextmanager
-def user_lock(directory: Path, user: str) -> Iterator[None]:
+def user_lock(
+    directory: Path,
+    user: str,
+    *,
+    timeout: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+) -> Iterator[None]:
     """Hold ``<directory>/.<user>.lock``, the per-user lock every uvsdk process takes (Python's
     and the TypeScript port's alike) for a read-modify-write of the user's template.
 
     The lock file holds ``<pid> <random token> <host name>``; it is made whole before it appears
     (written to a file of its own, then hard-linked into place, which fails while another holds
-    the lock). A waiting process polls; a lock whose process no longer exists on this host was
-    left by a crash and is removed, by one process at a time (``.<user>.lock.break``, taken the
-    same way). Releasing removes the file if it is still this holder's.
+    the lock). A waiting process polls. A lock is broken when it is provably stale (docs/spec.md
+    §10.1): not a line uvsdk writes, or naming a process of this host that no longer exists, or
+    naming this very process with a token it did not draw; one process at a time breaks it
+    (``.<user>.lock.break``, taken the same way). Any other lock is waited on: after
+    :data:`LOCK_NOTICE_SECONDS` ``on_wait`` is told once what is awaited, and when one holder has
+    kept it ``timeout`` seconds (default :data:`LOCK_TIMEOUT_SECONDS`; the clock restarts when
+    the lock changes hands) the wait ends in a ``store.locked`` error naming the lock file.
+    Releasing removes the file if it is still this holder's. Nothing is left behind when the
+    attempt fails (a full disk included).
     """
     lock = directory / f".{user}{LOCK_SUFFIX}"
-    owner = f"{os.getpid()} {secrets.token_hex(8)} {socket.gethostname()}\n"
+    token = secrets.token_hex(8)
+    owner = f"{os.getpid()} {token} {socket.gethostname()}\n"
     candidate = directory / f".{user}{LOCK_SUFFIX}.{secrets.token_hex(6)}"
+    _OWN_TOKENS.add(token)
+    try:
+        _write_candidate(candidate, owner, directory)
+        try:
+            _acquire(lock, candidate, owner, LOCK_TIMEOUT_SECONDS if timeout is None else timeout,
+                     on_wait)  # fmt: skip
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(candidate)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, UvsdkError):
+                _remove_if_held_by(lock, owner)
+    finally:
+        _OWN_TOKENS.discard(token)
+
+
+def _write_candidate(candidate: Path, owner: str, directory: Path) -> None:
+    """The lock line, whole, in a file of its own; removed again if it cannot be written."""
     try:
         descriptor = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w", encoding="ascii") as handle:
-            handle.write(owner)
     except OSError as error:
         raise UvsdkError(
             f"cannot lock {directory} ({error.strerror or error})", code="store.io"
         ) from None
     try:
-        _acquire(lock, candidate, owner)
-    finally:
+        try:
+            line = owner.encode("ascii")
+            if os.write(descriptor, line) != len(line):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        finally:
+            os.close(descriptor)
+    except OSError as error:  # a full disk: the empty file must not stay behind
         with contextlib.suppress(OSError):
             os.unlink(candidate)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError, UvsdkError):
-            _remove_if_held_by(lock, owner)
+        raise UvsdkError(
+            f"cannot lock {directory} ({error.strerror or error})", code="store.io"
+        ) from None
 
 
-def _acquire(lock: Path, candidate: Path, owner: str) -> None:
+def _acquire(
+    lock: Path,
+    candidate: Path,
+    owner: str,
+    timeout: float,
+    on_wait: Callable[[str], None] | None,
+) -> None:
     wait = _FIRST_WAIT_SECONDS
+    started = time.monotonic()
+    holder_seen, since = None, started
+    told = False
     while True:
         try:
             os.link(candidate, lock)
@@ -219,15 +274,36 @@ def _acquire(lock: Path, candidate: Path, owner: str) -> None:
         holder = _read_lock(lock)
         if holder is None:
             continue  # released meanwhile
-        if _holder_alive(holder):
-            time.sleep(wait)
-            wait = min(2 * wait, _LONGEST_WAIT_SECONDS)
-        else:
-            _break_stale(lock, candidate, owner, holder)
+        if not _holder_alive(holder) and _break_stale(lock, candidate, owner, holder):
+            continue
+        now = time.monotonic()
+        if holder != holder_seen:  # the lock changed hands: progress, the clock restarts
+            holder_seen, since = holder, now
+        if on_wait is not None and not told and now - started >= LOCK_NOTICE_SECONDS:
+            told = True
+            on_wait(f"waiting for the lock {lock}, held by {_describe(holder)} "
+                    f"(giving up if one holder keeps it {timeout:g} s)")  # fmt: skip
+        if now - since >= timeout:
+            raise UvsdkError(
+                f"the lock {lock} has been held by {_describe(holder)} for {timeout:g} s: if no "
+                f"uvsdk process runs there, remove {lock}",
+                code="store.locked",
+            )
+        time.sleep(min(wait, max(timeout - (now - since), 0.0)))
+        wait = min(2 * wait, _LONGEST_WAIT_SECONDS)
 
 
-def _break_stale(lock: Path, candidate: Path, owner: str, stale: str) -> None:
-    """Remove ``lock`` if it still holds ``stale``, under the break lock (one breaker at once)."""
+def _describe(holder: str) -> str:
+    """``process 123 on host h``, escaped (the file's content is not trusted to be printable)."""
+    fields = holder.split()
+    if len(fields) != 3:
+        return "a file that is not a uvsdk lock"
+    return f"process {printable(fields[0])} on {printable(fields[2])}"
+
+
+def _break_stale(lock: Path, candidate: Path, owner: str, stale: str) -> bool:
+    """Remove ``lock`` if it still holds ``stale``, under the break lock (one breaker at once).
+    False when another process holds the break lock (the caller waits, as on a live holder)."""
     guard = lock.with_name(lock.name + _BREAK_SUFFIX)
     try:
         os.link(candidate, guard)
@@ -235,9 +311,8 @@ def _break_stale(lock: Path, candidate: Path, owner: str, stale: str) -> None:
         breaker = _read_lock(guard)
         if breaker is not None and not _holder_alive(breaker):
             _remove_if_held_by(guard, breaker)  # a breaker that crashed in turn
-        else:
-            time.sleep(_FIRST_WAIT_SECONDS)
-        return
+            return True
+        return False
     except OSError as error:
         raise UvsdkError(
             f"cannot lock {lock.parent} ({error.strerror or error})", code="store.io"
@@ -246,6 +321,7 @@ def _break_stale(lock: Path, candidate: Path, owner: str, stale: str) -> None:
         _remove_if_held_by(lock, stale)
     finally:
         _remove_if_held_by(guard, owner)
+    return True
 
 
 def _read_lock(lock: Path) -> str | None:
@@ -270,20 +346,23 @@ def _remove_if_held_by(lock: Path, holder: str) -> None:
 
 def _holder_alive(holder: str) -> bool:
     """Whether the process a lock file names may still hold it (a process on another host, or
-    one this platform cannot look up, is taken to)."""
+    one this platform cannot look up, is taken to). A lock naming this process is alive only
+    with a token this process drew: another was left by an earlier process of the same id."""
     fields = holder.split()
-    if len(fields) != 3 or not fields[0].isdigit():
+    if len(fields) != 3 or not fields[0].isascii() or not fields[0].isdigit():
         return False  # not a lock any uvsdk wrote whole
-    process, _, host = fields
+    process, token, host = fields
     if host != socket.gethostname():
         return True
+    if int(process) == os.getpid():
+        return token in _OWN_TOKENS
     return _process_exists(int(process))
 
 
 def _process_exists(process: int) -> bool:
     if process <= 0:
         return False
-    if process == os.getpid() or os.name == "nt":  # Windows' os.kill would end the process
+    if os.name == "nt":  # Windows' os.kill would end the process
         return True
     try:
         os.kill(process, 0)

@@ -13,6 +13,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
@@ -53,7 +54,13 @@ MAX_PEAK = 2.0
 float32 limit (3e38) overflow inside any model."""
 
 _BLOCK_VALUES = 1 << 18  # samples (frames x channels) decoded per read: about 1 MiB of float32
-_SHORTFALL = re.compile(r"^\s*(.+?)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+# A chunk line of libsndfile's log: a chunk id (4 characters, at the start of the line) and its
+# size; an indented field (``  Bytes/sec : 32000 (should be 2)``) is no chunk and no truncation.
+_SHORTFALL = re.compile(r"^(\S[^:\n]{0,3}?)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+# WAV encodings decoded (docs/spec.md §5.1): bits per sample by format code, PCM and IEEE float
+_WAV_BITS = {1: (8, 16, 24, 32), 3: (32, 64)}
+_WAV_EXTENSIBLE = 0xFFFE
+_WAV_MAX_CHUNKS = 4096  # chunks looked at before the fmt chunk; a real file has a few
 _STREAMING_SIZE = 0xFFFFFFFF  # size placeholder written by streaming encoders; not a truncation
 _UNKNOWN_FRAMES = 2**63 - 1  # what libsndfile reports when the header does not give the length
 
@@ -63,6 +70,43 @@ def _check_file(path: Path) -> None:
         raise MediaError(f"{_printable(path.name)}: no such file", reason="undecodable")
     if not path.is_file():
         raise MediaError(f"{_printable(path.name)}: not a regular file", reason="undecodable")
+
+
+def _check_wav_header(raw: BinaryIO, name: str) -> None:
+    """Refuse a RIFF/WAVE file whose PCM or float encoding the spec does not admit (§5.1):
+    8, 16, 24 or 32 bits per sample (PCM), 32 or 64 (float), and a block align of channels ×
+    bits / 8. libsndfile reads 12-bit samples as 16-bit ones and guesses a block align of 0;
+    the TypeScript port refuses both, and so does this, before libsndfile sees the file. Other
+    WAV formats (μ-law, A-law, ADPCM) and other containers are left to libsndfile."""
+    size = os.fstat(raw.fileno()).st_size
+    head = raw.read(12)
+    at = 12
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:] != b"WAVE":
+        return
+    for _ in range(_WAV_MAX_CHUNKS):
+        if at + 8 > size:
+            return
+        raw.seek(at)
+        chunk = raw.read(8)
+        length = int.from_bytes(chunk[4:8], "little")
+        if chunk[:4] == b"data":
+            return
+        if chunk[:4] == b"fmt ":
+            fmt = raw.read(min(length, 40))
+            if len(fmt) < 16:
+                return  # libsndfile refuses it
+            code, channels = int.from_bytes(fmt[0:2], "little"), int.from_bytes(fmt[2:4], "little")
+            align, bits = int.from_bytes(fmt[12:14], "little"), int.from_bytes(fmt[14:16], "little")
+            if code == _WAV_EXTENSIBLE and len(fmt) >= 26:
+                code = int.from_bytes(fmt[24:26], "little")  # the sub-format GUID's first bytes
+            if code in _WAV_BITS and (bits not in _WAV_BITS[code] or align != channels * bits // 8):
+                raise MediaError(
+                    f"{name}: not a readable audio file (unsupported WAV encoding: format {code}, "
+                    f"{bits} bits, block align {align})",
+                    reason="undecodable",
+                )
+            return
+        at += 8 + length + (length & 1)
 
 
 def _truncation(extra_info: str) -> str | None:
@@ -118,40 +162,48 @@ def load_audio(
     try:
         # Opened by Python, not by libsndfile: any file name the OS accepts works (libsndfile
         # needs it encodable as UTF-8), and a permission error is reported as such.
-        with open(path, "rb") as raw, sf.SoundFile(raw) as f:
-            rate, channels = f.samplerate, f.channels
-            shortfall = _truncation(f.extra_info)
-            if shortfall:
-                raise MediaError(
-                    f"{name}: truncated: the file is shorter than its header says ({shortfall})",
-                    reason="truncated",
-                )
-            if not 0 < rate <= MAX_SAMPLE_RATE:
-                raise MediaError(f"{name}: unsupported sample rate {rate} Hz", reason="undecodable")
-            if f.frames != _UNKNOWN_FRAMES and f.frames > max_seconds * rate:
-                raise MediaError(
-                    f"{name}: {f.frames / rate:.1f} s long, at most {max_seconds:g} s accepted",
-                    reason="too_long",
-                )
-            limit = math.ceil(max_seconds * rate) + 1
-            block_frames = max(1, _BLOCK_VALUES // channels)
-            parts: list[np.ndarray] = []
-            count = 0
-            while count < limit:
-                block = f.read(min(block_frames, limit - count), dtype="float32", always_2d=True)
-                if len(block) == 0:
-                    break
-                if not np.isfinite(block).all():
-                    raise MediaError(f"{name}: contains NaN or infinite samples", "non_finite")
-                mono = block[:, 0] if channels == 1 else block.mean(axis=1, dtype=np.float64)
-                parts.append(mono.astype(np.float32))
-                count += len(block)
+        with open(path, "rb") as raw:
+            _check_wav_header(raw, name)
+            raw.seek(0)
+            return _decode(raw, name, sample_rate, max_seconds)
     except (RuntimeError, OSError, ValueError, TypeError, EOFError) as e:
         if isinstance(e, OSError) and e.strerror:
             detail = e.strerror  # not str(e): that repeats the full path
         else:
             detail = str(getattr(e, "error_string", "") or e).strip().rstrip(".")
         raise MediaError(f"{name}: not a readable audio file ({detail})", "undecodable") from e
+
+
+def _decode(raw: BinaryIO, name: str, sample_rate: int, max_seconds: float) -> np.ndarray:
+    """:func:`load_audio` of the open file ``raw``, through libsndfile."""
+    with sf.SoundFile(raw) as f:
+        rate, channels = f.samplerate, f.channels
+        shortfall = _truncation(f.extra_info)
+        if shortfall:
+            raise MediaError(
+                f"{name}: truncated: the file is shorter than its header says ({shortfall})",
+                reason="truncated",
+            )
+        if not 0 < rate <= MAX_SAMPLE_RATE:
+            raise MediaError(f"{name}: unsupported sample rate {rate} Hz", reason="undecodable")
+        if f.frames != _UNKNOWN_FRAMES and f.frames > max_seconds * rate:
+            raise MediaError(
+                f"{name}: {f.frames / rate:.1f} s long, at most {max_seconds:g} s accepted",
+                reason="too_long",
+            )
+        limit = math.ceil(max_seconds * rate) + 1
+        block_frames = max(1, _BLOCK_VALUES // channels)
+        parts: list[np.ndarray] = []
+        count = 0
+        while count < limit:
+            block = f.read(min(block_frames, limit - count), dtype="float32", always_2d=True)
+            if len(block) == 0:
+                break
+            if not np.isfinite(block).all():
+                raise MediaError(f"{name}: contains NaN or infinite samples", "non_finite")
+            mono = block[:, 0] if channels == 1 else block.mean(axis=1, dtype=np.float64)
+            parts.append(mono.astype(np.float32))
+            count += len(block)
 
     if count == 0:
         raise MediaError(f"{name}: empty: the file holds no audio samples", reason="empty")

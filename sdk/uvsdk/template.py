@@ -383,6 +383,13 @@ class TemplateStore:
         folder outside the store, :class:`FileFreshness`) or ``"keyring"``
         (:class:`KeyringFreshness`, rollback-proof; needs a working keyring), or an object with
         ``get``/``set``/``delete``. Keyring-key templates always keep it beside their key.
+    lock_timeout:
+        How long one holder may keep a user's lock before :meth:`locked` gives up with a
+        ``store.locked`` error naming the lock file (default
+        :data:`uvsdk.files.LOCK_TIMEOUT_SECONDS`).
+    on_lock_wait:
+        Told once, with a line saying what is awaited, when :meth:`locked` has waited a second
+        (the command prints it on stderr).
     """
 
     def __init__(
@@ -393,8 +400,12 @@ class TemplateStore:
         use_keyring: bool = False,
         scrypt_log2_n: int | None = None,
         freshness: str | Freshness = "file",
+        lock_timeout: float | None = None,
+        on_lock_wait: Callable[[str], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
+        self.lock_timeout = lock_timeout
+        self.on_lock_wait = on_lock_wait
         self._passphrase_source = passphrase
         self._passphrase: str | None = None
         self.use_keyring = use_keyring
@@ -424,10 +435,10 @@ class TemplateStore:
 
     def path(self, user: str) -> Path:
         """``<store>/<user>.uvt`` for a valid user name."""
-        if not isinstance(user, str) or not _USER_NAME.match(user):
+        if not isinstance(user, str) or not _USER_NAME.fullmatch(user):
             raise UvsdkError(
                 f"invalid user name {user!r:.80}: use 1-64 letters, digits, '.', '_' or '-'",
-                code="store.io",
+                code="store.user-name",
             )
         return self.directory / f"{user}{SUFFIX}"
 
@@ -459,7 +470,7 @@ class TemplateStore:
             if not entry.name.endswith(SUFFIX) or entry.name.startswith("."):
                 continue
             user = entry.name[: -len(SUFFIX)]
-            if not _USER_NAME.match(user):
+            if not _USER_NAME.fullmatch(user):
                 found.append((entry.name, "not a valid user name"))
             elif entry.is_symlink():
                 found.append((entry.name, "a symbolic link, not a template file"))
@@ -681,7 +692,7 @@ class TemplateStore:
             yield
             return
         self.check_permissions()
-        with user_lock(self.directory, user):
+        with user_lock(self.directory, user, timeout=self.lock_timeout, on_wait=self.on_lock_wait):
             for leftover in self._stale_temporaries(user):
                 with contextlib.suppress(OSError):
                     leftover.unlink()

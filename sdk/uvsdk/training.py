@@ -49,6 +49,23 @@ _SERVER_ADVERSARY = {
 }
 
 
+#: How far below :func:`membership_floor_bound` a stated floor may be (the trainer's PLD floor,
+#: rounded, is 0 where the bound is 1e-66; issue 46 measured every other setting above it).
+FLOOR_TOLERANCE = 1e-6
+
+
+def membership_floor_bound(epsilon: float, delta: float) -> float:
+    """``(1 − δ) / (1 + e^ε)``: the lowest EER of a membership test that one ``(ε, δ)`` point
+    of a guarantee allows (Kairouz, Oh and Viswanath, ICML 2015, Thm. 2.1, at FPR = FNR).
+
+    A run's ``membership_eer_floor`` is the largest such bound over its whole privacy profile
+    (docs/privacy.md), so it is never below this one for the ``(ε, δ)`` it states: a manifest
+    claiming ε = 1e-300 with a floor of 0 claims what no guarantee gives. Computed as
+    ``(1 − δ) e^−ε / (1 + e^−ε)``, which does not overflow."""
+    tail = math.exp(-epsilon)
+    return (1.0 - delta) * tail / (1.0 + tail)
+
+
 @dataclass(frozen=True)
 class Privacy:
     """The user-level DP guarantee of the run (``training.privacy``)."""
@@ -118,6 +135,12 @@ class Privacy:
             server = _number(data, "epsilon_server")
             if not server > 0:
                 raise BundleError("manifest: training.privacy.epsilon_server must be > 0")
+        if floor < membership_floor_bound(epsilon, delta) - FLOOR_TOLERANCE:
+            raise BundleError(
+                "manifest: training.privacy.membership_eer_floor is below (1 - delta) / "
+                "(1 + e^epsilon), the least that epsilon and delta themselves guarantee: "
+                "the privacy claims contradict each other"
+            )
         return cls(mechanism, epsilon, delta, simulated, floor, server)
 
 
@@ -155,6 +178,12 @@ class Training:
         if enrollment == "codeword" and output_kind != "codeword":
             raise BundleError(
                 "manifest: training.enrollment 'codeword' needs output.kind 'codeword'"
+            )
+        if enrollment == "codeword" and privacy is not None:
+            raise BundleError(
+                "manifest: training.enrollment 'codeword' contradicts training.privacy: under "
+                "DP, verifying a user by their trained codeword is a membership test the privacy "
+                "bounds (enrollment must be 'prototype')"
             )
         return cls(method, privacy, enrollment)
 

@@ -275,10 +275,17 @@ class Verifier:
     clock:
         Returns Unix time; replaceable for tests.
     far:
-        The false-accept rate enrollment floors thresholds at (default 0.01): a user's threshold
-        is ``max(warm-up threshold, the bundle's calibrated threshold at far)``. ``None``: the
-        warm-up rule alone. A bundle without calibration uses the warm-up rule alone, and the
-        enrollment report says so. See :mod:`uvsdk.calibration`.
+        The false-accept rate enrollment sets thresholds at (default 0.01), docs/spec.md §4.3:
+        with a prototype table (it has genuine trials) a user's threshold is the table's
+        threshold at ``far``; with a codeword table (none) ``max(warm-up threshold, the table's
+        threshold at far)``; a table's threshold is never used below
+        :data:`uvsdk.calibration.THRESHOLD_FLOOR`. ``None``: the warm-up rule alone, and so for
+        a bundle without calibration (the enrollment report says so). See
+        :mod:`uvsdk.calibration`.
+    lock_timeout, on_lock_wait:
+        How long one holder may keep a user's lock before an operation gives up
+        (``store.locked``), and who is told, once, that an operation is waiting for it
+        (:class:`TemplateStore`; used only when ``store`` is a folder).
     """
 
     def __init__(
@@ -295,6 +302,8 @@ class Verifier:
         max_seconds: float = DEFAULT_MAX_SECONDS,
         clock: Callable[[], float] = time.time,
         far: float | None = DEFAULT_FAR,
+        lock_timeout: float | None = None,
+        on_lock_wait: Callable[[str], None] | None = None,
     ) -> None:
         self.far = None if far is None else check_far(far)
         self._bundle = bundle if isinstance(bundle, Bundle) else None
@@ -308,6 +317,8 @@ class Verifier:
                 passphrase=passphrase,
                 use_keyring=use_keyring,
                 freshness=freshness or ("keyring" if use_keyring else "file"),
+                lock_timeout=lock_timeout,
+                on_lock_wait=on_lock_wait,
             )
         self.trusted_keys = (
             list(trusted_keys) if trusted_keys is not None else trusted_keys_from_environment()
@@ -431,8 +442,9 @@ class Verifier:
     ) -> EnrollmentReport:
         """Enroll a user from at least five usable samples.
 
-        The threshold is the warm-up rule at ``target_tpr``, raised to the bundle's calibrated
-        threshold at ``far`` (default: the verifier's ``far``) when that is higher.
+        The threshold is the bundle's calibrated threshold at ``far`` (default: the verifier's
+        ``far``), or the warm-up rule at ``target_tpr`` without one (docs/spec.md §4.3; the
+        class's ``far``).
 
         ``mode`` (:func:`enrollment_mode`): ``auto`` is codeword mode when the user already holds
         a codeword (``new_codeword``), the bundle is a codeword bundle and its manifest does not
@@ -565,6 +577,16 @@ class Verifier:
                 f"user {user!r} was enrolled with another score normalisation (cohort or rule) than "
                 f"{bundle.path.name}'s: re-enroll with uvsdk enroll"
             )
+        calibration = bundle.manifest.calibration
+        if template.calibration is not None and (
+            calibration is None or template.calibration != calibration.sha256
+        ):
+            # The threshold came from a calibration this bundle does not carry: a manifest swapped
+            # for one enrollment must not leave its threshold behind (docs/spec.md §9.2).
+            raise ModelMismatchError(
+                f"user {user!r} was enrolled under another calibration than {bundle.path.name}'s: "
+                "re-enroll with uvsdk enroll"
+            )
         return template
 
     def _score(self, template: Template, vector: np.ndarray) -> float:
@@ -594,7 +616,7 @@ class Verifier:
     def verify(
         self, source: str | Path | np.ndarray, user: str = "default", *, backoff: bool = True
     ) -> Decision:
-        """Accept iff the score reaches the user's warm-up threshold.
+        """Accept iff the score reaches the user's threshold (set at enrollment).
 
         With ``backoff`` (the default) a locked-out user gets :class:`LockedOutError` before
         anything is computed, and the attempt is written into the encrypted template as a
@@ -605,6 +627,7 @@ class Verifier:
         that cannot be decoded is not an attempt.
         """
         name = str(source) if isinstance(source, str | Path) else "input"
+        _ = self.bundle  # loaded (or refused) before the user's lock is taken, never under it
         if not backoff:
             template = self._enrolled_template(user)
             value = self._score(template, self.embed(source))

@@ -227,7 +227,7 @@ def _rehash(files: dict, data: dict) -> None:
 
 def _values(files: dict, data: dict, index: int, value: float) -> None:
     values = np.frombuffer(files["cohort.f32"], "<f4").copy()
-    values[index : index + (40 if value == 0 else 1)] = value
+    values[index : index + (40 if abs(value) < 1e-30 else 1)] = value
     files["cohort.f32"] = values.tobytes()
     _rehash(files, data)
 
@@ -250,9 +250,11 @@ MALFORMED = {
         lambda f, d: (f.update({"cohort.f32": f["cohort.f32"][:-4]}), _rehash(f, d)),
         "cohort.f32 is 2556 bytes, not count x dim x 4 = 2560",
     ),
-    "NaN value": (None, lambda f, d: _values(f, d, 7, math.nan), "non-finite or zero"),
-    "infinite value": (None, lambda f, d: _values(f, d, 0, math.inf), "non-finite or zero"),
-    "zero vector": (None, lambda f, d: _values(f, d, 40, 0.0), "non-finite or zero"),
+    "NaN value": (None, lambda f, d: _values(f, d, 7, math.nan), "non-finite value"),
+    "infinite value": (None, lambda f, d: _values(f, d, 0, math.inf), "non-finite value"),
+    "zero vector": (None, lambda f, d: _values(f, d, 40, 0.0), "too short to normalise"),
+    # issue 46: subnormal values are not zero, yet no rescale makes the vector unit length
+    "subnormal vector": (None, lambda f, d: _values(f, d, 40, 1e-40), "too short to normalise"),
     "count 1": (lambda d: d["cohort"].update(count=1), None, "cohort.count must be an integer"),
     "count too large": (lambda d: d["cohort"].update(count=16385), None, "cohort.count"),
     "count as text": (lambda d: d["cohort"].update(count="16"), None, "cohort.count"),

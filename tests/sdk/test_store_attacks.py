@@ -8,6 +8,7 @@ behind does not block the user forever.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -20,7 +21,7 @@ import pytest
 
 from uvsdk import Verifier
 from uvsdk.backoff import BackoffPolicy
-from uvsdk.errors import StorePermissionError, TemplateError
+from uvsdk.errors import StorePermissionError, TemplateError, UvsdkError
 from uvsdk.files import user_lock
 from uvsdk.template import TemplateStore
 
@@ -199,3 +200,89 @@ def test_a_fifo_in_a_freshness_records_place_is_refused_at_once(tmp_path: Path) 
                f"FileFreshness({str(tmp_path / 'state')!r}).get(b'k' * 16)"]  # fmt: skip
     result = finish(start(command), stall_seconds=60, cpu_is_progress=False)
     assert result.returncode == 1 and ".gen is not a regular file" in result.stderr
+
+
+# == issue 46: stale locks hung every operation forever; a full disk left lock files behind ======
+
+#: a process that takes alice's lock in ``STORE`` with the lock settings patched as given, then
+#: runs the command line given after it (``verify ...``): the waits of the test are bounded by
+#: the lock's own settings, never by how long the machine takes
+PATCHED_UVSDK = """
+import sys
+import uvsdk.files as files
+files.LOCK_TIMEOUT_SECONDS = float(sys.argv[1])
+files.LOCK_NOTICE_SECONDS = float(sys.argv[2])
+from uvsdk.cli import main
+sys.argv = ["uvsdk", *sys.argv[3:]]
+main()
+"""
+
+
+def _patched_verify(verifier: Verifier, store: Path, timeout: float, notice: float) -> list[str]:
+    return [sys.executable, "-c", PATCHED_UVSDK, str(timeout), str(notice), "verify", str(IMPOSTOR),
+            "--user", "alice", "--bundle", str(verifier.bundle.path), "--store", str(store)]  # fmt: skip
+
+
+def test_46_a_lock_of_another_host_is_waited_on_with_progress_then_named(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    verifier = _enroll_conformance_speaker(store)
+    lock = store / ".alice.lock"
+    lock.write_text("999999 0123456789abcdef oldhost\n")
+    environment = {**os.environ, "UVSDK_PASSPHRASE": PASSPHRASE}
+    command = _patched_verify(verifier, store, timeout=0, notice=0)
+    result = finish(start(command, env=environment), stall_seconds=60, cpu_is_progress=False)
+    assert result.returncode == 2 and result.stdout == "", (result.stdout, result.stderr)
+    notice, error = result.stderr.strip().splitlines()
+    assert notice == f"uvsdk: waiting for the lock {lock}, held by process 999999 on oldhost " \
+        "(giving up if one holder keeps it 0 s)"  # fmt: skip
+    assert error.startswith(f"uvsdk: error: the lock {lock} has been held by process 999999 on ")
+    assert error.endswith(f"remove {lock}")
+    assert lock.read_text() == "999999 0123456789abcdef oldhost\n"  # never broken
+    assert sorted(p.name for p in store.iterdir()) == [".alice.lock", "alice.uvt"]
+    assert verifier.store.load("alice").backoff.failures == 0  # no attempt counted
+    templates = TemplateStore(store, passphrase=PASSPHRASE, lock_timeout=0)
+    with pytest.raises(UvsdkError, match="has been held by") as caught, templates.locked("alice"):
+        pass
+    assert caught.value.code == "store.locked"
+
+
+def test_46_a_lock_naming_this_process_with_another_token_is_stale(tmp_path: Path) -> None:
+    """A crashed app restarted under the same process id (PID 1 in a container): the token tells
+    its old lock from one it holds."""
+    store = tmp_path / "store"
+    store.mkdir(mode=0o700)
+    take = ("import os, socket, sys\nfrom pathlib import Path\nfrom uvsdk.files import user_lock\n"
+            "folder = Path(sys.argv[1])\n"
+            "(folder / '.alice.lock').write_text(f'{os.getpid()} 0123456789abcdef "
+            "{socket.gethostname()}\\n')\n"
+            "with user_lock(folder, 'alice'):\n    print((folder / '.alice.lock').read_text())\n")  # fmt: skip
+    result = finish(start([sys.executable, "-c", take, str(store)]), stall_seconds=60,
+                    cpu_is_progress=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[1] != "0123456789abcdef"
+    assert list(store.iterdir()) == []
+    # this process's own lock, taken twice (two threads), is not stale: the second waits
+    with (
+        user_lock(store, "alice"),
+        pytest.raises(UvsdkError, match="has been held by"),
+        user_lock(store, "alice", timeout=0),
+    ):
+        pass
+
+
+def test_46_a_full_disk_leaves_no_lock_file_behind(tmp_path: Path, monkeypatch) -> None:
+    store = tmp_path / "store"
+    store.mkdir(mode=0o700)
+    write = os.write
+
+    def full(descriptor: int, data: bytes) -> int:
+        if data.startswith(f"{os.getpid()} ".encode()):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write(descriptor, data)
+
+    monkeypatch.setattr(os, "write", full)
+    for _ in range(3):
+        with pytest.raises(UvsdkError, match="No space left") as caught, user_lock(store, "alice"):
+            pass
+        assert caught.value.code == "store.io"
+    assert list(store.iterdir()) == []

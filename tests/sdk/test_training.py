@@ -90,7 +90,7 @@ def test_the_signature_covers_training(initial_codeword_bundle: Path, tmp_path: 
         for name in archive.namelist():
             members[name] = archive.read(name)
     data = json.loads(members["manifest.json"])
-    data["training"]["enrollment"] = "codeword"  # a codeword bundle: valid, but not signed so
+    data["training"].update(privacy=None, enrollment="codeword")  # valid, but not signed so
     members["manifest.json"] = json.dumps(data, indent=2).encode()
     edited = tmp_path / "edited.uvb"
     with zipfile.ZipFile(edited, "w") as archive:
