@@ -126,9 +126,13 @@ def skip_probability(devices: int, sampling_rate: float, survivors: int) -> floa
 
 
 def plan(settings: DeploySettings, devices: int) -> PrivacyPlan | None:
-    """The run's mechanism for ``devices`` registered devices (``None`` when off): Poisson
-    sampling at ``q = cohort / devices`` (``cohort``: :meth:`DeploySettings.cohort_size`, the
-    expected cohort), ``δ = min(devices^−1.1, 10⁻⁶)`` unless given, ``ε`` =
+    """The run's mechanism for ``devices`` registered devices (``None`` when off): by default
+    the participation rule with one period for every device to take part once
+    (``dp_period = devices // cohort``; ``cohort``: :meth:`DeploySettings.cohort_size`), so that
+    its ε holds against the server that draws the cohorts (docs/privacy.md: measured against
+    Poisson sampling); ``dp_period = 0``: Poisson sampling at ``q = cohort / devices``, whose ε
+    holds only against observers who do not know the cohorts. ``δ = min(devices^−1.1, 10⁻⁶)``
+    unless given, ``ε`` =
     :data:`~uvtrain.config.SECURE_DEFAULT_EPSILON` unless ``dp_epsilon`` or
     ``dp_noise_multiplier`` is given. A run whose rounds cannot stay within the budget is
     refused (:class:`ConfigError`)."""
@@ -149,6 +153,7 @@ def plan(settings: DeploySettings, devices: int) -> PrivacyPlan | None:
         cohort=cohort,
         users=devices,
         default_epsilon=SECURE_DEFAULT_EPSILON,
+        default_period=max(1, devices // cohort),
     )
 
 

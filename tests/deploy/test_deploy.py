@@ -90,6 +90,15 @@ def test_dp_defaults_to_distributed_under_secagg_and_refuses_what_cannot_hold() 
         planned.epsilon_release == pytest.approx(8.0, rel=1e-2) and planned.epsilon_release <= 8.0
     )
     assert planned.sampling_rate == 0.75 and planned.delta == 1e-6  # min(4^-1.1, 1e-6)
+    # by default the participation rule, one period for every device to join once (4 // 3 = 1
+    # round here): the one ε holds against the server; dp_period = 0 is Poisson sampling
+    assert planned.period == 1 and planned.epsilon_server == planned.epsilon_release
+    assert plan(DeploySettings.from_run_config({"method": "feduv", "fraction": 0.25,
+                                                "min_cohort": 2}), 8).period == 4  # fmt: skip
+    poisson = plan(DeploySettings.from_run_config({"method": "feduv", "rounds": 2,
+                                                   "fraction": 0.75, "dp_period": 0}), 4)  # fmt: skip
+    assert poisson is not None and poisson.period is None
+    assert poisson.epsilon_server > poisson.epsilon_release
     assert (
         planned.rounds == 2
         and plan(DeploySettings.from_run_config({"method": "fedaws"}), 4) is None

@@ -88,14 +88,16 @@ def test_a_run_without_progress_is_stopped_and_leaves_the_federation_clean(feder
 def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enrolled(
     federation,
 ) -> None:
-    """The default deployment of FedUV: SecAgg+ and distributed DP at ε = 8 (here with
-    adaptive clipping from C = 0.05). The released model carries exactly the noise the devices'
+    """The default deployment of FedUV: SecAgg+ and distributed DP at ε = 8 under the
+    participation rule (one period of devices / cohort = 1 round: a device may join every
+    round, and the ε counts all of them, so it holds against the server too), here with
+    adaptive clipping from C = 0.05. The released model carries exactly the noise the devices'
     shares add up to, through SecAgg+'s quantization: its change over the two rounds has the
     std z_Δ·√(Σ_r C_r² m′_r / m_min) / (qN) (the clipped updates are negligible beside it)."""
+    from tests.trainer.test_privacy import _analytic_gaussian_epsilon
     from uvsdk import Verifier
     from uvtrain.checkpoints import read_checkpoint
-    from uvtrain.privacy import epsilon_release, epsilon_server
-    from uvtrain.rounds import poisson_cohort
+    from uvtrain.rounds import period_cohort
 
     _, root, devices = federation
     out = root / "feduv"
@@ -125,21 +127,19 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     assert privacy["clip_norm"] == 0.05 and privacy["min_survivors"] == 3
     log = "\n".join(result["lines"])
     z, cohort, users = privacy["noise_multiplier"], privacy["expected_cohort"], privacy["users"]
-    assert privacy["sampling"] == "poisson" and cohort == 3 and users == 4
-    # the server Poisson-samples the devices as the simulator does: with seed 0 round 1 draws 2
-    # (fewer than m_min = 3: nothing released, the round counts in ε) and round 2 draws all 4
-    sampled = [len(poisson_cohort(settings.run.seed, r, 4, 0.75)) for r in (1, 2)]
-    assert sampled == [2, 4] and metrics[0]["skipped"] and metrics[0]["survivors"] == 0
-    assert "round 1: 2 device(s) sampled, fewer than the 3" in log
-    for row in metrics:  # the ε spent so far, in the metrics and on each round's log line
-        spent = epsilon_release(z, 0.75, row["round"], privacy["delta"])
-        assert row["epsilon"] == pytest.approx(spent)
+    assert privacy["sampling"] == "period" and cohort == 3 and users == 4
+    assert privacy["participation"]["period"] == 1 and privacy["server_participations"] == 2
+    assert privacy["epsilon_server"] == privacy["epsilon"]
+    # the server draws 3 of the 4 devices a round, as the simulator's period_cohort does
+    drawn = [period_cohort(settings.run.seed, r, 4, 3, 1) for r in (1, 2)]
+    assert [len(d) for d in drawn] == [3, 3] and [m["survivors"] for m in metrics] == [3, 3]
+    for row in metrics:  # the ε spent so far (a device in each round so far: one Gaussian of
+        # z/√r, Balle and Wang's closed form by hand), in the metrics and on each round's line
+        spent = _analytic_gaussian_epsilon(z / np.sqrt(row["round"]), privacy["delta"])
+        assert row["epsilon"] == pytest.approx(spent, rel=1e-6) == row["epsilon_server"]
         assert f"round {row['round']}/2: " in log
-        assert f"ε spent {spent:.3g} of {privacy['epsilon']:.3g}" in log
-        server = epsilon_server(z, row["round"], privacy["delta"])  # a device in every round
-        assert row["epsilon_server"] == pytest.approx(server)
-        assert f"(against the server {server:.3g} of {privacy['epsilon_server']:.3g})" in log
-    assert metrics[1]["survivors"] == 4 and metrics[1]["clip_norm"] == 0.05
+        assert f"ε spent {row['epsilon']:.3g} of {privacy['epsilon']:.3g} (the server's too)" in log
+    assert metrics[0]["clip_norm"] == 0.05
     checkpoint = read_checkpoint(out / "checkpoint.pt")
     assert checkpoint["privacy"]["clip_norm"] != 0.05  # adaptive: moved by round 2's count
     start, _ = split_parameters(build_model(settings, 4))

@@ -374,8 +374,19 @@ def test_audit_of_a_run_folder(feduv_run_copy: Path) -> None:
         (("--dp", "off"), [None]),
         (("--dp-epsilon", "inf,8"), [None, "distributed"]),
         (("--dp", "central", "--dp-noise-multiplier", "2", "--clip-norm", "0.5"), ["central"]),
-        (("--dp", "central", "--dp-noise", "tree", "--dp-noise-multiplier", "2", "--clip-norm",
-          "0.5"), ["central"]),  # DP-FTRL through the audit's SecAgg+ transport
+        (
+            (
+                "--dp",
+                "central",
+                "--dp-noise",
+                "tree",
+                "--dp-noise-multiplier",
+                "2",
+                "--clip-norm",
+                "0.5",
+            ),
+            ["central"],
+        ),  # DP-FTRL through the audit's SecAgg+ transport
     ],
 )
 def test_audit_with_dp_writes_a_disaggregation_entry_per_setting(

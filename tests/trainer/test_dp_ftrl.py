@@ -270,7 +270,8 @@ def test_what_tree_noise_cannot_be_is_refused_in_one_line(
                                             "20"],
         "dp_noise must be independent or tree": ["--dp", "central", "--dp-noise", "fresh",
                                                  "--dp-epsilon", "8"],
-        "dp_period must be in [1, 10^6]": ["--dp", "central", "--dp-period", "0",
+        "needs a participation period": ["--dp", "central", *tree, "--dp-period", "0"],
+        "dp_period must be in [0, 10^6]": ["--dp", "central", "--dp-period", "-1",
                                            "--dp-epsilon", "8"],
     }  # fmt: skip
     for expected, extra in cases.items():

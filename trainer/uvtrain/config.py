@@ -451,7 +451,8 @@ class Privacy:
         metadata={
             "help": "DP participation rule: each user in at most one round of each period of "
             "this many rounds, instead of Poisson sampling (no amplification: one ε against "
-            "the server and the model's observers; tree default: users/cohort).",
+            "the server and the model's observers; 0: Poisson sampling; default: Poisson for "
+            "uvtrain run, users/cohort for tree noise and for uvtrain deploy).",
         },
     )
     dp_noise_cohort: int | None = field(
@@ -500,8 +501,8 @@ class Privacy:
             raise ConfigError(f"clip_count_std must be positive, not {self.clip_count_std}")
         if self.dp_noise not in ("independent", "tree"):
             raise ConfigError(f"dp_noise must be independent or tree, not {self.dp_noise!r}")
-        if self.dp_period is not None and not 1 <= self.dp_period <= 10**6:
-            raise ConfigError(f"dp_period must be in [1, 10^6], not {self.dp_period}")
+        if self.dp_period is not None and not 0 <= self.dp_period <= 10**6:
+            raise ConfigError(f"dp_period must be in [0, 10^6], not {self.dp_period}")
         if self.dp_noise_cohort is not None and not 1 <= self.dp_noise_cohort <= 10**9:
             raise ConfigError(f"dp_noise_cohort must be in [1, 10^9], not {self.dp_noise_cohort}")
         if self.dp_population is not None and self.dp_population > 10**10:

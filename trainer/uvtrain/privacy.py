@@ -1032,11 +1032,17 @@ def plan_from_settings(
     cohort: int,
     users: int,
     default_epsilon: float | None = None,
+    default_period: int | None = None,
 ) -> PrivacyPlan | None:
     """:func:`plan_privacy` from a run's privacy settings (:class:`uvtrain.config.Privacy`) with
     the placement ``mechanism`` (the simulator's ``settings.dp``, a deployment's resolved one);
     ``default_epsilon`` is the budget when neither ``ε`` nor ``z`` is given (a deployment's
-    :data:`~uvtrain.config.SECURE_DEFAULT_EPSILON`)."""
+    :data:`~uvtrain.config.SECURE_DEFAULT_EPSILON`). ``dp_period``: unset takes
+    ``default_period`` (``None``: Poisson sampling; a deployment's ``users/cohort``); ``0`` is
+    Poisson sampling whatever the default."""
+    period = settings.dp_period if settings.dp_period is not None else default_period
+    if settings.dp_period == 0 and settings.dp_noise == "tree":
+        raise ConfigError("--dp-noise tree needs a participation period (--dp-period 0 is none)")
     target = settings.dp_epsilon
     if target is None and settings.dp_noise_multiplier is None:
         target = default_epsilon
@@ -1056,7 +1062,7 @@ def plan_from_settings(
         noise_cohort=settings.dp_noise_cohort,
         population=settings.dp_population,
         dp_noise=settings.dp_noise,
-        period=settings.dp_period,
+        period=period or None,
     )
 
 
