@@ -59,6 +59,21 @@ def deploy_local(
     dp_noise_multiplier: Annotated[
         float | None, typer.Option(help="DP noise multiplier z (instead of --dp-epsilon).")
     ] = None,
+    dp_period: Annotated[
+        int | None,
+        typer.Option(
+            help="DP: each device in at most one round of each period of this many rounds (0: "
+            "Poisson sampling, whose ε does not hold against the server) [default: devices / "
+            "cohort]."
+        ),
+    ] = None,
+    dp_noise: Annotated[
+        str | None,
+        typer.Option(
+            help="DP: independent (DP-FedAvg) or tree (DP-FTRL; needs --dp central and a fixed "
+            "--clip-norm) [default: independent]."
+        ),
+    ] = None,
     clip_norm: Annotated[
         float | None,
         typer.Option(help="DP: each device's update clipped to this L2 norm [default: 1.0]."),
@@ -115,6 +130,8 @@ def deploy_local(
         "dp_epsilon": dp_epsilon,
         "dp_delta": dp_delta,
         "dp_noise_multiplier": dp_noise_multiplier,
+        "dp_period": dp_period,
+        "dp_noise": dp_noise,
         "clip_norm": clip_norm,
         "adaptive_clipping": adaptive_clipping,
         "clip_quantile": clip_quantile,

@@ -437,6 +437,8 @@ def test_the_deploy_command_fails_in_one_line(tmp_path: Path, monkeypatch) -> No
         (["--dp-epsilon", "0"], "dp_epsilon must be positive, not 0"),
         (["--dp", "distributed", "--secagg", "off"], "dp distributed needs secure aggregation"),
         (["--adaptive-clipping"], "spends the whole budget"),  # planned before any process
+        (["--dp-noise", "tree"], "needs --dp central"),  # the default placement is distributed
+        (["--dp-period", "-2"], "dp_period must be in [0, 10^6]"),
     ):
         result = runner.invoke(app, [*common, "--method", "feduv", *flags])
         assert result.exit_code == 2 and message in result.output, result.output
