@@ -20,32 +20,34 @@ from uvdeploy.settings import ArraySpec, pack, unpack, view_spec  # noqa: E402
 
 
 def npz(members: dict[str, tuple[dict, bytes]], compression: int = zipfile.ZIP_DEFLATED) -> bytes:
-    """An ``.npz`` written by hand: each member a ``.npy`` header (any shape it declares) and
-    the data given, streamed (so a test declares 2^24 zeros without holding them)."""
+    """An ``.npz`` written by hand: each member a ``.npy`` header declaring any shape, then the
+    data given (which need not agree with it)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression) as archive:
         for name, (header, data) in members.items():
             with archive.open(name, "w", force_zip64=True) as member:
                 head = io.BytesIO()
                 np.lib.format.write_array_header_1_0(head, header)
-                member.write(head.getvalue())
-                member.write(data)
+                member.write(head.getvalue() + data)
     return buffer.getvalue()
 
 
 def zeros_npz(name: str, count: int) -> bytes:
-    """An ``.npz`` of ``count`` float64 zeros, deflated (2^24 zeros: 128 MiB in 130 kB)."""
+    """An honest ``.npz`` of ``count`` float64 zeros, deflated, streamed in 1 MiB pieces (2^24
+    zeros: 128 MiB in 130 kB, never held at once)."""
     buffer = io.BytesIO()
     header = {"descr": "<f8", "fortran_order": False, "shape": (count,)}
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-            head = io.BytesIO()
-            np.lib.format.write_array_header_1_0(head, header)
-            member.write(head.getvalue())
-            chunk, left = bytes(1 << 20), count * 8
-            while left > 0:
-                member.write(chunk[: min(left, len(chunk))])
-                left -= len(chunk)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, header)
+    with (
+        zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open(f"{name}.npy", "w", force_zip64=True) as member,
+    ):
+        member.write(head.getvalue())
+        chunk, left = bytes(1 << 20), count * 8
+        while left > 0:
+            member.write(chunk[: min(left, len(chunk))])
+            left -= len(chunk)
     return buffer.getvalue()
 
 
