@@ -406,6 +406,46 @@ def test_a_broken_dataset_file_is_one_line(tiny_run: Path, tmp_path: Path, kind:
     assert not out.exists()
 
 
+HOSTILE_JSON = {
+    "infinity": ('{"method": "feduv", "lr": Infinity}', "a number that is not finite"),
+    "nested": ("[" * 100_000 + "]" * 100_000, "nested deeper than 64 levels"),
+    "long-number": ('{"rounds": ' + "9" * 5000 + "}", "a number of 5000 characters"),
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_JSON))
+def test_json_files_of_a_run_folder_or_dataset_are_read_within_limits(
+    tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, kind: str
+) -> None:
+    """A run folder's config.json or report.json, or a dataset's meta, with Infinity, 100,000
+    nested brackets or a 5,000-digit number (issue 46: OverflowError, RecursionError, a
+    ValueError traceback): one line in eval, export and run, through the SDK's JSON limits."""
+    import shutil
+
+    import numpy as np
+
+    from uvexport.cli import main as uvexport
+
+    text, problem = HOSTILE_JSON[kind]
+    folder = tmp_path / "run"
+    shutil.copytree(tiny_run, folder)
+    (folder / "config.json").write_text(text)
+    line = one_error_line(uvtrain("eval", folder))
+    assert f"config.json: not valid JSON ({problem}" in line, line
+    assert uvexport([str(folder), "--out", str(tmp_path / "m.uvb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert problem in err and "\n" not in err, err
+    shutil.copy(tiny_run / "config.json", folder / "config.json")
+    (folder / "report.json").write_text(text)
+    assert uvexport([str(folder), "--out", str(tmp_path / "m.uvb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"report.json: not valid JSON ({problem}" in err and "\n" not in err, err
+    dataset = tmp_path / "hostile.npz"
+    np.savez(dataset, meta=np.frombuffer(text.encode(), dtype=np.uint8))
+    line = one_error_line(uvtrain("run", "--method", "feduv", "--dataset", dataset, "--out", tmp_path / "r"))  # fmt: skip
+    assert f"{dataset}: not a readable dataset ({problem}" in line, line
+
+
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
