@@ -110,6 +110,10 @@ from .settings import (
     unpack,
 )
 
+#: The most samples a device may report at registration: its weight in a plain round's mean
+#: (docs/deploy.md, "Malicious devices").
+MAX_DEVICE_SAMPLES = 10**9
+
 
 @dataclass
 class Replies:
@@ -263,6 +267,10 @@ class FederatedServer:
         ids: dict[int, int] = {}
         to_assign: dict[int, dict[str, Any]] = {}
         for node in nodes:
+            problem = self._status_problem(status[node])
+            if problem is not None:
+                self.echo(f"device {node}'s status refused ({problem}): left out of this run")
+                continue
             user_id = int(status[node]["user_id"])
             if user_id < 0:
                 user_id = secrets.randbits(self.code.id_bits if self.code else 32)
@@ -304,6 +312,20 @@ class FederatedServer:
         )
         self.roster = roster
         return rows
+
+    def _status_problem(self, reply: dict[str, Any]) -> str | None:
+        """What is wrong with a device's registration reply (its user id: -1 or an id of the
+        run's width; its sample count: 1 to 10^9; whether it holds a codeword: a bool), or
+        ``None``: read before any of it is used."""
+        bits = self.code.id_bits if self.code else 32
+        user_id, samples = reply.get("user_id"), reply.get("samples")
+        if not _integer(user_id) or not -1 <= user_id < 2**bits:
+            return f"user id not -1 or an integer of {bits} bits"
+        if not _integer(samples) or not 1 <= samples <= MAX_DEVICE_SAMPLES:
+            return f"sample count not an integer in [1, {MAX_DEVICE_SAMPLES}]"
+        if type(reply.get("codeword")) is not bool:
+            return "codeword not true or false"
+        return None
 
     # -- the rounds ----------------------------------------------------------------------------
 
@@ -809,6 +831,10 @@ class FederatedServer:
         done = sum(1 for r in replies.values() if r.get("enrolled"))
         self.echo(f"{done} of {len(self.rows)} device(s) enrolled")
         return {"devices_enrolled": done}
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _parity_inputs(settings: DeploySettings, seed: int) -> list[np.ndarray]:

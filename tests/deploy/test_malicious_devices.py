@@ -229,3 +229,35 @@ def test_the_honest_message_passes_and_a_device_bounds_the_servers_view() -> Non
     assert view == {"proxies": ArraySpec((5, 8), np.dtype("float32"))}
     with pytest.raises(DeploymentError, match="the server's shared state: "):
         unpack(zeros_npz("proxies", 1 << 20), view, "the server's shared state")
+
+
+@pytest.mark.parametrize(
+    ("status", "problem"),
+    [
+        ({"user_id": "x", "codeword": False, "samples": 5}, "user id not -1"),
+        ({"user_id": 2**40, "codeword": False, "samples": 5}, "user id not -1"),
+        ({"user_id": -1, "codeword": False, "samples": 10**12}, "sample count not an integer"),
+        ({"user_id": -1, "codeword": False, "samples": 0}, "sample count not an integer"),
+        ({"user_id": -1, "codeword": False, "samples": 2.5}, "sample count not an integer"),
+        ({"user_id": -1, "codeword": "yes", "samples": 5}, "codeword not true or false"),
+        ({"user_id": -1, "samples": 5}, "codeword not true or false"),
+    ],
+)
+def test_a_devices_registration_that_is_not_a_devices_leaves_it_out(
+    tmp_path, status: dict, problem: str
+) -> None:
+    """A status reply whose user id, sample count or codeword flag is not what a device sends
+    (before: int("x") raised in the ServerApp, and 10^12 samples weighed that device 10^12 times)
+    leaves that device out of the run with one log line; the others register."""
+    from uvdeploy.server import FederatedServer
+    from uvdeploy.settings import DeploySettings
+
+    settings = DeploySettings.from_run_config({"method": "fedhide", "out": str(tmp_path)})
+    lines: list[str] = []
+    server = FederatedServer(settings, grid=None, context=None, echo=lines.append)
+    honest = {"user_id": -1, "codeword": False, "samples": 4}
+    replies = {11: honest, 12: status, 13: honest}
+    server._query = lambda requests: {n: replies[n] for n in requests}
+    rows = server.register([11, 12, 13], None)
+    assert sorted(rows) == [11, 13] and server.samples == {11: 4, 13: 4}
+    assert f"device 12's status refused ({problem}" in "\n".join(lines)
