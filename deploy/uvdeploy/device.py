@@ -24,7 +24,7 @@ from uvtrain.io import atomic_write, read_json, write_json
 
 from .dp import private_update
 from .errors import DeviceError
-from .settings import DeploySettings, build_model, from_arrays, pack, unpack
+from .settings import DeploySettings, build_model, from_arrays, pack, unpack, view_spec
 
 #: The device's record of the last round it sent an update in (the participation rule's half
 #: that the device keeps, :meth:`Device.take_part`), in its store folder.
@@ -217,9 +217,12 @@ class Device:
         model = build_model(settings, int(config["devices"]), on_device=True)
         params, buffers = split_parameters(model)
         glob = from_arrays(params.keys(), arrays)
-        shared = unpack(config["shared"]) if config.get("shared") else {}
-        constants = self.constants(int(config["index"]), str(config.get("code_sha256", "")))
         dim = int(model.backbone.embedding_dim)
+        shared: dict[str, torch.Tensor] = {}
+        if config.get("shared"):
+            expected = view_spec(algorithm, int(config["devices"]), dim)
+            shared = unpack(config["shared"], expected, "the server's shared state")
+        constants = self.constants(int(config["index"]), str(config.get("code_sha256", "")))
         private = state or {
             name: value[0] for name, value in algorithm.init_private(1, dim, _generator()).items()
         }

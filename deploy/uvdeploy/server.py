@@ -101,7 +101,18 @@ from .dp import (
 )
 from .dp import plan as plan_privacy
 from .errors import DeploymentError
-from .settings import DeploySettings, build_model, pack, to_arrays, unpack
+from .settings import (
+    DeploySettings,
+    build_model,
+    message_spec,
+    pack,
+    to_arrays,
+    unpack,
+)
+
+#: The most samples a device may report at registration: its weight in a plain round's mean
+#: (docs/deploy.md, "Malicious devices").
+MAX_DEVICE_SAMPLES = 10**9
 
 
 @dataclass
@@ -256,6 +267,10 @@ class FederatedServer:
         ids: dict[int, int] = {}
         to_assign: dict[int, dict[str, Any]] = {}
         for node in nodes:
+            problem = self._status_problem(status[node])
+            if problem is not None:
+                self.echo(f"device {node}'s status refused ({problem}): left out of this run")
+                continue
             user_id = int(status[node]["user_id"])
             if user_id < 0:
                 user_id = secrets.randbits(self.code.id_bits if self.code else 32)
@@ -297,6 +312,20 @@ class FederatedServer:
         )
         self.roster = roster
         return rows
+
+    def _status_problem(self, reply: dict[str, Any]) -> str | None:
+        """What is wrong with a device's registration reply (its user id: -1 or an id of the
+        run's width; its sample count: 1 to 10^9; whether it holds a codeword: a bool), or
+        ``None``: read before any of it is used."""
+        bits = self.code.id_bits if self.code else 32
+        user_id, samples = reply.get("user_id"), reply.get("samples")
+        if not _integer(user_id) or not -1 <= user_id < 2**bits:
+            return f"user id not -1 or an integer of {bits} bits"
+        if not _integer(samples) or not 1 <= samples <= MAX_DEVICE_SAMPLES:
+            return f"sample count not an integer in [1, {MAX_DEVICE_SAMPLES}]"
+        if type(reply.get("codeword")) is not bool:
+            return "codeword not true or false"
+        return None
 
     # -- the rounds ----------------------------------------------------------------------------
 
@@ -405,6 +434,7 @@ class FederatedServer:
                 f"round {plan.number}: the aggregation did not complete (secure aggregation "
                 "halted, see the server log); the model did not change: stopped"
             )
+        messages = self._read_replies(replies, plan.number)
         counts = torch.tensor(replies.counts, dtype=torch.float64)
         losses = torch.tensor([[float(m["loss"])] for m in replies.metrics], dtype=torch.float64)
         updates = ClientUpdates(
@@ -427,10 +457,66 @@ class FederatedServer:
                 name: torch.stack([torch.from_numpy(np.array(u[i])) for u in replies.updates])
                 for i, name in enumerate(names)
             }
-        if any("message" in m for m in replies.metrics):
-            unpacked = [unpack(bytes(m["message"])) for m in replies.metrics]
-            updates.messages = {k: torch.stack([u[k] for u in unpacked]) for k in unpacked[0]}
+        if self.message_spec:
+            updates.messages = {k: torch.stack([m[k] for m in messages]) for k in self.message_spec}
         return updates
+
+    def _read_replies(self, replies: Replies, round_number: int) -> list[Tensors]:
+        """Every device's reply checked before the round uses any of it, and its message read
+        bounded: its sample count (1 to the count it registered: a larger one would outweigh
+        the others in the mean), its loss (a finite number), its update (plain rounds: the
+        parameters' shapes, plus the clipping bit under adaptive DP) and its message (exactly
+        the arrays the method's message can hold, :func:`~uvdeploy.settings.unpack`, never
+        inflated past them). A device's reply that is not refuses the round in one line: a
+        plain round's weights, a secure round's sum and a DP round's accounting all count the
+        device, so it cannot be left out (docs/deploy.md, "Malicious devices").
+
+        Returns each reply's message (empty for a method whose devices send none)."""
+        names = sorted(self.params)
+        adaptive = self.dp is not None and self.dp.mechanism.adaptive is not None
+        messages = []
+        for index, node in enumerate(replies.node_ids):
+            what = f"round {round_number}: device {node}'s reply"
+            try:
+                count, metrics = replies.counts[index], replies.metrics[index]
+                if not 1 <= count <= self.samples[node]:
+                    raise DeploymentError(
+                        f"{what}: {count} samples, registered {self.samples[node]}"
+                    )
+                loss = metrics.get("loss")
+                if not isinstance(loss, int | float) or not np.isfinite(loss):
+                    raise DeploymentError(f"{what}: its loss is not a finite number")
+                if not self.secure:  # under SecAgg+ no update is seen alone
+                    self._check_update(replies.updates[index], names, adaptive, what)
+                if self.message_spec and "message" not in metrics:
+                    raise DeploymentError(f"{what}: no message ({self.config.method.name})")
+                if "message" in metrics and not self.message_spec:
+                    raise DeploymentError(
+                        f"{what}: a message ({self.config.method.name}'s devices send none)"
+                    )
+                blob = metrics.get("message", b"")
+                spec = self.message_spec
+                messages.append(unpack(blob, spec, f"{what}'s message") if spec else {})
+            except DeploymentError as error:
+                raise DeploymentError(
+                    f"{error}: refused; stopped (the last checkpoint is intact)"
+                ) from None
+        return messages
+
+    def _check_update(
+        self, update: list[np.ndarray], names: list[str], adaptive: bool, what: str
+    ) -> None:
+        """A plain update: one array per parameter in name order, each of its shape (and the
+        clipping bit, one number, under adaptive DP)."""
+        expected = [tuple(self.params[name].shape) for name in names] + [(1,)] * adaptive
+        shapes = [tuple(np.shape(array)) for array in update]
+        if shapes != expected:
+            raise DeploymentError(
+                f"{what}: an update of {len(update)} array(s) that are not the model's "
+                f"{len(expected)} (shapes differ)"
+            )
+        if any(np.asarray(array).dtype.kind != "f" for array in update):
+            raise DeploymentError(f"{what}: an update that is not floating point")
 
     def _private_sum(
         self,
@@ -460,9 +546,7 @@ class FederatedServer:
                 for i, name in enumerate(names)
             }
             bits = [float(sums[-1].reshape(-1)[0])] if adaptive else None
-        else:
-            if any(len(update) != expected for update in replies.updates):
-                raise DeploymentError(f"round {round_number}: a device sent a malformed update")
+        else:  # each update's arrays were checked by _read_replies
             stacked = {
                 name: torch.stack([torch.from_numpy(np.array(u[i])) for u in replies.updates])
                 for i, name in enumerate(names)
@@ -621,6 +705,8 @@ class FederatedServer:
         self.algorithm.init_private(len(self.roster), dim, generator)  # the simulator's draws
         constants = {"index": torch.arange(len(self.roster))}
         self.shared = self.algorithm.init_shared(len(self.roster), dim, generator, constants)
+        #: what a device's message can be: every reply is bounded by it (_read_replies)
+        self.message_spec = message_spec(self.algorithm, self.shared, dim)
         if state is not None:
             self.params = dict(state["params"])
             self.shared = dict(state["shared"])
@@ -745,6 +831,10 @@ class FederatedServer:
         done = sum(1 for r in replies.values() if r.get("enrolled"))
         self.echo(f"{done} of {len(self.rows)} device(s) enrolled")
         return {"devices_enrolled": done}
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _parity_inputs(settings: DeploySettings, seed: int) -> list[np.ndarray]:

@@ -12,6 +12,8 @@ server's run folder ``out``. Both sides read the same values, so both build the 
 from __future__ import annotations
 
 import io
+import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -20,9 +22,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from uvtrain.algorithms.base import Tensors, overrides
+from uvsdk.archive import read_zip_members
+from uvsdk.errors import BundleError, printable
+from uvtrain.algorithms.base import FedAvg, Tensors, overrides
 from uvtrain.config import RunConfig, flower_keys
 from uvtrain.errors import ConfigError
+
+from .errors import DeploymentError
 
 #: The deployment's ``dp`` values (``auto``: distributed under SecAgg+, off otherwise).
 DP_CHOICES = ("auto", "off", "central", "distributed")
@@ -216,10 +222,133 @@ def pack(tensors: Tensors) -> bytes:
     return buffer.getvalue()
 
 
-def unpack(blob: bytes) -> Tensors:
-    """Inverse of :func:`pack`."""
-    with np.load(io.BytesIO(blob), allow_pickle=False) as arrays:
-        return {k: torch.from_numpy(arrays[k].copy()) for k in arrays.files}
+#: Room for one ``.npy`` header in a packed message (numpy pads it to 64 bytes; a message's
+#: holds one dtype and a short shape, about 128 bytes).
+NPY_HEADER_BYTES = 4096
+#: Room for the zip's own records around each member (local header, central directory entry,
+#: zip64 extras) and the end record.
+ZIP_OVERHEAD_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """What one array of a packed message must be: its shape and dtype, exactly."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def spec_of(tensors: Tensors) -> dict[str, ArraySpec]:
+    """The :class:`ArraySpec` of each tensor (what :func:`pack` of tensors like these holds)."""
+    return {
+        name: ArraySpec(tuple(value.shape), np.dtype(value.detach().cpu().numpy().dtype))
+        for name, value in tensors.items()
+    }
+
+
+def message_spec(algorithm: FedAvg, shared: Tensors, dim: int) -> dict[str, ArraySpec]:
+    """What a device's message (:meth:`~uvtrain.algorithms.base.FedAvg.client_message`) can
+    be: the arrays the method's own hook makes for the view of row 0 from fresh state (nothing
+    of it is kept); empty for a method whose devices send none. The server bounds every reply
+    with it (:func:`unpack`)."""
+    if not overrides(algorithm, "client_message"):
+        return {}
+    generator = torch.Generator().manual_seed(0)
+    view, index = algorithm.client_view(shared, 0)
+    constants = {"index": torch.tensor(index)}
+    if algorithm.message_noise:
+        constants["noise"] = torch.randn(dim, generator=generator)
+    private = {name: value[0] for name, value in algorithm.init_private(1, dim, generator).items()}
+    private = algorithm.client_receive(private, constants, view)
+    return spec_of(algorithm.client_message(private, constants, view))
+
+
+def view_spec(algorithm: FedAvg, devices: int, dim: int) -> dict[str, ArraySpec]:
+    """What the server's view of its shared state (:meth:`~uvtrain.algorithms.base.FedAvg.
+    client_view`) can be for a run of ``devices``: the device bounds what it reads with it."""
+    constants = {"index": torch.arange(devices)}
+    shared = algorithm.init_shared(devices, dim, torch.Generator().manual_seed(0), constants)
+    return spec_of(algorithm.client_view(shared, 0)[0])
+
+
+def unpack(blob: bytes, expected: Mapping[str, ArraySpec], what: str) -> Tensors:
+    """Inverse of :func:`pack`, for a message from another party: bounded before it is read.
+
+    The zip is read only when its size fits ``expected`` (the arrays the method's message can
+    hold, from the model and the config), its members are exactly the expected names, once
+    each, and each member's declared size is its array's; each member is then inflated never
+    past that size (:func:`uvsdk.archive.read_zip_members`), and each array's ``.npy`` header
+    must state the expected shape and dtype before its data are read. Values must be finite.
+    So a small zip that inflates to gigabytes (2^28 zeros in 2 MB), or declares a huge array,
+    costs the reader no more than an honest message.
+
+    Raises
+    ------
+    DeploymentError
+        One line, starting with ``what``, naming what is wrong; nothing of the blob is kept.
+    """
+    limits = {f"{name}.npy": NPY_HEADER_BYTES + spec.nbytes for name, spec in expected.items()}
+    budget = sum(limits.values()) + ZIP_OVERHEAD_BYTES * (len(limits) + 1)
+    if not isinstance(blob, bytes | bytearray):
+        raise DeploymentError(f"{what}: not bytes but {type(blob).__name__}")
+    if len(blob) > budget:
+        raise DeploymentError(f"{what}: {len(blob)} bytes, more than the {budget} it can hold")
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+            entries = archive.infolist()
+        names = [entry.filename for entry in entries]
+        if sorted(names) != sorted(limits):
+            raise DeploymentError(f"{what}: holds {_listing(names)}, not {_listing(list(limits))}")
+        for entry in entries:
+            if entry.file_size > limits[entry.filename]:
+                raise DeploymentError(
+                    f"{what}: {entry.filename} declares {entry.file_size} bytes, more than "
+                    f"the {limits[entry.filename]} it can hold"
+                )
+        members = read_zip_members(io.BytesIO(blob), limits, what)
+        return {
+            name: _read_npy(members[f"{name}.npy"], spec, f"{what}: {name}")
+            for name, spec in expected.items()
+        }
+    except (BundleError, zipfile.BadZipFile, zlib.error, EOFError, ValueError) as error:
+        if isinstance(error, DeploymentError):
+            raise
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise DeploymentError(f"{what}: not a readable message ({detail})") from None
+
+
+def _read_npy(content: bytes, spec: ArraySpec, what: str) -> torch.Tensor:
+    """One ``.npy`` member, its header checked against ``spec`` before its data are read."""
+    handle = io.BytesIO(content)
+    version = np.lib.format.read_magic(handle)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(handle)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(handle)
+    else:
+        raise DeploymentError(f"{what}: .npy format {version} (1.0 or 2.0 expected)")
+    if tuple(shape) != spec.shape or dtype != spec.dtype or fortran:
+        raise DeploymentError(
+            f"{what}: {dtype} of shape {tuple(shape)}, not {spec.dtype} of shape {spec.shape}"
+        )
+    data = content[handle.tell() :]
+    if len(data) != spec.nbytes:
+        raise DeploymentError(f"{what}: {len(data)} bytes of data, not {spec.nbytes}")
+    array = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    if array.dtype.kind in "fc" and not np.isfinite(array).all():
+        raise DeploymentError(f"{what}: holds values that are not finite")
+    return torch.from_numpy(array)
+
+
+def _listing(names: list[str]) -> str:
+    """At most five member names, printable (a device chooses them)."""
+    shown = ", ".join(printable(name) for name in sorted(names)[:5])
+    shown += ", ..." if len(names) > 5 else ""
+    return f"{len(names)} member(s) ({shown})" if names else "no member"
 
 
 def to_arrays(tensors: Tensors) -> list[np.ndarray]:

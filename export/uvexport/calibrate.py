@@ -30,7 +30,7 @@ import numpy as np
 from uvsdk.bundle import AudioInput, Bundle, Manifest
 from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, Calibration
 from uvsdk.cohort import SCORE_NORMS, Cohort, CohortSpec, ScoreNorm
-from uvsdk.errors import MediaError, UvsdkError
+from uvsdk.errors import MediaError, UvsdkError, printable
 from uvsdk.measurement import measure
 from uvsdk.media import check_audio, load_audio, load_image
 
@@ -660,5 +660,5 @@ def calibrate_bundle(
 
 
 def print_progress(message: str) -> None:
-    """Progress on one terminal line (stderr)."""
-    print(f"\r  {message}", end="", file=sys.stderr, flush=True)
+    """Progress on one terminal line (stderr), control characters escaped (a cache path)."""
+    print(f"\r  {printable(message)}", end="", file=sys.stderr, flush=True)

@@ -295,7 +295,7 @@ def calibrate_command(
         cohort_size=cohort_size,
         progress=print_progress,
         cache=cache,
-        warn=lambda message: typer.echo(f"warning: {message}", err=True),
+        warn=lambda message: _error(f"warning: {message}"),
         impostors=impostors.value,
         score_norm=score_norm.value,
         top_k=top_k,
@@ -395,6 +395,15 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _error(line: str) -> None:
+    """A line on stderr with every control character escaped (:func:`uvsdk.errors.printable`):
+    names in it come from folders and files the user was handed (issue 46), and a newline or
+    an escape sequence must neither forge a line nor rewrite the terminal."""
+    from uvsdk.errors import printable
+
+    print(printable(line), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (the console script is :func:`uvexport.entry.main`); returns the exit
     status: 0 done, 2 an error the user can fix (one line on stderr), 130 interrupted; anything
@@ -411,16 +420,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         context = error.ctx
         named = context is not None and context.parent is not None
         hint = f" (uvexport {context.info_name} --help)" if named else " (uvexport --help)"
-        print(f"uvexport: error: {_one_line(error.format_message())}{hint}", file=sys.stderr)
+        _error(f"uvexport: error: {_one_line(error.format_message())}{hint}")
         return 2
     except click.ClickException as error:
-        print(f"uvexport: error: {_one_line(error.format_message())}", file=sys.stderr)
+        _error(f"uvexport: error: {_one_line(error.format_message())}")
         return 2
     except click.Abort:
         print("uvexport: interrupted", file=sys.stderr)
         return 130
     except UsageFailure as error:
-        print(f"uvexport: {error}", file=sys.stderr)
+        _error(f"uvexport: {error}")
         return 2
     except (UvtrainError, OSError) as error:
         # What a user can cause (ExportError, a broken checkpoint, a bad config: every one a
@@ -431,8 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .errors import ExportError
 
         prefix = "" if isinstance(error, ExportError) else f"{type(error).__name__}: "
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        print(f"uvexport: {prefix}{message}", file=sys.stderr)
+        _error(f"uvexport: {prefix}{str(error) or type(error).__name__}")
         return 2
     return status if isinstance(status, int) else 0
 

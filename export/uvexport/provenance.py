@@ -4,13 +4,12 @@ weights, and the input and code of the bundle contract."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from uvsdk.bundle import AudioInput, Code, ImageInput
-from uvtrain.io import REPORT
+from uvtrain.io import REPORT, read_json
 
 
 def _pretrained_provenance(pretrained: str) -> dict[str, Any]:
@@ -46,7 +45,7 @@ def run_extra(
     ``training``: its privacy is its plan's (the ε of all its rounds, at least what it spent), and
     with nothing measured it enrolls by prototype."""
     report_path = run_dir / REPORT
-    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    report = read_json(report_path) if report_path.is_file() else {}
     provenance = {
         "method": config.method.name,
         "dataset": dataset.name,

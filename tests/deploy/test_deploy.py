@@ -21,6 +21,7 @@ from uvdeploy.local import app_dir  # noqa: E402
 from uvdeploy.settings import (  # noqa: E402
     DeploySettings,
     build_model,
+    message_spec,
     pack,
     to_arrays,
 )
@@ -344,6 +345,7 @@ def _server(values: dict, samples: dict[int, int]):
     generator = torch.Generator().manual_seed(0)
     server.params = {"a": torch.randn(3, 2, generator=generator), "b": torch.randn(4)}
     server.shared = server.algorithm.init_shared(3, 8, generator, {"index": torch.arange(3)})
+    server.message_spec = message_spec(server.algorithm, server.shared, 8)
     return server
 
 

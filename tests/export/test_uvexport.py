@@ -562,3 +562,31 @@ def test_int8_weights_export_states_its_drift_or_refuses(
     codewords, clips, trainer = _trainer_scores(feduv_run)
     sdk = codeword_scores(codewords, Bundle(out).run(clips))
     assert np.abs(sdk - trainer).max() <= q["drift_bound"] + 1e-5
+
+
+def test_calibrate_prints_folder_names_escaped(tmp_path: Path, capsys) -> None:
+    """Folder names reach uvexport's error and warning lines escaped (issue 46): a name with a
+    terminal escape or a newline can neither rewrite the terminal nor forge a line."""
+    bundle = str(Path(__file__).parents[2] / "conformance" / "bundles" / "voice-embedding.uvb")
+    hostile = tmp_path / "evil\x1b[2J\x1b]0;owned\x07\nuvexport: done"
+    (hostile / "alice").mkdir(parents=True)
+    (hostile / "alice" / "a.wav").write_bytes(b"")
+    plain = tmp_path / "plain"
+    for person in ("alice", "bob"):
+        (plain / person).mkdir(parents=True)
+        (plain / person / "a.wav").write_bytes(b"")
+    out = str(tmp_path / "out.uvb")
+
+    def stderr_of(*args: str) -> str:
+        assert main(["calibrate", bundle, *args, "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert "\x1b" not in err and "\x07" not in err, err
+        return err
+
+    escaped = r"evil\x1b[2J\x1b]0;owned\x07\nuvexport: done"
+    for args in ([str(hostile)], [str(hostile / "none")], [str(plain), str(hostile)]):
+        err = stderr_of(*args)
+        assert escaped in err and len(err.strip().splitlines()) <= 2, err
+        assert err.strip().splitlines()[-1].startswith("uvexport: "), err
+    # the warning of a folder with few people, then the error of a person in both folders
+    assert "warning: " in stderr_of(str(plain), str(hostile))

@@ -148,9 +148,13 @@ def test_the_round_runs_the_messages_and_the_server_step_of_fedhide() -> None:
 
 
 def test_a_non_finite_loss_stops_the_round() -> None:
+    """The simulator's local training refuses a loss that is not finite as a divergence (the
+    run command then marks the folder); run_round's own check stays for other local training."""
+    from uvtrain.errors import DivergedError
+
     simulation = _simulation(FedUV())
     simulation.params = {k: v * float("nan") for k, v in simulation.params.items()}
-    with pytest.raises(Exception, match="loss became nan in round 1"):
+    with pytest.raises(DivergedError, match="diverged in round 1: the training loss is not finite"):
         simulation.step()
 
 

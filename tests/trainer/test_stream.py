@@ -101,6 +101,17 @@ def _break(folder: Path, kind: str) -> None:
         np.save(folder / "unknown-test.npy", np.zeros((2, 800), np.float64))
     if kind in ("other-format", "no-meta", "offsets", "rows"):
         index_path.write_text(json.dumps(index))
+    # issue 46: what Python's json module turned into an OverflowError or RecursionError
+    text = json.dumps(index)
+    offsets = json.dumps(index["groups"]["clients"]["rows"]["train"])
+    if kind == "infinity":
+        index_path.write_text(text.replace(offsets, "[0, Infinity" + offsets[2:]))
+    elif kind == "huge-float":
+        index_path.write_text(text.replace(offsets, "[0, 1e999" + offsets[2:]))
+    elif kind == "nested":
+        index_path.write_text(text.replace(offsets, "[" * 100_000 + "]" * 100_000))
+    elif kind == "long-number":
+        index_path.write_text(text.replace(offsets, "[0, " + "7" * 5000 + offsets[2:]))
 
 
 MALFORMED = {
@@ -113,6 +124,10 @@ MALFORMED = {
     "rows": "clients-test.npy has 10 rows, the index 11",
     "garbage-array": "not a readable array",
     "dtype": "float64 (800,), the index says float32 (800,)",
+    "infinity": "not a readable index (a number that is not finite (inf; not JSON))",
+    "huge-float": "not a readable index (a number that is not finite (inf; not JSON))",
+    "nested": "not a readable index (nested deeper than 64 levels)",
+    "long-number": "not a readable index (a number of 5000 characters, more than the 64",
 }
 
 

@@ -406,6 +406,46 @@ def test_a_broken_dataset_file_is_one_line(tiny_run: Path, tmp_path: Path, kind:
     assert not out.exists()
 
 
+HOSTILE_JSON = {
+    "infinity": ('{"method": "feduv", "lr": Infinity}', "a number that is not finite"),
+    "nested": ("[" * 100_000 + "]" * 100_000, "nested deeper than 64 levels"),
+    "long-number": ('{"rounds": ' + "9" * 5000 + "}", "a number of 5000 characters"),
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_JSON))
+def test_json_files_of_a_run_folder_or_dataset_are_read_within_limits(
+    tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture, kind: str
+) -> None:
+    """A run folder's config.json or report.json, or a dataset's meta, with Infinity, 100,000
+    nested brackets or a 5,000-digit number (issue 46: OverflowError, RecursionError, a
+    ValueError traceback): one line in eval, export and run, through the SDK's JSON limits."""
+    import shutil
+
+    import numpy as np
+
+    from uvexport.cli import main as uvexport
+
+    text, problem = HOSTILE_JSON[kind]
+    folder = tmp_path / "run"
+    shutil.copytree(tiny_run, folder)
+    (folder / "config.json").write_text(text)
+    line = one_error_line(uvtrain("eval", folder))
+    assert f"config.json: not valid JSON ({problem}" in line, line
+    assert uvexport([str(folder), "--out", str(tmp_path / "m.uvb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert problem in err and "\n" not in err, err
+    shutil.copy(tiny_run / "config.json", folder / "config.json")
+    (folder / "report.json").write_text(text)
+    assert uvexport([str(folder), "--out", str(tmp_path / "m.uvb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"report.json: not valid JSON ({problem}" in err and "\n" not in err, err
+    dataset = tmp_path / "hostile.npz"
+    np.savez(dataset, meta=np.frombuffer(text.encode(), dtype=np.uint8))
+    line = one_error_line(uvtrain("run", "--method", "feduv", "--dataset", dataset, "--out", tmp_path / "r"))  # fmt: skip
+    assert f"{dataset}: not a readable dataset ({problem}" in line, line
+
+
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
@@ -422,24 +462,125 @@ def test_a_broken_dataset_file_is_one_line(tiny_run: Path, tmp_path: Path, kind:
         ("--rounds", "-1", "rounds and seed must be >= 0"),
         ("--seed", "-3", "rounds and seed must be >= 0"),
         ("--margin-scale", "inf", "margin_scale must be a finite number"),
+        # finite extremes that passed --dry-run and ended in a 70-line traceback (issue 46)
+        ("--lr", "1e308", "lr must be at most 100, not 1e+308"),
+        ("--server-lr", "1e308", "server_lr must be at most 100, not 1e+308"),
+        ("--server-tau", "1e-320", "server_tau must be at least 1e-09, not 1e-320"),
+        ("--clip-norm", "1e308", "clip_norm must be at most 1000, not 1e+308"),
+        ("--batch-size", "100000000000000000000", "batch_size must be at most 65536"),
+        ("--local-steps", "100000000000000000000", "local_steps must be at most 1000000"),
+        ("--seed", "100000000000000000000", "seed must be at most 2^32 - 1"),
     ],
 )
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
 def test_numeric_options_are_checked_before_anything_is_made(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str, value: str, message: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    option: str,
+    value: str,
+    message: str,
+    dry_run: bool,
 ) -> None:
     # No UVTRAIN_DATA: the check comes before the dataset is built, read or even looked up.
     monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "data"))
     out = tmp_path / "deep" / "run"
-    result = uvtrain("run", "--method", "feduv", "--dataset", "formant-voices", option, value, "--out", out)  # fmt: skip
+    extra = {"--server-tau": ["--server-optimizer", "adam"], "--clip-norm": ["--dp", "central"]}
+    args = [*extra.get(option, []), option, value, *(["--dry-run"] if dry_run else [])]
+    result = uvtrain("run", "--method", "feduv", "--dataset", "formant-voices", *args, "--out", out)  # fmt: skip
     assert message in one_error_line(result)
     assert not (tmp_path / "deep").exists() and not (tmp_path / "data").exists()
 
 
-def test_a_run_that_fails_removes_only_the_folder_it_made(data_root: Path, tmp_path: Path) -> None:
-    diverging = ["--method", "feduv", *TINY, "--rounds", "3", "--lr", "1e30"]
+def _diverge(monkeypatch: pytest.MonkeyPatch, where: str, round_number: int) -> None:
+    """Make a run diverge in ``round_number`` without a setting that does (none in the ranges
+    the options allow was found to: lr and server lr 100, τ 1e-9, clip norm 1000 all train):
+    ``"model"``: the global model becomes inf after the round; ``"loss"``: the clients' loss is
+    NaN in the round's local training."""
+    from uvtrain.algorithms.feduv import FedUV
+    from uvtrain.engine import Simulation
+
+    if where == "model":
+        step = Simulation.step
+
+        def diverging_step(self):
+            metrics = step(self)
+            if self.round == round_number:
+                name = sorted(self.params)[0]
+                self.params[name] = self.params[name] * float("inf")
+            return metrics
+
+        monkeypatch.setattr(Simulation, "step", diverging_step)
+    else:
+        loss = FedUV.loss
+        train = Simulation.train
+
+        def diverging_train(self, plan, fused, path=None):
+            if plan.number == round_number:
+                monkeypatch.setattr(FedUV, "loss", lambda *args: loss(*args) * float("nan"))
+            return train(self, plan, fused, path)
+
+        monkeypatch.setattr(Simulation, "train", diverging_train)
+
+
+@pytest.mark.parametrize("where", ["model", "loss"])
+def test_a_run_that_diverges_ends_in_one_line_and_marks_its_folder(
+    data_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    where: str,
+) -> None:
+    """A run whose model or loss stops being finite in round 3: one line that says where and
+    what to lower (exit 2, no NaN traceback, no evaluation of a NaN model); the folder stays,
+    report.json says diverged, the checkpoint is the last finite model (round 2), and eval,
+    export and another run of that folder refuse it in one line."""
+    config = tmp_path / "run.toml"
+    config.write_text("checkpoint_every = 1\n")
+    out = tmp_path / "new" / "run"
+    _diverge(monkeypatch, where, 3)
+    args = ["--method", "feduv", *TINY, "--rounds", "5", "--server-optimizer", "adam"]
+    line = one_error_line(uvtrain("run", *args, "--config", config, "--out", out))
+    what = "the model (" if where == "model" else "the training loss is not finite"
+    assert line.startswith(f"uvtrain: error: training diverged in round 3: {what}"), line
+    assert "lower --lr (now 0.1) or --server-lr (now" in line
+    assert "or raise --server-tau (now 0.001)" in line and "new folder" in line
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "diverged" and report["diverged_in_round"] == 3
+    assert report["last_checkpoint_round"] == 2 and report["error"] in line
+    import torch
+
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["round"] == 2
+    assert all(bool(torch.isfinite(v).all()) for v in state["params"].values())
+    rounds = [json.loads(x)["round"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rounds[:2] == [1, 2]
+    assert not (out / "scores.npz").exists()  # nothing evaluated a model that is not finite
+    monkeypatch.undo()
+    for command in (["eval", out], ["run", *args, "--out", out]):
+        refused = one_error_line(uvtrain(*command))
+        assert "holds a run that diverged in round 3" in refused
+    from uvexport.cli import main as uvexport
+
+    assert uvexport([str(out), "--out", str(tmp_path / "m.uvb")]) == 2
+    stderr = capsys.readouterr().err.strip()
+    assert "diverged in round 3" in stderr and "\n" not in stderr, stderr
+    assert not (tmp_path / "m.uvb").exists()
+
+
+def test_a_run_that_fails_removes_only_the_folder_it_made(
+    data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from uvtrain.engine import Simulation
+    from uvtrain.errors import TrainingError
+
+    def failing_step(self):
+        raise TrainingError("a failure in round 1")
+
+    monkeypatch.setattr(Simulation, "step", failing_step)
+    diverging = ["--method", "feduv", *TINY, "--rounds", "3"]
     made = tmp_path / "new" / "run"
     line = one_error_line(uvtrain("run", *diverging, "--out", made))
-    assert "the training loss became nan" in line
+    assert "a failure in round 1" in line
     assert not (tmp_path / "new").exists()  # made by the failed command: removed, parents too
     existing = tmp_path / "mine"
     existing.mkdir()

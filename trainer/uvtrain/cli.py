@@ -406,7 +406,9 @@ def run(
     from .run import train
 
     folder = train(RunConfig.from_flat(settings.to_dict()), out)  # the method's algorithm
-    report = json.loads((folder / "report.json").read_text())
+    from .io import REPORT, read_json
+
+    report = read_json(folder / REPORT)
     _print_report(report, folder)
     hint = near_chance_hint(report)
     if hint:

@@ -32,6 +32,19 @@ from .data.protocol import DataProtocol
 from .errors import ConfigError, DatasetError
 from .validation import check_field, check_types
 
+#: The numeric ranges a run may set (issue 46): far beyond any setting that learns (the papers'
+#: lr 0.01-0.5, FedUV's server lr 5, update norms 0.01-10, batches of 16-512), and short of the
+#: values that overflow in float32 or in an index (lr 1e308, server τ 1e-320, which is 0 in
+#: float32, a clip norm of 1e308 whose noise is inf, a batch of 10^20 windows). A run that
+#: diverges inside them anyway stops in one line with its folder marked (uvtrain.run).
+MAX_LR = 100.0
+MAX_SERVER_LR = 100.0
+MIN_SERVER_TAU = 1e-9
+MAX_CLIP_NORM = 1000.0
+MAX_BATCH_SIZE = 2**16
+MAX_LOCAL_STEPS = 10**6
+MAX_SEED = 2**32 - 1
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -139,15 +152,26 @@ class Schedule:
         for name in ("local_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, not {getattr(self, name)}")
+        for name, most in (("local_steps", MAX_LOCAL_STEPS), ("batch_size", MAX_BATCH_SIZE)):
+            if getattr(self, name) > most:
+                raise ConfigError(f"{name} must be at most {most}, not {getattr(self, name)}")
         if self.aggregation not in ("weighted", "mean"):
             raise ConfigError(f"aggregation must be 'weighted' or 'mean', not {self.aggregation!r}")
         if self.local_epochs is not None and self.local_epochs < 1:
             raise ConfigError(f"local_epochs must be >= 1, not {self.local_epochs}")
+        if self.local_epochs is not None and self.local_epochs > MAX_LOCAL_STEPS:
+            raise ConfigError(
+                f"local_epochs must be at most {MAX_LOCAL_STEPS}, not {self.local_epochs}"
+            )
         if self.local_epochs is not None and self.local_steps != 1:
             raise ConfigError("give --local-steps or --local-epochs, not both")
         if not self.lr > 0 or self.lr_decay < 0:
             raise ConfigError(
                 f"lr must be positive and lr_decay >= 0, not {self.lr} and {self.lr_decay}"
+            )
+        if self.lr > MAX_LR:
+            raise ConfigError(
+                f"lr must be at most {MAX_LR:g}, not {self.lr:g} (it can only diverge)"
             )
         milestones(self.lr_milestones)  # a ConfigError names a bad one
         if not 0 < self.lr_gamma <= 1:
@@ -190,11 +214,20 @@ def check_server_settings(
         )
     if not lr > 0:
         raise ConfigError(f"server_lr must be positive, not {lr}")
+    if lr > MAX_SERVER_LR:
+        raise ConfigError(
+            f"server_lr must be at most {MAX_SERVER_LR:g}, not {lr:g} (it can only diverge)"
+        )
     for name, value in (("momentum", momentum), ("beta1", beta1), ("beta2", beta2)):
         if not 0 <= value < 1:
             raise ConfigError(f"server_{name} must be in [0, 1), not {value}")
     if not tau > 0:
         raise ConfigError(f"server_tau must be positive, not {tau}")
+    if tau < MIN_SERVER_TAU:
+        raise ConfigError(
+            f"server_tau must be at least {MIN_SERVER_TAU:g}, not {tau:.3g} (adam and yogi "
+            "divide by it: a smaller one overflows)"
+        )
 
 
 def schedule_defaults(method: type, keys: Iterable[str] = ()) -> dict[str, Any]:
@@ -493,6 +526,11 @@ class Privacy:
             )
         if not self.clip_norm > 0:
             raise ConfigError(f"clip_norm must be positive, not {self.clip_norm}")
+        if self.clip_norm > MAX_CLIP_NORM:
+            raise ConfigError(
+                f"clip_norm must be at most {MAX_CLIP_NORM:g}, not {self.clip_norm:g} (the noise "
+                "is proportional to it)"
+            )
         if not 0 < self.clip_quantile < 1:
             raise ConfigError(f"clip_quantile must be in (0, 1), not {self.clip_quantile}")
         if not self.clip_learning_rate > 0:
@@ -563,6 +601,8 @@ class RunConfig:
             check_field(item, getattr(self, item.name))
         if self.seed < 0:
             raise ConfigError(f"rounds and seed must be >= 0, not seed = {self.seed}")
+        if self.seed > MAX_SEED:
+            raise ConfigError(f"seed must be at most 2^32 - 1, not {self.seed}")
         if self.chunk_size < 1:
             raise ConfigError(f"chunk_size must be >= 1, not {self.chunk_size}")
         if self.checkpoint_every < 1 or not 0 < self.target_tpr <= 1:

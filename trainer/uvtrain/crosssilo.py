@@ -52,6 +52,7 @@ from .engine import (
     GlobalModel,
     Tensors,
     TrainingError,
+    check_finite,
     check_schedule,
     split_parameters,
 )
@@ -396,6 +397,7 @@ class CrossSilo(GlobalModel):
             losses.append(party_losses)
         stacked = {name: torch.stack([f[name] for f in finals]) for name in self.params}
         step_losses = torch.stack(losses)  # [P, K]
+        check_finite(plan.number, "the training loss", {"loss": step_losses})
         clients = torch.as_tensor(plan.clients, device=self.device)
         sizes = torch.tensor([len(self.parties[p].samples) for p in plan.clients.tolist()])
         return ClientUpdates(

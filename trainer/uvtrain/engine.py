@@ -43,7 +43,7 @@ from .batches import (
     flip_and_rotate,
 )
 from .config import Schedule, changed_settings
-from .errors import ConfigError, TrainingError
+from .errors import ConfigError, DivergedError, TrainingError
 from .rounds import (
     Aggregator,
     ClientUpdates,
@@ -152,6 +152,19 @@ def check_schedule(config: EngineConfig, saved: dict[str, Any]) -> None:
     the checkpoint was written counts as its default there."""
     if changed_settings(asdict(config), saved, asdict(EngineConfig())):
         raise TrainingError("the checkpoint was made with another schedule: use a new run folder")
+
+
+def check_finite(round_number: int, what: str, *groups: Tensors) -> None:
+    """:class:`DivergedError` when any value of ``groups`` (a round's losses, the model's
+    parameters, the server's state) is NaN or infinite: the run diverged in ``round_number``."""
+    for group in groups:
+        for name, value in group.items():
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                shown = "" if name == "loss" else f" ({name})"
+                raise DivergedError(
+                    f"training diverged in round {round_number}: {what}{shown} is not finite",
+                    round_number,
+                )
 
 
 def split_parameters(model: nn.Module) -> tuple[Tensors, Tensors]:
@@ -696,6 +709,7 @@ class Simulation(GlobalModel):
                 local = self._local_vectorised
             stacked, private, losses = local(clients, batches, plan.lr)
             updates = ClientUpdates(clients, weights, losses, params=stacked)
+        check_finite(plan.number, "the training loss", {"loss": losses})
         scatter(self.private, clients, private)
         updates.private = private
         updates.messages = self.messages(plan.number, clients, private)

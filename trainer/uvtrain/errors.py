@@ -21,6 +21,15 @@ class TrainingError(UvtrainError):
     """Training cannot go on (a NaN loss, a checkpoint from another run, ...)."""
 
 
+class DivergedError(TrainingError):
+    """Training diverged: a loss or a parameter is no longer finite (``round``: where). The run
+    command finishes the line with what to lower and marks the run folder (uvtrain.run)."""
+
+    def __init__(self, message: str, round_number: int) -> None:
+        super().__init__(message)
+        self.round = round_number
+
+
 class CheckpointError(TrainingError):
     """A checkpoint that cannot be read (cut short, corrupt, not ours, or a pickle)."""
 

@@ -118,13 +118,50 @@ def write_json(path: str | Path, data: Any) -> Path:
     return atomic_write(path, json_text(data, indent=2) + "\n")
 
 
+def parse_json(text: str) -> Any:
+    """``text`` parsed as the strict JSON the trainer writes, within the SDK's limits
+    (:func:`uvsdk.jsonlimits.load_bounded_json`: nesting at most 64 deep, number literals at most
+    64 characters, integers within 2^53 − 1) and with every number finite (``NaN``,
+    ``Infinity``, ``1e999`` are refused: :func:`json_text` never writes them). The one parser of
+    the JSON files the trainer and exporter read back, which may come from elsewhere (a run
+    folder, a dataset, a stream folder's index): 100,000 nested brackets, a 5,000-digit number
+    or ``Infinity`` are a :class:`ValueError` here, not a ``RecursionError`` or an
+    ``OverflowError`` later.
+
+    Raises
+    ------
+    ValueError
+        Not JSON (:class:`json.JSONDecodeError`), beyond the limits
+        (:class:`uvsdk.jsonlimits.JsonLimitError`) or holding a number that is not finite.
+    """
+    from uvsdk.jsonlimits import load_bounded_json
+
+    value = load_bounded_json(text)
+    _check_finite(value)
+    return value
+
+
+def _check_finite(value: Any) -> None:
+    """Refuse a float that is not finite anywhere in ``value`` (nesting is bounded)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"a number that is not finite ({value}; not JSON)")
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_finite(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_finite(item)
+
+
 def read_json(path: str | Path) -> Any:
-    """A JSON file the trainer wrote; :class:`TrainingError` naming the file when it is not."""
+    """A JSON file the trainer wrote (:func:`parse_json`); :class:`TrainingError` naming the file
+    when it is not."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise TrainingError(f"{path}: not valid JSON ({error})") from None
+        return parse_json(path.read_text())
+    except (UnicodeDecodeError, ValueError) as error:
+        reason = " ".join(str(error).split())[:160]
+        raise TrainingError(f"{path}: not valid JSON ({reason})") from None
 
 
 def trim_metrics(path: str | Path, last_round: int) -> None:

@@ -1,5 +1,10 @@
 """A training run in a folder: ``config.json``, ``checkpoint.pt`` (resumable), ``metrics.jsonl``,
-``report.json`` and ``roc.png``."""
+``report.json`` and ``roc.png``.
+
+A run that diverges (a loss or a parameter not finite: :class:`~uvtrain.errors.DivergedError`)
+stops in one line that says where and what to lower, and keeps its folder with ``report.json``
+saying ``"status": "diverged"`` (no non-finite model is ever checkpointed); ``eval``, ``export``
+and another ``run`` refuse that folder."""
 
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ import torch
 from .checkpoints import load_state
 from .config import ConfigError, RunConfig, changed_settings
 from .data.base import FederatedDataset
-from .engine import EngineConfig, Simulation, TrainingError, pick_device
+from .engine import EngineConfig, Simulation, TrainingError, check_finite, pick_device
+from .errors import DivergedError
 from .evaluation.scoring import quick_metrics
 from .io import (
     CHECKPOINT,
@@ -313,6 +319,7 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
     again when training fails before its first checkpoint (one that existed is never removed)."""
     folder = Path(out)
     _check_folder(folder)
+    check_not_diverged(folder)
     dataset = load_data(config)
     simulation = make_simulation(config, dataset)
     dataset = simulation.evaluation_dataset(dataset)
@@ -347,6 +354,19 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
         trim_metrics(folder / METRICS, simulation.round)
         write_json(folder / CONFIG, config.to_dict())
         _train_rounds(simulation, dataset, config, folder, progress)
+    except DivergedError as error:  # the folder stays, marked: what diverged is worth reading
+        line = f"{error}: lower {_divergence_hint(config)}; {folder / REPORT} says diverged"
+        report = {
+            "status": "diverged",
+            "method": config.method.name,
+            "dataset": config.data.dataset,
+            "rounds": config.schedule.rounds,
+            "diverged_in_round": error.round,
+            "last_checkpoint_round": _checkpoint_round(folder),
+            "error": line,
+        }
+        write_json(folder / REPORT, report)
+        raise DivergedError(line, error.round) from None
     except Exception:
         if made is not None and not (folder / CHECKPOINT).exists():
             import shutil
@@ -391,6 +411,8 @@ def _train_rounds(
                 }
             log.write(json_text(metrics) + "\n")
             log.flush()
+            # never checkpoint a model that is not finite: the run stops here, marked
+            check_finite(simulation.round, "the model", simulation.params, simulation.shared)
             if simulation.round % config.checkpoint_every == 0:
                 _save_checkpoint(simulation, folder)
             bar.update(1, _figures(metrics, simulation.privacy))
@@ -401,6 +423,49 @@ def _train_rounds(
         "device": simulation.device.type,
     }
     evaluate(simulation, dataset, config, folder, throughput)
+
+
+def _divergence_hint(config: RunConfig) -> str:
+    """What to lower (or raise) when a run of ``config`` diverged: the step sizes it set."""
+    schedule = config.schedule
+    options = [f"--lr (now {schedule.lr:g})"]
+    if config.method.setting == "cross-device":
+        options.append(f"--server-lr (now {schedule.server_lr:g})")
+    if config.privacy.dp != "off":
+        options.append(f"--clip-norm (now {config.privacy.clip_norm:g})")
+    hint = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else options[0]
+    if schedule.server_optimizer in ("adam", "yogi"):
+        hint += f", or raise --server-tau (now {schedule.server_tau:g})"
+    return hint + " and train in a new folder"
+
+
+def _checkpoint_round(folder: Path) -> int | None:
+    """The round of the folder's checkpoint (the last finite model), ``None`` without one."""
+    if not (folder / CHECKPOINT).is_file():
+        return None
+    from .checkpoints import read_checkpoint
+
+    try:
+        return int(read_checkpoint(folder / CHECKPOINT)["round"])
+    except (TrainingError, KeyError, TypeError, ValueError):
+        return None
+
+
+def check_not_diverged(folder: Path) -> None:
+    """:class:`TrainingError` when ``folder`` holds a run that diverged (its ``report.json``
+    says so): its model is not one to evaluate, export or train on."""
+    report = folder / REPORT
+    if not report.is_file():
+        return
+    try:
+        status = read_json(report)
+    except TrainingError:
+        return  # not ours to judge here: the reader of the report refuses it
+    if isinstance(status, dict) and status.get("status") == "diverged":
+        raise TrainingError(
+            f"{folder} holds a run that diverged in round {status.get('diverged_in_round')} "
+            f"({report}): train again in a new folder"
+        )
 
 
 def storage_note(simulation: Trainer, dataset: FederatedDataset) -> str | None:
@@ -495,6 +560,7 @@ def evaluate(
 def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Trainer]:
     """A run folder's config, dataset and simulation at its last checkpoint."""
     folder = Path(out)
+    check_not_diverged(folder)
     if not (folder / CHECKPOINT).is_file() or not (folder / CONFIG).is_file():
         raise TrainingError(f"{folder} is not a run folder (no {CONFIG} and {CHECKPOINT})")
     config = read_config(folder)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
-from ..io import atomic_write
+from ..io import atomic_write, parse_json
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,6 @@ class FederatedDataset:
         memory-mapped (a folder: :func:`uvtrain.data.stream.read_stream_folder`);
         :class:`DatasetError` naming the file when it is not one (not a zip, truncated, corrupt,
         missing arrays, pickled objects: refused)."""
-        import json
         import zipfile
         import zlib
 
@@ -148,7 +147,7 @@ class FederatedDataset:
             )
         try:
             with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(bytes(data["meta"]).decode())
+                meta = parse_json(bytes(data["meta"]).decode())
                 groups = {}
                 for group in ("clients", "unknown"):
                     groups[group] = [

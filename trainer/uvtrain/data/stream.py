@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError
+from ..io import parse_json
 from .base import ClientData, FederatedDataset
 
 #: The ``format`` of a stream folder's index (a later layout gets another).
@@ -261,7 +262,7 @@ def read_stream_folder(folder: str | Path) -> FederatedDataset:
         return FederatedDataset.from_meta(meta, groups["clients"], groups["unknown"])
     except KeyError as error:
         raise DatasetError(f"{folder}: not a stream folder ({INDEX} has no {error})") from None
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, OverflowError) as error:
         reason = " ".join(str(error).split())[:160] or type(error).__name__
         raise DatasetError(f"{folder}: not a readable stream folder ({reason})") from None
 
@@ -272,8 +273,8 @@ def _read_index(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise DatasetError(f"{folder}: not a stream folder (no {INDEX} in it)")
     try:
-        index = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        index = parse_json(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
         reason = " ".join(str(error).split()) or type(error).__name__
         raise DatasetError(f"{path}: not a readable index ({reason})") from None
     if not isinstance(index, dict) or index.get("format") != STREAM_FORMAT:
