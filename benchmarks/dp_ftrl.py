@@ -88,7 +88,6 @@ def runs() -> dict[str, tuple[str, str, int]]:
         f"{SHORT[method]}-{m}-s{seed}": (method, m, seed)
         for method in RECIPES
         for m in MECHANISMS
-        if method == "fedhide" or m != "period"  # FedUV: the fixed-C twin left out (CPU time)
         for seed in SEEDS
     }
 

@@ -283,3 +283,44 @@ def test_deployment_dp_tables_seeds_against_their_own_baseline(tmp_path: Path) -
     text = (tmp_path / "out" / "deployment-dp.md").read_text()
     assert "| 0, 1 | 0.035 (0.030–0.040) | 0.045 (0.040–0.050) |" in text
     assert "-0.001: a tie (inside the seeds' spread)" in text
+
+
+def test_dp_ftrl_tables_each_mechanism_over_seeds_against_no_dp_and_todays(
+    tmp_path: Path,
+) -> None:
+    """benchmarks/dp_ftrl.py: every run's row, and each mechanism's mean and range over its
+    seeds, a tie when the difference of the means is inside the larger spread of the two."""
+    import json
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from dp_ftrl import runs, table
+
+    def split(eer: float) -> dict:
+        return {"eer": eer, "tpr_at_fpr": {}, "min_dcf": None}
+
+    eers = {"off": (0.10, 0.12, 0.14), "poisson": (0.11, 0.13, 0.15), "tree": (0.30, 0.31, 0.32)}
+    for name, (method, mechanism, seed) in runs().items():
+        if method != "fedhide" or mechanism not in eers:
+            continue
+        eer = eers[mechanism][seed]
+        privacy = None if mechanism == "off" else {
+            "epsilon_release": 8.0, "epsilon_server": 8.0 if mechanism == "tree" else 276.0,
+            "delta": 2.5e-7, "noise_multiplier": 1.0, "server_participations": 1,
+            "clip_norm": 0.25, "noise": "tree" if mechanism == "tree" else "independent"}  # fmt: skip
+        folder = tmp_path / "runs" / name
+        folder.mkdir(parents=True)
+        report = {"rounds": 60, "splits": {"test_known": split(eer), "unknown": split(eer + 0.05)},
+                  "privacy": privacy, "throughput": {"device": "cpu"}}  # fmt: skip
+        (folder / "report.json").write_text(json.dumps(report))
+    table(tmp_path / "runs", tmp_path / "out", tmp_path / "record.json")
+    summary = {
+        r["mechanism"]: r for r in json.loads((tmp_path / "record.json").read_text())["summary"]
+    }
+    assert summary["off"]["mean"] == pytest.approx(0.12) and summary["off"]["verdict"] is None
+    assert summary["poisson"]["verdict"] == "a tie"  # +0.01 inside a spread of 0.04
+    assert summary["tree"]["verdict"] == "outside the spread"
+    assert summary["tree"]["verdict_today"] == "outside the spread"
+    assert summary["tree"]["change_today"] == pytest.approx(0.18)
+    text = (tmp_path / "out" / "dp-ftrl.md").read_text()
+    assert "| fedhide | no DP | ∞ | 3 | 0.120 (0.100–0.140)" in text
+    assert (tmp_path / "out" / "dp-ftrl.png").is_file()
