@@ -380,7 +380,12 @@ def test_the_aggregate_divides_by_the_expected_cohort(mechanism: str) -> None:
         torch.testing.assert_close(released[name], value + noise[name] / 8.0)
 
 
-def test_the_flower_plan_spends_exactly_what_the_simulator_plans() -> None:
+@pytest.mark.parametrize(("deployed_period", "simulated_period"), [(None, 2), (0, None)])
+def test_the_flower_plan_spends_exactly_what_the_simulator_plans(
+    deployed_period: int | None, simulated_period: int | None
+) -> None:
+    """The deployment's default is the participation rule with a period of devices // cohort
+    (12 // 6 = 2), the simulator's is Poisson sampling; each planned alike as the other's."""
     pytest.importorskip("uvdeploy")
     from uvdeploy.dp import plan as flower_plan
     from uvdeploy.settings import DeploySettings
@@ -389,8 +394,11 @@ def test_the_flower_plan_spends_exactly_what_the_simulator_plans() -> None:
 
     settings = {"method": "feduv", "rounds": 40, "fraction": 0.5, "dp": "distributed",
                 "dp_epsilon": 6.0, "adaptive_clipping": True, "clip_count_std": 8.0}  # fmt: skip
-    simulated = privacy_plan(RunConfig.from_flat({**settings, "dataset": "formant-voices"}), 12)
-    deployed = flower_plan(DeploySettings.from_run_config(settings), 12)
+    run = {**settings, "dataset": "formant-voices", "dp_period": simulated_period}
+    simulated = privacy_plan(RunConfig.from_flat(run), 12)
+    deployed = flower_plan(
+        DeploySettings.from_run_config({**settings, "dp_period": deployed_period}), 12
+    )
     assert simulated is not None and deployed is not None
     assert deployed.report() == simulated.report()
     for rounds in (1, 17, 40):
