@@ -81,6 +81,16 @@ LABELS = {
 }
 
 
+#: The figure's short names.
+TICKS = {
+    "off": "no DP",
+    "poisson": "DP-FedAvg\nPoisson\n(today's)",
+    "period-adaptive": "DP-FedAvg\none a period\nadaptive C",
+    "period": "DP-FedAvg\none a period\nC fixed",
+    "tree": "DP-FTRL\none a period\nC fixed",
+}
+
+
 def runs() -> dict[str, tuple[str, str, int]]:
     """Every run by name, ``hide-MECHANISM-sSEED`` (FedHide) and ``uv-…`` (FedUV): its method,
     mechanism and seed."""
@@ -296,8 +306,7 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
             )
             axis.annotate(note, (x, r["high"]), textcoords="offset points", xytext=(0, 6),
                           ha="center", fontsize=7)  # fmt: skip
-        axis.set_xticks(range(len(mine)), [LABELS[r["mechanism"]].replace(", ", "\n", 1)
-                                           for r in mine], fontsize=6)  # fmt: skip
+        axis.set_xticks(range(len(mine)), [TICKS[r["mechanism"]] for r in mine], fontsize=7)
         axis.set_ylabel(f"{method} EER by enrollment, test_known (lower is better)", fontsize=8)
         recipe = RECIPES[method]
         axis.set_title(f"{method}: {recipe[recipe.index('--rounds') + 1]} rounds, "
