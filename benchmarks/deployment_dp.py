@@ -43,8 +43,8 @@ from typing import Any
 
 from _runs import method_label
 
+from uvtrain.accounting import membership_eer_floor
 from uvtrain.io import save_figure, write_json
-from uvtrain.privacy import membership_eer_floor
 
 #: The population (privacy_curve.py's ``dp`` scale) and each method's recipe.
 COMMON = ["--clients", "1000", "--batch-size", "16", "--server-optimizer", "sgd",

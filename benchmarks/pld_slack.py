@@ -4,13 +4,13 @@
 For each setting it prints:
 
 - ``ε`` of the run's Poisson-subsampled Gaussian (add/remove) from dp-accounting's RDP
-  accountant (:func:`uvtrain.privacy.epsilon_release`, what the trainer states) and from its PLD
+  accountant (:func:`uvtrain.accounting.epsilon_release`, what the trainer states) and from its PLD
   accountant (``PLDAccountant``, its default loss bucket 10⁻⁴), and their ratio;
 - the membership EER floor (``max over ε of (1 − δ(ε)) / (1 + e^ε)``, docs/privacy.md) from the
   RDP profile (``rdp.compute_delta`` on a grid of ε, how the trainer computed it until issue 45)
   and from the PLD (``(1 − δ(0)) / 2``, where that maximum is:
-  :func:`uvtrain.privacy.membership_eer_floor`), with losses in buckets of
-  :data:`uvtrain.privacy.FLOOR_LOSS_INTERVAL` (the trainer's) and of 10⁻⁴ beside it, with the
+  :func:`uvtrain.accounting.membership_eer_floor`), with losses in buckets of
+  :data:`uvtrain.accounting.FLOOR_LOSS_INTERVAL` (the trainer's) and of 10⁻⁴ beside it, with the
   seconds each PLD floor took.
 
 The settings: the four of ``tests/trainer/test_privacy.py``'s RDP-against-PLD check; the privacy
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from uvtrain.privacy import FLOOR_LOSS_INTERVAL, _rdp_per_round, epsilon_release
+from uvtrain.accounting import FLOOR_LOSS_INTERVAL, _rdp_per_round, epsilon_release
 
 RECORD = Path(__file__).resolve().parents[1] / "docs" / "figures" / "privacy-deployment.json"
 

@@ -5,7 +5,7 @@ privacy at ε ∈ {∞, 16, 8, 4, 2}, on a population large enough for DP to lea
 Each run is ``uvtrain run`` with the deployment's default mechanism (``--dp distributed``: every
 client clips its update and adds its share of the noise; the sum is what SecAgg+ would reveal),
 adaptive clipping (Andrew et al. 2021: γ 0.5, η_C 0.2, σ_b = m/20, from C = 0.1), ``δ`` the
-default (``0.1/N`` when the curve was measured; ``uvtrain.privacy.default_delta`` now).
+default (``0.1/N`` when the curve was measured; ``uvtrain.accounting.default_delta`` now).
 ε = ∞ is the same run without DP. With ``--audit AUDIT_JSON`` (``uvtrain audit --dp-epsilon
 inf,16,8,4,2``, the disaggregation attack through SecAgg+ at the same budgets) it also plots EER
 against the whole codewords that attack recovers.

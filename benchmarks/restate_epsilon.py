@@ -12,14 +12,14 @@ the rounds and the ``δ`` the docs state. For each run it prints:
   Wang, Balle and Kasiviswanathan 2019, Thm. 27; the update at ``z_Δ/2`` of the sensitivity
   ``2C`` and the count at ``σ_b`` composed);
 - **the same noise under today's mechanism** (Poisson-sampled cohorts, fixed denominator,
-  bits shifted to ``±½``: :func:`uvtrain.privacy.epsilon_release` of ``z = (z_Δ⁻² + (2σ_b)⁻²)^(−½)``,
+  bits shifted to ``±½``: :func:`uvtrain.accounting.epsilon_release` of ``z = (z_Δ⁻² + (2σ_b)⁻²)^(−½)``,
   add/remove), at the docs' ``δ`` and at today's default ``δ``
-  (:func:`uvtrain.privacy.default_delta`) — what a new run with this noise gets.
+  (:func:`uvtrain.accounting.default_delta`) — what a new run with this noise gets.
 
 Usage: ``python benchmarks/restate_epsilon.py`` (about a minute).
 
 ``--server`` (issue 45) prints instead, for the noise of each run the docs state an ``ε`` for,
-the ``ε`` against the server that ran training (:func:`uvtrain.privacy.epsilon_server`: no
+the ``ε`` against the server that ran training (:func:`uvtrain.accounting.epsilon_server`: no
 amplification, the Gaussian mechanism of ``z`` over the rounds a user joins) for a user in every
 round and in the expected ``⌈qR⌉``, beside the released model's (:func:`uvtrain.privacy.
 epsilon_release`), at the docs' ``δ`` (a second or two).
@@ -34,7 +34,7 @@ import math
 import dp_accounting
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
-from uvtrain.privacy import (
+from uvtrain.accounting import (
     default_delta,
     effective_noise_multiplier,
     epsilon_release,

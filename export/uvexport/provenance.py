@@ -150,7 +150,7 @@ def _membership_eer_floor(privacy: dict[str, Any]) -> float:
     written before the trainer stated it."""
     floor = privacy.get("membership_eer_floor")
     if floor is None:
-        from uvtrain.privacy import membership_eer_floor
+        from uvtrain.accounting import membership_eer_floor
 
         floor = membership_eer_floor(
             privacy["noise_multiplier"], privacy["sampling_rate"], privacy["rounds"]
@@ -163,7 +163,7 @@ def _epsilon_server(privacy: dict[str, Any]) -> float:
     computed from its noise for a user in every round (the most Poisson sampling allows)."""
     value = privacy.get("epsilon_server")
     if value is None:
-        from uvtrain.privacy import epsilon_server
+        from uvtrain.accounting import epsilon_server
 
         value = epsilon_server(privacy["noise_multiplier"], privacy["rounds"], privacy["delta"])
     return float(value)

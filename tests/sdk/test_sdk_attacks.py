@@ -921,7 +921,7 @@ def test_46_the_floor_bound_holds_for_every_guarantee_the_trainer_states() -> No
     refused (the grid issue 46 measured: noise 0.3-5, sampling 0.01-1, 1-200 rounds)."""
     from uvsdk.training import FLOOR_TOLERANCE, membership_floor_bound
 
-    uvtrain_privacy = pytest.importorskip("uvtrain.privacy")
+    uvtrain_privacy = pytest.importorskip("uvtrain.accounting")
     for noise, rate, rounds, delta in [(0.3, 0.01, 200, 1e-6), (1.0, 1.0, 200, 1e-3),
                                        (5.0, 0.1, 10, 1e-6), (0.7, 0.5, 1, 1e-3)]:  # fmt: skip
         epsilon = uvtrain_privacy.epsilon_release(noise, rate, rounds, delta)

@@ -177,7 +177,8 @@ def test_deployment_dp_tables_finished_and_stopped_runs(tmp_path: Path) -> None:
     sys.path.insert(0, str(BENCHMARKS))
     from deployment_dp import table
 
-    from uvtrain.privacy import membership_eer_floor, plan_privacy
+    from uvtrain.accounting import membership_eer_floor
+    from uvtrain.privacy import plan_privacy
 
     def split(eer: float) -> dict:
         return {"eer": eer, "tpr_at_fpr": {}, "min_dcf": None}

@@ -13,15 +13,8 @@ import pytest
 import torch
 
 from tests.trainer.test_privacy import _analytic_gaussian_epsilon
-from uvtrain.privacy import (
-    TreeNoise,
-    gaussian_eer_floor,
-    period_lengths,
-    plan_privacy,
-    prefix_nodes,
-    seeded_noise,
-    tree_depth,
-)
+from uvtrain.accounting import gaussian_eer_floor, period_lengths, tree_depth
+from uvtrain.privacy import TreeNoise, plan_privacy, prefix_nodes, seeded_noise
 from uvtrain.rounds import period_cohort
 
 

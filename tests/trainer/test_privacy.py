@@ -13,18 +13,20 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("dp_accounting")
 
+from uvtrain.accounting import (  # noqa: E402
+    epsilon_release,
+    epsilon_server,
+    noise_multiplier,
+    update_noise_multiplier,
+)
 from uvtrain.errors import ConfigError  # noqa: E402
 from uvtrain.privacy import (  # noqa: E402
     AdaptiveClipping,
     PrivateSum,
     PrivateUsers,
     UserLevelDP,
-    epsilon_release,
-    epsilon_server,
-    noise_multiplier,
     plan_privacy,
     seeded_noise,
-    update_noise_multiplier,
     update_norms,
 )
 from uvtrain.rounds import ClientUpdates, RoundPlan  # noqa: E402
@@ -121,7 +123,7 @@ def test_the_accountant_matches_published_values_and_the_librarys_other_accounta
     assert epsilon_release(z, q, rounds, delta) == pytest.approx(by_hand, rel=1e-9)
     # and at order 2 the sampled Gaussian's RDP in closed form (Mironov, Talwar and Zhang 2019,
     # Sec. 3.3, integer α): log(1 + q² (e^{1/z²} − 1))
-    from uvtrain.privacy import _rdp_per_round
+    from uvtrain.accounting import _rdp_per_round
 
     table, divergence = _rdp_per_round(z, q)
     assert divergence[table.index(2.0)] == pytest.approx(math.log1p(q**2 * math.expm1(z**-2)))
@@ -238,7 +240,7 @@ def test_at_simulated_deployment_scale_the_server_epsilon_is_a_deployments_users
 
 
 def test_delta_defaults_below_one_over_n_to_the_1_1() -> None:
-    from uvtrain.privacy import default_delta
+    from uvtrain.accounting import default_delta
 
     for users in (4, 60, 1000, 10**5, 10**6, 10**8):
         assert default_delta(users) <= users**-1.1 and default_delta(users) <= 1e-6
@@ -289,7 +291,7 @@ def test_adaptive_clipping_follows_the_quantile_of_the_update_norms() -> None:
 
 
 def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
-    from uvtrain.privacy import effective_noise_multiplier
+    from uvtrain.accounting import effective_noise_multiplier
 
     # bits shifted to ±½: adding or removing a user moves the count by ½ and the update by C,
     # so the pair (z_Δ·C on the update, σ_b on the count) is one Gaussian mechanism whose
@@ -462,7 +464,7 @@ def test_the_membership_eer_floor_is_the_gaussian_mechanisms_exact_one() -> None
     less only its pessimistic discretisation."""
     from statistics import NormalDist
 
-    from uvtrain.privacy import membership_eer_floor
+    from uvtrain.accounting import membership_eer_floor
 
     floors = []
     for noise in (0.5, 1.0, 2.0, 4.0):
@@ -482,7 +484,7 @@ def test_the_membership_eer_floor_is_at_epsilon_zero_and_above_rdps() -> None:
     800 rounds, z of ε 8 and 2 at δ 10⁻⁴) and a deployment-scale one (q = 0.001, z of ε 8 at
     δ 2.5·10⁻⁷): 0.206 / 0.397 / 0.457 from the PLD, 0.061 / 0.349 / 0.390 from RDP, as
     ``python benchmarks/pld_slack.py`` prints them."""
-    from uvtrain.privacy import _composed_pld, membership_eer_floor
+    from uvtrain.accounting import _composed_pld, membership_eer_floor
 
     grid = np.concatenate([[0.0], np.geomspace(1e-3, 40.0, 300)])
     for noise, rate, rounds, pld, rdp in ((1.817, 0.1, 800, 0.206, 0.061),
@@ -662,8 +664,8 @@ def test_dp_input_errors_are_one_line_and_exit_2(
 
 
 def test_fedgns_proxy_is_accounted_as_a_gaussian_mechanism() -> None:
+    from uvtrain.accounting import release_epsilon
     from uvtrain.algorithms import FedGN
-    from uvtrain.privacy import release_epsilon
 
     # Δ = 2 (unit prototypes): the Gaussian mechanism of multiplier σ/Δ, as the closed form
     # written by hand gives it (σ = 2: multiplier 1), and composed over the releases

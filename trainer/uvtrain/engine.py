@@ -364,7 +364,7 @@ class Simulation(GlobalModel):
     def participations(self, rounds: int) -> np.ndarray:
         """``[K]`` how many of rounds ``1..rounds`` each client joined, by the selection
         (:meth:`clients_of_round`, a function of ``(seed, round)``): what the server that drew
-        the cohorts knows (:func:`uvtrain.privacy.epsilon_server`)."""
+        the cohorts knows (:func:`uvtrain.accounting.epsilon_server`)."""
         joined = np.zeros(self.num_clients, dtype=np.int64)
         for round_number in range(1, rounds + 1):
             joined[self.clients_of_round(round_number)] += 1

@@ -1,6 +1,7 @@
 """User-level differential privacy for the one round (:mod:`uvtrain.rounds`): one mechanism
-(:class:`UserLevelDP`: clipping, Gaussian noise central or distributed, adaptive clipping) and
-the accountant. The simulator (:class:`PrivateUsers`, :class:`PrivateSum`), the audit (the same
+(:class:`UserLevelDP`: clipping, Gaussian noise central or distributed, independent or tree
+aggregated, adaptive clipping) and a run's plan (:class:`PrivacyPlan`), whose figures the
+accountant computes (:mod:`uvtrain.accounting`, pure numbers). The simulator (:class:`PrivateUsers`, :class:`PrivateSum`), the audit (the same
 over its SecAgg+ transport) and the Flower devices and server (``uvdeploy``) all run it.
 
 The mechanism is DP-FedAvg (McMahan et al., ICLR 2018) with the noise placed as in Kairouz et al.
@@ -83,18 +84,31 @@ Everything random is drawn from ``(seed, round, client)``, so a resumed DP run i
 
 from __future__ import annotations
 
-import logging
 import math
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from .accounting import (
+    capped_noise_multiplier,
+    default_delta,
+    epsilon_release,
+    epsilon_server,
+    gaussian_eer_floor,
+    gaussian_epsilon,
+    membership_eer_floor,
+    noise_multiplier,
+    participation_units,
+    period_lengths,
+    tree_depth,
+    update_noise_multiplier,
+)
 from .algorithms.base import Tensors
 from .errors import ConfigError, TrainingError
 from .rounds import Aggregator, ClientUpdates, RoundPlan
@@ -148,197 +162,6 @@ PERIOD_ADVERSARIES = {
 COUNT_BITS = "±½"
 
 
-def default_delta(users: int) -> float:
-    """``δ`` when none is given: ``min(N^−1.1, 10⁻⁶)`` for ``N`` users — below ``1/N^1.1`` at
-    every population (a mechanism that publishes one random user's data whole is
-    ``(0, 1/N)``-DP, so ``δ`` must be well below ``1/N``), and pfl-research's benchmark ``10⁻⁶``
-    wherever that is smaller (up to ``N`` ≈ 285,000)."""
-    return min(max(1, users) ** -1.1, 1e-6)
-
-
-def round_event(noise: float, sampling_rate: float) -> Any:
-    """One round as a ``dp_accounting`` event: the sum of the cohort's clipped updates with
-    noise ``N(0, (noise·C)²)`` — a Gaussian mechanism of multiplier ``noise`` under add/remove
-    adjacency (sensitivity ``C``) — on a Poisson-sampled cohort of rate ``sampling_rate``."""
-    import dp_accounting
-
-    return dp_accounting.PoissonSampledDpEvent(sampling_rate, dp_accounting.GaussianDpEvent(noise))
-
-
-@lru_cache(maxsize=256)
-def _rdp_per_round(noise: float, sampling_rate: float) -> tuple[tuple[float, ...], np.ndarray]:
-    """The RDP orders and the Rényi divergence of one round (it composes by addition)."""
-    import dp_accounting
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp
-
-    logging.getLogger("absl").setLevel(logging.ERROR)  # its convergence notes per order
-    accountant = rdp.RdpAccountant(None, dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-    accountant.compose(round_event(noise, sampling_rate), 1)
-    return tuple(accountant._orders), np.asarray(accountant._rdp, dtype=np.float64)
-
-
-def epsilon_release(noise: float, sampling_rate: float, rounds: int, delta: float) -> float:
-    """The add/remove ``ε`` of ``rounds`` rounds of the Gaussian sum with noise multiplier
-    ``noise`` (relative to the clip norm ``C``) on Poisson-sampled cohorts of rate
-    ``sampling_rate`` (:func:`round_event`), for ``δ`` (``inf`` without noise): the guarantee
-    against whoever sees the released models but not the cohorts (RDP accountant)."""
-    if rounds <= 0:
-        return 0.0
-    if noise <= 0:
-        return math.inf
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp
-
-    orders, per_round = _rdp_per_round(float(noise), float(sampling_rate))
-    value, _ = rdp.compute_epsilon(orders, per_round * rounds, delta)
-    return float(value)
-
-
-@lru_cache(maxsize=4096)
-def epsilon_server(noise: float, participations: int, delta: float) -> float:
-    """The add/remove ``ε`` against the server that picks the cohorts, for a user who joined
-    ``participations`` rounds of the Gaussian sum with noise multiplier ``noise``: no
-    amplification by subsampling (the server knows who was sampled), so the Gaussian mechanism
-    of sensitivity ``C`` composed ``k`` times — exactly one Gaussian mechanism of multiplier
-    ``noise/√k`` (the sum of ``k`` independent Gaussian releases is sufficient for them).
-
-    Its privacy profile is in closed form (Balle and Wang, "Improving the Gaussian Mechanism for
-    Differential Privacy", ICML 2018, Theorem 8), ``δ(ε) = Φ(1/(2σ) − εσ) − e^ε Φ(−1/(2σ) − εσ)``
-    with ``σ = noise/√k``: dp-accounting's PLD ``GaussianPrivacyLoss.get_delta_for_epsilon``;
-    ``ε`` is found by bisection to a relative 10⁻⁹. ``0`` for no participation, ``inf``
-    without noise.
-
-    Parameters
-    ----------
-    noise:
-        ``z``, the noise multiplier of each round's sum (relative to the clip norm).
-    participations:
-        ``k``, the rounds the user joined (or can join).
-    delta:
-        ``δ``.
-    """
-    if participations <= 0:
-        return 0.0
-    if noise <= 0:
-        return math.inf
-    from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
-
-    loss = GaussianPrivacyLoss(noise / math.sqrt(participations), sensitivity=1.0)
-
-    def profile(value: float) -> float:
-        return float(loss.get_delta_for_epsilon(value))
-
-    if profile(0.0) <= delta:
-        return 0.0
-    return _smallest_at_most(profile, delta, 1e-9)
-
-
-def _smallest_at_most(
-    falling: Callable[[float], float], target: float, tolerance: float, limit: float = math.inf
-) -> float:
-    """The smallest ``x > 0`` (to a relative ``tolerance``) at which the non-increasing
-    ``falling(x) <= target``: doubling from 1, then bisection. :class:`ValueError` when ``x``
-    would pass ``limit``."""
-    low, high = 0.0, 1.0
-    while falling(high) > target:
-        low, high = high, high * 2
-        if high > limit:
-            raise ValueError(f"no x up to {limit:g} reaches {target:g}")
-    while high - low > tolerance * high:
-        middle = (low + high) / 2
-        if falling(middle) > target:
-            low = middle
-        else:
-            high = middle
-    return high
-
-
-#: The privacy-loss bucket of the PLD :func:`membership_eer_floor` reads (dp-accounting's
-#: ``value_discretization_interval``). dp-accounting rounds each loss up (its pessimistic
-#: estimate), so a coarser bucket only overstates ``δ`` and lowers the floor: it stays a valid
-#: lower bound. 10⁻³ gives the floors of the docs' runs within 0.001 of 10⁻⁴'s, in 0.01–0.25 s
-#: instead of 0.03–1.3 s on one core (``python benchmarks/pld_slack.py``); results are cached.
-FLOOR_LOSS_INTERVAL = 1e-3
-#: The most buckets the composed PLD may need in the worst case (:func:`_composed_pld`): with
-#: little noise the losses span so far that ``rounds`` rounds at :data:`FLOOR_LOSS_INTERVAL`
-#: would not fit in memory (a simulation's own users, noise ``z·m/M``), and the bucket grows.
-FLOOR_MAX_BUCKETS = 1e8
-
-
-@lru_cache(maxsize=256)
-def membership_eer_floor(noise: float, sampling_rate: float, rounds: int) -> float:
-    """The lowest equal error rate any test of "was this user in training" can have against
-    a model trained with user-level DP (docs/privacy.md, "Verifying by enrollment").
-
-    Hypothesis testing under ``(ε, δ)``-DP (Kairouz, Oh and Viswanath, ICML 2015, Thm. 2.1):
-    ``TPR ≤ e^ε·FPR + δ`` and ``1 − FPR ≤ e^ε·(1 − TPR) + δ``, for every point ``(ε, δ(ε))`` of
-    the run's privacy profile. At the equal error rate ``e`` this reads
-    ``1 − e ≤ e^ε·e + δ(ε)``, so ``e ≥ (1 − δ(ε)) / (1 + e^ε)``, the largest over ``ε``.
-
-    The profile is dp-accounting's privacy loss distribution (PLD) of the run: one round's
-    Poisson-subsampled Gaussian (``from_gaussian_mechanism(z, sampling_prob=q)``, add/remove:
-    both directions, ``δ(ε)`` the larger) composed over ``rounds`` — tight up to its
-    discretisation (:data:`FLOOR_LOSS_INTERVAL`, pessimistic), where the RDP profile is an
-    upper bound on ``δ(ε)``, loosest at small ``ε``, and so gave a lower floor (0.061 instead of
-    0.206 at the curve's ε 8; kept as the cross-check in tests/trainer/test_privacy.py).
-
-    The profile ``(ε, δ(ε))`` over all ``ε`` determines the mechanism's trade-off function (Dong,
-    Roth and Su, "Gaussian Differential Privacy", 2019, Prop. 2.12: ``β(α) ≥ sup_ε 1 − δ(ε) −
-    e^ε·α``), and with both directions of add/remove it is symmetric (``β = β⁻¹``). A convex
-    symmetric trade-off function's subgradients at its fixed point ``α = β(α) = e`` come in
-    pairs ``s, 1/s``, so ``−1`` is one of them: the line ``α + β = 2e`` supports the curve there,
-    and the largest ``(1 − δ(ε)) / (1 + e^ε)`` is at ``ε = 0``. The floor is therefore
-
-        ``e = (1 − δ(0)) / 2``,
-
-    with ``δ(0)`` the total variation distance between the model's laws with and without the
-    user (``1 − δ(0)`` is the least ``FPR + FNR`` of any test). That is what this computes; a test checks it
-    against the maximum over a grid of ``ε``. FedUV's codeword test (and the baselines'
-    class-row test) is such a test: without user ``k`` the model is independent of ``k``'s
-    secret codeword bits.
-    """
-    if rounds <= 0 or noise <= 0:
-        return 0.0 if noise <= 0 else 0.5
-    profile = _composed_pld(float(noise), float(sampling_rate), int(rounds))
-    total_variation = min(1.0, float(profile.get_delta_for_epsilon(0.0)))
-    return max(0.0, (1 - total_variation) / 2)
-
-
-def _composed_pld(noise: float, sampling_rate: float, rounds: int) -> Any:
-    """The PLD of ``rounds`` rounds of :func:`round_event` (add/remove, pessimistic, losses in
-    buckets of :data:`FLOOR_LOSS_INTERVAL`, or wider where the worst case would need more than
-    :data:`FLOOR_MAX_BUCKETS`).
-
-    One round's losses span at most ``(1 + 20σ)/σ²`` (the Gaussian's ``x − ½`` over ``σ²``,
-    dp-accounting truncating ``x`` at about ``10σ`` either side; subsampling only narrows it),
-    and ``rounds`` rounds at most ``rounds`` times that. A wider bucket is still pessimistic, so
-    the floor stays a lower bound; where it widens, the floor is about 0 anyway (z = 0.045 at
-    q = 0.1 over 800 rounds: 0.000)."""
-    from dp_accounting.pld import privacy_loss_distribution
-
-    span = rounds * (1 + 20 * noise) / noise**2
-    one_round = privacy_loss_distribution.from_gaussian_mechanism(
-        noise,
-        sampling_prob=sampling_rate,
-        value_discretization_interval=max(FLOOR_LOSS_INTERVAL, span / FLOOR_MAX_BUCKETS),
-    )
-    return one_round.self_compose(rounds)
-
-
-def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: float) -> float:
-    """The smallest noise multiplier ``z`` (to 0.1 %) whose run of ``rounds`` rounds spends at
-    most ``target`` ε (bisection on :func:`epsilon_release`, which falls as ``z`` grows)."""
-    if not target > 0:
-        raise ConfigError(f"--dp-epsilon must be positive, not {target}")
-
-    def spent(noise: float) -> float:
-        return epsilon_release(noise, sampling_rate, rounds, delta)
-
-    try:
-        return _smallest_at_most(spent, target, 1e-3, limit=1e4)
-    except ValueError:
-        raise ConfigError(f"no noise reaches ε = {target} in {rounds} rounds") from None
-
-
 @dataclass(frozen=True)
 class AdaptiveClipping:
     """Adaptive clipping (Andrew et al., NeurIPS 2021): the clip norm moves towards the
@@ -364,71 +187,6 @@ class AdaptiveClipping:
             "count_bits": COUNT_BITS,
             "update_noise_multiplier": update_noise_multiplier(noise, self.count_std),
         }
-
-
-def update_noise_multiplier(noise: float, count_std: float) -> float:
-    """``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)``: the update's noise multiplier that, with the clip
-    count's noise ``σ_b``, makes the pair as private as one Gaussian mechanism of multiplier
-    ``z`` (Andrew, Thakkar, McMahan and Ramaswamy, "Differentially Private Learning with
-    Adaptive Clipping", NeurIPS 2021, Sec. 3.1 and Theorem 1). It holds for bits shifted to
-    ``±½`` (:meth:`UserLevelDP.user_half`): under add/remove the count's sensitivity is ½ against the
-    update's ``C``. A ``σ_b`` of at most ``z/2`` leaves nothing for the update: refused."""
-    rest = noise**-2 - (2.0 * count_std) ** -2
-    if not rest > 0:
-        raise ConfigError(
-            f"adaptive clipping: a count noise of {count_std:.3g} spends the whole budget of "
-            f"z = {noise:.3g}; give --clip-count-std above {noise / 2:.3g}"
-        )
-    return rest**-0.5
-
-
-def effective_noise_multiplier(update_noise: float, count_std: float) -> float:
-    """``z = (z_Δ⁻² + (2σ_b)⁻²)^(−1/2)``: the single multiplier the pair (update at ``z_Δ``,
-    count at ``σ_b``) is as private as; the inverse of :func:`update_noise_multiplier`."""
-    return (update_noise**-2 + (2.0 * count_std) ** -2) ** -0.5
-
-
-def release_epsilon(sigma: float, sensitivity: float, releases: int, delta: float) -> float:
-    """``ε`` of ``releases`` releases of a value of L2 sensitivity ``sensitivity`` (between any
-    two users' values), each with ``N(0, σ² I)`` added: the Gaussian mechanism of
-    multiplier ``σ / Δ`` composed without sampling (the server knows who sent):
-    :func:`epsilon_server` of that multiplier.
-
-    FedGN's proxy ``normalize(w + σ n)`` of a unit prototype ``w`` is this mechanism with
-    ``Δ = 2`` (any unit vector against any other) followed by a normalisation, which is
-    post-processing and spends nothing more (FedHide paper, eq. 5 and the remark after it)."""
-    return epsilon_server(sigma / sensitivity, releases, delta)
-
-
-def tree_depth(steps: int) -> int:
-    """``⌈log₂(steps + 1)⌉``: the most nodes of a binary tree over ``steps`` rounds that hold one
-    round's sum (one per level: a leaf and its complete ancestors; :class:`TreeNoise`), the
-    sensitivity's square in units of ``C²`` of one participation (Kairouz et al., ICML 2021,
-    Appendix D; dp-accounting's ``SingleEpochTreeAggregationDpEvent``)."""
-    return int(steps).bit_length()
-
-
-def period_lengths(rounds: int, period: int) -> list[int]:
-    """The lengths of the periods of ``period`` rounds that cover rounds ``1..rounds`` (the last
-    may be shorter): the participation rule's windows and the tree's restarts."""
-    full, rest = divmod(max(0, rounds), period)
-    return [period] * full + ([rest] if rest else [])
-
-
-def gaussian_epsilon(mu: float, delta: float) -> float:
-    """The ``ε`` at ``δ`` of one Gaussian mechanism whose sensitivity is ``mu`` noise standard
-    deviations (``μ``-GDP; :func:`epsilon_server` of multiplier ``1/μ``, closed form)."""
-    if mu <= 0:
-        return 0.0
-    if not math.isfinite(mu):
-        return math.inf
-    return epsilon_server(1.0 / mu, 1, delta)
-
-
-def gaussian_eer_floor(mu: float) -> float:
-    """The lowest EER of any test against a ``μ``-GDP mechanism, ``Φ(−μ/2)``: its trade-off
-    curve ``β(α) = Φ(Φ⁻¹(1−α) − μ)`` (Dong, Roth and Su 2019, eq. 2.3) meets ``α = β`` there."""
-    return 0.5 * math.erfc(mu / (2 * math.sqrt(2)))
 
 
 @dataclass(frozen=True)
@@ -466,13 +224,9 @@ class PrivacyPlan:
         return self.period is not None
 
     def units(self, rounds: int) -> int:
-        """``S``: the sensitivity's square, in ``C²``, of the first ``rounds`` rounds for a user
-        under the participation rule — the periods it can join (independent noise), or the sum
-        of their trees' depths (tree noise: one participation sits in :func:`tree_depth` nodes,
-        each with its own noise)."""
+        """``S`` of the first ``rounds`` rounds (:func:`participation_units`)."""
         assert self.period is not None
-        lengths = period_lengths(rounds, self.period)
-        return sum(map(tree_depth, lengths)) if self.noise == "tree" else len(lengths)
+        return participation_units(rounds, self.period, self.noise)
 
     def mu(self, rounds: int) -> float:
         """``μ = √S / z``: under the participation rule the first ``rounds`` rounds are one
@@ -635,6 +389,28 @@ class PrivacyPlan:
             "expected_participations": self.expected_participations,
             "epsilon_server_expected": self.epsilon_server_at(expected),
             "adversaries": ADVERSARIES[self.mechanism],
+            **self._mechanism_report(),
+            "sampling_rate": self.sampling_rate,
+            "sampling": SAMPLING,
+            "accountant": ACCOUNTANT,
+            "server_accountant": SERVER_ACCOUNTANT,
+            "simulated_deployment": None
+            if not simulated
+            else {
+                **self._deployment_report(),
+                "note": "noise and ε of cohorts of noise_cohort from population; the "
+                "simulation averaged expected_cohort of users real users per round",
+                "simulated_users_participations": actual,
+                "simulated_users_epsilon_server": self.simulated_users_epsilon_server(actual),
+                "simulated_users_note": "the simulation's own users are far less private than "
+                "the deployment's: each of their rounds carries noise_scale of the noise",
+            },
+        }
+
+    def _mechanism_report(self) -> dict[str, Any]:
+        """What :meth:`report` states of the mechanism whatever the sampling: the floor, δ, the
+        noise and clipping, the schedule and the adjacency."""
+        return {
             "membership_eer_floor": self.membership_eer_floor,
             "delta": self.delta,
             "noise_multiplier": self.noise_multiplier,
@@ -645,27 +421,19 @@ class PrivacyPlan:
             "rounds": self.rounds,
             "expected_cohort": self.cohort,
             "users": self.users,
-            "sampling_rate": self.sampling_rate,
-            "sampling": SAMPLING,
-            "accountant": ACCOUNTANT,
-            "server_accountant": SERVER_ACCOUNTANT,
             "neighboring_relation": NEIGHBORING_RELATION,
             "adaptive_clipping": None
             if self.adaptive is None
             else self.adaptive.report(self.noise_multiplier),
-            "simulated_deployment": None
-            if not simulated
-            else {
-                "noise_cohort": self.noise_cohort,
-                "population": self.population,
-                "noise_scale": self.noise_scale,
-                "note": "noise and ε of cohorts of noise_cohort from population; the "
-                "simulation averaged expected_cohort of users real users per round",
-                "simulated_users_participations": actual,
-                "simulated_users_epsilon_server": self.simulated_users_epsilon_server(actual),
-                "simulated_users_note": "the simulation's own users are far less private than "
-                "the deployment's: each of their rounds carries noise_scale of the noise",
-            },
+        }
+
+    def _deployment_report(self) -> dict[str, Any]:
+        """The simulated deployment's cohort, population and the noise's scale onto the
+        simulation (:meth:`report`'s ``simulated_deployment``, before what each sampling adds)."""
+        return {
+            "noise_cohort": self.noise_cohort,
+            "population": self.population,
+            "noise_scale": self.noise_scale,
         }
 
     def _capped_report(self, joined: int | None) -> dict[str, Any]:
@@ -696,30 +464,15 @@ class PrivacyPlan:
                 "mu": self.mu(self.rounds),
             },
             "adversaries": PERIOD_ADVERSARIES[self.mechanism],
-            "membership_eer_floor": self.membership_eer_floor,
-            "delta": self.delta,
-            "noise_multiplier": self.noise_multiplier,
-            "update_noise_multiplier": self.update_noise,
-            "clip_count_std": self.count_std,
-            "clip_count_bits": None if self.adaptive is None else COUNT_BITS,
-            "clip_norm": self.clip_norm,
-            "rounds": self.rounds,
-            "expected_cohort": self.cohort,
-            "users": self.users,
+            **self._mechanism_report(),
             "sampling_rate": self.cohort_rate,
             "sampling": "period",
             "accountant": PERIOD_ACCOUNTANT,
             "server_accountant": PERIOD_ACCOUNTANT,
-            "neighboring_relation": NEIGHBORING_RELATION,
-            "adaptive_clipping": None
-            if self.adaptive is None
-            else self.adaptive.report(self.noise_multiplier),
             "simulated_deployment": None
             if self.noise_cohort is None
             else {
-                "noise_cohort": self.noise_cohort,
-                "population": self.population,
-                "noise_scale": self.noise_scale,
+                **self._deployment_report(),
                 "note": "noise and ε of a deployment's cohorts of noise_cohort from population "
                 "under its participation rule; the simulation averaged expected_cohort of users "
                 "real users per round",
@@ -845,31 +598,12 @@ def plan_privacy(
         raise ConfigError(f"--dp must be one of {', '.join(MECHANISMS)}, not {mechanism!r}")
     if not clip_norm > 0:
         raise ConfigError(f"--clip-norm must be positive, not {clip_norm}")
+    if dp_noise not in NOISES:
+        raise ConfigError(f"--dp-noise must be one of {', '.join(NOISES)}, not {dp_noise!r}")
+    if dp_noise == "tree":
+        check_tree(mechanism, adaptive)
     cohort = min(cohort, users)
-    defaulted = dp_noise == "tree" and period is None
-    if defaulted:
-        period = max(1, users // max(1, cohort))
-    if period is not None:
-        return _plan_capped(
-            mechanism,
-            clip_norm=clip_norm,
-            rounds=rounds,
-            cohort=cohort,
-            users=users,
-            target_epsilon=target_epsilon,
-            noise=noise,
-            delta=delta,
-            adaptive=adaptive,
-            clip_quantile=clip_quantile,
-            clip_learning_rate=clip_learning_rate,
-            clip_count_std=clip_count_std,
-            noise_cohort=noise_cohort,
-            population=population,
-            dp_noise=dp_noise,
-            period=period,
-            defaulted=defaulted,
-        )
-    accounted, rate = users, cohort / users
+    accounted, expected = users, cohort  # the population and cohort the accountant sees
     if noise_cohort is not None:
         if noise_cohort < cohort:
             raise ConfigError(
@@ -880,37 +614,42 @@ def plan_privacy(
             population = max(noise_cohort, round(noise_cohort * users / cohort))
         if population < noise_cohort:
             raise ConfigError(f"--dp-population {population} < --dp-noise-cohort {noise_cohort}")
-        accounted, rate = population, noise_cohort / population
+        accounted, expected = population, noise_cohort
     elif population is not None:
         raise ConfigError("--dp-population is the population of --dp-noise-cohort: give both")
+    if dp_noise == "tree" and period is None:
+        period = max(1, accounted // expected)
+    if period is not None:
+        if not 1 <= period <= 10**6:
+            raise ConfigError(f"--dp-period must be in [1, 10^6], not {period}")
+        if period * expected > accounted:
+            raise ConfigError(
+                f"--dp-period {period}: {period} rounds of cohorts of {expected} need "
+                f"{period * expected} users, there are {accounted} (at most "
+                f"{max(1, accounted // expected)})"
+            )
     delta = default_delta(accounted) if delta is None else delta
     if not 0 < delta < 1:
         raise ConfigError(f"--dp-delta must be in (0, 1), not {delta}")
     if noise is None:
         if target_epsilon is None:
             raise ConfigError("--dp needs --dp-epsilon (or --dp-noise-multiplier)")
-        noise = noise_multiplier(target_epsilon, rate, rounds, delta)
+        if period is None:
+            noise = noise_multiplier(target_epsilon, expected / accounted, rounds, delta)
+        else:
+            units = participation_units(rounds, period, dp_noise)
+            noise = capped_noise_multiplier(target_epsilon, units, delta)
     elif not noise > 0:
         raise ConfigError(f"--dp-noise-multiplier must be positive, not {noise}")
     clipping = None
     if adaptive:
-        expected = cohort if noise_cohort is None else noise_cohort
         count_std = expected / 20 if clip_count_std is None else clip_count_std
         clipping = AdaptiveClipping(clip_quantile, clip_learning_rate, float(count_std))
         update_noise_multiplier(float(noise), clipping.count_std)  # refused when impossible
     plan = PrivacyPlan(
-        mechanism,
-        float(noise),
-        clip_norm,
-        delta,
-        rounds,
-        cohort,
-        users,
-        target_epsilon,
-        clipping,
-        noise_cohort,
-        population,
-    )
+        mechanism, float(noise), clip_norm, delta, rounds, cohort, users, target_epsilon,
+        clipping, noise_cohort, population, noise=dp_noise, period=period,
+    )  # fmt: skip
     if target_epsilon is not None and plan.epsilon_release > target_epsilon * (1 + 1e-6):
         raise ConfigError(
             f"this run would spend ε = {plan.epsilon_release:.3g} > the budget {target_epsilon:g}: "
@@ -939,89 +678,6 @@ def check_tree(mechanism: str, adaptive: bool) -> None:
             "--dp-noise tree needs a fixed --clip-norm: a tree node sums rounds under one noise "
             "scale (drop --adaptive-clipping)"
         )
-
-
-def _plan_capped(
-    mechanism: str,
-    *,
-    clip_norm: float,
-    rounds: int,
-    cohort: int,
-    users: int,
-    target_epsilon: float | None,
-    noise: float | None,
-    delta: float | None,
-    adaptive: bool,
-    clip_quantile: float,
-    clip_learning_rate: float,
-    clip_count_std: float | None,
-    noise_cohort: int | None,
-    population: int | None,
-    dp_noise: str,
-    period: int,
-    defaulted: bool,
-) -> PrivacyPlan:
-    """:func:`plan_privacy` under the participation rule: the noise for ``target_epsilon`` is
-    ``z = √S · z₁``, ``z₁`` the one Gaussian mechanism's multiplier at that ``ε`` (a bisection
-    on the closed form, :func:`epsilon_server`), ``S`` the run's :meth:`PrivacyPlan.units`."""
-    if dp_noise not in NOISES:
-        raise ConfigError(f"--dp-noise must be one of {', '.join(NOISES)}, not {dp_noise!r}")
-    if dp_noise == "tree":
-        check_tree(mechanism, adaptive)
-    accounted, expected = users, cohort
-    if noise_cohort is not None:  # simulated deployment scale: the deployment's rule and noise
-        if noise_cohort < cohort:
-            raise ConfigError(
-                f"--dp-noise-cohort {noise_cohort} is smaller than the simulated cohort {cohort}: "
-                "it simulates a deployment's larger cohort"
-            )
-        if population is None:
-            population = max(noise_cohort, round(noise_cohort * users / cohort))
-        if population < noise_cohort:
-            raise ConfigError(f"--dp-population {population} < --dp-noise-cohort {noise_cohort}")
-        accounted, expected = population, noise_cohort
-        if defaulted:
-            period = max(1, population // noise_cohort)
-    elif population is not None:
-        raise ConfigError("--dp-population is the population of --dp-noise-cohort: give both")
-    if not 1 <= period <= 10**6:
-        raise ConfigError(f"--dp-period must be in [1, 10^6], not {period}")
-    if period * expected > accounted:
-        raise ConfigError(
-            f"--dp-period {period}: {period} rounds of cohorts of {expected} need "
-            f"{period * expected} users, there are {accounted} (at most "
-            f"{max(1, accounted // expected)})"
-        )
-    delta = default_delta(accounted) if delta is None else delta
-    if not 0 < delta < 1:
-        raise ConfigError(f"--dp-delta must be in (0, 1), not {delta}")
-    clipping = None
-    if adaptive:
-        count_std = expected / 20 if clip_count_std is None else clip_count_std
-        clipping = AdaptiveClipping(clip_quantile, clip_learning_rate, float(count_std))
-    plan = PrivacyPlan(
-        mechanism, 1.0, clip_norm, delta, rounds, cohort, users, target_epsilon, clipping,
-        noise_cohort, population, noise=dp_noise, period=period,
-    )  # fmt: skip
-    units = plan.units(rounds)
-    if noise is None:
-        if target_epsilon is None:
-            raise ConfigError("--dp needs --dp-epsilon (or --dp-noise-multiplier)")
-        if not target_epsilon > 0:
-            raise ConfigError(f"--dp-epsilon must be positive, not {target_epsilon}")
-        try:
-            one = _smallest_at_most(
-                lambda z: epsilon_server(z, 1, delta), target_epsilon, 1e-9, limit=1e6
-            )
-        except ValueError:
-            raise ConfigError(f"no noise reaches ε = {target_epsilon}") from None
-        noise = one * math.sqrt(max(1, units))
-    elif not noise > 0:
-        raise ConfigError(f"--dp-noise-multiplier must be positive, not {noise}")
-    plan = replace(plan, noise_multiplier=float(noise))
-    if clipping is not None:
-        update_noise_multiplier(float(noise), clipping.count_std)  # refused when impossible
-    return plan
 
 
 def plan_from_settings(

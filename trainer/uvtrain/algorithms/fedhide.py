@@ -162,7 +162,7 @@ class FedGN(FedGNParameters, ProxyBank):
 
     def release_noise(self) -> tuple[float, float]:
         """The proxy as a Gaussian mechanism: ``(σ, Δ)``, noise std and the L2 sensitivity of a
-        unit prototype (2), for :func:`uvtrain.privacy.release_epsilon`."""
+        unit prototype (2), for :func:`uvtrain.accounting.release_epsilon`."""
         return self.sigma, 2.0
 
 

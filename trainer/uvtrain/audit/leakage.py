@@ -45,12 +45,12 @@ def leakage_entry(simulation: Simulation) -> dict[str, Any]:
 
 def release_privacy(simulation: Simulation) -> dict[str, Any] | None:
     """The ``ε`` of a method's message as a Gaussian mechanism (``release_noise``: FedGN's
-    proxy), at ``δ`` = :func:`~uvtrain.privacy.default_delta` of ``N``: for the median client
+    proxy), at ``δ`` = :func:`~uvtrain.accounting.default_delta` of ``N``: for the median client
     and for the client that sent most often over the simulation's rounds so far (each round's
     cohort sends a fresh proxy)."""
     import numpy as np
 
-    from ..privacy import default_delta, release_epsilon
+    from ..accounting import default_delta, release_epsilon
 
     release = getattr(simulation.algorithm, "release_noise", None)
     if release is None:
