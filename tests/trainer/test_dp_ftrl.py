@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.trainer.test_privacy import _analytic_gaussian_epsilon
+from tests.trainer.test_privacy import _analytic_gaussian_epsilon, _run
 from uvtrain.accounting import gaussian_eer_floor, period_lengths, tree_depth
 from uvtrain.privacy import TreeNoise, plan_privacy, prefix_nodes, seeded_noise
 from uvtrain.rounds import period_cohort
@@ -189,17 +189,6 @@ def test_no_client_is_in_two_rounds_of_a_period() -> None:
         assert len(seen) == len(set(seen)) == count * period
     # a function of (seed, round): a resumed run draws the same cohorts
     assert np.array_equal(period_cohort(7, 9, 23, 4, 5), period_cohort(7, 9, 23, 4, 5))
-
-
-TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
-
-
-def _run(out: Path, *extra: str):
-    from typer.testing import CliRunner
-
-    from uvtrain.cli import app
-
-    return CliRunner().invoke(app, ["run", "--method", "feduv", *TINY, *extra, "--out", str(out)])
 
 
 def test_a_dp_ftrl_run_states_one_epsilon_and_resumes_bit_exactly(
