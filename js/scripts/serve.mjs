@@ -213,6 +213,17 @@ function parsePort(argv) {
   return port;
 }
 
+/** One line for a port the server cannot listen on, naming the port and `--port` (never a stack trace). */
+export function listenError(error, port) {
+  const why =
+    error?.code === "EADDRINUSE"
+      ? "is in use (another server, or this one already running?)"
+      : error?.code === "EACCES"
+        ? "needs privileges this user does not have"
+        : `cannot be listened on (${error?.code ?? error?.message ?? error})`;
+  return `serve.mjs: port ${port} on 127.0.0.1 ${why}: choose another with --port N (--port 0: any free port)`;
+}
+
 /** How often the server checks that the process that started it is still there. */
 const PARENT_CHECK_MS = 250;
 
@@ -235,7 +246,13 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   } catch {
     console.error("serve.mjs: js/dist is missing: run npm run build first");
   }
-  const { url } = await startServer({ port });
+  let url;
+  try {
+    ({ url } = await startServer({ port }));
+  } catch (error) {
+    console.error(listenError(error, port));
+    process.exit(2);
+  }
   stopWithParent();
   console.log(`uvsdk page: ${url}`);
 }

@@ -1,6 +1,6 @@
 // scripts/serve.mjs: 127.0.0.1 only, the fixed mounts, MIME types (application/wasm), no
 // directory listing, no path traversal (raw, percent-encoded, double-encoded, backslashes, NUL,
-// dot files), GET/HEAD only, --port 0 prints the URL; killing `npm run serve` stops the server.
+// dot files), GET/HEAD only, --port 0 prints the URL; a port in use is one line naming --port; killing `npm run serve` stops the server.
 // Every process a test starts runs in its own process group, and the whole group is killed when
 // the test ends.
 import { test } from "node:test";
@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { request } from "node:http";
+import { createServer as createNetServer } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { mkdtemp, readFile, rm, symlink, unlink, writeFile } from "node:fs/promises";
@@ -174,6 +175,38 @@ test("serve.mjs --port 0 prints the URL; a bad --port is refused", async (t) => 
   assert.deepEqual(await exited, { code: 0, signal: null }, "SIGTERM: the server exits");
   const bad = spawnGroup(t, process.execPath, [SCRIPT, "--port", "http"]);
   assert.equal((await bad.exited).code, 2);
+});
+
+/** All of a process's output and how it ended. */
+async function ran({ child, exited }) {
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr += d));
+  const { code } = await exited;
+  return { code, stdout, stderr };
+}
+
+test("a port in use: one line naming the port and --port, exit 2 (node and npm run serve)", async (t) => {
+  const taken = createNetServer();
+  await new Promise((resolve, reject) => taken.once("error", reject).listen(0, "127.0.0.1", resolve));
+  t.after(() => new Promise((done) => taken.close(done)));
+  const port = String(taken.address().port);
+  const [npm, prefix] = npmCommand();
+  for (const [command, args, options] of [
+    [process.execPath, [SCRIPT, "--port", port], {}],
+    [npm, [...prefix, "run", "serve", "--", "--port", port], { cwd: JS }],
+  ]) {
+    const { code, stdout, stderr } = await ran(spawnGroup(t, command, args, options));
+    assert.equal(code, 2, `${command}: ${stdout}${stderr}`);
+    assert.equal(
+      stderr,
+      `serve.mjs: port ${port} on 127.0.0.1 is in use (another server, or this one already running?): ` +
+        "choose another with --port N (--port 0: any free port)\n",
+      "one line, no stack trace",
+    );
+    assert.doesNotMatch(stdout, /uvsdk page:|Error|at /, "nothing served, no trace on stdout");
+  }
 });
 
 /** npm itself: the one running this test (npm test), else the npm on PATH. */
