@@ -3,7 +3,8 @@
 // progress rather than on a clock (waitWhileProgressing). playwright-core starts Chromium in a
 // process group of its own and kills that group when the browser is closed or this process ends.
 //
-// Without Chromium the tests FAIL, unless UVSDK_SKIP_BROWSER=1 is set (then they skip).
+// Without Chromium the tests are skipped, each with one line saying why and how to get one;
+// with UVSDK_REQUIRE_BROWSER=1 (CI: .ci/run) a missing Chromium fails them instead.
 import { accessSync, constants, mkdirSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
@@ -13,21 +14,32 @@ export const JS = fileURLToPath(new URL("../../", import.meta.url));
 export const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 export const OUTPUT = fileURLToPath(new URL("../../test-output/", import.meta.url));
 export const EXECUTABLE = process.env.CHROMIUM || "/usr/bin/chromium";
-export const SKIP = process.env.UVSDK_SKIP_BROWSER === "1";
+/** UVSDK_REQUIRE_BROWSER=1: a missing Chromium fails the browser tests rather than skipping them. */
+export const REQUIRED = process.env.UVSDK_REQUIRE_BROWSER === "1";
 
-/** `{skip}` options for node:test: a reason when UVSDK_SKIP_BROWSER=1, else false (a missing Chromium then fails). */
-export const skipOption = () => (SKIP ? "UVSDK_SKIP_BROWSER=1" : false);
+/** Why Chromium cannot be run from here, or null when it can. */
+function missing() {
+  try {
+    accessSync(EXECUTABLE, constants.X_OK);
+    return null;
+  } catch {
+    return `no Chromium at ${EXECUTABLE} (install the distribution's package, apt install chromium, or set CHROMIUM=/path/to/chromium)`;
+  }
+}
+
+/**
+ * `{skip}` option for node:test: the one line saying why when Chromium is missing, else false; with
+ * UVSDK_REQUIRE_BROWSER=1 always false (a missing Chromium then fails in requireChromium).
+ */
+export function skipOption() {
+  const why = missing();
+  return why === null || REQUIRED ? false : `${why}; UVSDK_REQUIRE_BROWSER=1 makes this a failure`;
+}
 
 /** Throws a clear error when the browser cannot be run. */
 export function requireChromium() {
-  try {
-    accessSync(EXECUTABLE, constants.X_OK);
-  } catch {
-    throw new Error(
-      `Chromium not found at ${EXECUTABLE}: install it (apt-get install chromium) or set CHROMIUM=/path/to/chrome; ` +
-        "UVSDK_SKIP_BROWSER=1 skips the browser tests",
-    );
-  }
+  const why = missing();
+  if (why !== null) throw new Error(`${why}; UVSDK_REQUIRE_BROWSER=1 is set, so this fails rather than skips`);
 }
 
 export const BASE_ARGS = [

@@ -1,7 +1,7 @@
 // Every conformance vector (conformance/vectors/*.json) in Chromium, on onnxruntime-web and the
 // browser's WebCrypto, through the shared runner (web/conformance-runner.js) that
 // test/conformance.test.mjs runs under Node. One subtest per vector, named `file: vector`, so a
-// failure names its file and vector. Chromium: $CHROMIUM or /usr/bin/chromium; UVSDK_SKIP_BROWSER=1 skips.
+// failure names its file and vector. Chromium: $CHROMIUM or /usr/bin/chromium; skipped without one (chromium.mjs).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { gotoAndWait, serveAndLaunch, skipOption, watch } from "./chromium.mjs";

@@ -3,7 +3,7 @@
 // the owner from five recordings, verify the owner (ACCEPT); relaunch on the same profile
 // (IndexedDB keeps the encrypted template) with a stranger as the microphone (REJECT); a wrong
 // passphrase. Every wait lasts as long as the page shows progress (waitWhileProgressing), not a
-// fixed time. Chromium: $CHROMIUM or /usr/bin/chromium (Debian's `chromium`); UVSDK_SKIP_BROWSER=1 skips.
+// fixed time. Chromium: $CHROMIUM or /usr/bin/chromium (Debian's `chromium`); skipped without one.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
