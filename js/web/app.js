@@ -4,6 +4,7 @@
 // report, and a verification's decision and score.
 import * as uv from "../dist/src/browser.js";
 import { Microphone, resample } from "./audio.js";
+import { calibrationSummary, count, oneIn, tableInUse } from "./calibration-text.js";
 
 const ORT_PATH = "/ort/";
 const CLIPS = uv.MIN_ENROLLMENT_SAMPLES; // 5
@@ -202,11 +203,6 @@ function trainingText(m) {
   return text;
 }
 
-/** A false-accept (or any) rate as a person reads it: 0.01 -> "1 in 100", 0.0001 -> "1 in 10,000". */
-function oneIn(rate) {
-  return `1 in ${count(Math.round(1 / rate))}`;
-}
-
 const percent = (fraction) => `${(100 * fraction).toFixed(1)}%`;
 
 /**
@@ -233,7 +229,6 @@ function expectedRates(far, frr, table) {
     "; strangers recorded unlike them can be accepted far more often";
   return `${sentence[0].toUpperCase()}${sentence.slice(1)} (${where}).`;
 }
-const count = (n) => n.toLocaleString("en-US");
 
 /** The sentence from figures measured held out (the core's heldOutSentence, uvsdk's `uvsdk enroll` line). */
 function heldOutRates(report) {
@@ -241,16 +236,10 @@ function heldOutRates(report) {
   return `${start}; strangers recorded unlike them can be accepted far more often).`;
 }
 
-/** The calibration table the page's enrollments use: prototype mode (no codeword is given). */
-function tableInUse(calibration, outputKind) {
-  const tables = calibration?.tables ?? {};
-  return tables.prototype ?? (outputKind === "codeword" ? tables.codeword : undefined) ?? null;
-}
-
 /**
  * The bundle's calibration: one line saying what it states at the FAR this page enrolls with
- * ("Stated false-accept rate: 1 in 100 (measured on 55 people)"), and under it the rows and
- * where they were measured.
+ * (calibrationSummary: "Stated false-accept rate: 1 in 100 (measured on 24 people)"), and under
+ * it the rows and where they were measured.
  */
 function showCalibration(calibration, outputKind) {
   const body = $("b-cal").querySelector("tbody");
@@ -259,12 +248,7 @@ function showCalibration(calibration, outputKind) {
   $("b-cal-box").hidden = table === null;
   $("b-nocal").hidden = table !== null;
   if (table === null) return;
-  let used = null;
-  try {
-    used = uv.rowFor(table, state.checker.far ?? uv.DEFAULT_FAR);
-  } catch {
-    used = null; // the table states no FAR that low: the rows still show what it does state
-  }
+  const { used, text } = calibrationSummary(table, state.checker.far ?? uv.DEFAULT_FAR);
   for (const row of table.rows) {
     const tr = document.createElement("tr");
     if (row === used) tr.className = "in-use";
@@ -272,10 +256,7 @@ function showCalibration(calibration, outputKind) {
     for (const cell of cells) tr.append(Object.assign(document.createElement("td"), { textContent: cell }));
     body.append(tr);
   }
-  const people = `measured on ${count(table.people)} people`;
-  $("b-cal-summary").textContent = used
-    ? `Stated false-accept rate: ${oneIn(used.far)} (${people})`
-    : `Stated false-accept rates: ${oneIn(table.rows[0].far)} to ${oneIn(table.rows.at(-1).far)} (${people})`;
+  $("b-cal-summary").textContent = text;
   const genuine = used?.frr != null ? ` and ${count(table.genuineTrials)} of the right person's (${percent(used.frr)} of them turned away at ${oneIn(used.far)})` : "";
   $("b-cal-detail").textContent =
     `Measured with ${count(table.impostorTrials)} tries of a voice against another person's template${genuine}. ` +
