@@ -1,7 +1,9 @@
 // The uvsdk page: load a bundle, enroll a user from five microphone clips, verify, delete.
 // Templates are UVT2 (scrypt + AES-256-GCM) in IndexedDB. The page never shows or logs a
-// user's threshold, prototype or codeword: only the bundle's public calibration, the enrollment
-// report, and a verification's decision and score.
+// user's threshold, prototype or codeword (docs/spec.md §11): only the bundle's public
+// calibration, the enrollment report, and a verification's decision with how far above or below
+// the user's threshold it scored. Once a user is enrolled, recording waits for "Enroll again";
+// deleting a template takes its passphrase and a confirmation.
 import * as uv from "../dist/src/browser.js";
 import { Microphone, resample } from "./audio.js";
 import { calibrationSummary, count, oneIn, tableInUse } from "./calibration-text.js";
@@ -16,8 +18,8 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   file: $("bundle-file"), status: $("bundle-status"), info: $("bundle-info"),
   user: $("user"), passphrase: $("passphrase"),
-  record: $("record"), enroll: $("enroll"), resetClips: $("reset-clips"), progress: $("progress"),
-  clips: $("clips"), enrollResult: $("enroll-result"),
+  record: $("record"), enroll: $("enroll"), resetClips: $("reset-clips"), reenroll: $("reenroll"),
+  progress: $("progress"), clips: $("clips"), enrollResult: $("enroll-result"), enrollNote: $("enroll-note"),
   verify: $("verify"), delete: $("delete"), verifyResult: $("verify-result"), verifyNote: $("verify-note"),
   message: $("message"),
 };
@@ -34,6 +36,7 @@ const state = {
   attempts: 0,
   busy: false,
   enrolled: false, // whether the user named in the form has a template in this browser
+  reenroll: false, // "Enroll again" was pressed: recording is open although the user is enrolled
   enrolledQuery: 0, // the latest template look-up (an older answer is ignored)
 };
 
@@ -110,13 +113,20 @@ async function busy(task) {
 function refresh() {
   const ready = state.bundle !== null && !state.busy;
   const audio = state.bundle?.manifest.input.kind === "audio";
-  ui.record.disabled = !ready || !audio || state.clips.length >= CLIPS;
+  const user = ui.user.value.trim();
+  const kept = state.enrolled && !state.reenroll; // enrolled: no recording until "Enroll again"
+  ui.record.disabled = !ready || !audio || state.clips.length >= CLIPS || kept;
   ui.record.textContent = state.clips.length >= CLIPS ? `${CLIPS} clips recorded` : `Record clip ${state.clips.length + 1} of ${CLIPS}`;
   ui.enroll.disabled = !ready || state.clips.length < CLIPS;
   ui.resetClips.disabled = !ready || state.clips.length === 0;
+  ui.reenroll.disabled = !ready || !audio || !kept;
+  ui.enrollNote.textContent = !state.enrolled
+    ? ""
+    : kept
+      ? `${user} is enrolled. To replace the template, press Enroll again; to remove it, Delete template.`
+      : `Enroll replaces ${user}'s template (its passphrase must open it).`;
   ui.verify.disabled = !ready || !audio || !state.enrolled;
   ui.delete.disabled = !ready || !state.enrolled;
-  const user = ui.user.value.trim();
   ui.verifyNote.textContent = state.bundle === null || state.enrolled ? "" : `${user || "This user"} has no template in this browser yet: enroll first.`;
   ui.file.disabled = state.busy;
   document.body.dataset.busy = state.busy ? "1" : "0";
@@ -134,6 +144,7 @@ async function checkEnrolled() {
     enrolled = false; // not a valid user name (the form says why when it is used), or no IndexedDB
   }
   if (query !== state.enrolledQuery) return;
+  if (enrolled !== state.enrolled) state.reenroll = false;
   state.enrolled = enrolled;
   refresh();
 }
@@ -321,13 +332,13 @@ function renderClips(extra = null) {
   else ui.clips.replaceChildren();
 }
 
-/** Whether a passphrase is given; without one, recording (enroll or verify) says so and does not start. */
-function passphraseGiven() {
+/** Whether a passphrase is given; without one, says `refusal` and the action does not start. */
+function passphraseGiven(refusal = "Enter a passphrase first (it encrypts the template): nothing was recorded.") {
   const given = ui.passphrase.value !== "";
   ui.passphrase.setAttribute("aria-invalid", String(!given));
   if (!given) {
     ui.passphrase.focus();
-    say("Enter a passphrase first (it encrypts the template): nothing was recorded.", "error");
+    say(refusal, "error");
   }
   return given;
 }
@@ -364,6 +375,7 @@ async function onEnroll() {
     onSample: () => say(`Enrolling: clip ${++embedded} of ${state.clips.length} done…`),
   });
   state.enrolled = true;
+  state.reenroll = false;
   state.clips = [];
   state.attempts = 0;
   renderClips();
@@ -406,18 +418,59 @@ async function onVerify() {
     textContent: word,
   });
   big.dataset.testid = "decision";
-  const score = Object.assign(document.createElement("div"), { textContent: `score ${decision.score.toFixed(3)}` });
-  score.dataset.testid = "score";
-  ui.verifyResult.replaceChildren(big, score);
+  const margin = Object.assign(document.createElement("div"), { textContent: verdict(decision, template.mode) });
+  margin.dataset.testid = "margin";
+  ui.verifyResult.replaceChildren(big, margin);
   say(decision.accepted ? `${user} verified.` : `Not ${user}, or not recognised: rejected.`, decision.accepted ? "info" : "error");
+}
+
+/**
+ * A decision in one sentence, without the user's threshold (a secret, docs/spec.md §11): how far
+ * the score is above or below it, and the scale the score is on (`mode`: the template's).
+ * "Accepted: this clip scored 2.1 above your threshold (in standard deviations of strangers'
+ * scores)." The score itself is not shown either: with the margin it would give the threshold.
+ */
+function verdict(decision, mode) {
+  const margin = decision.score - decision.threshold;
+  const distance = Math.abs(margin);
+  const size = distance >= 1 ? distance.toFixed(1) : distance >= 0.005 ? distance.toFixed(2) : "less than 0.01";
+  const where = margin === 0 ? "exactly at your threshold" : `${size} ${margin > 0 ? "above" : "below"} your threshold`;
+  const norm = state.bundle.manifest.scoreNorm;
+  const scale =
+    mode === "prototype" && norm !== null
+      ? "in standard deviations of strangers' scores"
+      : `${mode === "prototype" ? "cosine " : ""}scores run from −1 to 1`;
+  return `${decision.accepted ? "Accepted" : "Rejected"}: this clip scored ${where} (${scale}).`;
 }
 
 async function onDelete() {
   const user = currentUser();
-  state.store ??= await uv.IndexedDBStore.open("uvsdk");
-  // deletion needs no passphrase (anyone with this origin's storage can delete it anyway)
-  await new uv.Templates(state.store).delete(user);
+  if (!passphraseGiven(`Enter ${user}'s passphrase to delete the template: nothing was deleted.`)) return;
+  const v = await verifier();
+  // The passphrase must open the template, so that nobody at this page deletes another's by
+  // mistake; a template that opens for no one (damaged) can still be deleted, after the question.
+  let damaged = null;
+  try {
+    await v.templates.load(user);
+  } catch (error) {
+    if (error instanceof uv.WrongKeyError) {
+      say(`Wrong passphrase for ${user}'s template: nothing was deleted.`, "error");
+      return;
+    }
+    if (!(error instanceof uv.TemplateError)) throw error; // not enrolled (any more): fail() says so
+    damaged = explain(error, user);
+  }
+  const question =
+    damaged === null
+      ? `Delete ${user}'s template from this browser? This cannot be undone: ${user} would enroll again from ${CLIPS} new clips.`
+      : `${damaged} Delete ${user}'s template from this browser?`;
+  if (!confirm(question)) {
+    say("Nothing was deleted.");
+    return;
+  }
+  await v.delete(user);
   state.enrolled = false;
+  state.reenroll = false;
   state.verifier = null;
   ui.enrollResult.textContent = "";
   ui.verifyResult.textContent = "";
@@ -430,6 +483,11 @@ ui.record.addEventListener("click", () => busy(onRecord));
 ui.enroll.addEventListener("click", () => busy(onEnroll));
 ui.verify.addEventListener("click", () => busy(onVerify));
 ui.delete.addEventListener("click", () => busy(onDelete));
+ui.reenroll.addEventListener("click", () => {
+  state.reenroll = true;
+  refresh();
+  say(`Record ${CLIPS} new clips, then Enroll: it replaces ${ui.user.value.trim()}'s template.`);
+});
 addEventListener("pagehide", () => microphone.release());
 $("who").addEventListener("submit", (event) => event.preventDefault());
 ui.resetClips.addEventListener("click", () => {
@@ -442,6 +500,7 @@ ui.resetClips.addEventListener("click", () => {
 ui.user.addEventListener("change", () => {
   state.clips = [];
   state.attempts = 0;
+  state.reenroll = false;
   renderClips();
   refresh();
 });

@@ -1,9 +1,10 @@
 // The page (js/web/) end to end in Chromium with a fake microphone: Verify and Delete wait for a
 // template, recording waits for a passphrase, the calibration line says what it states; enroll
-// the owner from five recordings, verify the owner (ACCEPT); relaunch on the same profile
+// the owner from five recordings (then recording waits for "Enroll again"), verify the owner
+// (ACCEPT, and how far above the threshold in one sentence); relaunch on the same profile
 // (IndexedDB keeps the encrypted template) with a stranger as the microphone (REJECT); a wrong
-// passphrase. Every wait lasts as long as the page shows progress (waitWhileProgressing), not a
-// fixed time. Chromium: $CHROMIUM or /usr/bin/chromium (Debian's `chromium`); skipped without one.
+// passphrase; delete, which takes the passphrase and a confirmation. Every wait lasts as long as
+// the page shows progress (waitWhileProgressing), not a fixed time. Chromium: $CHROMIUM or /usr/bin/chromium (Debian's `chromium`); skipped without one.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
@@ -89,18 +90,42 @@ const messageMatches = (page, pattern) =>
 
 const enabled = (page, testid) => page.isEnabled(`[data-testid=${testid}]`);
 
+/**
+ * The decision's sentence: how far above or below the user's threshold the clip scored, on the
+ * cosine scale (the conformance bundle has no cohort); never the score or the threshold.
+ */
+const VERDICT = /^(Accepted|Rejected): this clip scored (\d+\.\d|0\.\d\d|less than 0\.01) (above|below) your threshold \(cosine scores run from −1 to 1\)\.$/;
+
 async function verifyOnce(page) {
   await press(page, "verify");
   assert.ok(await page.$("[data-testid=decision]"), `no decision: ${await page.textContent("[data-testid=message]")}`);
+  const decision = await page.textContent("[data-testid=decision]");
+  const sentence = await page.textContent("[data-testid=margin]");
+  const [, word, size, side] = VERDICT.exec(sentence) ?? assert.fail(`the decision's sentence: ${sentence}`);
+  const distance = size === "less than 0.01" ? 0 : Number(size);
+  assert.equal(word, decision === "ACCEPT" ? "Accepted" : "Rejected", sentence);
+  assert.equal(side, decision === "ACCEPT" ? "above" : "below", sentence);
   return {
-    decision: await page.textContent("[data-testid=decision]"),
-    score: Number((await page.textContent("[data-testid=score]")).replace("score ", "")),
+    decision,
+    margin: (side === "above" ? 1 : -1) * distance,
     result: await page.textContent("[data-testid=verify-result]"),
     message: await page.textContent("[data-testid=message]"),
   };
 }
 
-test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stranger, wrong passphrase", { skip: skipOption() }, async (t) => {
+/** Answer the page's next confirm() with `accept`; resolves to the question it asked. */
+function answerNextDialog(page, accept) {
+  return new Promise((resolve) =>
+    page.once("dialog", async (dialog) => {
+      assert.equal(dialog.type(), "confirm");
+      const question = dialog.message();
+      await (accept ? dialog.accept() : dialog.dismiss());
+      resolve(question);
+    }),
+  );
+}
+
+test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stranger, wrong passphrase, delete", { skip: skipOption() }, async (t) => {
   const folder = await mkdtemp(join(tmpdir(), "uvsdk-web-"));
   const server = await startServer({ port: 0 });
   const url = `${server.url}?bundle=/bundles/voice-embedding.uvb&seconds=${SECONDS}`;
@@ -155,6 +180,16 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   // what the expected rates mean, in one sentence (the 1 % row's threshold is the user's)
   assert.match(report, /About 1 in 100 attempts by someone else would be accepted, and (about 1 in [\d,]+|almost none) of your own attempts rejected \(measured on 24 people in 1 recording condition; strangers recorded unlike them can be accepted far more often\)\./);
   assert.doesNotMatch(report, /floored|raised by the calibration/);
+  // enrolled: recording again waits for "Enroll again" (no accidental re-enrollment)
+  assert.equal(await enabled(page, "record"), false, "Record clip once enrolled");
+  assert.equal(await enabled(page, "enroll"), false, "Enroll once enrolled");
+  assert.equal(await page.textContent("[data-testid=enroll-note]"), "alice is enrolled. To replace the template, press Enroll again; to remove it, Delete template.");
+  assert.equal(await enabled(page, "reenroll"), true, "Enroll again once enrolled");
+  await page.click("[data-testid=reenroll]");
+  assert.equal(await enabled(page, "record"), true, "Record clip after Enroll again");
+  assert.equal(await page.textContent("[data-testid=record]"), "Record clip 1 of 5");
+  assert.equal(await enabled(page, "reenroll"), false, "Enroll again, pressed");
+  assert.equal(await page.textContent("[data-testid=enroll-note]"), "Enroll replaces alice's template (its passphrase must open it).");
   assert.equal(await enabled(page, "verify"), true, "Record and verify once enrolled");
   assert.equal(await enabled(page, "delete"), true, "Delete template once enrolled");
   assert.equal(await page.textContent("[data-testid=verify-note]"), "");
@@ -166,9 +201,9 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   const owner = [];
   for (let attempt = 1; attempt <= 3 && owner.at(-1)?.decision !== "ACCEPT"; attempt++) owner.push(await verifyOnce(page));
   const accepted = owner.at(-1);
-  t.diagnostic(`owner attempts: ${owner.map((o) => `${o.decision} ${o.score}`).join(", ")}`);
+  t.diagnostic(`owner attempts: ${owner.map((o) => `${o.decision} ${o.margin}`).join(", ")}`);
   assert.equal(accepted.decision, "ACCEPT", diagnose(`owner: ${JSON.stringify(owner)}`));
-  assert.match(accepted.result, /^ACCEPTscore -?\d\.\d{3}$/, "decision and score, nothing else");
+  assert.equal(accepted.result, `ACCEPT${await page.textContent("[data-testid=margin]")}`, "the decision and its sentence, nothing else");
   await context.close();
   context = null;
 
@@ -178,6 +213,7 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   logs.push(pageLog);
   // the template in IndexedDB is found when the page opens; another name has none
   assert.equal(await enabled(page, "verify"), true, "alice's template, found on opening");
+  assert.equal(await enabled(page, "record"), false, "alice is enrolled: no recording on opening");
   await page.fill("[data-testid=user]", "bob");
   await waitWhileProgressing(page, "bob has no template", () => document.querySelector("[data-testid=verify]").disabled);
   assert.equal(await enabled(page, "delete"), false, "bob: nothing to delete");
@@ -190,8 +226,8 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   await page.fill("[data-testid=passphrase]", PASSPHRASE);
   const rejected = await verifyOnce(page);
   assert.equal(rejected.decision, "REJECT", diagnose(`stranger: ${JSON.stringify(rejected)}`));
-  assert.ok(rejected.score < accepted.score, `stranger ${rejected.score} < owner ${accepted.score}`);
-  t.diagnostic(`owner score ${accepted.score}, stranger score ${rejected.score}`);
+  assert.ok(rejected.margin < 0 && rejected.margin < accepted.margin, `stranger ${rejected.margin} < owner ${accepted.margin}`);
+  t.diagnostic(`owner ${accepted.margin} above the threshold, stranger ${-rejected.margin} below`);
   await page.screenshot({ path: join(outputDir(), "page-reject.png") });
 
   // the back-off: four more rejections make five in a row, then the page refuses before recording
@@ -203,6 +239,29 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   await page.fill("[data-testid=passphrase]", "not the passphrase");
   await press(page, "verify");
   assert.equal(await page.textContent("[data-testid=message]"), "Wrong passphrase for alice's template.");
+
+  // delete takes the template's passphrase and a confirmation: none, a wrong one, or "Cancel"
+  // delete nothing (a confirm() left unanswered would stop the page: every dialog is answered)
+  let asked = 0;
+  const counted = (dialog) => {
+    asked += 1;
+    return dialog.dismiss();
+  };
+  page.on("dialog", counted);
+  await page.fill("[data-testid=passphrase]", "");
+  await press(page, "delete");
+  assert.equal(await page.textContent("[data-testid=message]"), "Enter alice's passphrase to delete the template: nothing was deleted.");
+  await page.fill("[data-testid=passphrase]", "not the passphrase");
+  await press(page, "delete");
+  assert.equal(await page.textContent("[data-testid=message]"), "Wrong passphrase for alice's template: nothing was deleted.");
+  assert.equal(asked, 0, "no question before the passphrase opens the template");
+  page.off("dialog", counted);
+  await page.fill("[data-testid=passphrase]", PASSPHRASE);
+  const cancelled = answerNextDialog(page, false);
+  await press(page, "delete");
+  assert.equal(await cancelled, "Delete alice's template from this browser? This cannot be undone: alice would enroll again from 5 new clips.");
+  assert.equal(await page.textContent("[data-testid=message]"), "Nothing was deleted.");
+  assert.equal(await enabled(page, "delete"), true, "the template is still there");
 
   // a tampered template (the GCM tag's last byte flipped in IndexedDB): refused with one line
   await page.fill("[data-testid=passphrase]", PASSPHRASE);
@@ -221,9 +280,14 @@ test("the page: enroll from the fake microphone, ACCEPT the owner, REJECT a stra
   await press(page, "verify");
   assert.match(await page.textContent("[data-testid=message]"), /^Template refused: it was modified or is damaged \(.*\)\.$/);
 
-  // delete (a damaged template is deleted too); then nothing is left to verify or delete
+  // delete (a damaged template is deleted too, after its question); then nothing is left to
+  // verify or delete, and recording is open again
+  const confirmed = answerNextDialog(page, true);
   await press(page, "delete");
+  assert.match(await confirmed, /^Template refused: it was modified or is damaged \(.*\)\. Delete alice's template from this browser\?$/);
   assert.equal(await page.textContent("[data-testid=message]"), "alice's template was deleted.");
+  assert.equal(await enabled(page, "record"), true, "Record clip after the delete");
+  assert.equal(await page.textContent("[data-testid=enroll-note]"), "");
   assert.equal(await enabled(page, "verify"), false, "Record and verify after the delete");
   assert.equal(await enabled(page, "delete"), false, "Delete template after the delete");
 
