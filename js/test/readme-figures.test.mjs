@@ -1,13 +1,13 @@
 // js/README.md quotes what the page says about the shipped default bundle; a figure a user can
 // re-run is checked here, not typed: the quoted calibration line must be the one the page's own
-// code (web/calibration-text.js) gives for sdk/uvsdk/data/default.uvb at the FAR the page enrolls
+// code (web/wording.js) gives for sdk/uvsdk/data/default.uvb at the FAR the page enrolls
 // with, and the README quotes no other "measured on N people" figure for it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { DEFAULT_FAR, loadBundle } from "../dist/src/index.js";
-import { calibrationSummary, tableInUse } from "../web/calibration-text.js";
+import { calibrationSummary, tableInUse } from "../web/wording.js";
 
 const README = fileURLToPath(new URL("../README.md", import.meta.url));
 const DEFAULT_BUNDLE = fileURLToPath(new URL("../../sdk/uvsdk/data/default.uvb", import.meta.url));

@@ -6,7 +6,7 @@
 // deleting a template takes its passphrase and a confirmation.
 import * as uv from "../dist/src/browser.js";
 import { Microphone, resample } from "./audio.js";
-import { calibrationSummary, count, oneIn, tableInUse } from "./calibration-text.js";
+import { calibrationSummary, count, oneIn, tableInUse, verdict } from "./wording.js";
 
 const ORT_PATH = "/ort/";
 const CLIPS = uv.MIN_ENROLLMENT_SAMPLES; // 5
@@ -418,29 +418,10 @@ async function onVerify() {
     textContent: word,
   });
   big.dataset.testid = "decision";
-  const margin = Object.assign(document.createElement("div"), { textContent: verdict(decision, template.mode) });
+  const margin = Object.assign(document.createElement("div"), { textContent: verdict(decision, template.mode, state.bundle.manifest.scoreNorm) });
   margin.dataset.testid = "margin";
   ui.verifyResult.replaceChildren(big, margin);
   say(decision.accepted ? `${user} verified.` : `Not ${user}, or not recognised: rejected.`, decision.accepted ? "info" : "error");
-}
-
-/**
- * A decision in one sentence, without the user's threshold (a secret, docs/spec.md §11): how far
- * the score is above or below it, and the scale the score is on (`mode`: the template's).
- * "Accepted: this clip scored 2.1 above your threshold (in standard deviations of strangers'
- * scores)." The score itself is not shown either: with the margin it would give the threshold.
- */
-function verdict(decision, mode) {
-  const margin = decision.score - decision.threshold;
-  const distance = Math.abs(margin);
-  const size = distance >= 1 ? distance.toFixed(1) : distance >= 0.005 ? distance.toFixed(2) : "less than 0.01";
-  const where = margin === 0 ? "exactly at your threshold" : `${size} ${margin > 0 ? "above" : "below"} your threshold`;
-  const norm = state.bundle.manifest.scoreNorm;
-  const scale =
-    mode === "prototype" && norm !== null
-      ? "in standard deviations of strangers' scores"
-      : `${mode === "prototype" ? "cosine " : ""}scores run from −1 to 1`;
-  return `${decision.accepted ? "Accepted" : "Rejected"}: this clip scored ${where} (${scale}).`;
 }
 
 async function onDelete() {
