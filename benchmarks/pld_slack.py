@@ -4,13 +4,16 @@
 For each setting it prints:
 
 - ``ε`` of the run's Poisson-subsampled Gaussian (add/remove) from dp-accounting's RDP
-  accountant (:func:`uvtrain.accounting.epsilon_release`, what the trainer states) and from its PLD
-  accountant (``PLDAccountant``, its default loss bucket 10⁻⁴), and their ratio;
+  accountant (:func:`uvtrain.accounting.epsilon_release_rdp`, what the trainer stated until
+  2026-11-29) and from its PLD accountant (``PLDAccountant``, its default loss bucket 10⁻⁴), and
+  their ratio; then what the trainer states now (:func:`uvtrain.accounting.epsilon_release`: the
+  PLD at the coarser bucket :data:`uvtrain.accounting.PLD_LOSS_INTERVAL`, pessimistic) and its
+  ratio to the finer PLD;
 - the membership EER floor (``max over ε of (1 − δ(ε)) / (1 + e^ε)``, docs/privacy.md) from the
   RDP profile (``rdp.compute_delta`` on a grid of ε, how the trainer computed it until issue 45)
   and from the PLD (``(1 − δ(0)) / 2``, where that maximum is:
   :func:`uvtrain.accounting.membership_eer_floor`), with losses in buckets of
-  :data:`uvtrain.accounting.FLOOR_LOSS_INTERVAL` (the trainer's) and of 10⁻⁴ beside it, with the
+  :data:`uvtrain.accounting.PLD_LOSS_INTERVAL` (the trainer's) and of 10⁻⁴ beside it, with the
   seconds each PLD floor took.
 
 The settings: the four of ``tests/trainer/test_privacy.py``'s RDP-against-PLD check; the privacy
@@ -31,7 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from uvtrain.accounting import FLOOR_LOSS_INTERVAL, _rdp_per_round, epsilon_release
+from uvtrain.accounting import (
+    PLD_LOSS_INTERVAL,
+    _rdp_per_round,
+    epsilon_release,
+    epsilon_release_rdp,
+)
 
 RECORD = Path(__file__).resolve().parents[1] / "docs" / "figures" / "privacy-deployment.json"
 
@@ -104,24 +112,26 @@ def pld_floor(noise: float, rate: float, rounds: int, interval: float) -> tuple[
 def main() -> None:
     logging.getLogger("absl").setLevel(logging.ERROR)
     header = (
-        "| setting | z | q | rounds | δ | ε RDP | ε PLD | RDP / PLD | floor RDP | "
-        f"floor PLD ({FLOOR_LOSS_INTERVAL:g}) | s | floor PLD (0.0001) | s |"
+        "| setting | z | q | rounds | δ | ε RDP | ε PLD | RDP / PLD | ε stated | stated / PLD | "
+        "floor RDP | "
+        f"floor PLD ({PLD_LOSS_INTERVAL:g}) | s | floor PLD (0.0001) | s |"
     )
     print(header)
     print("|" + "---|" * header.count(" | ") + "---|")
     ratios: dict[str, list[float]] = {}
     for label, z, q, rounds, delta in SETTINGS + deployment_settings():
-        released = epsilon_release(z, q, rounds, delta)
+        released = epsilon_release_rdp(z, q, rounds, delta)
         tight = pld_epsilon(z, q, rounds, delta)
+        stated = epsilon_release(z, q, rounds, delta)
         ratio = released / tight
         words = label.replace(":", "").split()
         group = " ".join([words[0], *words[-2:]]) if words[0] == "deployment" else words[0]
         ratios.setdefault(group, []).append(ratio)
-        coarse, coarse_s = pld_floor(z, q, rounds, FLOOR_LOSS_INTERVAL)
+        coarse, coarse_s = pld_floor(z, q, rounds, PLD_LOSS_INTERVAL)
         fine, fine_s = pld_floor(z, q, rounds, 1e-4)
         print(
             f"| {label} | {z:g} | {q:g} | {rounds} | {delta:.2g} | {released:.3f} | {tight:.3f} | "
-            f"{ratio:.3f} | {rdp_floor(z, q, rounds):.3f} | {coarse:.3f} | {coarse_s:.2f} | "
+            f"{ratio:.3f} | {stated:.3f} | {stated / tight:.4f} | {rdp_floor(z, q, rounds):.3f} | {coarse:.3f} | {coarse_s:.2f} | "
             f"{fine:.3f} | {fine_s:.2f} |",
             flush=True,
         )

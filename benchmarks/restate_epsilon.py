@@ -14,15 +14,17 @@ the rounds and the ``δ`` the docs state. For each run it prints:
 - **the same noise under today's mechanism** (Poisson-sampled cohorts, fixed denominator,
   bits shifted to ``±½``: :func:`uvtrain.accounting.epsilon_release` of ``z = (z_Δ⁻² + (2σ_b)⁻²)^(−½)``,
   add/remove), at the docs' ``δ`` and at today's default ``δ``
-  (:func:`uvtrain.accounting.default_delta`) — what a new run with this noise gets.
+  (:func:`uvtrain.accounting.default_delta`) — what a new run with this noise gets (the PLD's
+  since 2026-11-29; RDP's before).
 
 Usage: ``python benchmarks/restate_epsilon.py`` (about a minute).
 
 ``--server`` (issue 45) prints instead, for the noise of each run the docs state an ``ε`` for,
 the ``ε`` against the server that ran training (:func:`uvtrain.accounting.epsilon_server`: no
 amplification, the Gaussian mechanism of ``z`` over the rounds a user joins) for a user in every
-round and in the expected ``⌈qR⌉``, beside the released model's (:func:`uvtrain.privacy.
-epsilon_release`), at the docs' ``δ`` (a second or two).
+round and in the expected ``⌈qR⌉``, beside the released model's (:func:`uvtrain.accounting.
+epsilon_release`, the PLD's, and RDP's, which the runs were labelled with), at the docs' ``δ``
+(a few seconds).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from uvtrain.accounting import (
     default_delta,
     effective_noise_multiplier,
     epsilon_release,
+    epsilon_release_rdp,
     epsilon_server,
 )
 
@@ -94,15 +97,17 @@ def server_table() -> None:
         assert plan is not None
         runs.append((name, plan.noise_multiplier, plan.sampling_rate, rounds, plan.delta))
     print(
-        "| run | z | q | rounds | δ | ε, released model | ε, server: a user in every round "
-        "| expected rounds ⌈qR⌉ | ε, server: a user in those |"
+        "| run | z | q | rounds | δ | ε, released model (PLD) | the same by RDP | ε, server: a "
+        "user in every round | expected rounds ⌈qR⌉ | ε, server: a user in those |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, noise, rate, rounds, delta in runs:
         release = epsilon_release(noise, rate, rounds, delta)
+        rdp_release = epsilon_release_rdp(noise, rate, rounds, delta)
         expected = max(1, math.ceil(round(rate * rounds, 9)))
         print(
             f"| {name} | {noise:.4g} | {rate:g} | {rounds} | {delta:.2g} | {release:.3g} | "
+            f"{rdp_release:.3g} | "
             f"{epsilon_server(noise, rounds, delta):.3g} | {expected} | "
             f"{epsilon_server(noise, expected, delta):.3g} |"
         )

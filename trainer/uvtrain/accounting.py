@@ -1,6 +1,7 @@
 """The accountant of user-level differential privacy (:mod:`uvtrain.privacy` runs the
 mechanism and plans a run with these): ``δ``'s default, the ``ε`` of a run against whoever sees
-the released models (RDP of the Poisson-subsampled Gaussian) and against the server that draws
+the released models (the PLD of the Poisson-subsampled Gaussian, RDP beside it as the
+cross-check) and against the server that draws
 the cohorts (the Gaussian mechanism composed over the rounds a user joins, in closed form), the
 noise a budget needs, the membership EER floor (from the PLD), adaptive clipping's split of the
 budget, and under a participation rule (``--dp-period``, tree noise) the sensitivity ``S`` and
@@ -54,7 +55,36 @@ def epsilon_release(noise: float, sampling_rate: float, rounds: int, delta: floa
     """The add/remove ``ε`` of ``rounds`` rounds of the Gaussian sum with noise multiplier
     ``noise`` (relative to the clip norm ``C``) on Poisson-sampled cohorts of rate
     ``sampling_rate`` (:func:`round_event`), for ``δ`` (``inf`` without noise): the guarantee
-    against whoever sees the released models but not the cohorts (RDP accountant)."""
+    against whoever sees the released models but not the cohorts.
+
+    Read from dp-accounting's privacy loss distribution (:func:`_composed_pld`: pessimistic,
+    so an upper bound, and within its loss bucket of the exact ``ε``), and from its RDP
+    accountant (:func:`epsilon_release_rdp`, also an upper bound, loosest at the small sampling
+    rates of a deployment): the smaller of the two, which is the PLD's wherever the PLD's bucket
+    did not have to widen (:data:`PLD_MAX_BUCKETS`); RDP's alone below
+    :data:`PLD_MIN_NOISE`."""
+    if rounds <= 0:
+        return 0.0
+    if noise <= 0:
+        return math.inf
+    rdp = epsilon_release_rdp(noise, sampling_rate, rounds, delta)
+    if noise < PLD_MIN_NOISE:
+        return rdp
+    return min(rdp, _pld_epsilon(float(noise), float(sampling_rate), int(rounds), float(delta)))
+
+
+#: Below this noise multiplier :func:`epsilon_release` states RDP's ``ε`` alone: so little noise
+#: needs a PLD of millions of buckets (seconds to minutes: 18 s at z 0.1, q 0.1, 800 rounds,
+#: where ``ε`` is in the thousands), and no claim rests on how loose such a bound is. The
+#: docs' budgets (ε ≤ 8) need z ≥ 0.41 even at a deployment's q = 0.001.
+PLD_MIN_NOISE = 0.25
+
+
+def epsilon_release_rdp(noise: float, sampling_rate: float, rounds: int, delta: float) -> float:
+    """:func:`epsilon_release` from dp-accounting's RDP accountant alone (Mironov, Talwar and
+    Zhang, "Rényi Differential Privacy of the Sampled Gaussian Mechanism", 2019): the figure
+    DP-FedAvg's literature states (McMahan et al. 2018, Andrew et al. 2021), kept as the
+    cross-check of the PLD and to bracket :func:`noise_multiplier`'s search."""
     if rounds <= 0:
         return 0.0
     if noise <= 0:
@@ -64,6 +94,36 @@ def epsilon_release(noise: float, sampling_rate: float, rounds: int, delta: floa
     orders, per_round = _rdp_per_round(float(noise), float(sampling_rate))
     value, _ = rdp.compute_epsilon(orders, per_round * rounds, delta)
     return float(value)
+
+
+@lru_cache(maxsize=4096)
+def _pld_epsilon(noise: float, sampling_rate: float, rounds: int, delta: float) -> float:
+    """``ε`` at ``δ`` of :func:`_composed_pld` (cached: a run's plan, its progress lines and
+    its report ask for the same few)."""
+    return float(_composed_pld(noise, sampling_rate, rounds).get_epsilon_for_delta(delta))
+
+
+#: How many points of the run :func:`epsilon_release_after` reads the PLD at.
+SPENT_STEPS = 16
+
+
+def epsilon_release_after(
+    noise: float, sampling_rate: float, rounds: int, planned: int, delta: float
+) -> float:
+    """The release's ``ε`` spent after ``rounds`` of a run of ``planned`` rounds, for its
+    progress lines: the PLD's at the first of :data:`SPENT_STEPS` evenly spaced rounds at or
+    after ``rounds`` (the PLD costs up to a second a point: not one per round), or RDP's at
+    ``rounds`` where that is smaller. Both are upper bounds and grow with the rounds, so the
+    figure never falls as the run goes on, and it is exactly :func:`epsilon_release` at the
+    run's last round."""
+    if rounds <= 0 or rounds >= planned:
+        return epsilon_release(noise, sampling_rate, rounds, delta)
+    step = -(-rounds * SPENT_STEPS // planned) * planned // SPENT_STEPS
+    point = max(rounds, min(planned, step))
+    return min(
+        epsilon_release_rdp(noise, sampling_rate, rounds, delta),
+        epsilon_release(noise, sampling_rate, point, delta),
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -106,16 +166,26 @@ def epsilon_server(noise: float, participations: int, delta: float) -> float:
 
 
 def _smallest_at_most(
-    falling: Callable[[float], float], target: float, tolerance: float, limit: float = math.inf
+    falling: Callable[[float], float],
+    target: float,
+    tolerance: float,
+    limit: float = math.inf,
+    start: float = 1.0,
 ) -> float:
     """The smallest ``x > 0`` (to a relative ``tolerance``) at which the non-increasing
-    ``falling(x) <= target``: doubling from 1, then bisection. :class:`ValueError` when ``x``
-    would pass ``limit``."""
-    low, high = 0.0, 1.0
+    ``falling(x) <= target``: halving from ``start`` while it is, doubling while it is not, then
+    bisection. :class:`ValueError` when ``x`` would pass ``limit``."""
+    low, high = 0.0, start
     while falling(high) > target:
         low, high = high, high * 2
         if high > limit:
             raise ValueError(f"no x up to {limit:g} reaches {target:g}")
+    if low == 0.0:
+        low = high / 2
+        while low > 0 and falling(low) <= target:
+            low, high = low / 2, low
+            if high < 1e-12:
+                return high
     while high - low > tolerance * high:
         middle = (low + high) / 2
         if falling(middle) > target:
@@ -125,18 +195,20 @@ def _smallest_at_most(
     return high
 
 
-#: The privacy-loss bucket of the PLD :func:`membership_eer_floor` reads (dp-accounting's
-#: ``value_discretization_interval``). dp-accounting rounds each loss up (its pessimistic
-#: estimate), so a coarser bucket only overstates ``δ`` and lowers the floor: it stays a valid
-#: lower bound. 10⁻³ gives the floors of the docs' runs within 0.001 of 10⁻⁴'s, in 0.01–0.25 s
-#: instead of 0.03–1.3 s on one core (``python benchmarks/pld_slack.py``); results are cached.
-FLOOR_LOSS_INTERVAL = 1e-3
+#: The privacy-loss bucket of the PLD that :func:`epsilon_release` and
+#: :func:`membership_eer_floor` read (dp-accounting's ``value_discretization_interval``).
+#: dp-accounting rounds each loss up (its pessimistic estimate), so a coarser bucket only
+#: overstates ``δ(ε)``: ``ε`` stays an upper bound and the floor a lower one. 10⁻³ gives the docs'
+#: runs' floors within 0.001 of 10⁻⁴'s and their ``ε`` within 1.5 % (``python
+#: benchmarks/pld_slack.py``), about ten times faster (0.2–0.3 s for 800 rounds on one core);
+#: results are cached.
+PLD_LOSS_INTERVAL = 1e-3
 
 
 #: The most buckets the composed PLD may need in the worst case (:func:`_composed_pld`): with
-#: little noise the losses span so far that ``rounds`` rounds at :data:`FLOOR_LOSS_INTERVAL`
+#: little noise the losses span so far that ``rounds`` rounds at :data:`PLD_LOSS_INTERVAL`
 #: would not fit in memory (a simulation's own users, noise ``z·m/M``), and the bucket grows.
-FLOOR_MAX_BUCKETS = 1e8
+PLD_MAX_BUCKETS = 1e8
 
 
 @lru_cache(maxsize=256)
@@ -152,7 +224,7 @@ def membership_eer_floor(noise: float, sampling_rate: float, rounds: int) -> flo
     The profile is dp-accounting's privacy loss distribution (PLD) of the run: one round's
     Poisson-subsampled Gaussian (``from_gaussian_mechanism(z, sampling_prob=q)``, add/remove:
     both directions, ``δ(ε)`` the larger) composed over ``rounds`` — tight up to its
-    discretisation (:data:`FLOOR_LOSS_INTERVAL`, pessimistic), where the RDP profile is an
+    discretisation (:data:`PLD_LOSS_INTERVAL`, pessimistic), where the RDP profile is an
     upper bound on ``δ(ε)``, loosest at small ``ε``, and so gave a lower floor (0.061 instead of
     0.206 at the curve's ε 8; kept as the cross-check in tests/trainer/test_privacy.py).
 
@@ -180,8 +252,8 @@ def membership_eer_floor(noise: float, sampling_rate: float, rounds: int) -> flo
 
 def _composed_pld(noise: float, sampling_rate: float, rounds: int) -> Any:
     """The PLD of ``rounds`` rounds of :func:`round_event` (add/remove, pessimistic, losses in
-    buckets of :data:`FLOOR_LOSS_INTERVAL`, or wider where the worst case would need more than
-    :data:`FLOOR_MAX_BUCKETS`).
+    buckets of :data:`PLD_LOSS_INTERVAL`, or wider where the worst case would need more than
+    :data:`PLD_MAX_BUCKETS`).
 
     One round's losses span at most ``(1 + 20σ)/σ²`` (the Gaussian's ``x − ½`` over ``σ²``,
     dp-accounting truncating ``x`` at about ``10σ`` either side; subsampling only narrows it),
@@ -194,19 +266,23 @@ def _composed_pld(noise: float, sampling_rate: float, rounds: int) -> Any:
     one_round = privacy_loss_distribution.from_gaussian_mechanism(
         noise,
         sampling_prob=sampling_rate,
-        value_discretization_interval=max(FLOOR_LOSS_INTERVAL, span / FLOOR_MAX_BUCKETS),
+        value_discretization_interval=max(PLD_LOSS_INTERVAL, span / PLD_MAX_BUCKETS),
     )
     return one_round.self_compose(rounds)
 
 
 def noise_multiplier(target: float, sampling_rate: float, rounds: int, delta: float) -> float:
     """The smallest noise multiplier ``z`` (to 0.1 %) whose run of ``rounds`` rounds spends at
-    most ``target`` ε (bisection on :func:`epsilon_release`, which falls as ``z`` grows)."""
+    most ``target`` ε: bisection on the PLD's ``ε`` (RDP's below :data:`PLD_MIN_NOISE`), which
+    falls as ``z`` grows. :func:`epsilon_release` states at most that, so at most ``target``."""
     if not target > 0:
         raise ConfigError(f"--dp-epsilon must be positive, not {target}")
+    rate, count, delta = float(sampling_rate), int(rounds), float(delta)
 
     def spent(noise: float) -> float:
-        return epsilon_release(noise, sampling_rate, rounds, delta)
+        if noise < PLD_MIN_NOISE:
+            return epsilon_release_rdp(noise, rate, count, delta)
+        return _pld_epsilon(noise, rate, count, delta)
 
     try:
         return _smallest_at_most(spent, target, 1e-3, limit=1e4)

@@ -55,12 +55,15 @@ as the ``m``-user mean stands for the ``M``-user one, which is why every report 
 **Accounting: two ε, against two adversaries.** Both under add/remove-one adjacency (one user's
 data present or absent), for the same ``δ``:
 
-- :func:`epsilon_release` (and :func:`noise_multiplier`, which a budget sets the noise by): Google's
-  ``dp-accounting`` RDP accountant with ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``
-  (Mironov, Talwar and Zhang, "Rényi Differential Privacy of the Sampled Gaussian Mechanism",
-  2019) composed over the run's rounds — the guarantee DP-FedAvg's literature states (McMahan et
-  al. 2018, Andrew et al. 2021). It rests on amplification by subsampling, so it holds against
-  whoever sees the released models but does not know who was sampled.
+- :func:`epsilon_release` (and :func:`noise_multiplier`, which a budget sets the noise by): the
+  Poisson-subsampled Gaussian (``PoissonSampledDpEvent(q, GaussianDpEvent(z))``) composed over
+  the run's rounds, read from Google's ``dp-accounting`` privacy loss distribution (PLD;
+  pessimistic, so an upper bound within its loss bucket of the exact ``ε``), with its RDP
+  accountant (Mironov, Talwar and Zhang, "Rényi Differential Privacy of the Sampled Gaussian
+  Mechanism", 2019; the figure DP-FedAvg's literature states, McMahan et al. 2018, Andrew et al.
+  2021) beside it as the cross-check: the smaller of the two upper bounds, which is the PLD's.
+  It rests on amplification by subsampling, so it holds against whoever sees the released
+  models but does not know who was sampled.
 - :func:`epsilon_server`: the server draws each round's cohort (from a seed it holds, in the
   simulator and on Flower alike), so against it there is no amplification: a user who joined
   ``k`` rounds is protected by the Gaussian mechanism of multiplier ``z`` composed ``k`` times,
@@ -73,11 +76,10 @@ data present or absent), for the same ``δ``:
   it, and this ε holds against anyone else who learns the cohorts (its logs, its operator).
 
 :func:`membership_eer_floor` (the lowest EER of any test of "was this user in training", which
-bounds FedUV's codeword verification) reads the released model's privacy profile from
-dp-accounting's PLD, which is tight, not from the RDP accountant: RDP overstates ``δ(ε)`` most
-where the floor is decided (small ``ε``). ``ε`` itself stays RDP's, the figure the literature
-states; at the deployment-scale sampling rates RDP's ``ε`` is 1.18–2.92× the PLD's
-(``python benchmarks/pld_slack.py``; docs/privacy.md).
+bounds FedUV's codeword verification) reads the same PLD: RDP overstates ``δ(ε)`` most where
+the floor is decided (small ``ε``), and at the deployment-scale sampling rates RDP's ``ε`` is
+1.18–2.92× the PLD's (``python benchmarks/pld_slack.py``; docs/privacy.md), which is why both
+figures are the PLD's since issue 45.
 
 Everything random is drawn from ``(seed, round, client)``, so a resumed DP run is bit-exact.
 """
@@ -98,7 +100,8 @@ from torch import Tensor
 from .accounting import (
     capped_noise_multiplier,
     default_delta,
-    epsilon_release,
+    epsilon_release_after,
+    epsilon_release_rdp,
     epsilon_server,
     gaussian_eer_floor,
     gaussian_epsilon,
@@ -124,7 +127,10 @@ NOISES = ("independent", "tree")
 #: What the accountant assumes, stated in every report (see the module's docstring).
 SAMPLING = "poisson"
 NEIGHBORING_RELATION = "add-or-remove-one"
-ACCOUNTANT = "RDP, dp-accounting PoissonSampledDpEvent(q, GaussianDpEvent(z))"
+ACCOUNTANT = (
+    "PLD (pessimistic, loss bucket 1e-3), dp-accounting PoissonSampledDpEvent(q, "
+    "GaussianDpEvent(z)); RDP of the same events as the cross-check, the smaller stated"
+)
 SERVER_ACCOUNTANT = (
     "PLD, dp-accounting GaussianPrivacyLoss(z/sqrt(k)): the Gaussian mechanism composed over k "
     "participations, no amplification, exact (Balle and Wang 2018)"
@@ -296,12 +302,14 @@ class PrivacyPlan:
         return self.spent_release(self.rounds)
 
     def spent_release(self, rounds: int) -> float:
-        """The release's ``ε`` after ``rounds`` rounds (:func:`epsilon_release` of ``z``: with
+        """The release's ``ε`` after ``rounds`` rounds (:func:`epsilon_release_after` of ``z``: with
         adaptive clipping the pair ``z_Δ``, ``σ_b`` is as private as ``z``); under the
         participation rule the one Gaussian mechanism's (:meth:`mu`), no amplification."""
         if self.capped:
             return gaussian_epsilon(self.mu(rounds), self.delta)
-        return epsilon_release(self.noise_multiplier, self.sampling_rate, rounds, self.delta)
+        return epsilon_release_after(
+            self.noise_multiplier, self.sampling_rate, rounds, self.rounds, self.delta
+        )
 
     def spent_server(self, rounds: int) -> float:
         """The ``ε`` against the server after ``rounds`` rounds for a user in every one of
@@ -383,6 +391,9 @@ class PrivacyPlan:
             "mechanism": self.mechanism,
             "epsilon": self.epsilon_release,
             "epsilon_release": self.epsilon_release,
+            "epsilon_release_rdp": epsilon_release_rdp(
+                self.noise_multiplier, self.sampling_rate, self.rounds, self.delta
+            ),
             "epsilon_server": self.epsilon_server_at(participations),
             "server_participations": participations,
             "server_participations_basis": basis,

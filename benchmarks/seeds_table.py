@@ -1,0 +1,94 @@
+"""One table from the same comparison run with several seeds: each number as the mean over the
+seeds with its range, ``mean (min–max)`` (issue 45: no headline figure from one seed).
+
+The inputs are the Markdown tables a comparison script writes once per seed (``roc_methods.py
+--seed S --out DIR-S`` writes ``DIR-S/roc-DATASET.md``; ``negative_loss.py`` likewise): the same
+header and the same rows in the same order, rows told apart by their non-numeric cells. A cell
+that is a number in every table becomes ``mean (min–max)``; any other cell must read the same in
+every table and is kept. Two rows whose ranges overlap are a tie at these seeds, which is how the
+docs word them.
+
+    python benchmarks/seeds_table.py results/roc-s0/roc-synth-voices.md \\
+        results/roc-s1/roc-synth-voices.md results/roc-s2/roc-synth-voices.md \\
+        --out results/roc-synth-voices-seeds.md [--digits 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def read_table(path: Path) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of the first Markdown table in ``path``."""
+    lines = [line.strip() for line in path.read_text().splitlines() if line.strip().startswith("|")]
+    if len(lines) < 2:
+        raise ValueError(f"{path}: no Markdown table")
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return cells[0], cells[2:]
+
+
+def number(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def combine(tables: list[tuple[list[str], list[list[str]]]], digits: int) -> list[list[str]]:
+    """The rows of :func:`read_table`'s ``tables`` as ``mean (min–max)`` per numeric cell."""
+    header, first = tables[0]
+    for other_header, rows in tables[1:]:
+        if other_header != header or len(rows) != len(first):
+            raise ValueError("the tables differ in their header or number of rows")
+    combined = []
+    for index, row in enumerate(first):
+        cells = []
+        for column, cell in enumerate(row):
+            values = [rows[index][column] for _, rows in tables]
+            numbers = [number(value) for value in values]
+            if all(value is not None for value in numbers):
+                low, high = min(numbers), max(numbers)
+                mean = sum(numbers) / len(numbers)
+                cells.append(
+                    f"{mean:.{digits}f}"
+                    if low == high
+                    else f"{mean:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
+                )
+            elif len(set(values)) == 1:
+                cells.append(cell)
+            else:
+                raise ValueError(f"row {index + 1}, column {header[column]!r}: {values} differ")
+        combined.append(cells)
+    return combined
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tables", type=Path, nargs="+", help="one table per seed")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--digits", type=int, default=3)
+    args = parser.parse_args()
+    try:
+        tables = [read_table(path) for path in args.tables]
+        rows = combine(tables, args.digits)
+    except (OSError, ValueError) as error:
+        print(f"seeds_table: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    header = tables[0][0]
+    lines = [
+        f"# {len(tables)} seeds: mean (min–max)",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+    text = "\n".join(lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
