@@ -278,13 +278,13 @@ def test_the_command_line_keeps_its_interface_and_errors_are_one_line(
         return lines[0]
 
     run = str(tmp_path / "run")
-    assert error_of(run) == "uvexport: error: Missing option '--out'. (uvexport export --help)"
+    assert error_of(run) == "uvexport: error: Missing option '--out'. (see uvexport export --help)"
     assert "Missing argument 'RUN_DIR'" in error_of("--out", "x.uvb")
     assert "'int4' is not one of 'none', 'int8'" in error_of(
         run, "--out", "x.uvb", "--quantize", "int4"
     )
     assert "No such option" in error_of(run, "--out", "x.uvb", "--bogus")
-    assert error_of("keygen") == "uvexport: error: Missing option '--out'. (uvexport keygen --help)"
+    assert error_of("keygen") == "uvexport: error: Missing option '--out'. (see uvexport keygen --help)"
     assert "Missing option '--out'" in error_of("default-voice")
     assert error_of(run, "--out", "x.uvb") == (
         f"uvexport: {run} is not a run folder (no config.json and checkpoint.pt)"

@@ -16,6 +16,8 @@ from typing import Annotated, Any, TypeVar
 import click
 import typer
 
+from uvsdk.commandline import CONTEXT_SETTINGS, OneLineUsageGroup
+
 #: The entry-point group through which other packages add top-level commands to ``uvtrain``
 #: (``uvtrain deploy``: the Flower deployment, :mod:`uvdeploy`, which sits above the trainer and
 #: the exporter and so is never imported by them). Declared in a distribution's metadata as
@@ -30,9 +32,10 @@ def command_plugins() -> dict[str, Any]:
     return {entry.name: entry for entry in entry_points(group=COMMAND_PLUGINS)}
 
 
-class PluginGroup(typer.core.TyperGroup):
+class PluginGroup(OneLineUsageGroup):
     """``uvtrain``'s own commands, then those of :data:`COMMAND_PLUGINS`: a plugin's module is
-    imported only when its command is run or the command list is shown."""
+    imported only when its command is run or the command list is shown. Usage errors are one
+    line and exit 2, like uvsdk's (:class:`OneLineUsageGroup`)."""
 
     def list_commands(self, ctx: Any) -> list[str]:
         own = super().list_commands(ctx)
@@ -59,6 +62,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT_SETTINGS,
 )
 data_app = typer.Typer(help="Build and list datasets.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
