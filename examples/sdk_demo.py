@@ -38,7 +38,6 @@ import soundfile as sf
 
 from uvtrain.data.formant import voice_corpus  # numpy only: no torch
 
-
 SAMPLE_RATE = 16000
 #: used only when ``$UVSDK_PASSPHRASE`` is not set
 DEMO_PASSPHRASE = "demo passphrase: use your own"

@@ -284,7 +284,10 @@ def test_the_command_line_keeps_its_interface_and_errors_are_one_line(
         run, "--out", "x.uvb", "--quantize", "int4"
     )
     assert "No such option" in error_of(run, "--out", "x.uvb", "--bogus")
-    assert error_of("keygen") == "uvexport: error: Missing option '--out'. (see uvexport keygen --help)"
+    assert (
+        error_of("keygen")
+        == "uvexport: error: Missing option '--out'. (see uvexport keygen --help)"
+    )
     assert "Missing option '--out'" in error_of("default-voice")
     assert error_of(run, "--out", "x.uvb") == (
         f"uvexport: {run} is not a run folder (no config.json and checkpoint.pt)"
