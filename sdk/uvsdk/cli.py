@@ -62,6 +62,22 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+#: What to do next, after the error's own line, by error code (docs/spec.md's codes); USER is the
+#: command's --user.
+NEXT_STEPS = {
+    "template.wrong-passphrase": (
+        "type it again, or set UVSDK_PASSPHRASE to the one it was made with; if it is lost, "
+        "uvsdk delete --user USER removes the template and you enroll again"
+    ),
+}
+
+
+def _error_line(error: UvsdkError, user: str) -> str:
+    """The error's message and, where there is one, the next step (:data:`NEXT_STEPS`)."""
+    step = NEXT_STEPS.get(error.code)
+    return f"{error}: {step.replace('USER', user)}" if step else str(error)
+
+
 def _errors_to_exit(command: F) -> F:
     """Turn the SDK's errors (and anything unexpected) into one line on stderr and exit 2."""
 
@@ -74,7 +90,8 @@ def _errors_to_exit(command: F) -> F:
         except BrokenPipeError:
             raise typer.Exit(reader_gone()) from None
         except UvsdkError as error:
-            raise _fail(str(error), error.exit_code) from None
+            line = _error_line(error, str(kwargs.get("user", "default")))
+            raise _fail(line, error.exit_code) from None
         except KeyboardInterrupt:
             raise _fail("interrupted", 130) from None
         except Exception as error:
@@ -245,10 +262,18 @@ def verify(
     verifier = _verifier(bundle, store)
     results, failed = [], False
     for file in files:
+        if file.is_dir():  # not an attempt: nothing is scored or counted
+            shown = printable(str(file))
+            typer.echo(
+                f"uvsdk: error: {shown} is a folder: give the files in it, e.g. {shown}/*.wav",
+                err=True,
+            )
+            failed = True
+            continue
         try:
             decision = verifier.verify(file, user=user, backoff=not no_backoff)
         except UvsdkError as error:
-            typer.echo(f"uvsdk: error: {error}", err=True)
+            typer.echo(f"uvsdk: error: {_error_line(error, user)}", err=True)
             failed = True
             if _stops_the_batch(error):
                 break
@@ -256,9 +281,10 @@ def verify(
         results.append(decision)
         if not as_json:
             verdict = "ACCEPT" if decision.accepted else "REJECT"
+            places = _decimals(decision.score, decision.threshold)
             typer.echo(
-                f"{verdict}  score={decision.score:.4f}  threshold={decision.threshold:.4f}  "
-                f"{printable(str(file))}"
+                f"{verdict}  score={decision.score:.{places}f}  "
+                f"threshold={decision.threshold:.{places}f}  {printable(str(file))}"
             )
     if as_json:
         typer.echo(
@@ -278,6 +304,16 @@ def verify(
     if failed:
         raise typer.Exit(2)
     raise typer.Exit(0 if all(d.accepted for d in results) else 1)
+
+
+def _decimals(score: float, threshold: float) -> int:
+    """Decimal places that show a score apart from its threshold: 4, or more (at most 9) when
+    they agree to 4 (issue 47: a model at chance scored 0.9997-1.0000 against threshold=1.0000,
+    and four places hid which side each clip fell on)."""
+    for places in range(4, 9):
+        if f"{score:.{places}f}" != f"{threshold:.{places}f}":
+            return places
+    return 9
 
 
 def _stops_the_batch(error: UvsdkError) -> bool:
@@ -449,7 +485,7 @@ def _show_calibration(calibration: Any) -> None:
 @app.command()
 @_errors_to_exit
 def delete(
-    user: Annotated[str, typer.Option("--user", help="The user whose template to remove.")],
+    user: User = "default",
     store: StoreDir = None,
 ) -> None:
     """Remove a user's template (their codeword and enrollment) from this device."""

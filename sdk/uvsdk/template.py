@@ -502,6 +502,16 @@ class TemplateStore:
             self._passphrase = value
         return self._passphrase
 
+    def unlock(self, user: str) -> None:
+        """Get the user's key now, before long work that needs it at the end (an enrollment
+        embeds every sample first): the user's template is opened (a wrong passphrase fails
+        here), or, for a user without one, the new passphrase is asked for (twice, on a
+        terminal). A typo then loses no work (issue 47)."""
+        if self.exists(user):
+            self.load(user)
+        elif not self.use_keyring:
+            self._get_passphrase(confirm=True)
+
     def _open_key(self, header: _Header, name: str) -> bytes:
         cache_key = (header.version, header.kdf, header.salt, header.log2_n, header.r, header.p)
         cached = self._derived.get(cache_key)
