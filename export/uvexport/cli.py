@@ -123,11 +123,31 @@ def export(
         ),
     ] = None,
     ort: OrtOption = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Export a run whose model is at chance (has not learned: every protocol's "
+            "test_known EER above 0.3), which is refused otherwise.",
+        ),
+    ] = False,
 ) -> None:
     """Export a uvtrain run folder to a .uvb bundle (ONNX, parity-checked)."""
+    from uvtrain.chance import DECIDING_SPLIT, learning
+
     from .export import export_run
+    from .provenance import run_report
 
     key = _load_key(sign_key)
+    verdict = learning(run_report(run_dir)) if run_dir.is_dir() else None
+    if verdict is not None and verdict.at_chance:
+        at_chance = f"{run_dir} is at chance ({DECIDING_SPLIT} EER {verdict.figures()})"
+        if not force:
+            raise UsageFailure(
+                f"{at_chance}: it has not learned, and every clip would score alike; train "
+                "longer (docs/trainer.md, Learning) or pass --force to export it anyway"
+            )
+        _error(f"uvexport: warning: {at_chance}; exported as --force asks")
     result = export_run(
         run_dir, out, sign_key=key, quantize=quantize.value, calibrate=calibrate, ort=ort
     )
