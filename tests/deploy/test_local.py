@@ -120,6 +120,10 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     report = json.loads((out / "report.json").read_text())
     assert report["deployment"]["secure_aggregation"] is True
     assert report["warmup"]["devices_enrolled"] == 4
+    # issue 47: an empty splits said nothing; the report and the last line say why
+    assert report["splits"] == {} and report["evaluation"].startswith("not evaluated here")
+    assert result["lines"][-1] == f"note: {report['evaluation']}"
+    assert "round 1/2: " in "\n".join(result["lines"]) and ", ETA " in "\n".join(result["lines"])
     privacy = report["privacy"]
     assert privacy["mechanism"] == "distributed" and privacy["rounds"] == 2
     assert privacy["epsilon"] == pytest.approx(8.0, rel=1e-2) and privacy["epsilon"] <= 8.0
