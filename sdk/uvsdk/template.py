@@ -502,14 +502,13 @@ class TemplateStore:
             self._passphrase = value
         return self._passphrase
 
-    def unlock(self, user: str) -> None:
-        """Get the user's key now, before long work that needs it at the end (an enrollment
-        embeds every sample first): the user's template is opened (a wrong passphrase fails
-        here), or, for a user without one, the new passphrase is asked for (twice, on a
-        terminal). A typo then loses no work (issue 47)."""
-        if self.exists(user):
-            self.load(user)
-        elif not self.use_keyring:
+    def ask_new_passphrase(self, user: str) -> None:
+        """For a user without a template, ask for the new passphrase now (twice, on a
+        terminal), before long work that ends in writing the template (an enrollment embeds
+        every sample first), so that a typo loses no work (issue 47). A user with a template is
+        left alone: its key is checked when the template is opened, where docs/spec.md §9.1
+        (step 4) places that check."""
+        if not self.use_keyring and not self.exists(user):
             self._get_passphrase(confirm=True)
 
     def _open_key(self, header: _Header, name: str) -> bytes:
