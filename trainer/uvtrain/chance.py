@@ -99,6 +99,7 @@ def chance_note(report: dict[str, Any]) -> str | None:
         names = " and ".join(verdict.names[name] for name in verdict.near_chance)
         return (
             f"note: verification {names} is near chance ({DECIDING_SPLIT} EER "
-            f"{verdict.figures()}); the other protocol learned (uvsdk enroll --mode chooses)"
+            f"{verdict.figures()}); the model learned by the other protocol (an exported FedUV "
+            "bundle enrolls in the mode its run measured better)"
         )
     return None
