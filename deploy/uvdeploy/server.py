@@ -111,8 +111,8 @@ from .settings import (
     unpack,
 )
 
-#: Seconds between two lines while the server waits for ``min_devices``.
-WAIT_LINE_SECONDS = 15.0
+#: Seconds the server waits for ``min_devices`` before it says how many are connected.
+WAIT_LINE_SECONDS = 10.0
 #: ``report.json``'s ``evaluation`` and the run's last line: why ``splits`` is empty, and where
 #: the model is measured instead (issue 47: an empty ``splits`` and no word).
 NOT_EVALUATED = (
@@ -255,20 +255,23 @@ class FederatedServer:
         return replies
 
     def wait_for_devices(self) -> list[int]:
-        """The connected devices' node ids, once ``min_devices`` are connected; a line every
-        :data:`WAIT_LINE_SECONDS` until then (issue 47: a minute without a word)."""
+        """The connected devices' node ids, once ``min_devices`` are connected. A line after
+        :data:`WAIT_LINE_SECONDS`, then one each time the count changes (issue 47: a minute
+        without a word); never a line while nothing changes, which a watcher of the log (``uvtrain
+        deploy local``'s stall check) would take for progress."""
         started = time.monotonic()
         deadline = started + self.settings.wait_seconds
-        said = started
+        said: int | None = None
         while True:
             nodes = sorted(self.grid.get_node_ids())
             if len(nodes) >= self.settings.min_devices:
                 return nodes
-            if time.monotonic() - said >= WAIT_LINE_SECONDS:
-                said = time.monotonic()
+            waited = time.monotonic() - started
+            if waited >= WAIT_LINE_SECONDS and len(nodes) != said:
+                said = len(nodes)
                 self.echo(
                     f"waiting for devices: {len(nodes)} of {self.settings.min_devices} "
-                    f"connected after {duration_text(said - started)} (at most "
+                    f"connected after {duration_text(waited)} (waits at most "
                     f"{duration_text(self.settings.wait_seconds)})"
                 )
             if time.monotonic() > deadline:

@@ -67,10 +67,14 @@ def test_a_run_without_progress_is_stopped_and_leaves_the_federation_clean(feder
     running, root, devices = federation
     settings = {"method": "fedaws", "min_devices": len(devices) + 1, **SERVER_WAIT}
     settings.update(out=str(root / "stalled"), export=False)
+    lines: list[str] = []
     with pytest.raises(LaunchError, match="no progress"):
         running.run(
-            settings, [].append, stall_seconds=20
+            settings, lines.append, stall_seconds=20
         )  # it is meant to stall: no need to wait long
+    # it said what it waits for (issue 47), once: a line a while would count as progress
+    waiting = [line for line in lines if line.startswith("waiting for devices: ")]
+    assert len(waiting) == 1 and f"{len(devices)} of {len(devices) + 1} connected" in waiting[0]
     assert not [p.name for p in running.processes if p.name.startswith("flwr-run")]
     listing = run_until_stalled(
         [running.bin_dir / "flwr", "ls", "uvtrain-local", "--format", "json"],
