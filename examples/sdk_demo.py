@@ -3,8 +3,10 @@
 It writes, under ``--out``:
 
 - ``reference-voice.uvb``: a small reference bundle (a log-mel embedding built as an ONNX graph,
-  centred on a background set of voices) standing in for a trained model until the trainer's
-  default bundle lands;
+  centred on a background set of voices) standing in for a trained model: a copy of
+  ``examples/reference-voice.uvb``, so that the demo needs only the SDK (``pip install -e .``, no
+  torch, no onnx). ``python examples/sdk_demo.py --write-reference`` rebuilds that file (it needs
+  the ``train`` extra); a test checks that the rebuilt bundle is the committed one;
 - ``enroll/``: 8 clips of one synthetic speaker; ``test/``: 3 other clips of that speaker and
   clips of 5 speakers never seen before;
 - ``store/``: the encrypted template.
@@ -34,20 +36,24 @@ from pathlib import Path
 
 import soundfile as sf
 
-from uvexport.bundle import make_manifest, write_bundle
-from uvexport.reference import centred_spectral_embedding_model
-from uvsdk.bundle import AudioInput
-from uvtrain.data.formant import voice_corpus
+from uvtrain.data.formant import voice_corpus  # numpy only: no torch
 
 SAMPLE_RATE = 16000
 #: used only when ``$UVSDK_PASSPHRASE`` is not set
 DEMO_PASSPHRASE = "demo passphrase: use your own"
 #: one line of ``uvsdk verify``: ``ACCEPT|REJECT  score=…  threshold=…  FILE``
 DECISION = re.compile(r"^(ACCEPT|REJECT)\s+score=(\S+)\s+threshold=\S+\s+(.+)$")
+#: the bundle :func:`build_bundle` writes, committed, so that the demo runs with the SDK alone
+REFERENCE_BUNDLE = Path(__file__).resolve().with_name("reference-voice.uvb")
 
 
 def build_bundle(path: Path) -> Path:
-    """A reference voice bundle, its embedding centred on 40 background speakers."""
+    """A reference voice bundle, its embedding centred on 40 background speakers (needs the
+    ``train`` extra: onnx builds the graph)."""
+    from uvexport.bundle import make_manifest, write_bundle
+    from uvexport.reference import centred_spectral_embedding_model
+    from uvsdk.bundle import AudioInput
+
     background = voice_corpus(40, 4, 2.0, SAMPLE_RATE, seed=1000)
     clips = [clip for speaker in background for clip in speaker]
     model = centred_spectral_embedding_model(clips, SAMPLE_RATE, n_bands=40)
@@ -97,7 +103,15 @@ def uvsdk(*args: str | Path) -> subprocess.CompletedProcess:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("demo"), help="output folder")
+    parser.add_argument(
+        "--write-reference",
+        action="store_true",
+        help=f"rebuild {REFERENCE_BUNDLE.name} beside this script (needs the train extra) and exit",
+    )
     args = parser.parse_args()
+    if args.write_reference:
+        print(f"wrote {build_bundle(REFERENCE_BUNDLE)}")
+        return 0
     out: Path = args.out
     if out.exists():
         shutil.rmtree(out)
@@ -111,7 +125,8 @@ def main() -> int:
             flush=True,
         )
 
-    bundle = build_bundle(out / "reference-voice.uvb")
+    bundle = out / REFERENCE_BUNDLE.name
+    shutil.copyfile(REFERENCE_BUNDLE, bundle)
     enroll, test = write_clips(out)
     store = out / "store"
 

@@ -58,10 +58,23 @@ SLOWEST_FILES = (
     "tests/trainer/test_models.py",  # 6 min
     "tests/export/test_uvexport.py",  # 5 min
     "tests/trainer/test_privacy.py",  # 4 min
+    "tests/test_sdk_only.py",  # 1 min: pip installs the SDK alone into a fresh venv
     "tests/trainer/test_engine.py",  # 3 min
     "tests/sdk/test_codeword.py",  # galois compiles BCH(127, 64)
     "tests/trainer/test_comparisons.py",
 )
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Said before the workers collect (about a minute, nothing printed) and start with the
+    slowest files (the first dots can take minutes): issue 47, where the suite sat silent for
+    ten minutes on a busy machine."""
+    return [
+        "first results: each worker imports torch to collect (about a minute), then starts with "
+        f"the slowest files ({SLOWEST_FILES[0]}, {SLOWEST_FILES[1]}, ...): the first dots can "
+        "take minutes; -v names each test as it ends, -m 'not slow' leaves the slowest out "
+        "(docs/testing.md)"
+    ]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

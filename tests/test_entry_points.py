@@ -184,3 +184,44 @@ def test_uvexport_answers_without_importing_torch(args: list[str], status: int) 
     result = run_light("uvexport", *args)
     assert result.returncode == status, result.stderr
     assert "Traceback" not in result.stderr and heavy_loaded(result) == ""
+
+
+@pytest.mark.parametrize("name", ["uvsdk", "uvtrain", "uvexport"])
+def test_every_command_answers_h_and_version_without_the_extras(name: str) -> None:
+    """``-h`` is ``--help`` and ``--version`` names the installed distribution's version, on an
+    SDK-only install too (issue 47: ``uvsdk -h`` and ``uvtrain -h`` were usage errors)."""
+    from importlib.metadata import version
+
+    shown = run_script(name, "-h")
+    assert shown.returncode == 0, shown.stderr
+    assert "Usage:" in shown.stdout and "--version" in shown.stdout
+    told = run_script(name, "--version")
+    assert told.returncode == 0, told.stderr
+    assert told.stdout.strip() == f"{name} {version('uvsdk')}"
+    # nothing of the train extra was needed (uvsdk exits before the program can say so)
+    assert told.stderr in ("", "loaded: \n"), told.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "shown"),
+    [
+        ("uvtrain", ["run", "--bogus"], "uvtrain: error: No such option '--bogus'"),
+        ("uvtrain", ["nonsense"], "uvtrain: error: No such command 'nonsense'."),
+        ("uvtrain", ["eval"], "uvtrain: error: Missing argument 'OUT'."),
+        ("uvsdk", ["verify"], "uvsdk: error: Missing argument 'FILES...'."),
+        ("uvexport", ["keygen"], "uvexport: error: Missing option '--out'."),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(name: str, args: list[str], shown: str) -> None:
+    """The same one-line usage error, ending in the ``--help`` to read, for every command (issue
+    47: uvtrain's were boxes of several lines)."""
+    result = run_light(name, *args)
+    assert result.returncode == 2, result.stderr
+    line = one_line_of(result)
+    assert line.startswith(shown) and line.endswith("--help)"), line
+
+
+def one_line_of(result: subprocess.CompletedProcess) -> str:
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("heavy:")]
+    assert len(lines) == 1 and "╭" not in result.stderr, result.stderr
+    return lines[0]

@@ -28,17 +28,31 @@ def load_example(name: str) -> ModuleType:
 
 
 app = load_example("app_verifier")
+sdk_demo = load_example("sdk_demo")
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """sdk_demo's reference voice bundle, its enrollment clips of one speaker and its test clips
     (``me-*.wav`` of that speaker, ``stranger*.wav`` of five others)."""
-    sdk_demo = load_example("sdk_demo")
     root = tmp_path_factory.mktemp("demo")
-    bundle = sdk_demo.build_bundle(root / "voice.uvb")
     enroll, test = sdk_demo.write_clips(root)
-    return bundle, enroll, test
+    return sdk_demo.REFERENCE_BUNDLE, enroll, test
+
+
+def test_the_committed_reference_bundle_is_what_the_demo_builder_makes(tmp_path: Path) -> None:
+    """``examples/reference-voice.uvb`` lets the SDK-only demo run without onnx
+    (tests/test_sdk_only.py); it must stay what ``build_bundle`` makes (rebuild it with
+    ``python examples/sdk_demo.py --write-reference``)."""
+    import zipfile
+
+    built = sdk_demo.build_bundle(tmp_path / "voice.uvb")
+    with zipfile.ZipFile(built) as fresh, zipfile.ZipFile(sdk_demo.REFERENCE_BUNDLE) as shipped:
+        assert sorted(fresh.namelist()) == sorted(shipped.namelist())
+        for name in fresh.namelist():
+            assert fresh.read(name) == shipped.read(name), (
+                f"{name} differs: run python examples/sdk_demo.py --write-reference"
+            )
 
 
 def run_app(capsys, *args: object) -> tuple[int, str, str]:

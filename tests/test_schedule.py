@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import SLOWEST_FILES, scheduling_order
+from tests.conftest import SLOWEST_FILES, pytest_report_header, scheduling_order
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,3 +38,9 @@ def test_slow_files_come_first_then_the_most_tests_each_file_in_its_order() -> N
         ("tests/a.py", 1),
         ("tests/c.py", 1),
     ]
+
+
+def test_the_header_says_why_the_first_results_take_minutes() -> None:
+    """Printed before collection, which shows nothing for about a minute (issue 47)."""
+    (line,) = pytest_report_header(None)
+    assert SLOWEST_FILES[0] in line and "-m 'not slow'" in line and "docs/testing.md" in line

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from uvtrain.io import CHECKPOINT, CONFIG, REPORT, STATUS, atomic_write, read_json
+from uvtrain.progress import duration_text
 
 from .errors import LaunchError
 from .settings import DeploySettings
@@ -524,7 +525,13 @@ def run_local(
     workspace.mkdir()
     (out / STATUS).unlink(missing_ok=True)
     echo(f"starting a SuperLink and {len(devices)} SuperNodes on 127.0.0.1 (logs: {workspace})")
+    started = time.monotonic()
     with LocalFederation(devices, workspace, user=user) as federation:
+        echo(
+            f"the SuperLink and {len(devices)} SuperNodes are up after "
+            f"{duration_text(time.monotonic() - started)}; the server app starts and the "
+            "devices register (the server says how many are connected while it waits)"
+        )
         code = federation.run(settings, echo, stall_seconds=stall_seconds, timeout=timeout)
     status_path = out / STATUS
     status = read_json(status_path) if status_path.exists() else {}

@@ -78,6 +78,7 @@ from uvtrain.io import (
     write_json,
 )
 from uvtrain.privacy import PrivateSum, UserLevelDP, secret_noise
+from uvtrain.progress import duration_text, eta_seconds
 from uvtrain.rounds import (
     Aggregator,
     ClientUpdates,
@@ -110,6 +111,15 @@ from .settings import (
     unpack,
 )
 
+#: Seconds the server waits for ``min_devices`` before it says how many are connected.
+WAIT_LINE_SECONDS = 10.0
+#: ``report.json``'s ``evaluation`` and the run's last line: why ``splits`` is empty, and where
+#: the model is measured instead (issue 47: an empty ``splits`` and no word).
+NOT_EVALUATED = (
+    "not evaluated here: the server holds no labelled data, so report.json has no EERs and no "
+    "at-chance check was made. Measure the model where people's clips are: uvsdk verify on "
+    "the devices (each is enrolled with it), or uvexport calibrate on people of your own"
+)
 #: The most samples a device may report at registration: its weight in a plain round's mean
 #: (docs/deploy.md, "Malicious devices").
 MAX_DEVICE_SAMPLES = 10**9
@@ -245,11 +255,25 @@ class FederatedServer:
         return replies
 
     def wait_for_devices(self) -> list[int]:
-        deadline = time.monotonic() + self.settings.wait_seconds
+        """The connected devices' node ids, once ``min_devices`` are connected. A line after
+        :data:`WAIT_LINE_SECONDS`, then one each time the count changes (issue 47: a minute
+        without a word); never a line while nothing changes, which a watcher of the log (``uvtrain
+        deploy local``'s stall check) would take for progress."""
+        started = time.monotonic()
+        deadline = started + self.settings.wait_seconds
+        said: int | None = None
         while True:
             nodes = sorted(self.grid.get_node_ids())
             if len(nodes) >= self.settings.min_devices:
                 return nodes
+            waited = time.monotonic() - started
+            if waited >= WAIT_LINE_SECONDS and len(nodes) != said:
+                said = len(nodes)
+                self.echo(
+                    f"waiting for devices: {len(nodes)} of {self.settings.min_devices} "
+                    f"connected after {duration_text(waited)} (waits at most "
+                    f"{duration_text(self.settings.wait_seconds)})"
+                )
             if time.monotonic() > deadline:
                 raise DeploymentError(
                     f"{len(nodes)} device(s) connected after {self.settings.wait_seconds:.0f} s; "
@@ -717,6 +741,11 @@ class FederatedServer:
         mode = "SecAgg+" if self.secure else "plain FedAvg"
         self.echo(f"{self.config.method.name}: {self.config.schedule.rounds} rounds, {mode}")
         started = time.perf_counter()
+        rounds = self.config.schedule.rounds
+
+        def eta(done: int) -> float | None:  # at the rate of this session's rounds
+            return eta_seconds(done, rounds, start_round, time.perf_counter() - started)
+
         updates = 0
         nodes = sorted(self.rows)
         with open(self.folder / METRICS, "a") as log:
@@ -740,10 +769,7 @@ class FederatedServer:
                             f"(against the server {metrics['epsilon_server']:.3g} of "
                             f"{plan.epsilon_server:.3g})"
                         )
-                self.echo(
-                    f"round {round_number}/{self.config.schedule.rounds}: loss {metrics['loss']:.4f}, "
-                    f"{metrics['clients']} devices, {metrics['seconds']:.1f} s{spent}"
-                )
+                self.echo(round_line(metrics, rounds, spent, eta(round_number)))
         self._save(self.config.schedule.rounds)
         seconds = time.perf_counter() - started
         rounds_done = self.config.schedule.rounds - start_round
@@ -752,9 +778,8 @@ class FederatedServer:
             "method": self.config.method.name,
             "dataset": "flower",
             "rounds": self.config.schedule.rounds,
-            # the server holds no labelled data: evaluate the exported model with
-            # `uvtrain eval`-style scoring on a labelled set, or on the devices
-            "splits": {},
+            "splits": {},  # what a simulated run measures; the server has no labelled data
+            "evaluation": NOT_EVALUATED,
             "warmup": {"target_tpr": self.config.target_tpr, **enrolled},
             "leakage": None,
             "privacy": self._privacy_report(),
@@ -774,6 +799,7 @@ class FederatedServer:
             self.folder / STATUS, {"state": "finished", "rounds": self.config.schedule.rounds}
         )
         self.echo(f"finished: {self.folder / REPORT}")
+        self.echo(f"note: {NOT_EVALUATED}")
         return report
 
     def _privacy_report(self) -> dict[str, Any] | None:
@@ -888,6 +914,24 @@ class CohortStrategy(Strategy):
 
     def evaluate(self, server_round: int, parameters: Any) -> None:
         return None
+
+
+def round_line(metrics: dict[str, Any], rounds: int, spent: str, eta: float | None) -> str:
+    """A round's line: its loss and devices, or that it was skipped (too few devices sampled
+    to release anything; issue 47: it read ``loss nan, 0 devices``), its time and the ETA of the
+    run (:func:`uvtrain.progress.eta_seconds`)."""
+    head = f"round {metrics['round']}/{rounds}: "
+    if metrics.get("skipped"):
+        head += (
+            f"skipped, {metrics['sampled']} device(s) sampled, too few to release a sum "
+            "(the model unchanged)"
+        )
+    else:
+        head += (
+            f"loss {metrics['loss']:.4f}, {metrics['clients']} devices, {metrics['seconds']:.1f} s"
+        )
+    left = f", ETA {duration_text(eta)}" if eta is not None and metrics["round"] < rounds else ""
+    return f"{head}{left}{spent}"
 
 
 def _echo(line: str) -> None:

@@ -24,19 +24,22 @@ from typing import Annotated
 
 import click
 import typer
-from typer.core import TyperGroup
+
+from uvsdk.commandline import CONTEXT_SETTINGS, OneLineUsageGroup
 
 #: The command a first word that is no command name goes to.
 DEFAULT_COMMAND = "export"
 
 
-class ExportGroup(TyperGroup):
+class ExportGroup(OneLineUsageGroup):
     """``uvexport RUN_DIR ...`` is ``uvexport export RUN_DIR ...``: arguments that do not start
-    with a command name (or the group's own ``--help``) go to :data:`DEFAULT_COMMAND`."""
+    with a command name (or the group's own ``--help``, ``--version``) go to
+    :data:`DEFAULT_COMMAND`. Usage errors: one line, exit 2 (:class:`OneLineUsageGroup`)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         first = args[0] if args else None
-        if first is not None and first not in self.commands and first not in ("-h", "--help"):
+        own = ("-h", "--help", "--version")
+        if first is not None and first not in self.commands and first not in own:
             args = [DEFAULT_COMMAND, *args]
         return super().parse_args(ctx, args)
 
@@ -54,7 +57,7 @@ app = typer.Typer(
     no_args_is_help=True,
     subcommand_metavar="[export] RUN_DIR --out NAME.uvb [OPTIONS] | COMMAND [ARGS]...",
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings=CONTEXT_SETTINGS,
 )
 
 
@@ -120,11 +123,31 @@ def export(
         ),
     ] = None,
     ort: OrtOption = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Export a run whose model is at chance (has not learned: every protocol's "
+            "test_known EER above 0.3), which is refused otherwise.",
+        ),
+    ] = False,
 ) -> None:
     """Export a uvtrain run folder to a .uvb bundle (ONNX, parity-checked)."""
+    from uvtrain.chance import DECIDING_SPLIT, learning
+
     from .export import export_run
+    from .provenance import run_report
 
     key = _load_key(sign_key)
+    verdict = learning(run_report(run_dir)) if run_dir.is_dir() else None
+    if verdict is not None and verdict.at_chance:
+        at_chance = f"{run_dir} is at chance ({DECIDING_SPLIT} EER {verdict.figures()})"
+        if not force:
+            raise UsageFailure(
+                f"{at_chance}: it has not learned, and every clip would score alike; train "
+                "longer (docs/trainer.md, Learning) or pass --force to export it anyway"
+            )
+        _error(f"uvexport: warning: {at_chance}; exported as --force asks")
     result = export_run(
         run_dir, out, sign_key=key, quantize=quantize.value, calibrate=calibrate, ort=ort
     )
@@ -391,10 +414,6 @@ def default_voice(
         _echo_ort(result.path)
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _error(line: str) -> None:
     """A line on stderr with every control character escaped (:func:`uvsdk.errors.printable`):
     names in it come from folders and files the user was handed (issue 46), and a newline or
@@ -413,21 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(app)
     try:
+        # usage errors, --help and --version end here (ExportGroup), as one line and a status
         status = command.main(args=arguments, prog_name="uvexport", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError:  # `uvexport` alone: typer printed the help
-        return 2
-    except click.UsageError as error:
-        context = error.ctx
-        named = context is not None and context.parent is not None
-        hint = f" (uvexport {context.info_name} --help)" if named else " (uvexport --help)"
-        _error(f"uvexport: error: {_one_line(error.format_message())}{hint}")
-        return 2
-    except click.ClickException as error:
-        _error(f"uvexport: error: {_one_line(error.format_message())}")
-        return 2
-    except click.Abort:
-        print("uvexport: interrupted", file=sys.stderr)
-        return 130
     except UsageFailure as error:
         _error(f"uvexport: {error}")
         return 2

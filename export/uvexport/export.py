@@ -68,8 +68,10 @@ def export_run(
     ort: bool = False,
     drift_bound: float = DRIFT_BOUND,
     schemes: Sequence[str] = SCHEMES,
+    progress: bool = True,
 ) -> ExportResult:
-    """Export a run folder to a bundle; raise :class:`ExportError` when parity fails, or when
+    """Export a run folder to a bundle (``progress``: a line on stderr after each step, with
+    the ETA, :class:`uvtrain.progress.Progress`); raise :class:`ExportError` when parity fails, or when
     ``quantize="int8"`` and no int8 scheme of ``schemes`` is both not slower and within
     ``drift_bound`` (defaults: :data:`uvexport.quantize.SCHEMES`,
     :data:`uvexport.quantize.DRIFT_BOUND`).
@@ -82,48 +84,67 @@ def export_run(
     if quantize not in ("none", "int8", "weights"):
         raise ExportError(f"--quantize {quantize}: choose none, int8 or weights")
     from uvtrain.engine import TrainingError
+    from uvtrain.progress import Progress
     from uvtrain.run import load_run
 
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    try:
-        config, dataset, simulation = load_run(run_dir)
-    except TrainingError as error:
-        raise ExportError(str(error)) from None
-    model = simulation.load_into_model().cpu().eval()
-    inputs = _parity_inputs(dataset)
-    extra = run_extra(run_dir, config, dataset, model, extra, method)
+    # the steps export_model reports, and loading the run (issue 47: 43 s without a word)
+    total = len(export_steps(quantize != "none", ort, calibrate is not None)) + 1
+    with Progress(
+        "uvexport", total, unit="step", every_seconds=0.0, transient=True, enabled=progress
+    ) as steps:
+        try:
+            config, dataset, simulation = load_run(run_dir)
+        except TrainingError as error:
+            raise ExportError(str(error)) from None
+        steps.update(1, {"done": "loaded the run"})
+        model = simulation.load_into_model().cpu().eval()
+        inputs = _parity_inputs(dataset)
+        extra = run_extra(run_dir, config, dataset, model, extra, method)
 
-    def int8(onnx_bytes: bytes) -> tuple[bytes, dict[str, Any]]:
-        return _quantize_run(
-            onnx_bytes,
+        def int8(onnx_bytes: bytes) -> tuple[bytes, dict[str, Any]]:
+            return _quantize_run(
+                onnx_bytes,
+                model,
+                dataset,
+                simulation,
+                inputs,
+                bound=drift_bound,
+                schemes=schemes,
+                weights_only=quantize == "weights",
+            )
+
+        return export_model(
             model,
-            dataset,
-            simulation,
-            inputs,
-            bound=drift_bound,
-            schemes=schemes,
-            weights_only=quantize == "weights",
+            out,
+            modality=dataset.modality,
+            spec=dataset.spec,
+            method=method or config.method.name,
+            code_length=getattr(config.method, "code_length", 127),
+            inputs=inputs,
+            extra=extra,
+            sign_key=sign_key,
+            tolerance=tolerance,
+            quantizer=int8 if quantize != "none" else None,
+            started=started,
+            calibrate=calibrate,
+            calibration_data=calibration_data,
+            calibration_cache=calibration_cache,
+            ort=ort,
+            on_step=lambda done: steps.update(1, {"done": done}),
         )
 
-    return export_model(
-        model,
-        out,
-        modality=dataset.modality,
-        spec=dataset.spec,
-        method=method or config.method.name,
-        code_length=getattr(config.method, "code_length", 127),
-        inputs=inputs,
-        extra=extra,
-        sign_key=sign_key,
-        tolerance=tolerance,
-        quantizer=int8 if quantize != "none" else None,
-        started=started,
-        calibrate=calibrate,
-        calibration_data=calibration_data,
-        calibration_cache=calibration_cache,
-        ort=ort,
-    )
+
+def export_steps(quantize: bool, ort: bool, calibrate: bool) -> list[str]:
+    """The steps :func:`export_model` reports, in order, for these options."""
+    optional = [("int8", quantize), ("ORT format", ort), ("calibrated", calibrate)]
+    return [
+        "ONNX graph",
+        "parity with torch",
+        *(name for name, wanted in optional if wanted),
+        "written",
+    ]
 
 
 def export_model(
@@ -144,8 +165,10 @@ def export_model(
     calibration_data: str | None = None,
     calibration_cache: str | Path | None = None,
     ort: bool = False,
+    on_step: Callable[[str], None] | None = None,
 ) -> ExportResult:
-    """Export a trained model (in memory) to a bundle, checked for parity on ``inputs``.
+    """Export a trained model (in memory) to a bundle, checked for parity on ``inputs``;
+    ``on_step`` is called with the name of each step of :func:`export_steps` when it is done.
 
     :func:`export_run` calls it for a simulator's run folder; the Flower server calls it with its
     final global model and synthetic parity inputs (it holds no data).
@@ -159,18 +182,22 @@ def export_model(
     shapes: dict[int, Any] = {0: Dim("batch", min=1)}
     if modality == "audio":
         shapes[1] = Dim("samples", min=int(model.backbone.min_samples))
+    done = on_step or (lambda name: None)
     onnx_bytes = export_onnx(model, example, shapes)
+    done("ONNX graph")
 
     worst = max_abs_difference(model, onnx_bytes, inputs)
     if not worst <= tolerance:
         raise ExportError(
             f"ONNX Runtime differs from torch by {worst:.3g} (tolerance {tolerance:g}): not written"
         )
+    done("parity with torch")
 
     quantization: dict[str, Any] = {"scheme": "none"}
     model_bytes = onnx_bytes
     if quantizer is not None:
         model_bytes, quantization = quantizer(onnx_bytes)
+        done("int8")
 
     extra = {
         **extra,
@@ -184,6 +211,7 @@ def export_model(
 
         ort_bytes, extra["ort"] = convert(model_bytes, parity_inputs(source))
         extra["ort"]["mobile_check"] = mobile_check(model_bytes)
+        done("ORT format")
     manifest = make_manifest(
         model_bytes,
         name=Path(out).stem,
@@ -199,7 +227,9 @@ def export_model(
         manifest, cohort = _calibrated(
             model_bytes, manifest, calibrate, calibration_data, ort_bytes, calibration_cache
         )
+        done("calibrated")
     path = write_bundle(out, model_bytes, manifest, sign_key=sign_key, ort=ort_bytes, cohort=cohort)
+    done("written")
     return ExportResult(
         path, worst, time.perf_counter() - started, path.stat().st_size, quantization
     )

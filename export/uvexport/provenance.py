@@ -44,8 +44,7 @@ def run_extra(
     A run folder without ``report.json`` (stopped before its evaluation) still gets
     ``training``: its privacy is its plan's (the ε of all its rounds, at least what it spent), and
     with nothing measured it enrolls by prototype."""
-    report_path = run_dir / REPORT
-    report = read_json(report_path) if report_path.is_file() else {}
+    report = run_report(run_dir)
     provenance = {
         "method": config.method.name,
         "dataset": dataset.name,
@@ -66,6 +65,12 @@ def run_extra(
         provenance["pretrained"] = _pretrained_provenance(config.model.pretrained)
         extra["weights_licence"] = provenance["pretrained"]["licence"]
     return extra
+
+
+def run_report(run_dir: Path) -> dict[str, Any]:
+    """The run folder's ``report.json``; empty for a run stopped before its evaluation."""
+    report_path = Path(run_dir) / REPORT
+    return read_json(report_path) if report_path.is_file() else {}
 
 
 def _eers(section: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ control characters escaped, so a name cannot forge an output line.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import functools
 import json
@@ -18,10 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import click
 import typer
-from typer.core import TyperGroup
 
+from .commandline import CONTEXT_SETTINGS, OneLineUsageGroup, reader_gone
 from .errors import UvsdkError, printable
 
 #: ``--far``'s default as its help states it: :data:`uvsdk.calibration.DEFAULT_FAR` (not imported
@@ -29,99 +27,14 @@ from .errors import UvsdkError, printable
 FAR_SHOWN = "0.01"
 
 
-#: The exit code of a command whose reader went away (``uvsdk info | head -1``): what a shell
-#: reports for a Unix tool that SIGPIPE ended (128 + 13), and, like such a tool, no message.
-BROKEN_PIPE_EXIT = 141
-
-
-def _reader_gone() -> int:
-    """Whoever read standard output has gone: point it at the null device, so that nothing
-    written later (Python flushes it at exit) fails again, say nothing, and return
-    :data:`BROKEN_PIPE_EXIT`. SIGPIPE itself stays ignored: set to its default it would also end
-    the process on a closed socket (the keyring's D-Bus connection)."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    return BROKEN_PIPE_EXIT
-
-
-class _OneLineErrors(TyperGroup):
-    """Usage errors as one line on stderr and exit 2, like every other error (no usage box)."""
-
-    def main(  # type: ignore[override]
-        self,
-        args: Any = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.UsageError as error:
-            given = list(sys.argv[1:] if args is None else args)
-            typer.echo(f"uvsdk: error: {_usage_line(error, given)}", err=True)
-            code = 2
-        except click.Abort:
-            typer.echo("uvsdk: error: interrupted", err=True)
-            code = 130
-        except click.ClickException as error:
-            typer.echo(f"uvsdk: error: {' '.join(error.format_message().split())}", err=True)
-            code = error.exit_code
-        except BrokenPipeError:  # a usage line written to a reader that went away
-            code = _reader_gone()
-        code = code if isinstance(code, int) else 0
-        if standalone_mode:
-            sys.exit(code)
-        return code
-
-    # Help is written while the command line is parsed (the group's, then a command's in
-    # invoke), where click, or rich (SystemExit(1) raised while handling the BrokenPipeError),
-    # would turn a closed pipe into exit code 1, which means "rejected" here.
-    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
-        with _closed_pipe_exits():
-            return super().make_context(*args, **kwargs)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        with _closed_pipe_exits():
-            return super().invoke(ctx)
-
-
-@contextlib.contextmanager
-def _closed_pipe_exits() -> Any:
-    """A closed standard output, however it is reported, ends in :func:`_reader_gone`'s exit."""
-    try:
-        yield
-    except BrokenPipeError:
-        raise click.exceptions.Exit(_reader_gone()) from None
-    except SystemExit as error:
-        if isinstance(error.__context__, BrokenPipeError):
-            raise click.exceptions.Exit(_reader_gone()) from None
-        raise
-
-
-def _usage_line(error: click.UsageError, given: list[str]) -> str:
-    message = printable(" ".join(error.format_message().split()))
-    command = error.ctx.command_path if error.ctx is not None else "uvsdk"
-    if isinstance(error, click.NoSuchOption):
-        # click names the option it failed on ('-d' of '-dash.wav'): show the word as typed
-        word = next((a for a in given if a.startswith(error.option_name)), error.option_name)
-        if not word.startswith("--") or "." in word:
-            message += (
-                f" (a file whose name starts with '-': write ./{printable(word)} or put -- "
-                "before the files)"
-            )
-    return f"{message} (see {command} --help)"
-
-
 app = typer.Typer(
     name="uvsdk",
-    cls=_OneLineErrors,
+    cls=OneLineUsageGroup,
     help="Enroll and verify users on this device with a federatedly trained model.",
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT_SETTINGS,
 )
 codeword_app = typer.Typer(help="FedUV codewords (secret, made and kept on this device).")
 app.add_typer(codeword_app, name="codeword")
@@ -149,6 +62,22 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+#: What to do next, after the error's own line, by error code (docs/spec.md's codes); USER is the
+#: command's --user.
+NEXT_STEPS = {
+    "template.wrong-passphrase": (
+        "type it again, or set UVSDK_PASSPHRASE to the one it was made with; if it is lost, "
+        "uvsdk delete --user USER removes the template and you enroll again"
+    ),
+}
+
+
+def _error_line(error: UvsdkError, user: str) -> str:
+    """The error's message and, where there is one, the next step (:data:`NEXT_STEPS`)."""
+    step = NEXT_STEPS.get(error.code)
+    return f"{error}: {step.replace('USER', user)}" if step else str(error)
+
+
 def _errors_to_exit(command: F) -> F:
     """Turn the SDK's errors (and anything unexpected) into one line on stderr and exit 2."""
 
@@ -159,9 +88,10 @@ def _errors_to_exit(command: F) -> F:
         except typer.Exit:
             raise
         except BrokenPipeError:
-            raise typer.Exit(_reader_gone()) from None
+            raise typer.Exit(reader_gone()) from None
         except UvsdkError as error:
-            raise _fail(str(error), error.exit_code) from None
+            line = _error_line(error, str(kwargs.get("user", "default")))
+            raise _fail(line, error.exit_code) from None
         except KeyboardInterrupt:
             raise _fail("interrupted", 130) from None
         except Exception as error:
@@ -332,10 +262,18 @@ def verify(
     verifier = _verifier(bundle, store)
     results, failed = [], False
     for file in files:
+        if file.is_dir():  # not an attempt: nothing is scored or counted
+            shown = printable(str(file))
+            typer.echo(
+                f"uvsdk: error: {shown} is a folder: give the files in it, e.g. {shown}/*.wav",
+                err=True,
+            )
+            failed = True
+            continue
         try:
             decision = verifier.verify(file, user=user, backoff=not no_backoff)
         except UvsdkError as error:
-            typer.echo(f"uvsdk: error: {error}", err=True)
+            typer.echo(f"uvsdk: error: {_error_line(error, user)}", err=True)
             failed = True
             if _stops_the_batch(error):
                 break
@@ -343,9 +281,10 @@ def verify(
         results.append(decision)
         if not as_json:
             verdict = "ACCEPT" if decision.accepted else "REJECT"
+            places = _decimals(decision.score, decision.threshold)
             typer.echo(
-                f"{verdict}  score={decision.score:.4f}  threshold={decision.threshold:.4f}  "
-                f"{printable(str(file))}"
+                f"{verdict}  score={decision.score:.{places}f}  "
+                f"threshold={decision.threshold:.{places}f}  {printable(str(file))}"
             )
     if as_json:
         typer.echo(
@@ -365,6 +304,16 @@ def verify(
     if failed:
         raise typer.Exit(2)
     raise typer.Exit(0 if all(d.accepted for d in results) else 1)
+
+
+def _decimals(score: float, threshold: float) -> int:
+    """Decimal places that show a score apart from its threshold: 4, or more (at most 9) when
+    they agree to 4 (issue 47: a model at chance scored 0.9997-1.0000 against threshold=1.0000,
+    and four places hid which side each clip fell on)."""
+    for places in range(4, 9):
+        if f"{score:.{places}f}" != f"{threshold:.{places}f}":
+            return places
+    return 9
 
 
 def _stops_the_batch(error: UvsdkError) -> bool:
@@ -536,7 +485,7 @@ def _show_calibration(calibration: Any) -> None:
 @app.command()
 @_errors_to_exit
 def delete(
-    user: Annotated[str, typer.Option("--user", help="The user whose template to remove.")],
+    user: User = "default",
     store: StoreDir = None,
 ) -> None:
     """Remove a user's template (their codeword and enrollment) from this device."""

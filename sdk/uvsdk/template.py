@@ -502,6 +502,15 @@ class TemplateStore:
             self._passphrase = value
         return self._passphrase
 
+    def ask_new_passphrase(self, user: str) -> None:
+        """For a user without a template, ask for the new passphrase now (twice, on a
+        terminal), before long work that ends in writing the template (an enrollment embeds
+        every sample first), so that a typo loses no work (issue 47). A user with a template is
+        left alone: its key is checked when the template is opened, where docs/spec.md §9.1
+        (step 4) places that check."""
+        if not self.use_keyring and not self.exists(user):
+            self._get_passphrase(confirm=True)
+
     def _open_key(self, header: _Header, name: str) -> bytes:
         cache_key = (header.version, header.kdf, header.salt, header.log2_n, header.r, header.p)
         cached = self._derived.get(cache_key)

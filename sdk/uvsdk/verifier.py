@@ -469,6 +469,7 @@ class Verifier:
             for table in calibration.tables.values():
                 table.row_for(far)  # a FAR the calibration cannot state: before any work
         files = _list_samples(samples)
+        self.store.ask_new_passphrase(user)  # before the samples are embedded
         reports, vectors = [], []
         for file in files:
             try:

@@ -681,3 +681,21 @@ def test_a_device_builds_the_model_without_the_servers_pretrained_file(tmp_path:
     name = next(name for name, _ in model.backbone.named_parameters())
     loaded = dict(server.backbone.named_parameters())[name]
     torch.testing.assert_close(loaded, dict(model.backbone.named_parameters())[name] + 1)
+
+
+def test_a_round_line_says_skipped_rounds_and_the_eta() -> None:
+    """Issue 47: a round with too few devices sampled read ``loss nan, 0 devices``, and no round
+    line gave an ETA."""
+    from uvdeploy.server import round_line
+
+    trained = {"round": 2, "loss": 0.43217, "clients": 3, "seconds": 48.24}
+    assert round_line(trained, 5, "", 150.0) == (
+        "round 2/5: loss 0.4322, 3 devices, 48.2 s, ETA 2 min 30 s"
+    )
+    skipped = {"round": 3, "loss": float("nan"), "clients": 0, "sampled": 1, "skipped": True}
+    line = round_line(skipped, 5, ", ε spent 2.1 of 8", 90.0)
+    assert line == (
+        "round 3/5: skipped, 1 device(s) sampled, too few to release a sum (the model "
+        "unchanged), ETA 1 min 30 s, ε spent 2.1 of 8"
+    )
+    assert "nan" not in line and "ETA" not in round_line({**trained, "round": 5}, 5, "", 0.0)

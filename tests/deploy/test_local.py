@@ -67,10 +67,14 @@ def test_a_run_without_progress_is_stopped_and_leaves_the_federation_clean(feder
     running, root, devices = federation
     settings = {"method": "fedaws", "min_devices": len(devices) + 1, **SERVER_WAIT}
     settings.update(out=str(root / "stalled"), export=False)
+    lines: list[str] = []
     with pytest.raises(LaunchError, match="no progress"):
         running.run(
-            settings, [].append, stall_seconds=20
+            settings, lines.append, stall_seconds=20
         )  # it is meant to stall: no need to wait long
+    # it said what it waits for (issue 47), once: a line a while would count as progress
+    waiting = [line for line in lines if line.startswith("waiting for devices: ")]
+    assert len(waiting) == 1 and f"{len(devices)} of {len(devices) + 1} connected" in waiting[0]
     assert not [p.name for p in running.processes if p.name.startswith("flwr-run")]
     listing = run_until_stalled(
         [running.bin_dir / "flwr", "ls", "uvtrain-local", "--format", "json"],
@@ -120,6 +124,10 @@ def test_feduv_trains_with_distributed_dp_under_secagg_and_every_device_ends_enr
     report = json.loads((out / "report.json").read_text())
     assert report["deployment"]["secure_aggregation"] is True
     assert report["warmup"]["devices_enrolled"] == 4
+    # issue 47: an empty splits said nothing; the report and the last line say why
+    assert report["splits"] == {} and report["evaluation"].startswith("not evaluated here")
+    assert result["lines"][-1] == f"note: {report['evaluation']}"
+    assert "round 1/2: " in "\n".join(result["lines"]) and ", ETA " in "\n".join(result["lines"])
     privacy = report["privacy"]
     assert privacy["mechanism"] == "distributed" and privacy["rounds"] == 2
     assert privacy["epsilon"] == pytest.approx(8.0, rel=1e-2) and privacy["epsilon"] <= 8.0

@@ -42,7 +42,7 @@ def test_a_dp_feduv_export_says_so_and_enrolls_by_prototype(
 ) -> None:
     monkeypatch.setenv("UVTRAIN_DATA", str(tiny_feduv_run.parent / "data"))
     bundle_path = tmp_path / "dp.uvb"
-    assert main([str(dp_feduv_run), "--out", str(bundle_path)]) == 0
+    assert main([str(dp_feduv_run), "--force", "--out", str(bundle_path)]) == 0
     spent = json.loads((dp_feduv_run / "report.json").read_text())["privacy"]
     training = Bundle(bundle_path).manifest.training
     assert training is not None and training.method == "feduv"
@@ -133,7 +133,7 @@ def test_an_exported_feduv_run_without_dp_enrolls_in_the_mode_its_report_measure
         report["splits"]["test_known"]["eer"] = codeword_eer
         report_path.write_text(json.dumps(report))
         bundle_path = tmp_path / f"{expected}.uvb"
-        assert main([str(feduv_run_copy), "--out", str(bundle_path)]) == 0, case
+        assert main([str(feduv_run_copy), "--force", "--out", str(bundle_path)]) == 0, case
         manifest = Bundle(bundle_path).manifest
         training = manifest.training
         assert training is not None and training.privacy is None
@@ -158,7 +158,7 @@ def test_a_run_without_a_report_states_its_plans_privacy_and_enrolls_by_prototyp
     shutil.copytree(dp_feduv_run, stopped)
     spent = json.loads((stopped / "report.json").read_text())["privacy"]
     (stopped / "report.json").unlink()
-    assert main([str(stopped), "--out", str(tmp_path / "s.uvb")]) == 0
+    assert main([str(stopped), "--force", "--out", str(tmp_path / "s.uvb")]) == 0
     training = Bundle(tmp_path / "s.uvb").manifest.training
     assert training is not None and training.enrollment == "prototype"
     assert training.privacy is not None

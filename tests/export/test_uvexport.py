@@ -35,7 +35,7 @@ def test_export_signed_bundle_scores_like_the_trainer(
     assert main(["keygen", "--out", str(key)]) == 0
     assert main(["keygen", "--out", str(key)]) == 2  # never overwrites a key
     bundle_path = tmp_path / "voice.uvb"
-    assert main([str(feduv_run), "--out", str(bundle_path), "--sign-key", str(key)]) == 0
+    assert main([str(feduv_run), "--force", "--out", str(bundle_path), "--sign-key", str(key)]) == 0
     printed = capsys.readouterr().out
     assert "max abs difference" in printed and "signed" in printed
 
@@ -91,17 +91,40 @@ def test_export_errors_are_one_line_exit_2(tmp_path: Path, capsys) -> None:
     assert "signing key" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_model_at_chance_is_refused_unless_forced(
+    feduv_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Issue 47: a 2-round run (every protocol's test_known EER near 0.5) was exported without a
+    word, and the SDK then scored every clip alike. Refused: one line, exit 2, nothing written;
+    ``--force`` exports it with a warning."""
+    monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
+    report = json.loads((feduv_run / "report.json").read_text())
+    assert report["splits"]["test_known"]["eer"] > 0.3  # the fixture has not learned
+    out = tmp_path / "chance.uvb"
+    assert main([str(feduv_run), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"uvexport: {feduv_run} is at chance (test_known EER 0.50" in err
+    assert "pass --force to export it anyway" in err and not out.exists()
+    assert main([str(feduv_run), "--force", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: " in err and out.is_file()
+    # and it was not silent (issue 47: 43 s without a word): a line a step, the last one 4/4
+    assert "uvexport: step 1/4 (25%), done loaded the run, " in err
+    assert "uvexport: step 4/4 (100%), done written, " in err
+
+
 def test_manifest_reports_only_public_figures(
     feduv_run: Path, tmp_path: Path, monkeypatch, capfd
 ) -> None:
     monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
-    assert main(["export", str(feduv_run), "--out", str(tmp_path / "v.uvb")]) == 0  # named
+    assert main(["export", str(feduv_run), "--force", "--out", str(tmp_path / "v.uvb")]) == 0
     printed = capfd.readouterr()  # file-descriptor level: torch's logging handler included
     # The exporter's own noise is silenced at its source (uvexport.onnx_export._quiet_exporter).
     assert "torchvision" not in printed.err and "Warning" not in printed.err, printed.err
     assert printed.out.startswith("wrote ") and len(printed.out.splitlines()) == 1
     # The same run exports to the same bytes (no object addresses or paths in the graph).
-    assert main([str(feduv_run), "--out", str(tmp_path / "again.uvb")]) == 0
+    assert main([str(feduv_run), "--force", "--out", str(tmp_path / "again.uvb")]) == 0
     again = Bundle(tmp_path / "again.uvb").manifest.model_sha256
     assert again == Bundle(tmp_path / "v.uvb").manifest.model_sha256
     training = Bundle(tmp_path / "v.uvb").manifest.training  # no DP: the mode measured better
@@ -174,7 +197,7 @@ def test_int8_export_is_written_only_when_measured_not_slower_and_close(
     """Speed depends on the machine, so either outcome is allowed — each must be consistent."""
     monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
     out = tmp_path / "int8.uvb"
-    code = main([str(feduv_run), "--out", str(out), "--quantize", "int8"])
+    code = main([str(feduv_run), "--force", "--out", str(out), "--quantize", "int8"])
     printed = capsys.readouterr()
     if code == 2:
         err = printed.err.strip()
@@ -278,13 +301,16 @@ def test_the_command_line_keeps_its_interface_and_errors_are_one_line(
         return lines[0]
 
     run = str(tmp_path / "run")
-    assert error_of(run) == "uvexport: error: Missing option '--out'. (uvexport export --help)"
+    assert error_of(run) == "uvexport: error: Missing option '--out'. (see uvexport export --help)"
     assert "Missing argument 'RUN_DIR'" in error_of("--out", "x.uvb")
     assert "'int4' is not one of 'none', 'int8'" in error_of(
         run, "--out", "x.uvb", "--quantize", "int4"
     )
     assert "No such option" in error_of(run, "--out", "x.uvb", "--bogus")
-    assert error_of("keygen") == "uvexport: error: Missing option '--out'. (uvexport keygen --help)"
+    assert (
+        error_of("keygen")
+        == "uvexport: error: Missing option '--out'. (see uvexport keygen --help)"
+    )
     assert "Missing option '--out'" in error_of("default-voice")
     assert error_of(run, "--out", "x.uvb") == (
         f"uvexport: {run} is not a run folder (no config.json and checkpoint.pt)"
@@ -377,7 +403,7 @@ def test_export_with_calibrate_writes_both_tables_of_a_codeword_bundle(
         functools.partial(uvexport.calibrate.calibrate, conditions=("clean", "telephone-gsm")),
     )
     out = tmp_path / "calibrated.uvb"
-    assert main([str(feduv_run), "--out", str(out), "--calibrate", str(voice_dir)]) == 0
+    assert main([str(feduv_run), "--force", "--out", str(out), "--calibrate", str(voice_dir)]) == 0
     printed = capsys.readouterr().out
     assert (
         "calibration (prototype, as-norm scores): 10 people, 1440 impostor / 60 genuine trials "
@@ -548,7 +574,7 @@ def test_int8_weights_export_states_its_drift_or_refuses(
 
     monkeypatch.setenv("UVTRAIN_DATA", str(feduv_run.parent / "data"))
     out = tmp_path / "w8.uvb"
-    code = main([str(feduv_run), "--out", str(out), "--quantize", "weights"])
+    code = main([str(feduv_run), "--force", "--out", str(out), "--quantize", "weights"])
     printed = capsys.readouterr()
     if code == 2:
         err = printed.err.strip()

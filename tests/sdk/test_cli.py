@@ -19,6 +19,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from uvsdk.cli import app
+from uvsdk.errors import KeyUnavailableError
 
 from ..conftest import PASSPHRASE, SAMPLE_RATE, enrolled_clip, enrollment_dir
 from ..processes import ProgressWatch, run_until_stalled
@@ -149,6 +150,50 @@ def test_delete(enrolled) -> None:
     assert not (store / "default.uvt").exists()
     result = uvsdk("delete", "--user", "default", "--store", store)
     assert_clean_error(result, store, snapshot(store), "has no template")
+
+
+def test_delete_defaults_the_user_like_every_other_command(enrolled) -> None:
+    """Issue 47: ``uvsdk delete`` alone asked for ``--user``."""
+    store, _ = enrolled
+    result = uvsdk("delete", "--store", store)
+    assert result.exit_code == 0, result.stderr
+    assert "deleted 'default'" in result.stdout and not (store / "default.uvt").exists()
+
+
+def test_a_folder_given_to_verify_names_its_path_and_the_files_to_give(
+    enrolled, voice_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 47: ``uvsdk verify demo/test`` said ``test: not a regular file``. The folder is no
+    attempt (nothing scored or counted); the files beside it are still verified."""
+    store, bundle = enrolled
+    folder = tmp_path / "demo" / "test"
+    folder.mkdir(parents=True)
+    before = snapshot(store)
+    result = uvsdk("verify", folder, "--bundle", bundle, "--store", store)
+    assert_clean_error(result, store, before, f"{folder} is a folder: give the files in it")
+    assert f"e.g. {folder}/*.wav" in result.stderr
+    clip = enrolled_clip(voice_dir, 0)
+    result = uvsdk("verify", folder, clip, "--bundle", bundle, "--store", store)
+    assert result.exit_code == 2 and result.stdout.startswith("ACCEPT"), result.stdout
+
+
+@pytest.mark.parametrize(
+    ("score", "threshold", "shown"),
+    [
+        (0.71234, 0.5, ("0.7123", "0.5000")),
+        (0.99971, 0.99974, ("0.99971", "0.99974")),
+        (0.999999, 1.0, ("0.999999", "1.000000")),
+        (0.25, 0.25, ("0.250000000", "0.250000000")),
+    ],
+)
+def test_scores_are_printed_with_the_places_that_tell_them_from_the_threshold(
+    score: float, threshold: float, shown: tuple[str, str]
+) -> None:
+    """Issue 47: a model at chance scored 0.9997-1.0000 against threshold=1.0000."""
+    from uvsdk.cli import _decimals
+
+    places = _decimals(score, threshold)
+    assert (f"{score:.{places}f}", f"{threshold:.{places}f}") == shown
 
 
 def test_the_shipped_voice_bundle_needs_no_flag(voice_dir: Path, tmp_path: Path) -> None:
@@ -459,6 +504,9 @@ def test_wrong_passphrase(enrolled, voice_dir: Path) -> None:
         env={"UVSDK_PASSPHRASE": "guess"},
     )
     assert_clean_error(result, store, snapshot(store), "wrong passphrase")
+    # and the next step (issue 47): try again, or remove the template and enroll again
+    assert "set UVSDK_PASSPHRASE to the one it was made with" in result.stderr
+    assert "uvsdk delete --user default removes the template" in result.stderr
 
 
 def test_template_from_another_model(
@@ -607,6 +655,36 @@ def test_interactive_hidden_prompt(spectral_bundle: Path, voice_dir: Path, tmp_p
     assert code == 0 and "ACCEPT" in output and "repeat" not in output  # asked once to open
     code, output = _run_in_terminal([*base, "verify", clip, *where], ["wrong"], env)
     assert code == 2 and "wrong passphrase" in output
+
+
+def test_enroll_asks_for_the_new_passphrase_before_the_samples_are_embedded(
+    spectral_bundle: Path, voice_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 47: the new passphrase was asked for after every sample was embedded, so a typo in
+    its repetition threw the work away. Asked first, the typo costs nothing. (A user with a
+    template is asked when it is opened, after the samples: docs/spec.md §9.1 step 4.)"""
+    from uvsdk import Verifier
+
+    events: list[str] = []
+
+    def passphrase(confirm: bool) -> str:
+        events.append("asked twice" if confirm else "asked once")
+        return PASSPHRASE
+
+    store = tmp_path / "store"
+    verifier = Verifier(spectral_bundle, store=store, passphrase=passphrase)
+    samples = enrollment_dir(voice_dir, 0, tmp_path)
+    verifier.enroll(samples, on_sample=lambda sample: events.append("embedded"))
+    assert events[0] == "asked twice" and events.count("embedded") >= 5, events
+
+    def typo(confirm: bool) -> str:
+        raise KeyUnavailableError("the two passphrases differ")
+
+    embedded: list[object] = []
+    other = Verifier(spectral_bundle, store=tmp_path / "other", passphrase=typo)
+    with pytest.raises(KeyUnavailableError):
+        other.enroll(samples, on_sample=embedded.append)
+    assert embedded == [] and not (tmp_path / "other" / "default.uvt").exists()
 
 
 def test_the_command_module_loads_nothing_heavy() -> None:

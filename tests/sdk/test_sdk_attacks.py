@@ -996,7 +996,7 @@ def test_46_a_fifo_given_as_the_bundle_is_refused_at_once(alice, tmp_path: Path)
 def test_46_output_to_a_reader_that_went_away_ends_quietly(command: list[str]) -> None:
     """``uvsdk info | head -1``: the reader is gone before the first line is written (its end
     of the pipe closed here at once, so the test does not depend on timing)."""
-    from uvsdk.cli import BROKEN_PIPE_EXIT
+    from uvsdk.commandline import BROKEN_PIPE_EXIT
 
     reader, writer = os.pipe()
     os.close(reader)

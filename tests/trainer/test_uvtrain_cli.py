@@ -432,9 +432,10 @@ def test_json_files_of_a_run_folder_or_dataset_are_read_within_limits(
     (folder / "config.json").write_text(text)
     line = one_error_line(uvtrain("eval", folder))
     assert f"config.json: not valid JSON ({problem}" in line, line
-    assert uvexport([str(folder), "--out", str(tmp_path / "m.uvb")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert problem in err and "\n" not in err, err
+    # --force: the tiny run is at chance, which uvexport refuses before it reads config.json
+    assert uvexport([str(folder), "--force", "--out", str(tmp_path / "m.uvb")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert problem in err, err
     shutil.copy(tiny_run / "config.json", folder / "config.json")
     (folder / "report.json").write_text(text)
     assert uvexport([str(folder), "--out", str(tmp_path / "m.uvb")]) == 2
@@ -630,7 +631,7 @@ def test_progress_is_a_compact_line_when_stderr_is_no_terminal(
         rf"feduv: round 1/2 \(50%\), loss \d\.\d{{4}}, {time} elapsed, ETA {time}", first
     )
     assert re.fullmatch(rf"feduv: round 2/2 \(100%\), loss \d\.\d{{4}}, {time} elapsed", last)
-    assert "near chance" in result.output and "--rounds 800" in result.output
+    assert "is at chance" in result.output and "--rounds 800" in result.output
 
 
 def test_run_help_shows_the_defaults_and_settings_that_learn() -> None:
@@ -678,13 +679,73 @@ def test_the_server_optimizer_is_in_the_run_folder_and_a_resume_keeps_it(
 
 
 def test_a_run_near_chance_points_to_settings_that_learn(tiny_run: Path) -> None:
-    from uvtrain.cli import near_chance_hint
+    from uvtrain.chance import chance_note, learning
 
     report = json.loads((tiny_run / "report.json").read_text())
     assert report["splits"]["test_known"]["eer"] > 0.3  # one round learns nothing
-    hint = near_chance_hint(report)
-    assert hint is not None and "near chance" in hint and "--rounds 800" in hint
+    report.setdefault("enrollment", {"splits": {"test_known": {"eer": 0.45}}})
+    assert learning(report).at_chance
+    hint = chance_note(report)
+    assert hint is not None and "is at chance" in hint and "--rounds 800" in hint
+    assert "uvexport refuses it without --force" in hint
     report["method"] = "fedhide"
-    assert "fedhide --rounds 600" in near_chance_hint(report)
+    assert "fedhide --rounds 600" in chance_note(report)
+    # the codeword at chance, enrollment learned (a DP-trained FedUV model): a note, no refusal
+    report["enrollment"]["splits"]["test_known"]["eer"] = 0.12
+    assert not learning(report).at_chance
+    assert chance_note(report).startswith("note: verification by codeword is near chance")
     report["splits"]["test_known"]["eer"] = 0.12
-    assert near_chance_hint(report) is None
+    assert chance_note(report) is None and learning(report).near_chance == []
+    # nothing measured (a deployment's server): not "at chance", and no refusal
+    assert not learning({"method": "feduv", "splits": {}}).at_chance
+
+
+def test_eval_says_a_model_is_at_chance_and_plots_every_protocol(
+    feduv_run_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: ``uvtrain eval`` printed codeword EER 0.50 without the note ``run`` printed, and
+    roc.png left out the enrollment curves printed beside the codeword ones."""
+    from uvtrain import evaluation
+
+    plotted: dict = {}
+    real_plot = evaluation.plot_roc
+
+    def plot_roc(curves, path, title="ROC"):
+        plotted.update(curves=dict(curves), title=title)
+        return real_plot(curves, path, title)
+
+    monkeypatch.setattr(evaluation, "plot_roc", plot_roc)
+    result = uvtrain("eval", feduv_run_copy)
+    assert result.exit_code == 0, result.output
+    assert "note: this model is at chance: test_known EER 0.50 (by codeword)" in result.stdout
+    assert "uvexport refuses it without --force" in result.stdout
+    assert {"test_known", "test_known, by enrollment", "unknown, by enrollment"} <= set(
+        plotted["curves"]
+    )
+    assert plotted["title"].endswith(": at chance, has not learned")
+    # and not silent: a line a step, with the ETA until the last
+    assert "uvtrain eval: step 1/3 (33%), done loaded the run, " in result.stderr
+    assert "uvtrain eval: step 3/3 (100%), done report and ROC written, " in result.stderr
+    assert (feduv_run_copy / "roc.png").is_file()
+
+
+def test_ctrl_c_says_which_round_the_run_resumes_from(
+    feduv_run_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: Ctrl-C kept the last checkpoint without saying which round it resumes from."""
+    from uvtrain import run as run_module
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_module, "train", interrupted)
+    result = uvtrain("run", "--method", "feduv", *TINY, "--rounds", "4", "--out", feduv_run_copy)
+    assert result.exit_code == 130
+    assert result.stderr.strip() == (
+        f"uvtrain: interrupted: {feduv_run_copy} keeps its checkpoint of round 2; the same "
+        "command resumes from round 2"
+    )
+    fresh = tmp_path / "fresh"
+    result = uvtrain("run", "--method", "feduv", *TINY, "--out", fresh)
+    assert result.exit_code == 130
+    assert "has no checkpoint yet; the same command starts again from round 0" in result.stderr

@@ -16,6 +16,10 @@ from typing import Annotated, Any, TypeVar
 import click
 import typer
 
+from uvsdk.commandline import CONTEXT_SETTINGS, OneLineUsageGroup
+
+from .chance import LEARNING_SETTINGS, chance_note
+
 #: The entry-point group through which other packages add top-level commands to ``uvtrain``
 #: (``uvtrain deploy``: the Flower deployment, :mod:`uvdeploy`, which sits above the trainer and
 #: the exporter and so is never imported by them). Declared in a distribution's metadata as
@@ -30,9 +34,10 @@ def command_plugins() -> dict[str, Any]:
     return {entry.name: entry for entry in entry_points(group=COMMAND_PLUGINS)}
 
 
-class PluginGroup(typer.core.TyperGroup):
+class PluginGroup(OneLineUsageGroup):
     """``uvtrain``'s own commands, then those of :data:`COMMAND_PLUGINS`: a plugin's module is
-    imported only when its command is run or the command list is shown."""
+    imported only when its command is run or the command list is shown. Usage errors are one
+    line and exit 2, like uvsdk's (:class:`OneLineUsageGroup`)."""
 
     def list_commands(self, ctx: Any) -> list[str]:
         own = super().list_commands(ctx)
@@ -59,6 +64,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT_SETTINGS,
 )
 data_app = typer.Typer(help="Build and list datasets.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
@@ -66,13 +72,6 @@ pretrained_app = typer.Typer(help="Pretrained weights to start from.", no_args_i
 app.add_typer(pretrained_app, name="pretrained")
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Settings that learn on synth-voices (docs/trainer.md, "Learning"; README, "Training a model").
-LEARNING_SETTINGS = {
-    "feduv": "--rounds 800 --fraction 0.1 --batch-size 16 --lr 0.5 --lr-decay 0.005 --server-lr 1",
-    "fedhide": "--rounds 600 --fraction 0.1 --batch-size 16 --lr 0.1 --lr-decay 0",
-}
-#: A test_known EER above this is reported as near chance (0.5), with the settings above.
-NEAR_CHANCE_EER = 0.3
 RUN_EPILOG = (
     "A short run (the defaults: 50 rounds) ends near chance (EER about 0.45). Settings that "
     "learn on synth-voices (docs/trainer.md, Learning): feduv "
@@ -230,12 +229,27 @@ def _errors_to_exit(command: F) -> F:
             typer.echo(not_installed("uvtrain: error: ", [error.name.split(".")[0]]), err=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            typer.echo(
-                "uvtrain: interrupted (the last checkpoint is kept: run again to resume)", err=True
-            )
+            folder = kwargs.get("out") if command.__name__ == "run" else None
+            typer.echo(f"uvtrain: interrupted{_resume_note(folder)}", err=True)
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _resume_note(folder: Path | None) -> str:
+    """What an interrupted ``uvtrain run`` keeps: the round its checkpoint holds, which the same
+    command resumes from (issue 47: it said "the last checkpoint" without a round)."""
+    if folder is None:
+        return ""
+    from .run import checkpoint_round
+
+    done = checkpoint_round(Path(folder))
+    if done is None:
+        return f": {folder} has no checkpoint yet; the same command starts again from round 0"
+    return (
+        f": {folder} keeps its checkpoint of round {done}; the same command resumes from "
+        f"round {done}"
+    )
 
 
 @data_app.command("list")
@@ -408,28 +422,7 @@ def run(
     folder = train(RunConfig.from_flat(settings.to_dict()), out)  # the method's algorithm
     from .io import REPORT, read_json
 
-    report = read_json(folder / REPORT)
-    _print_report(report, folder)
-    hint = near_chance_hint(report)
-    if hint:
-        typer.echo(hint)
-
-
-def near_chance_hint(report: dict) -> str | None:
-    """One line pointing to settings that learn when the test_known EER is near chance."""
-    eer = (report["splits"].get("test_known") or {}).get("eer")
-    if eer is None or eer <= NEAR_CHANCE_EER:
-        return None
-    method = report["method"]
-    if method in LEARNING_SETTINGS:
-        settings = f"{method} {LEARNING_SETTINGS[method]}"
-    else:
-        settings = "; ".join(f"{name} {flags}" for name, flags in LEARNING_SETTINGS.items())
-    return (
-        f"note: test_known EER {eer:.2f} is near chance (0.5): this run is too short or too "
-        f"small to learn. Settings that learn on synth-voices (docs/trainer.md, Learning): "
-        f"{settings}"
-    )
+    _print_report(read_json(folder / REPORT), folder)
 
 
 @app.command("presets")
@@ -644,6 +637,9 @@ def _print_report(report: dict, folder: Path) -> None:
     for line in summary_lines(report):
         typer.echo(line)
     typer.echo(f"report: {folder / 'report.json'}   ROC: {folder / 'roc.png'}")
+    note = chance_note(report)  # run and eval alike (issue 47: eval said nothing)
+    if note:
+        typer.echo(note)
 
 
 def main(argv: list[str] | None = None) -> int:

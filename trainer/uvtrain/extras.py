@@ -27,7 +27,8 @@ FL = ("flwr",)
 EXTRA_OF = {**dict.fromkeys(EXPORT, "train"), **dict.fromkeys(FL, "fl")}
 #: Distribution names that differ from the module's.
 DISTRIBUTION = {"espeakng_loader": "espeakng-loader"}
-HELP = ("-h", "--help")
+#: What every command line answers without an extra: help and the version.
+HELP = ("-h", "--help", "--version")
 
 
 def missing(modules: Sequence[str]) -> list[str]:
@@ -54,7 +55,8 @@ def not_installed(prefix: str, modules: Sequence[str]) -> str:
 
 def check(prefix: str, modules: Sequence[str], arguments: Sequence[str]) -> int | None:
     """Exit status 2 after the one line when a module is missing; ``None`` when all are there
-    (or when only help is asked for: the command lines import nothing heavy to print it)."""
+    (or when only help or the version is asked for: the command lines import nothing heavy to
+    print them)."""
     if not arguments or any(argument in HELP for argument in arguments):
         return None
     absent = missing(modules)

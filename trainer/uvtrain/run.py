@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from .chance import learning
 from .checkpoints import load_state
 from .config import ConfigError, RunConfig, changed_settings
 from .data.base import FederatedDataset
@@ -362,7 +363,7 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
             "dataset": config.data.dataset,
             "rounds": config.schedule.rounds,
             "diverged_in_round": error.round,
-            "last_checkpoint_round": _checkpoint_round(folder),
+            "last_checkpoint_round": checkpoint_round(folder),
             "error": line,
         }
         write_json(folder / REPORT, report)
@@ -439,7 +440,7 @@ def _divergence_hint(config: RunConfig) -> str:
     return hint + " and train in a new folder"
 
 
-def _checkpoint_round(folder: Path) -> int | None:
+def checkpoint_round(folder: Path) -> int | None:
     """The round of the folder's checkpoint (the last finite model), ``None`` without one."""
     if not (folder / CHECKPOINT).is_file():
         return None
@@ -503,10 +504,12 @@ def evaluate(
     folder: Path,
     throughput: dict[str, Any] | None = None,
     trials: tuple[Any, Path] | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Score train / test_known / unknown, the warm-up thresholds, leakage
     (:func:`uvtrain.evaluation.scoring.score_run`); write ``scores.npz``, the report (with the
-    trainer's own sections) and ``roc.png``.
+    trainer's own sections) and ``roc.png``. ``on_step`` is called with the name of each step
+    (:func:`evaluation_steps`) when it is done.
 
     ``trials``: a :class:`uvtrain.data.trials.TrialList` and its wav root, scored with FedHide's
     ten-crop protocol into the report's own ``trial_list`` key
@@ -514,6 +517,7 @@ def evaluate(
     from . import evaluation as ev
     from .evaluation.scoring import TRIAL_LIST_KEY, score_run, score_trial_list
 
+    done = on_step or (lambda name: None)
     trial_list = None
     if trials is not None:
         if dataset.modality != "audio":
@@ -527,7 +531,9 @@ def evaluate(
         trained = {client.identity for client in dataset.clients}
         trial_list["speakers"] = len(speakers)
         trial_list["speakers_seen_in_training"] = len(speakers & trained)
+        done("trial list scored")
     scored = score_run(simulation, dataset, config.target_tpr)
+    done("scored")
     atomic_write(folder / SCORES, lambda file: np.savez_compressed(file, **scored["arrays"]))
     extra = {**scored["extra"], **simulation.report_extra(dataset, folder, config.seed)}
     extra.setdefault("privacy", None)  # a trainer with DP states it (Simulation.report_extra)
@@ -549,12 +555,17 @@ def evaluate(
     if trial_list is not None:
         report[TRIAL_LIST_KEY] = trial_list
     ev.write_report(folder / REPORT, report)
-    ev.plot_roc(
-        scored["curves"],
-        folder / ROC,
-        f"{config.method.name} on {dataset.name}, round {simulation.round}",
-    )
+    title = f"{config.method.name} on {dataset.name}, round {simulation.round}"
+    if learning(report).at_chance:  # the figure says it too, not only the terminal
+        title += ": at chance, has not learned"
+    ev.plot_roc(scored["curves"], folder / ROC, title)
+    done("report and ROC written")
     return report
+
+
+def evaluation_steps(trials: bool) -> list[str]:
+    """The steps :func:`evaluate` reports, in order."""
+    return [*(["trial list scored"] if trials else []), "scored", "report and ROC written"]
 
 
 def load_run(out: str | Path) -> tuple[RunConfig, FederatedDataset, Trainer]:
@@ -598,8 +609,20 @@ def evaluate_run(
         trial_spec = (trial_list, root)
     elif wav_root is not None:
         raise ConfigError("--wav-root applies only with --trials")
-    config, dataset, simulation = load_run(folder)
-    throughput = None
-    if (folder / REPORT).is_file():  # keep the training throughput measured by the run
-        throughput = read_json(folder / REPORT).get("throughput")
-    return evaluate(simulation, dataset, config, folder, throughput, trial_spec)
+    total = 1 + len(evaluation_steps(trial_spec is not None))
+    # issue 47: 35 s without a word
+    with Progress("uvtrain eval", total, unit="step", every_seconds=0.0, transient=True) as steps:
+        config, dataset, simulation = load_run(folder)
+        steps.update(1, {"done": "loaded the run"})
+        throughput = None
+        if (folder / REPORT).is_file():  # keep the training throughput measured by the run
+            throughput = read_json(folder / REPORT).get("throughput")
+        return evaluate(
+            simulation,
+            dataset,
+            config,
+            folder,
+            throughput,
+            trial_spec,
+            on_step=lambda name: steps.update(1, {"done": name}),
+        )

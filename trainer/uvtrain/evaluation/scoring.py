@@ -276,7 +276,9 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
     baselines, :func:`class_row_splits`, for methods that verify by class row; else ``None``),
     ``enrollment`` (a codeword model verified by enrollment, :func:`enrollment_splits`; else
     ``None``), ``extra`` (the EERs against the learnt prototypes),
-    ``curves`` (genuine and impostor scores per split) and ``arrays`` (the same, for
+    ``curves`` (genuine and impostor scores per split, of every protocol measured: the
+    enrollment and class-row ones named ``"SPLIT, by enrollment"``, ``"SPLIT, class row"``) and
+    ``arrays`` (the same, for
     ``scores.npz``)."""
     algorithm = simulation.algorithm
     users = len(dataset.clients)
@@ -312,12 +314,17 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
 
     codeword = algorithm.output_kind == "codeword"
     enrollment = None
+    # every curve the report's figures come from, for roc.png (issue 47: the enrollment curves
+    # printed beside the codeword ones were not plotted)
+    plotted = dict(curves)
     if codeword:
         enrollment = enrollment_splits(scored, users, target_tpr)
+        enrollment_curves = enrollment.pop("curves")
+        plotted.update({f"{name}, by enrollment": pair for name, pair in enrollment_curves.items()})
         arrays.update(
             {
                 f"enrollment_{name}_{kind}": pair[i]
-                for name, pair in enrollment.pop("curves").items()
+                for name, pair in enrollment_curves.items()
                 for i, kind in enumerate(("genuine", "impostor"))
             }
         )
@@ -335,6 +342,7 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
         leakage = prototype_leakage(learnt, seen)
         if algorithm.verifies_by_class_row:
             class_row = class_row_splits(scored, learnt)
+            plotted.update({f"{name}, class row": pair for name, pair in class_row.items()})
             arrays.update(
                 {
                     f"class_row_{name}_{kind}": pair[i]
@@ -360,7 +368,7 @@ def score_run(simulation: Any, dataset: FederatedDataset, target_tpr: float) -> 
         "class_row": class_row_metrics,
         "enrollment": enrollment,
         "extra": extra,
-        "curves": curves,
+        "curves": plotted,
         "arrays": arrays,
     }
 
