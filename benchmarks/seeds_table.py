@@ -51,10 +51,11 @@ def combine(tables: list[tuple[list[str], list[list[str]]]], digits: int) -> lis
             if all(value is not None for value in numbers):
                 low, high = min(numbers), max(numbers)
                 mean = sum(numbers) / len(numbers)
+                places = digits if any("." in value for value in values) else 0
                 cells.append(
-                    f"{mean:.{digits}f}"
+                    f"{mean:.{places}f}"
                     if low == high
-                    else f"{mean:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
+                    else f"{mean:.{places}f} ({low:.{places}f}–{high:.{places}f})"
                 )
             elif len(set(values)) == 1:
                 cells.append(cell)

@@ -332,20 +332,23 @@ def test_seeds_table_gives_each_number_its_mean_and_range(tmp_path: Path) -> Non
     (min–max)``; a label that differs between seeds, or a missing table, one line and exit 2."""
     import subprocess
 
-    header = "# t\n\n| method | protocol | EER |\n|---|---|---|\n"
+    header = "# t\n\n| method | protocol | rounds | EER |\n|---|---|---|---|\n"
     paths = []
     for seed, (a, b) in enumerate([("0.100", "0.5"), ("0.200", "0.5"), ("0.600", "0.5")]):
         path = tmp_path / f"s{seed}.md"
-        path.write_text(header + f"| FedUV | codeword | {a} |\n| FedAwS | enrollment | {b} |\n")
+        rows = f"| FedUV | codeword | {400 + seed} | {a} |\n| FedAwS | enrollment | 400 | {b} |\n"
+        path.write_text(header + rows)
         paths.append(str(path))
     script = [sys.executable, str(BENCHMARKS / "seeds_table.py")]
     out = tmp_path / "seeds.md"
     done = subprocess.run([*script, *paths, "--out", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     rows = out.read_text().splitlines()
-    assert "| FedUV | codeword | 0.300 (0.100–0.600) |" in rows
-    assert "| FedAwS | enrollment | 0.500 |" in rows  # equal at every seed: no range
-    (tmp_path / "s2.md").write_text(header + "| FedUV | class row | 0.1 |\n| FedAwS | x | 0.5 |\n")
+    assert "| FedUV | codeword | 401 (400–402) | 0.300 (0.100–0.600) |" in rows  # counts stay whole
+    assert "| FedAwS | enrollment | 400 | 0.500 |" in rows  # equal at every seed: no range
+    (tmp_path / "s2.md").write_text(
+        header + "| FedUV | class row | 4 | 0.1 |\n| FedAwS | x | 4 | 0.5 |\n"
+    )
     failed = subprocess.run([*script, *paths, "--out", str(out)], capture_output=True, text=True)
     assert failed.returncode == 2 and len(failed.stderr.strip().splitlines()) == 1
     assert "differ" in failed.stderr

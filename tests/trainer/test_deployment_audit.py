@@ -26,7 +26,7 @@ def benchmark() -> ModuleType:
 def test_the_audited_noise_is_the_deployments_at_epsilon_8(benchmark: ModuleType) -> None:
     # uvtrain run --dp-epsilon 8 --dp-noise-cohort 1000 --dp-population 1000000 --rounds 800
     plan = benchmark.deployment_plan(8.0)
-    assert plan.noise_multiplier == pytest.approx(0.4468, abs=5e-4)
+    assert plan.noise_multiplier == pytest.approx(0.4192, abs=5e-4)  # the PLD's (RDP: 0.4468)
     assert plan.sampling_rate == pytest.approx(0.001) and plan.rounds == 800
     assert plan.epsilon_release <= 8.0 * (1 + 1e-6)
 
