@@ -1,0 +1,228 @@
+"""Before and after: each method's tiny run gives the checkpoint, metrics and report it gave when
+the golden file was written (issue 48: a change to the shell around the round keeps every figure).
+
+``tests/trainer/before_after.json`` holds, per run, a fingerprint of every checkpoint tensor and
+the run's figures. On the machine, torch and CPU capability that wrote it, the check is bit-exact
+(the SHA-256 of each tensor's bytes); elsewhere a different CPU may round differently in the last
+bits, so each tensor's float64 sum, absolute sum and first values are compared at a relative
+1e-5 and the figures at 1e-4: a changed draw, order or formula moves them by far more.
+
+Rewrite the golden file only for a change that is meant to move the figures, and say so in the
+commit: ``UVTRAIN_WRITE_BEFORE_AFTER=1 pytest tests/trainer/test_before_after.py -n 0``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from typer.testing import CliRunner  # noqa: E402
+
+from uvtrain.cli import app  # noqa: E402
+
+GOLDEN = Path(__file__).with_name("before_after.json")
+WRITE = os.environ.get("UVTRAIN_WRITE_BEFORE_AFTER") == "1"
+TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "--batch-size", "4"]
+#: what a run measures of time or the machine: never compared
+UNTIMED = {"seconds", "client_updates_per_s", "rounds_per_s", "throughput", "device", "out"}
+
+RUNS: dict[str, list[str]] = {
+    "feduv": ["run", "--method", "feduv", *TINY, "--rounds", "3"],
+    "fedhide": ["run", "--method", "fedhide", *TINY, "--rounds", "3"],
+    "softmax": ["run", "--method", "softmax", *TINY, "--rounds", "3"],
+    "fedaws": ["run", "--method", "fedaws", *TINY, "--rounds", "3"],
+    "feduv-dp-central": [
+        "run",
+        "--method",
+        "feduv",
+        *TINY,
+        "--rounds",
+        "3",
+        "--dp",
+        "central",
+        "--dp-noise-multiplier",
+        "0.8",
+        "--clip-norm",
+        "0.5",
+    ],  # fmt: skip
+    "feduv-dp-distributed": [
+        "run",
+        "--method",
+        "feduv",
+        *TINY,
+        "--rounds",
+        "3",
+        "--dp",
+        "distributed",
+        "--dp-noise-multiplier",
+        "0.8",
+    ],  # fmt: skip
+    "fedhide-dp-ftrl": [
+        "run",
+        "--method",
+        "fedhide",
+        *TINY,
+        "--rounds",
+        "4",
+        "--dp",
+        "central",
+        "--dp-noise",
+        "tree",
+        "--dp-noise-multiplier",
+        "0.8",
+        "--clip-norm",
+        "0.5",
+        "--no-adaptive-clipping",
+    ],  # fmt: skip
+    "fedface": [
+        "run",
+        "--method",
+        "fedface",
+        "--dataset",
+        "formant-voices",
+        "--rounds",
+        "3",
+        "--local-steps",
+        "2",
+        "--batch-size",
+        "8",
+        "--crop-seconds",
+        "0.5",
+        "--lr",
+        "0.003",
+        "--parties",
+        "3",
+        "--validators",
+        "1",
+    ],  # fmt: skip
+    "audit": [
+        "audit",
+        "--method",
+        "feduv",
+        "--dataset",
+        "formant-voices",
+        "--small",
+        "--no-inversion",
+        "--methods",
+        "none",
+        "--cohorts",
+        "none",
+        "--clients",
+        "8",
+        "--rounds",
+        "4",
+        "--dp",
+        "off",
+    ],  # fmt: skip
+}
+
+
+def machine() -> str:
+    """What decides the last bits of a float: torch, the CPU's vector unit, the platform."""
+    return f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, {platform.machine()}"
+
+
+def tensor_prints(value: Any, prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Every tensor (and numpy array) in a nested checkpoint, by its path of keys."""
+    out: dict[str, dict[str, Any]] = {}
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            out.update(tensor_prints(value[key], f"{prefix}/{key}"))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            out.update(tensor_prints(item, f"{prefix}/{i}"))
+    elif isinstance(value, (torch.Tensor, np.ndarray)):
+        array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+        array = np.ascontiguousarray(array)
+        flat = array.astype(np.float64).ravel()
+        out[prefix] = {
+            "shape": list(array.shape),
+            "dtype": str(array.dtype),
+            "sha256": hashlib.sha256(array.tobytes()).hexdigest(),
+            "sum": float(flat.sum()),
+            "abs": float(np.abs(flat).sum()),
+            "first": [float(x) for x in flat[:4]],
+        }
+    return out
+
+
+def figures(value: Any) -> Any:
+    """A report or metrics line without what measures time or names the folder."""
+    if isinstance(value, dict):
+        return {k: figures(v) for k, v in value.items() if k not in UNTIMED}
+    if isinstance(value, list):
+        return [figures(v) for v in value]
+    return value
+
+
+def fingerprint(out: Path, audit: bool) -> dict[str, Any]:
+    if audit:
+        return {"report": figures(json.loads((out / "audit.json").read_text()))}
+    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return {
+        "tensors": tensor_prints(state),
+        "metrics": [figures(json.loads(line)) for line in lines],
+        "report": figures(json.loads((out / "report.json").read_text())),
+    }
+
+
+def close(ours: Any, golden: Any, path: str, rel: float) -> list[str]:
+    """Where ``ours`` differs from ``golden`` beyond ``rel`` (numbers) or at all (the rest)."""
+    if isinstance(golden, dict) and isinstance(ours, dict):
+        if set(ours) != set(golden):
+            return [f"{path}: keys {sorted(set(ours) ^ set(golden))} differ"]
+        return [d for k in golden for d in close(ours[k], golden[k], f"{path}/{k}", rel)]
+    if isinstance(golden, list) and isinstance(ours, list):
+        if len(ours) != len(golden):
+            return [f"{path}: {len(ours)} items, golden {len(golden)}"]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(ours, golden, strict=True))
+            for d in close(a, b, f"{path}/{i}", rel)
+        ]
+    numbers = (int, float)
+    if isinstance(golden, numbers) and isinstance(ours, numbers) and not isinstance(golden, bool):
+        if ours == pytest.approx(golden, rel=rel, abs=rel * 1e-3):
+            return []
+        return [f"{path}: {ours!r}, golden {golden!r}"]
+    return [] if ours == golden else [f"{path}: {ours!r}, golden {golden!r}"]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("before-after-data")
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_a_run_gives_what_it_gave_before(
+    name: str, data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UVTRAIN_DATA", str(data_root))
+    out = tmp_path / name
+    result = CliRunner().invoke(app, [*RUNS[name], "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    ours = fingerprint(out, audit=RUNS[name][0] == "audit")
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.is_file() else {"runs": {}}
+    if WRITE:
+        golden["machine"] = machine()
+        golden["runs"][name] = ours
+        GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+        return
+    assert name in golden["runs"], f"no golden for {name}: write it (module docstring)"
+    expected = golden["runs"][name]
+    if golden["machine"] == machine():  # the machine that wrote it: every bit
+        assert close(ours, expected, name, rel=0.0) == []
+        return
+    for tensors in (ours, expected):  # another CPU: the bits may differ, the values may not
+        for print_ in tensors.get("tensors", {}).values():
+            print_.pop("sha256")
+    assert close(ours, expected, name, rel=1e-5 if "tensors" in ours else 1e-4) == []
