@@ -240,7 +240,7 @@ def embed(args: argparse.Namespace, bundle: Bundle) -> tuple[dict, dict]:
     conditions = audio_conditions(args.conditions.split(",")) if args.conditions else None
     embedded = embed_conditions(
         bundle,
-        people_folders(args.speakers, "audio"),
+        people_folders(args.speakers),
         conditions or DEFAULT_CONDITIONS,
         max_samples=args.max_samples,
         progress=print_progress,

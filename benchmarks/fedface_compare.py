@@ -55,7 +55,7 @@ from uvtrain.data.registry import load_dataset
 from uvtrain.engine import EngineConfig
 from uvtrain.evaluation.plots import new_figure
 from uvtrain.io import save_figure
-from uvtrain.models import build_backbone, default_backbone
+from uvtrain.models import build_backbone
 
 #: ``--scale paper``: the paper's setting (IR-18, K = 100/400/1600, batch 512, lr 0.1).
 PAPER = {
@@ -89,9 +89,7 @@ def train_one(
     batch: int,
 ) -> dict[str, Any]:
     algorithm = FedFace(margin_loss=args.loss, pfm=pfm, fv=fv, fv_norm=args.fv_norm)
-    crop = (
-        round(args.crop_seconds * dataset.spec["sample_rate"]) if dataset.modality == "audio" else 0
-    )
+    crop = dataset.input.crop_samples(args.crop_seconds)
     rounds = args.steps // k
     config = EngineConfig(
         rounds=rounds,
@@ -105,9 +103,7 @@ def train_one(
         crop=crop,
     )
     torch.manual_seed(args.seed)
-    backbone = build_backbone(
-        args.backbone or default_backbone(dataset.modality, dataset.spec), dataset.spec
-    )
+    backbone = build_backbone(args.backbone or dataset.input.default_backbone, dataset.spec)
     silo = CrossSilo(algorithm, backbone, parties, validators, config)
     started, rows = time.perf_counter(), []
     while silo.round < config.rounds:

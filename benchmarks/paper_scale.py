@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from _allocator import keep_freed_memory
 
+from uvsdk.inputs import model_input
 from uvtrain.config import RunConfig
 from uvtrain.engine import Simulation, pick_device
-from uvtrain.models import default_backbone
 from uvtrain.models.registry import BACKBONES
 from uvtrain.presets import PRESETS
 from uvtrain.run import build_run_backbone, engine_config
@@ -101,7 +101,7 @@ def build_preset(
     spec, one_client = stand_in(name, int(preset.stand_in["samples"]))
     modality = SPECS[name][0]
     if config.model.backbone not in BACKBONES:  # named by the paper but not built here
-        config = config.replace(backbone=default_backbone(modality, spec))
+        config = config.replace(backbone=model_input(modality, spec).default_backbone)
     torch.manual_seed(0)
     backbone = build_run_backbone(config, modality, spec)  # as uvtrain run builds it
     engine = dataclasses.replace(engine_config(config, crop=0), vectorised=vectorised)

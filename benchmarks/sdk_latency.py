@@ -31,8 +31,9 @@ import soundfile as sf
 from uvexport.bundle import make_manifest, write_bundle
 from uvexport.reference import convnet_flops, waveform_convnet_model
 from uvsdk import Verifier
-from uvsdk.bundle import AudioInput, Code, Manifest
+from uvsdk.bundle import Code, Manifest
 from uvsdk.codeword import unpack_generator
+from uvsdk.inputs import AudioInput
 from uvtrain.data.formant import voice_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,13 +24,15 @@ import numpy as np
 import torch
 from _allocator import keep_freed_memory
 
+from uvsdk.inputs import model_input
 from uvtrain.algorithms import METHODS
 from uvtrain.data.formant import voice_corpus
 from uvtrain.engine import EngineConfig, Simulation, pick_device
-from uvtrain.models import build_backbone, default_backbone
+from uvtrain.models import build_backbone
 
 SAMPLE_RATE = 16000
 SPEC = {"sample_rate": SAMPLE_RATE, "window_seconds": 1.0, "hop_seconds": 0.5, "min_seconds": 0.5}
+DEFAULT_BACKBONE = model_input("audio", SPEC).default_backbone
 
 
 def client_data(args: argparse.Namespace) -> list[np.ndarray]:
@@ -52,7 +54,7 @@ def make(
     privacy: Any = None,
 ) -> Simulation:
     torch.manual_seed(0)
-    backbone = build_backbone(args.backbone or default_backbone("audio", SPEC), SPEC)
+    backbone = build_backbone(args.backbone or DEFAULT_BACKBONE, SPEC)
     config = EngineConfig(
         fraction=1.0,
         local_steps=args.local_steps,
@@ -137,7 +139,7 @@ def main() -> None:
         schedule = f"{args.local_epochs} epoch(s) over {min(sizes)}-{max(sizes)} clips"
     print(
         f"{args.method}, {args.clients} clients/round, {schedule}, B={args.batch_size}, "
-        f"{args.seconds:g}-s clips, backbone {args.backbone or default_backbone('audio', SPEC)}, on {name}"
+        f"{args.seconds:g}-s clips, backbone {args.backbone or DEFAULT_BACKBONE}, on {name}"
     )
     print(allocator)
     vectorised = time_rounds(fast, args.rounds)

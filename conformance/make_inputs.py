@@ -52,8 +52,9 @@ from uvexport.reference import (
     image_embedding_model,
 )
 from uvsdk import Verifier
-from uvsdk.bundle import AudioInput, Bundle, Code, ImageInput, Manifest
+from uvsdk.bundle import Bundle, Code, Manifest
 from uvsdk.codeword import encode, unpack_generator
+from uvsdk.inputs import AudioInput, ImageInput
 from uvtrain.data.formant import voice_corpus
 
 HERE = Path(__file__).parent

@@ -52,7 +52,7 @@ def build_bundle(path: Path) -> Path:
     ``train`` extra: onnx builds the graph)."""
     from uvexport.bundle import make_manifest, write_bundle
     from uvexport.reference import centred_spectral_embedding_model
-    from uvsdk.bundle import AudioInput
+    from uvsdk.inputs import AudioInput
 
     background = voice_corpus(40, 4, 2.0, SAMPLE_RATE, seed=1000)
     clips = [clip for speaker in background for clip in speaker]

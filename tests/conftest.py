@@ -28,8 +28,9 @@ from uvexport.reference import (
     centred_spectral_embedding_model,
     codeword_model,
 )
-from uvsdk.bundle import AudioInput, Code
+from uvsdk.bundle import Code
 from uvsdk.codeword import unpack_generator
+from uvsdk.inputs import AudioInput
 from uvtrain.data.formant import voice_corpus
 
 SAMPLE_RATE = 16000

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from uvsdk.bundle import AudioInput
+from uvsdk.inputs import AudioInput
 from uvsdk.media import trim_silence, window_starts
 
 from .shared import DEFAULT_BUNDLE, b64, document, f32, start_of, verifier, wav

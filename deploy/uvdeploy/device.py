@@ -102,25 +102,17 @@ class Device:
         if self._samples is not None:
             return self._samples
         from uvsdk.errors import MediaError
-        from uvsdk.media import audio_windows, check_audio, load_audio, load_image
 
         if not self.data.is_dir():
             raise DeviceError(f"the data folder {self.data} does not exist")
-        spec, pieces, skipped = self.settings.spec, [], 0
+        source, pieces, skipped = self.settings.input, [], 0
         for path in sorted(p for p in self.data.iterdir() if p.is_file()):
             if path.name.startswith("."):
                 continue
             try:
-                if self.settings.modality == "audio":
-                    rate = spec["sample_rate"]
-                    clip = load_audio(path, rate)
-                    check_audio(clip, rate, min_seconds=spec["min_seconds"], name=path.name)
-                    pieces.append(
-                        audio_windows(clip, rate, spec["window_seconds"], spec["hop_seconds"])
-                    )
-                else:
-                    image = load_image(path, spec["height"], spec["width"], spec["channels"])
-                    pieces.append(image[None])
+                sample = source.load(path)
+                source.check(sample, name=path.name)
+                pieces.extend(source.windows(sample))
             except MediaError:
                 skipped += 1
         if not pieces:

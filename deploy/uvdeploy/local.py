@@ -28,8 +28,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from uvtrain.io import CHECKPOINT, CONFIG, REPORT, STATUS, atomic_write, read_json
 from uvtrain.progress import duration_text
 
@@ -132,21 +130,9 @@ def write_devices(
             target = folder / split
             target.mkdir(parents=True, exist_ok=True)
             for index, sample in enumerate(arrays):
-                _write_sample(target / f"{split}-{index:03d}", sample, data.modality, data.spec)
+                data.input.save(sample, target / f"{split}-{index:03d}")
         folders.append(folder)
     return folders
-
-
-def _write_sample(stem: Path, sample: np.ndarray, modality: str, spec: dict[str, Any]) -> None:
-    if modality == "audio":
-        import soundfile
-
-        soundfile.write(stem.with_suffix(".wav"), sample, spec["sample_rate"], subtype="PCM_16")
-    else:
-        from PIL import Image
-
-        image = sample[..., 0] if sample.shape[-1] == 1 else sample
-        Image.fromarray(np.asarray(image, dtype=np.uint8)).save(stem.with_suffix(".png"))
 
 
 @dataclass

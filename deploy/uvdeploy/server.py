@@ -824,7 +824,7 @@ class FederatedServer:
             from uvexport.bundle import load_signing_key
 
             sign_key = load_signing_key(self.settings.sign_key)
-        inputs = _parity_inputs(self.settings, self.config.seed)
+        inputs = self.settings.input.probe_inputs(np.random.default_rng(self.config.seed))
         extra = {
             "provenance": {
                 "method": self.config.method.name,
@@ -842,8 +842,7 @@ class FederatedServer:
         result = export_model(
             model,
             self.folder / BUNDLE,
-            modality=self.settings.modality,
-            spec=self.settings.spec,
+            source=self.settings.input,
             method=self.config.method.name,
             code_length=getattr(self.config.method, "code_length", 127),
             inputs=inputs,
@@ -861,21 +860,6 @@ class FederatedServer:
 
 def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _parity_inputs(settings: DeploySettings, seed: int) -> list[np.ndarray]:
-    """Synthetic inputs for the export's torch-vs-ONNX check (the server holds no data); the
-    last one, with a batch of 2, is the example the graph is traced with (batch stays dynamic)."""
-    rng = np.random.default_rng(seed)
-    spec = settings.spec
-    if settings.modality == "audio":
-        width = round(spec["window_seconds"] * spec["sample_rate"])
-        return [
-            (0.1 * rng.standard_normal((1, width + width // 2))).astype(np.float32),
-            (0.1 * rng.standard_normal((2, width))).astype(np.float32),
-        ]
-    shape = (spec["height"], spec["width"], spec["channels"])
-    return [rng.integers(0, 256, size=(count, *shape), dtype=np.uint8) for count in (1, 2)]
 
 
 class CohortStrategy(Strategy):

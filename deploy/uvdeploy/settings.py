@@ -24,6 +24,7 @@ from torch import nn
 
 from uvsdk.archive import read_zip_members
 from uvsdk.errors import BundleError, printable
+from uvsdk.inputs import INPUTS, ModelInput, input_spec, model_input
 from uvtrain.algorithms.base import FedAvg, Tensors, overrides
 from uvtrain.config import RunConfig, flower_keys
 from uvtrain.errors import ConfigError
@@ -82,7 +83,7 @@ class DeploySettings:
         problem = self.run.method.deployment_problem()
         if problem is not None:
             raise ConfigError(f"method {self.run.method.name!r} does not run on Flower: {problem}")
-        if self.modality not in ("audio", "image"):
+        if self.modality not in INPUTS:
             raise ConfigError(f"modality must be 'audio' or 'image', not {self.modality!r}")
         if self.secagg not in ("auto", "on", "off"):
             raise ConfigError(f"secagg must be auto, on or off, not {self.secagg!r}")
@@ -94,7 +95,7 @@ class DeploySettings:
             raise ConfigError("wait_seconds and round_seconds must be positive")
         if not 0 < self.reconstruction_threshold <= max(1.0, self.num_shares):
             raise ConfigError("reconstruction_threshold must be positive (and <= num_shares)")
-        _ = self.spec  # validates image_size
+        _ = self.input  # validates image_size
         self._check_privacy()
 
     def _check_privacy(self) -> None:
@@ -174,29 +175,38 @@ class DeploySettings:
         return min(count, devices)
 
     @property
-    def spec(self) -> dict[str, Any]:
-        """The input spec (as a dataset's): what the backbone and the exporter read."""
-        if self.modality == "audio":
-            return {
-                "sample_rate": self.sample_rate,
-                "window_seconds": self.window_seconds,
-                "hop_seconds": self.hop_seconds,
-                "min_seconds": self.min_seconds,
-            }
+    def input(self) -> ModelInput:
+        """The model's input (:mod:`uvsdk.inputs`) the devices' files are decoded to: the
+        audio keys, or ``image_size`` read as ``HxWxC``."""
+        keys: dict[str, Any] = {
+            "sample_rate": self.sample_rate,
+            "window_seconds": self.window_seconds,
+            "hop_seconds": self.hop_seconds,
+            "min_seconds": self.min_seconds,
+        }
         try:
-            height, width, channels = (int(part) for part in self.image_size.split("x"))
+            size = [int(part) for part in self.image_size.split("x")]
+            keys.update(zip(("height", "width", "channels"), size, strict=True))
         except ValueError:
+            pass  # refused below when the input is an image
+        try:
+            return model_input(self.modality, keys)
+        except KeyError:
             raise ConfigError(
                 f"image_size must be HxWxC (e.g. 64x64x1), not {self.image_size!r}"
             ) from None
-        return {"height": height, "width": width, "channels": channels}
+        except BundleError as error:  # implausible values, refused as a bundle would be
+            raise ConfigError(str(error)) from None
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The input spec (as a dataset's): what the backbone and the exporter read."""
+        return input_spec(self.input)
 
     @property
     def crop(self) -> int:
         """Training window in samples (audio; 0: whole windows, or images)."""
-        if self.modality != "audio" or not self.run.data.crop_seconds:
-            return 0
-        return max(1, round(self.run.data.crop_seconds * self.sample_rate))
+        return self.input.crop_samples(self.run.data.crop_seconds)
 
 
 def build_model(

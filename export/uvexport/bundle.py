@@ -21,11 +21,10 @@ from uvsdk.bundle import (
     MODEL_FILE,
     ORT_FILE,
     SIGNATURE_FILE,
-    AudioInput,
     Code,
-    ImageInput,
     Manifest,
 )
+from uvsdk.inputs import ModelInput
 from uvtrain.io import atomic_write
 
 
@@ -34,7 +33,7 @@ def make_manifest(
     *,
     name: str,
     method: str,
-    source: AudioInput | ImageInput,
+    source: ModelInput,
     output_kind: str,
     dim: int,
     code: Code | None = None,
@@ -44,7 +43,6 @@ def make_manifest(
     manifest = Manifest(
         name=name,
         method=method,
-        modality="audio" if isinstance(source, AudioInput) else "image",
         input=source,
         output_kind=output_kind,
         dim=dim,

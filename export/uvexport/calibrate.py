@@ -20,26 +20,24 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from uvsdk.bundle import AudioInput, Bundle, Manifest
+from uvsdk.bundle import Bundle, Manifest
 from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, Calibration
 from uvsdk.cohort import SCORE_NORMS, Cohort, CohortSpec, ScoreNorm
 from uvsdk.errors import MediaError, UvsdkError, printable
+from uvsdk.inputs import RECORDING_CONDITIONS, AudioInput, ModelInput
 from uvsdk.measurement import measure
-from uvsdk.media import check_audio, load_audio, load_image
 
 from .bundle import write_bundle
 from .conditions import CONDITIONS, apply_condition, concatenate_clips, resample
 from .errors import ExportError
 
-AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif"}
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".pgm", ".bmp", ".tif", ".tiff", ".webp"}
 MAX_SAMPLES_PER_PERSON = 60
 """Files read per person at most (sorted by path): enough trials, bounded time."""
 LONG_SECONDS = 4.0
@@ -86,14 +84,17 @@ def resolve(value: str | Path) -> tuple[Path, str, set[str] | None]:
 
 
 def people_folders(
-    root: str | Path, modality: str = "audio", suffixes: set[str] | None = None
+    root: str | Path,
+    kind: type[ModelInput] = AudioInput,
+    suffixes: Set[str] | None = None,
 ) -> dict[str, list[Path]]:
-    """``{person: sorted files}`` of a folder holding one sub-folder per person."""
+    """``{person: sorted files}`` of a folder holding one sub-folder per person: the files
+    of ``suffixes`` (default: those the input ``kind`` reads)."""
     root = Path(root)
     if not root.is_dir():
         raise ExportError(f"--calibrate {root}: not a folder (one sub-folder per person)")
     if suffixes is None:
-        suffixes = AUDIO_SUFFIXES if modality == "audio" else IMAGE_SUFFIXES
+        suffixes = kind.suffixes
     people = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         files = sorted(f for f in folder.rglob("*") if f.is_file() and f.suffix.lower() in suffixes)
@@ -102,25 +103,9 @@ def people_folders(
     if len(people) < 2:
         raise ExportError(
             f"--calibrate {root}: {len(people)} person folder(s) with "
-            f"{'audio' if modality == 'audio' else 'image'} files; at least 2 are needed"
+            f"{kind.modality} files; at least 2 are needed"
         )
     return people
-
-
-def embed_people(
-    bundle: Bundle,
-    people: dict[str, list[Path]],
-    *,
-    max_samples: int = MAX_SAMPLES_PER_PERSON,
-    progress: Callable[[str], None] | None = None,
-    label: str = "calibration",
-) -> tuple[dict[str, np.ndarray], dict[str, list[Path]], int]:
-    """Each person's vectors through the SDK, the files they came from (unusable files skipped
-    and counted), and the count of skipped files."""
-    embedded = embed_conditions(
-        bundle, people, ("clean",), max_samples=max_samples, progress=progress, label=label
-    )
-    return embedded.vectors["clean"], embedded.used, embedded.skipped
 
 
 def audio_conditions(names: Sequence[str]) -> tuple[str, ...]:
@@ -168,8 +153,8 @@ def embed_conditions(
     (names, sizes, times), conditions, ``max_samples`` and ``seed`` reads it instead of
     embedding again (any other file there is replaced)."""
     spec = bundle.manifest.input
-    audio = isinstance(spec, AudioInput)
-    conditions = audio_conditions(conditions) if audio else ("clean",)
+    recorded = RECORDING_CONDITIONS in spec.features
+    conditions = audio_conditions(conditions) if recorded else ("clean",)
     key = _cache_key(bundle, people, conditions, max_samples, seed)
     if cache is not None and (found := _read_cache(Path(cache), key)) is not None:
         if progress:
@@ -299,26 +284,20 @@ def _person_seed(seed: int, name: str) -> int:
     return seed * 2**32 + int.from_bytes(digest[:4], "little")
 
 
-def _usable(file: Path, spec: Any) -> Any:
+def _usable(file: Path, spec: ModelInput) -> np.ndarray:
     """A file decoded and checked as :meth:`uvsdk.Verifier.embed` checks it (clipping
     tolerated): audio samples at the bundle's rate, or an image array."""
-    if not isinstance(spec, AudioInput):
-        return load_image(file, spec.height, spec.width, spec.channels)
-    samples = load_audio(file, spec.sample_rate)
-    try:
-        check_audio(samples, spec.sample_rate, min_seconds=spec.min_seconds, name=file.name)
-    except MediaError as error:
-        if error.reason != "clipped":
-            raise
-    return samples
+    sample = spec.load(file)
+    spec.check(sample, name=file.name, allow_clipped=True)
+    return sample
 
 
 def _condition_vectors(
     verifier: Any, clips: list[Any], condition: str, spec: Any, *, seed: int
 ) -> tuple[list[np.ndarray], list[float]]:
     """The vectors of one person's clips in one condition (unusable results skipped), and the
-    seconds of audio each was made from (0 for images)."""
-    if not isinstance(spec, AudioInput) or condition == "clean":
+    seconds of audio each was made from (0 for images, whose only condition is ``clean``)."""
+    if condition == "clean":
         inputs = clips
     elif condition in LONG:
         inputs = [
@@ -336,8 +315,7 @@ def _condition_vectors(
             rows.append(verifier.embed(source, allow_clipped=True))
         except MediaError:
             continue
-        audio = isinstance(spec, AudioInput)
-        lengths.append(source.size / spec.sample_rate if audio else 0.0)
+        lengths.append(spec.seconds(source) or 0.0)
     return rows, lengths
 
 
@@ -528,7 +506,7 @@ def calibrate(
     if impostors not in IMPOSTORS:
         raise ExportError(f"--impostors {impostors}: choose {' or '.join(IMPOSTORS)}")
     manifest = bundle.manifest
-    people, named, found_in = _gather_people(root, manifest.modality, warn)
+    people, named, found_in = _gather_people(root, type(manifest.input), warn)
     groups = recording_chains(found_in) if impostors == "chain" else None
     if groups is not None and len(set(groups.values())) == len(groups):
         raise ExportError(
@@ -572,7 +550,7 @@ CHAIN_PEOPLE = 3
 
 def _gather_people(
     roots: str | Path | Sequence[str | Path],
-    modality: str,
+    kind: type[ModelInput],
     warn: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, list[Path]], str, dict[str, Path]]:
     """``{person: files}`` of one or several folders (each resolved by :func:`resolve`), their
@@ -585,7 +563,7 @@ def _gather_people(
     described = []
     for value in roots:
         folder, named, suffixes = resolve(value)
-        found = people_folders(folder, modality, suffixes)
+        found = people_folders(folder, kind, suffixes)
         if warn is not None and len(roots) > 1 and len(found) < CHAIN_PEOPLE:
             warn(
                 f"{folder} holds {len(found)} people; where they stand for a recording chain "

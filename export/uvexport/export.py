@@ -33,10 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from uvsdk.inputs import ModelInput
+
 from .bundle import make_manifest, write_bundle
 from .errors import ExportError
-from .onnx_export import OPSET, TOLERANCE, _parity_inputs, export_onnx, max_abs_difference
-from .provenance import bundle_code, bundle_input, run_extra
+from .onnx_export import OPSET, TOLERANCE, export_onnx, max_abs_difference
+from .provenance import bundle_code, run_extra
 from .quantize import CALIBRATION_CLIPS, DRIFT_BOUND, DRIFT_CLIPS, SCHEMES, _spread, quantize_int8
 
 __all__ = ["ExportResult", "export_model", "export_run"]
@@ -100,7 +102,8 @@ def export_run(
             raise ExportError(str(error)) from None
         steps.update(1, {"done": "loaded the run"})
         model = simulation.load_into_model().cpu().eval()
-        inputs = _parity_inputs(dataset)
+        clips = np.concatenate([client.test for client in dataset.clients if len(client.test)])
+        inputs = dataset.input.parity_inputs(clips)
         extra = run_extra(run_dir, config, dataset, model, extra, method)
 
         def int8(onnx_bytes: bytes) -> tuple[bytes, dict[str, Any]]:
@@ -118,8 +121,7 @@ def export_run(
         return export_model(
             model,
             out,
-            modality=dataset.modality,
-            spec=dataset.spec,
+            source=dataset.input,
             method=method or config.method.name,
             code_length=getattr(config.method, "code_length", 127),
             inputs=inputs,
@@ -151,8 +153,7 @@ def export_model(
     model: Any,
     out: str | Path,
     *,
-    modality: str,
-    spec: dict[str, Any],
+    source: ModelInput,
     method: str,
     code_length: int,
     inputs: Sequence[np.ndarray],
@@ -180,8 +181,8 @@ def export_model(
     model = model.cpu().eval()
     example = torch.as_tensor(inputs[-1])
     shapes: dict[int, Any] = {0: Dim("batch", min=1)}
-    if modality == "audio":
-        shapes[1] = Dim("samples", min=int(model.backbone.min_samples))
+    for axis, name in source.dynamic_axes.items():  # audio: the clip's length
+        shapes[axis] = Dim(name, min=int(model.backbone.min_samples))
     done = on_step or (lambda name: None)
     onnx_bytes = export_onnx(model, example, shapes)
     done("ONNX graph")
@@ -204,7 +205,6 @@ def export_model(
         "parity": {"max_abs_diff": worst, "tolerance": tolerance, "opset": OPSET},
         "quantization": quantization,
     }
-    source = bundle_input(modality, spec)
     ort_bytes = None
     if ort:
         from .ort import convert, mobile_check, parity_inputs
@@ -277,10 +277,7 @@ def _quantize_run(
     """:func:`quantize_int8` on a run: calibration on its training clips, drift on its test
     clips against its users' codewords or (embeddings) their validation-clip prototypes."""
     clients = dataset.clients
-    window_samples = None
-    if dataset.modality == "audio":
-        spec = dataset.spec
-        window_samples = round(float(spec["window_seconds"]) * int(spec["sample_rate"]))
+    window_samples = dataset.input.window_samples
     calibration = _spread([c.train for c in clients], CALIBRATION_CLIPS, window_samples)
     probes = _spread([c.test for c in clients], DRIFT_CLIPS, window_samples)
     window = probes[0]

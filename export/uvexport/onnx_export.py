@@ -105,16 +105,6 @@ def _drop_debug_metadata(graph: Any) -> None:
                 _drop_debug_metadata(subgraph)
 
 
-def _parity_inputs(dataset: Any) -> list[np.ndarray]:
-    """Real inputs from the run's test clips: several batch sizes and, for audio, lengths."""
-    clips = np.concatenate([client.test for client in dataset.clients if len(client.test)])
-    if dataset.modality != "audio":
-        return [clips[:1], clips[1:7]]
-    rate = int(dataset.spec["sample_rate"])
-    length = clips.shape[1]
-    return [clips[:1], clips[1:4, : max(rate // 2, length // 3)], clips[4:9, : length // 2 + 123]]
-
-
 def max_abs_difference(model: Any, onnx_bytes: bytes, inputs: Sequence[np.ndarray]) -> float:
     """The largest absolute difference between ONNX Runtime running ``onnx_bytes`` and torch
     running ``model`` on each batch of ``inputs`` (the parity check of an export)."""

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from uvsdk.bundle import ORT_FILE, AudioInput, ImageInput
+from uvsdk.bundle import ORT_FILE
+from uvsdk.inputs import ModelInput
 
 from .errors import ExportError
 
@@ -39,14 +40,10 @@ def _session(model: bytes, options: Any = None) -> Any:
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def parity_inputs(source: AudioInput | ImageInput, seed: int = 0) -> list[np.ndarray]:
+def parity_inputs(source: ModelInput, seed: int = 0) -> list[np.ndarray]:
     """Random inputs of the bundle's contract: one window (or image), and a batch of three."""
     rng = np.random.default_rng(seed)
-    if isinstance(source, AudioInput):
-        samples = round(source.window_seconds * source.sample_rate)
-        return [rng.uniform(-1, 1, (b, samples)).astype(np.float32) for b in (1, 3)]
-    shape = (source.height, source.width, source.channels)
-    return [rng.integers(0, 256, (b, *shape), dtype=np.uint8) for b in (1, 3)]
+    return [source.random_batch(rng, count) for count in (1, 3)]
 
 
 def convert(

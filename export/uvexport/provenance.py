@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from uvsdk.bundle import AudioInput, Code, ImageInput
+from uvsdk.bundle import Code
 from uvtrain.io import REPORT, read_json
 
 
@@ -172,21 +172,6 @@ def _epsilon_server(privacy: dict[str, Any]) -> float:
 
         value = epsilon_server(privacy["noise_multiplier"], privacy["rounds"], privacy["delta"])
     return float(value)
-
-
-def bundle_input(modality: str, spec: dict[str, Any]) -> AudioInput | ImageInput:
-    """The manifest's ``input`` for a dataset's modality and input spec."""
-    source: AudioInput | ImageInput
-    if modality == "audio":
-        source = AudioInput(
-            int(spec["sample_rate"]),
-            float(spec["window_seconds"]),
-            float(spec["hop_seconds"]),
-            float(spec["min_seconds"]),
-        )
-    else:
-        source = ImageInput(int(spec["height"]), int(spec["width"]), int(spec["channels"]))
-    return source
 
 
 def bundle_code(model: Any, code_length: int) -> Code | None:

@@ -29,6 +29,7 @@ from .codeword import code_fingerprint, pack_generator, unpack_generator
 from .cohort import COHORT_FILE, MAX_COHORT_BYTES, Cohort, CohortSpec, ScoreNorm
 from .errors import BundleError, SignatureError
 from .files import read_at_most
+from .inputs import INPUTS, ModelInput, input_fields, input_spec
 from .jsonlimits import JsonLimitError, load_bounded_json
 from .training import Training
 
@@ -48,56 +49,7 @@ _MEMBER_LIMITS = {
     "signature.ed25519": MAX_SIGNATURE_BYTES,
     COHORT_FILE: MAX_COHORT_BYTES,
 }
-WINDOW_SECONDS_RANGE = (0.1, 30.0)
-MIN_HOP_SECONDS = 0.05
-MAX_WINDOW_SAMPLES = 1 << 20  # one window at most 4 MiB of float32 (65 s at 16 kHz)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-@dataclass(frozen=True)
-class AudioInput:
-    """Raw mono audio in [-1, 1] at ``sample_rate``, cut into windows (seconds)."""
-
-    sample_rate: int
-    window_seconds: float
-    hop_seconds: float
-    min_seconds: float
-
-    def __post_init__(self) -> None:
-        if not 1000 <= self.sample_rate <= 384_000:
-            raise BundleError(f"manifest: input.sample_rate {self.sample_rate} is not plausible")
-        low, high = WINDOW_SECONDS_RANGE
-        if not low <= self.window_seconds <= high:
-            raise BundleError(
-                f"manifest: input.window_seconds {self.window_seconds:g} is outside [{low:g}, {high:g}]"
-            )
-        if not MIN_HOP_SECONDS <= self.hop_seconds <= self.window_seconds:
-            raise BundleError(
-                f"manifest: input.hop_seconds {self.hop_seconds:g} is outside "
-                f"[{MIN_HOP_SECONDS:g}, window_seconds]"
-            )
-        if not 0 < self.min_seconds <= self.window_seconds:
-            raise BundleError("manifest: input needs 0 < min_seconds <= window_seconds")
-        if round(self.window_seconds * self.sample_rate) > MAX_WINDOW_SAMPLES:
-            raise BundleError(
-                f"manifest: a window of {self.window_seconds:g} s at {self.sample_rate} Hz is "
-                f"more than {MAX_WINDOW_SAMPLES} samples"
-            )
-
-
-@dataclass(frozen=True)
-class ImageInput:
-    """Raw ``uint8`` pixels, ``height × width × channels``."""
-
-    height: int
-    width: int
-    channels: int
-
-    def __post_init__(self) -> None:
-        if not (0 < self.height <= 4096 and 0 < self.width <= 4096 and self.channels in (1, 3, 4)):
-            raise BundleError(
-                "manifest: image input needs 0 < height, width <= 4096, channels 1/3/4"
-            )
 
 
 @dataclass(frozen=True)
@@ -123,8 +75,7 @@ class Manifest:
 
     name: str
     method: str
-    modality: str
-    input: AudioInput | ImageInput
+    input: ModelInput
     output_kind: str
     dim: int
     model_sha256: str
@@ -134,6 +85,11 @@ class Manifest:
     cohort: CohortSpec | None = field(default=None, compare=False)
     training: Training | None = field(default=None, compare=False)
     score_norm: ScoreNorm | None = field(default=None, compare=False)
+
+    @property
+    def modality(self) -> str:
+        """``audio`` or ``image``: the manifest's name of its input's class."""
+        return self.input.modality
 
     @property
     def prototype_score(self) -> str:
@@ -168,21 +124,12 @@ class Manifest:
             raise BundleError(f"manifest: unknown method {method!r} (one of {', '.join(METHODS)})")
         modality = _get(data, "modality", str)
         spec = _get(data, "input", dict)
-        if modality == "audio":
-            source: AudioInput | ImageInput = AudioInput(
-                sample_rate=_get(spec, "sample_rate", int, "input."),
-                window_seconds=_get(spec, "window_seconds", float, "input."),
-                hop_seconds=_get(spec, "hop_seconds", float, "input."),
-                min_seconds=_get(spec, "min_seconds", float, "input."),
-            )
-        elif modality == "image":
-            source = ImageInput(
-                height=_get(spec, "height", int, "input."),
-                width=_get(spec, "width", int, "input."),
-                channels=_get(spec, "channels", int, "input."),
-            )
-        else:
+        kind = INPUTS.get(modality)
+        if kind is None:
             raise BundleError(f"manifest: unknown modality {modality!r} (audio or image)")
+        source = kind(
+            **{key: _get(spec, key, type_, "input.") for key, type_ in input_fields(kind)}
+        )
         output = _get(data, "output", dict)
         kind = _get(output, "kind", str, "output.")
         dim = _get(output, "dim", int, "output.")
@@ -228,7 +175,6 @@ class Manifest:
         return cls(
             name,
             method,
-            modality,
             source,
             kind,
             dim,
@@ -243,13 +189,12 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``format`` first); ``from_dict(to_dict())`` is the identity."""
-        source = self.input
         data: dict[str, Any] = {
             "format": FORMAT,
             "name": self.name,
             "method": self.method,
             "modality": self.modality,
-            "input": {k: getattr(source, k) for k in source.__dataclass_fields__},
+            "input": input_spec(self.input),
             "output": {"kind": self.output_kind, "dim": self.dim},
         }
         if self.code is not None:
@@ -536,8 +481,7 @@ class Bundle:
                 f"{self.path.name}: model.onnx does not load ({message})", code="bundle.model"
             ) from None
         inputs, outputs = session.get_inputs(), session.get_outputs()
-        audio = self.manifest.modality == "audio"
-        expected = ("tensor(float)", 2) if audio else ("tensor(uint8)", 4)
+        expected = self.manifest.input.onnx_input
         if [i.name for i in inputs] != ["input"] or "output" not in [o.name for o in outputs]:
             raise BundleError(
                 f"{self.path.name}: the model needs one input 'input' and an 'output'",
@@ -553,7 +497,7 @@ class Bundle:
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         """Model outputs ``[batch, dim]`` for a batch of windows or images."""
-        dtype = np.float32 if self.manifest.modality == "audio" else np.uint8
+        dtype = self.manifest.input.dtype
         try:
             (output,) = self.session.run(["output"], {"input": np.ascontiguousarray(batch, dtype)})
         except Exception as error:  # onnxruntime's own exception types

@@ -349,7 +349,7 @@ def codeword_new(
 @_errors_to_exit
 def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
     """Describe the bundle and list the store's users (no secret is shown)."""
-    from .bundle import AudioInput, key_fingerprint
+    from .bundle import key_fingerprint
     from .errors import BundleError
 
     verifier = _verifier(bundle, store)
@@ -369,14 +369,7 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
         description = manifest.extra.get("description")
         if isinstance(description, str) and description.strip():
             typer.echo(f"  about: {printable(' '.join(description.split()))}")
-        source = manifest.input
-        if isinstance(source, AudioInput):
-            typer.echo(
-                f"  input: audio at {source.sample_rate} Hz, windows of {source.window_seconds:g} s "
-                f"every {source.hop_seconds:g} s, at least {source.min_seconds:g} s"
-            )
-        else:
-            typer.echo(f"  input: images {source.height}x{source.width}x{source.channels} (uint8)")
+        typer.echo(f"  input: {manifest.input.describe()}")
         typer.echo(f"  output: {manifest.output_kind}, dim {manifest.dim}")
         if manifest.code is not None:
             code = manifest.code

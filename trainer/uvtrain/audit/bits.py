@@ -42,8 +42,8 @@ def public_samples(
     each = max(1, math.ceil(limit / len(dataset.unknown)))
     pools = [np.concatenate([c.train, c.val, c.test])[:each] for c in dataset.unknown]
     samples = np.concatenate(pools)[:limit]
-    if dataset.modality == "audio" and config.data.crop_seconds:
-        window = max(1, round(config.data.crop_seconds * dataset.spec["sample_rate"]))
+    window = dataset.input.crop_samples(config.data.crop_seconds)
+    if window:
         samples = samples[:, :window]
     return torch.as_tensor(samples)
 

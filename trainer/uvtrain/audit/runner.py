@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
+from uvsdk.inputs import INVERSION
+
 from ..config import RunConfig
 from ..data.base import FederatedDataset
 from ..engine import Simulation
@@ -273,7 +275,7 @@ def _audit_run(
     if settings.inversion is not None:
         if "inversion" not in audits:
             results["inversion"] = {"skipped": f"{initial.algorithm.name} declares no inversion"}
-        elif dataset.modality != "image":
+        elif INVERSION not in dataset.input.features:
             results["inversion"] = {"skipped": "the inversion attacks image models only"}
         else:
             clock = time.perf_counter()
@@ -329,7 +331,7 @@ def _audit_fresh(
             dataset=settings.inversion.dataset, clients=None, root=None, **lengths
         )
         faces = load_data(setup)
-        if faces.modality != "image":
+        if INVERSION not in faces.input.features:
             raise ConfigError(f"--inversion-dataset {faces.name}: an image dataset")
         results["inversion"], pictures = inversion_states(
             make_simulation(setup, faces),

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from uvsdk.inputs import INPUTS, ModelInput, model_input
+
 from ..errors import DatasetError
 from ..io import atomic_write, parse_json
 
@@ -64,15 +66,26 @@ class FederatedDataset:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.modality not in ("audio", "image"):
+        if self.modality not in INPUTS:
             raise DatasetError(f"unknown modality {self.modality!r}")
         if not self.clients:
             raise DatasetError(f"dataset {self.name!r} has no clients")
 
     @property
+    def input(self) -> ModelInput:
+        """The model's input (:mod:`uvsdk.inputs`): what loads, checks, windows and crops this
+        dataset's samples, and names its default backbone."""
+        return model_input(self.modality, self.spec)
+
+    @property
     def sample_shape(self) -> tuple[int, ...]:
         """The shape of one sample."""
         return tuple(self.clients[0].train.shape[1:])
+
+    @property
+    def sample_type(self) -> tuple[str, tuple[int, ...]]:
+        """The modality and shape of one sample: what one backbone trains on."""
+        return self.modality, self.sample_shape
 
     @property
     def streamed(self) -> bool:
@@ -355,7 +368,7 @@ def combine(datasets: list[FederatedDataset]) -> FederatedDataset:
         raise DatasetError(f"the same dataset twice: {', '.join(names)}")
     first = datasets[0]
     for other in datasets[1:]:
-        if other.modality != first.modality or other.sample_shape != first.sample_shape:
+        if other.sample_type != first.sample_type:
             raise DatasetError(
                 f"{other.name} ({other.modality} {other.sample_shape}) cannot train beside "
                 f"{first.name} ({first.modality} {first.sample_shape}): one backbone for all"

@@ -36,7 +36,7 @@ The package, one job a module:
   (the pretrained GE2E encoder), :mod:`.campplus` (the pretrained CAM++ encoder), :mod:`.iresnet`
   (ArcFace's IResNet);
 * :mod:`.heads` — :class:`CodewordModel` and :class:`EmbeddingModel`;
-* :mod:`.registry` — :data:`BACKBONES`, :func:`build_backbone`, :func:`default_backbone`;
+* :mod:`.registry` — :data:`BACKBONES`, :func:`build_backbone`;
 * :mod:`.checkpoints` — :func:`load_backbone_checkpoint`; :mod:`.flops` — parameter and FLOP
   counts.
 
@@ -62,7 +62,7 @@ from .frontends import ImageFrontend, KaldiFbank, LogMelFrontend
 from .ge2e import GE2ESpeakerEncoder
 from .heads import CodewordModel, EmbeddingModel
 from .iresnet import IResNet
-from .registry import BACKBONES, build_backbone, default_backbone
+from .registry import BACKBONES, build_backbone
 from .resnet import LogMelResNet, ResNet18Small
 from .tdnn import LogMelTDNN
 
@@ -94,7 +94,6 @@ __all__ = [
     "WeightsError",
     "build_backbone",
     "count_parameters",
-    "default_backbone",
     "dft_kernels",
     "group_norm",
     "load_backbone_checkpoint",

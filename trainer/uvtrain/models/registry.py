@@ -1,12 +1,12 @@
-"""The backbones by name (:data:`BACKBONES`), building one for a dataset's input spec, and the
-default backbone of a modality."""
+"""The backbones by name (:data:`BACKBONES`) and building one for a dataset's input spec (the
+default backbone of an input is its own: :attr:`uvsdk.inputs.AudioInput.default_backbone`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from .base import Backbone, BackboneError, _image_shape, _sample_rate
+from .base import Backbone, BackboneError
 from .campplus import CAMPPlusEncoder
 from .convnets import CelebAConv2d, MnistUvConv2d, VoxCelebConv1d
 from .feduv_table2 import FedUVCelebAConv2d, FedUVMnistUvConv2d, FedUVVoxCelebConv1d
@@ -62,20 +62,3 @@ def build_backbone(name: str, spec: Mapping[str, Any], **options: Any) -> Backbo
     if name not in BACKBONES:
         raise BackboneError(f"unknown backbone {name!r}; known: {', '.join(sorted(BACKBONES))}")
     return BACKBONES[name].from_spec(spec, **options)
-
-
-def default_backbone(modality: str, spec: Mapping[str, Any]) -> str:
-    """A small backbone that trains on a CPU, for a modality and input spec.
-
-    Audio: ``"logmel-tdnn"`` (the cheapest audio network that learns here; ``logmel-resnet`` and
-    ``fast-resnet34`` are the FedHide-style alternatives). Images: ``"mnistuv-conv2d"``
-    below 32 pixels on a side, else ``"celeba-conv2d"`` (both end in a spatial mean, so any size
-    works).
-    """
-    if modality == "audio":
-        _sample_rate(spec)
-        return "logmel-tdnn"
-    if modality == "image":
-        height, width, _ = _image_shape(spec)
-        return "mnistuv-conv2d" if min(height, width) < 32 else "celeba-conv2d"
-    raise ValueError(f"unknown modality {modality!r}; expected 'audio' or 'image'")
