@@ -20,7 +20,7 @@ from uvtrain.batches import HostSamples  # noqa: E402
 from uvtrain.cli import app  # noqa: E402
 from uvtrain.data.base import ClientData, DatasetError, FederatedDataset  # noqa: E402
 from uvtrain.data.registry import build_dataset, load_dataset  # noqa: E402
-from uvtrain.data.stream import read_stream_folder, write_stream_folder  # noqa: E402
+from uvtrain.data.stream import open_dataset, read_stream_folder, write_stream_folder  # noqa: E402
 from uvtrain.engine import EngineConfig, Simulation  # noqa: E402
 from uvtrain.evaluation.scoring import JoinedRows  # noqa: E402
 
@@ -48,7 +48,7 @@ def tiny_dataset(with_lengths: bool = True) -> FederatedDataset:
 def test_a_stream_folder_reads_back_the_same_dataset_memory_mapped(tmp_path: Path) -> None:
     dataset = tiny_dataset()
     folder = write_stream_folder(dataset, tmp_path / "tiny.stream")
-    loaded = FederatedDataset.load(folder)
+    loaded = open_dataset(folder)
     assert same(dataset, loaded) and loaded.streamed and not dataset.streamed
     assert (loaded.name, loaded.modality, loaded.spec, loaded.licence, loaded.extra) == (
         "tiny", "audio", SPEC, "test", {"k": [1]},
@@ -136,7 +136,7 @@ def test_a_malformed_stream_folder_is_one_line_exit_2(tmp_path: Path, kind: str)
     folder = write_stream_folder(tiny_dataset(), tmp_path / "tiny.stream")
     _break(folder, kind)
     with pytest.raises(DatasetError, match=MALFORMED[kind].replace("(", r"\(").replace(")", r"\)")):
-        FederatedDataset.load(folder)
+        open_dataset(folder)
     out = tmp_path / "run"
     result = CliRunner().invoke(
         app, ["run", "--method", "feduv", "--dataset", str(folder), "--out", str(out)]
@@ -293,7 +293,7 @@ def test_a_corpus_streamed_into_its_folder_is_byte_identical_to_one_built_in_mem
     ]
     for name, root, loader, options in cases:
         folder = build_dataset(name, root=root, storage="stream", **arguments, **options)
-        streamed = FederatedDataset.load(folder)
+        streamed = open_dataset(folder)
         in_memory = loader(root, **arguments, **options)
         assert not in_memory.streamed and streamed.streamed and same(in_memory, streamed)
         assert same_files(folder, write_stream_folder(in_memory, tmp_path / f"{name}.stream"))

@@ -140,18 +140,13 @@ class FederatedDataset:
 
     @classmethod
     def load(cls, path: str | Path) -> FederatedDataset:
-        """Read a dataset written by :meth:`save` into memory, or open a stream folder
-        memory-mapped (a folder: :func:`uvtrain.data.stream.read_stream_folder`);
-        :class:`DatasetError` naming the file when it is not one (not a zip, truncated, corrupt,
-        missing arrays, pickled objects: refused)."""
+        """Read a dataset written by :meth:`save` into memory (a stream folder, or either:
+        :func:`uvtrain.data.stream.open_dataset`); :class:`DatasetError` naming the file when it
+        is not one (not a zip, truncated, corrupt, missing arrays, pickled objects: refused)."""
         import zipfile
         import zlib
 
         path = Path(path)
-        if path.is_dir():
-            from .stream import read_stream_folder
-
-            return read_stream_folder(path)
         if not path.is_file():
             raise DatasetError(f"no dataset file at {path}")
         if not zipfile.is_zipfile(path):  # np.load would try it as a pickle next: never

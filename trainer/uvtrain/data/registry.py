@@ -36,6 +36,7 @@ from .base import (
     data_root,
 )
 from .protocol import DataProtocol, Plan
+from .stream import open_dataset
 
 __all__ = [
     "DATASETS",
@@ -466,11 +467,11 @@ def load_dataset(
                 f"{name_or_path}: a dataset file is used as it was built; the data protocol "
                 "keys choose from a corpus (uvtrain data build NAME --root DIR ... to make one)"
             )
-        return FederatedDataset.load(name_or_path)
+        return open_dataset(name_or_path)
     speakers = options.pop("speakers", None)
     path = dataset_path(str(name_or_path), root=root, speakers=speakers, seed=seed, **options)
     if not path.is_file() and stream_folder_path(path).is_dir():  # built with --format stream
-        return FederatedDataset.load(stream_folder_path(path))
+        return open_dataset(stream_folder_path(path))
     if not path.is_file():
         path = build_dataset(str(name_or_path), root=root, speakers=speakers, seed=seed, **options)
-    return FederatedDataset.load(path)
+    return open_dataset(path)

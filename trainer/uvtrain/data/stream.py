@@ -247,6 +247,13 @@ def write_stream_folder(dataset: FederatedDataset, folder: str | Path) -> Path:
         return writer.finish(dataset.meta())
 
 
+def open_dataset(path: str | Path) -> FederatedDataset:
+    """A saved dataset: a stream folder opened memory-mapped (:func:`read_stream_folder`), an
+    ``.npz`` file read into memory (:meth:`FederatedDataset.load`)."""
+    path = Path(path)
+    return read_stream_folder(path) if path.is_dir() else FederatedDataset.load(path)
+
+
 def read_stream_folder(folder: str | Path) -> FederatedDataset:
     """A dataset from a stream folder, every array memory-mapped (nothing read into memory);
     :class:`DatasetError` naming the folder when it is not a complete, consistent one."""

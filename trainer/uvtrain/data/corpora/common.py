@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -25,8 +25,14 @@ from ..base import (
 from ..protocol import DataProtocol, Plan, plan_identities
 from ..stream import GROUPS, SPLITS, GroupLayout, StreamLayout, StreamWriter, read_stream_folder
 
-if TYPE_CHECKING:
-    from .vggface2_corpus import FaceCropper
+
+class FaceBoxes(Protocol):
+    """Where the face is in an image file (:class:`.vggface2_corpus.FaceCropper`: MTCNN)."""
+
+    def box(self, path: Path) -> tuple[int, int, int, int] | None:
+        """``(left, top, width, height)`` of the face; ``None`` when none is found."""
+        ...
+
 
 #: Version of the loaders: part of the cache key.
 VERSION = 1
@@ -408,7 +414,7 @@ def _images(
     protocol: DataProtocol | None,
     stream_to: Path | None,
     boxes: dict[str, tuple[int, int, int, int]] | None = None,
-    detector: FaceCropper | None = None,
+    detector: FaceBoxes | None = None,
     notes: Callable[[], dict[str, Any]] | None = None,
 ) -> FederatedDataset:
     spec = {"height": height, "width": width, "channels": channels}
