@@ -165,7 +165,8 @@ def main() -> None:
 
         plan = plan_privacy("central", clip_norm=1.0, rounds=args.rounds + 1, cohort=args.clients,
                             users=10 * args.clients, noise=1.0)  # fmt: skip
-        path = "batched one-pass" if fast.uses_batched_step else "vmap"
+        one_pass = fast.next_round().updates.aggregate is not None  # the path a round took
+        path = "batched one-pass" if one_pass else "vmap"
         for label, forced in (("engine's choice", None), ("vmap", "vmap"), ("loop", "loop")):
             private = make(args.method, data, args, vectorised=True, privacy=plan)
             if forced is not None:

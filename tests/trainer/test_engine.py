@@ -12,6 +12,7 @@ from torch import nn  # noqa: E402
 from uvtrain.algorithms import FedAvg, FedAwS, FedCS, FedGN, FedHide, FedUV, Softmax  # noqa: E402
 from uvtrain.engine import EngineConfig, Simulation, TrainingError, vmap_runs  # noqa: E402
 from uvtrain.errors import ConfigError  # noqa: E402
+from uvtrain.rounds import RoundResult  # noqa: E402
 
 
 class TinyBackbone(nn.Module):
@@ -37,6 +38,12 @@ def _clients(count: int = 10, samples: int = 6, seed: int = 0) -> list[np.ndarra
         scale = np.exp(np.linspace(-1, 1, 8) * (client % 5 - 2) / 2).repeat(100)
         data.append((rng.normal(size=(samples, 800)) * scale).astype(np.float32))
     return data
+
+
+def one_pass(result: RoundResult) -> bool:
+    """Whether the round took the exact one-pass (batched) step: the local training then
+    aggregated as it trained, so the round's updates hold the aggregate, not each client's."""
+    return result.updates.aggregate is not None
 
 
 def _simulation(
@@ -73,10 +80,11 @@ def test_vectorised_engine_equals_per_client_loop(
 ) -> None:
     fast = _simulation(algorithm, True, steps, batched=batched)
     slow = _simulation(algorithm, False, steps)
-    assert fast.uses_batched_step == batched and not slow.uses_batched_step
     for _ in range(3):
-        fast_metrics, slow_metrics = fast.step(), slow.step()
-        assert fast_metrics["loss"] == pytest.approx(slow_metrics["loss"], rel=1e-5)
+        fast_result, slow_result = fast.next_round(), slow.next_round()
+        assert one_pass(fast_result) == batched and not one_pass(slow_result)
+        loss = fast_result.metrics["loss"]
+        assert loss == pytest.approx(slow_result.metrics["loss"], rel=1e-5)
     for name in fast.params:
         torch.testing.assert_close(fast.params[name], slow.params[name], atol=1e-5, rtol=1e-5)
     for group in ("private", "shared"):
@@ -231,9 +239,9 @@ def test_epoch_batches_cover_each_clients_samples_once_per_epoch() -> None:
 def test_local_epochs_vectorised_equals_per_client_loop(algorithm: FedAvg) -> None:
     fast = _uneven_simulation(algorithm, True, local_epochs=2)
     slow = _uneven_simulation(algorithm, False, local_epochs=2)
-    assert not fast.uses_batched_step
     for _ in range(3):
         fast_result, slow_result = fast.next_round(), slow.next_round()
+        assert not one_pass(fast_result)
         # one loss per client: its mean over its own E · ⌈n_k / B⌉ steps
         assert fast_result.updates.losses.shape == (4, 1)
         torch.testing.assert_close(
@@ -274,9 +282,10 @@ def test_plain_mean_aggregation_batched_equals_loop_and_ignores_sample_counts(
     fast = _uneven_simulation(algorithm, True, aggregation="mean")
     slow = _uneven_simulation(algorithm, False, aggregation="mean")
     fusable = type(algorithm).aggregate is FedAvg.aggregate
-    assert fast.uses_batched_step == fusable  # the one-pass step weighs clients by 1/M too
     for _ in range(3):
-        assert fast.step()["loss"] == pytest.approx(slow.step()["loss"], rel=1e-6)
+        fast_result, slow_result = fast.next_round(), slow.next_round()
+        assert one_pass(fast_result) == fusable  # the one-pass step weighs clients by 1/M too
+        assert fast_result.metrics["loss"] == pytest.approx(slow_result.metrics["loss"], rel=1e-6)
     for name in fast.params:
         torch.testing.assert_close(fast.params[name], slow.params[name], atol=1e-6, rtol=1e-6)
     weighted = _uneven_simulation(algorithm, False)

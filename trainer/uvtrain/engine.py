@@ -565,19 +565,6 @@ class Simulation(GlobalModel):
 
     # -- a round -------------------------------------------------------------------------------
 
-    @property
-    def uses_batched_step(self) -> bool:
-        """Whether rounds take the exact one-pass step (E = 1, the plain weighted mean, no
-        per-client postprocessing)."""
-        return (
-            self.config.vectorised
-            and self.config.batched
-            and self.config.local_steps == 1
-            and self.config.local_epochs is None
-            and not self.postprocess
-            and self.aggregator.fusable()
-        )
-
     def plan(self, round_number: int, clients: np.ndarray | None = None) -> RoundPlan:
         """Round ``round_number``'s clients (sampled, or ``clients`` when the caller fixes the
         cohort) and learning rate."""
