@@ -9,11 +9,11 @@ from pathlib import Path
 from ..base import UNKNOWN_FRACTION, DatasetError, FederatedDataset
 from ..protocol import DataProtocol
 from .common import (
+    Selection,
     Sources,
     _file,
     _folder,
     _images,
-    _stream_folder,
 )
 
 CELEBA_LICENCE = "CelebA (non-commercial research use only)"
@@ -88,12 +88,14 @@ def celeba(
         width=width,
         channels=channels,
         licence=CELEBA_LICENCE,
-        max_identities=max_identities,
-        max_per_identity=max_per_identity,
-        min_per_identity=min_per_identity,
-        unknown_fraction=unknown_fraction,
-        seed=seed,
-        progress=progress,
-        protocol=protocol,
-        stream_to=_stream_folder(stream_to),
+        selection=Selection(
+            max_identities,
+            max_per_identity,
+            min_per_identity,
+            unknown_fraction,
+            seed,
+            progress,
+            protocol,
+            stream_to,
+        ),
     )

@@ -14,6 +14,7 @@ from ..base import UNKNOWN_FRACTION, ClientData, DatasetError, FederatedDataset
 from ..protocol import DataProtocol
 from .common import (
     Described,
+    Selection,
     Sources,
     _file,
     _finish,
@@ -92,7 +93,15 @@ def cifar100(
     FederatedDataset
         Images, uint8 ``[n, 32, 32, 3]``; identities are the fine label names.
     """
-    del progress
+    selection = Selection(
+        max_identities,
+        max_per_identity,
+        min_per_identity,
+        unknown_fraction,
+        seed,
+        progress,
+        protocol,
+    )
     root = Path(root).expanduser()
     images, sources = cifar100_sources(root)
     spec = {"height": 32, "width": 32, "channels": 3}
@@ -115,13 +124,7 @@ def cifar100(
         name: [*rows, *(sources.test_samples or {}).get(name, [])]
         for name, rows in sources.index.items()
     }
-    selected = select(
-        index,
-        min_per_identity=min_per_identity,
-        max_identities=max_identities,
-        max_per_identity=max_per_identity,
-        seed=seed,
-    )
+    selected = select(index, selection)
     samples = {name: np.ascontiguousarray(images[rows]) for name, rows in selected.items()}
     return _finish(
         "cifar-100",
@@ -131,8 +134,7 @@ def cifar100(
         root=root,
         skipped=0,
         licence=CIFAR_LICENCE,
-        unknown_fraction=unknown_fraction,
-        seed=seed,
+        selection=selection,
     )
 
 

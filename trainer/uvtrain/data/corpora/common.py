@@ -71,29 +71,63 @@ def _file(path: Path, corpus: str, layout: str) -> Path:
     return path
 
 
-def select(
-    index: dict[str, list[Item]],
-    *,
-    min_per_identity: int,
-    max_identities: int | None,
-    max_per_identity: int | None,
-    seed: int,
-) -> dict[str, list[Item]]:
+@dataclass(frozen=True)
+class Selection:
+    """What a corpus loader reads and how: its keyword arguments of these names, gathered
+    once by the loader and passed whole to the machinery below.
+
+    Attributes
+    ----------
+    max_identities, max_per_identity : int or None
+        Caps (seeded random choice) without a protocol; ``None`` keeps all.
+    min_per_identity : int
+        Identities with fewer usable samples are dropped (without a protocol).
+    unknown_fraction : float
+        Share of the identities held out as unknown (without a protocol).
+    seed : int
+        Seed of every choice and split.
+    progress : bool
+        Show a progress bar.
+    protocol : DataProtocol or None
+        A paper's data protocol (:class:`uvtrain.data.protocol.DataProtocol`): it chooses, and
+        the caps, ``min_per_identity`` and ``unknown_fraction`` are not used.
+    stream_to : Path or None
+        With a protocol: decode straight into this stream folder (``None``: in memory).
+    """
+
+    max_identities: int | None
+    max_per_identity: int | None
+    min_per_identity: int
+    unknown_fraction: float
+    seed: int
+    progress: bool
+    protocol: DataProtocol | None
+    stream_to: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.stream_to is not None:
+            object.__setattr__(self, "stream_to", Path(self.stream_to).expanduser())
+
+
+def select(index: dict[str, list[Item]], selection: Selection) -> dict[str, list[Item]]:
     """Choose identities and samples before anything is decoded.
 
     Identities with at least ``min_per_identity`` items are eligible; at most ``max_identities`` of
     them are drawn at random (kept in sorted order), and each one's items are shuffled and cut to
     ``max_per_identity``. Everything is seeded.
     """
-    rng = np.random.default_rng([seed, 0xC0])
-    eligible = sorted(name for name, items in index.items() if len(items) >= min_per_identity)
-    if max_identities is not None and len(eligible) > max_identities:
-        chosen = rng.choice(len(eligible), size=max_identities, replace=False)
+    rng = np.random.default_rng([selection.seed, 0xC0])
+    eligible = sorted(
+        name for name, items in index.items() if len(items) >= selection.min_per_identity
+    )
+    most = selection.max_identities
+    if most is not None and len(eligible) > most:
+        chosen = rng.choice(len(eligible), size=most, replace=False)
         eligible = [eligible[i] for i in sorted(chosen)]
     selected = {}
     for name in eligible:
         items = index[name]
-        order = rng.permutation(len(items))[:max_per_identity]
+        order = rng.permutation(len(items))[: selection.max_per_identity]
         selected[name] = [items[i] for i in order]
     return selected
 
@@ -102,9 +136,8 @@ def _decode(
     selected: dict[str, list[Path]],
     decode: Callable[[Path], np.ndarray],
     *,
-    min_per_identity: int,
     corpus: str,
-    progress: bool,
+    selection: Selection,
 ) -> tuple[dict[str, np.ndarray], int]:
     """Decode the selected files; skip those that fail and identities left with too few.
 
@@ -113,7 +146,7 @@ def _decode(
     samples: dict[str, np.ndarray] = {}
     skipped = 0
     total = sum(len(paths) for paths in selected.values())
-    with Progress(corpus, total, unit="file", enabled=progress) as bar:
+    with Progress(corpus, total, unit="file", enabled=selection.progress) as bar:
         for name, paths in selected.items():
             decoded = []
             for path in paths:
@@ -122,7 +155,7 @@ def _decode(
                 except MediaError:
                     skipped += 1
                 bar.update(1)
-            if len(decoded) >= min_per_identity:
+            if len(decoded) >= selection.min_per_identity:
                 samples[name] = np.stack(decoded)
     return samples, skipped
 
@@ -136,8 +169,7 @@ def _finish(
     root: Path,
     skipped: int,
     licence: str,
-    unknown_fraction: float,
-    seed: int,
+    selection: Selection,
     hint: str = "",
 ) -> FederatedDataset:
     """Assemble the dataset, or say why there is nothing to assemble."""
@@ -152,16 +184,11 @@ def _finish(
         modality,
         spec,
         samples,
-        unknown_fraction=unknown_fraction,
-        seed=seed,
+        unknown_fraction=selection.unknown_fraction,
+        seed=selection.seed,
         licence=licence,
         extra=extra,
     )
-
-
-def _stream_folder(stream_to: str | Path | None) -> Path | None:
-    """A loader's ``stream_to`` as a path (``None``: the dataset stays in memory)."""
-    return None if stream_to is None else Path(stream_to).expanduser()
 
 
 def _audio_file(path: Path) -> np.ndarray:
@@ -341,9 +368,7 @@ def _decode_planned(
     plan: Plan,
     decode: Callable[[Any], np.ndarray],
     stacking: Stacking,
-    *,
-    progress: bool,
-    stream_to: Path | None,
+    selection: Selection,
     notes: Callable[[], dict[str, Any]] | None = None,
 ) -> FederatedDataset:
     """The planned identities decoded into a dataset in memory or, with ``stream_to``, straight
@@ -353,7 +378,8 @@ def _decode_planned(
     ``extra`` once decoded."""
     if not plan.known:  # as FederatedDataset says, before a stream folder is written
         raise DatasetError(f"dataset {described.corpus!r} has no clients")
-    identities = _decode_plan(described.corpus, plan, decode, stacking, progress)
+    identities = _decode_plan(described.corpus, plan, decode, stacking, selection.progress)
+    stream_to = selection.stream_to
     extra = _protocol_extra(described.root, plan.protocol)
     if stream_to is None:
         groups: dict[str, list[ClientData]] = {group: [] for group in GROUPS}
@@ -405,14 +431,7 @@ def _images(
     width: int,
     channels: int,
     licence: str,
-    max_identities: int | None,
-    max_per_identity: int | None,
-    min_per_identity: int,
-    unknown_fraction: float,
-    seed: int,
-    progress: bool,
-    protocol: DataProtocol | None,
-    stream_to: Path | None,
+    selection: Selection,
     boxes: dict[str, tuple[int, int, int, int]] | None = None,
     detector: FaceBoxes | None = None,
     notes: Callable[[], dict[str, Any]] | None = None,
@@ -425,30 +444,17 @@ def _images(
             box = detector.box(path) or box
         return load_image(path, height, width, channels, box)
 
-    if protocol is not None:
+    if selection.protocol is not None:
         return _decode_planned(
             Described(corpus, "image", spec, root, licence),
-            sources.plan(corpus, protocol, seed),
+            sources.plan(corpus, selection.protocol, selection.seed),
             decode,
             Stacking((height, width, channels), np.uint8),
-            progress=progress,
-            stream_to=stream_to,
+            selection,
             notes=notes,
         )
-    selected = select(
-        {**sources.index, **(sources.test_identities or {})},
-        min_per_identity=min_per_identity,
-        max_identities=max_identities,
-        max_per_identity=max_per_identity,
-        seed=seed,
-    )
-    samples, skipped = _decode(
-        selected,
-        decode,
-        min_per_identity=min_per_identity,
-        corpus=corpus,
-        progress=progress,
-    )
+    selected = select({**sources.index, **(sources.test_identities or {})}, selection)
+    samples, skipped = _decode(selected, decode, corpus=corpus, selection=selection)
     dataset = _finish(
         corpus,
         "image",
@@ -457,8 +463,7 @@ def _images(
         root=root,
         skipped=skipped,
         licence=licence,
-        unknown_fraction=unknown_fraction,
-        seed=seed,
+        selection=selection,
     )
     dataset.extra.update(notes() if notes else {})
     return dataset

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from .common import (
     FEMNIST_SIDE,
     MNIST_UV_DIGITS,
     Described,
+    Selection,
     Sources,
     _finish,
     _folder,
@@ -143,13 +145,16 @@ def mnist_uv(
             _protocol_extra(root, protocol),
         )
     examples = {writer: list(range(min(map(len, d.values())))) for writer, d in writers.items()}
-    selected = select(
-        examples,
-        min_per_identity=min_per_identity,
-        max_identities=max_identities,
-        max_per_identity=None,
-        seed=seed,
+    selection = Selection(
+        max_identities,
+        max_per_identity,
+        min_per_identity,
+        unknown_fraction,
+        seed,
+        progress,
+        protocol,
     )
+    selected = select(examples, replace(selection, max_per_identity=None))  # cut once stacked
     samples = {}
     for position, writer in enumerate(selected):
         rng = np.random.default_rng([seed, 0xD1, position])
@@ -162,8 +167,7 @@ def mnist_uv(
         root=root,
         skipped=0,
         licence=FEMNIST_LICENCE,
-        unknown_fraction=unknown_fraction,
-        seed=seed,
+        selection=selection,
     )
 
 

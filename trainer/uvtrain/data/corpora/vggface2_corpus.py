@@ -15,11 +15,11 @@ from uvsdk.media import load_image
 from ..base import UNKNOWN_FRACTION, DatasetError, FederatedDataset
 from ..protocol import DataProtocol
 from .common import (
+    Selection,
     Sources,
     _folder,
     _images,
     _index_identity_folders,
-    _stream_folder,
 )
 
 VGGFACE2_LICENCE = "VGGFace2 (CC BY-SA 4.0 annotations; images for research use)"
@@ -171,14 +171,16 @@ def vggface2(
         width=width,
         channels=channels,
         licence=VGGFACE2_LICENCE,
-        max_identities=max_identities,
-        max_per_identity=max_per_identity,
-        min_per_identity=min_per_identity,
-        unknown_fraction=unknown_fraction,
-        seed=seed,
-        progress=progress,
-        protocol=protocol,
-        stream_to=_stream_folder(stream_to),
+        selection=Selection(
+            max_identities,
+            max_per_identity,
+            min_per_identity,
+            unknown_fraction,
+            seed,
+            progress,
+            protocol,
+            stream_to,
+        ),
         boxes=boxes,
         detector=detector,
         notes=notes,

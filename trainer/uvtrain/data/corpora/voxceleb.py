@@ -17,6 +17,7 @@ from ..protocol import DataProtocol
 from .common import (
     SAMPLE_RATE,
     Described,
+    Selection,
     Sources,
     Stacking,
     _audio_clip,
@@ -27,7 +28,6 @@ from .common import (
     _finish,
     _folder,
     _index_identity_folders,
-    _stream_folder,
     select,
 )
 
@@ -44,48 +44,32 @@ def _voxceleb(
     *,
     clip_seconds: float,
     whole_seconds: float | None,
-    max_identities: int | None,
-    max_per_identity: int | None,
-    min_per_identity: int,
-    unknown_fraction: float,
-    seed: int,
-    progress: bool,
-    protocol: DataProtocol | None,
-    stream_to: Path | None,
+    selection: Selection,
     hint: str = "",
 ) -> FederatedDataset:
     index = {**sources.index, **(sources.test_identities or {})}
     if not index:
         raise DatasetError(f"{corpus}: no identity folder with audio under {root}{hint}")
-    if protocol is not None:
+    if selection.protocol is not None:
         length = int(round(clip_seconds * SAMPLE_RATE))
         whole = int(round(whole_seconds * SAMPLE_RATE)) if whole_seconds else 0
         return _decode_planned(
             Described(corpus, "audio", _audio_spec(clip_seconds), root, VOXCELEB_LICENCE),
-            sources.plan(corpus, protocol, seed),
+            sources.plan(corpus, selection.protocol, selection.seed),
             _audio_file if whole else lambda path: _audio_clip(path, clip_seconds),
             Stacking((length,), np.float32, clip=length, whole=max(whole, length) if whole else 0),
-            progress=progress,
-            stream_to=stream_to,
+            selection,
         )
     if whole_seconds:
         raise DatasetError(
             f"{corpus}: whole_seconds (random crops) needs a data protocol: set identities, "
             "samples_per_split, ... (the fedhide-voxceleb1 preset does)"
         )
-    selected = select(
-        index,
-        min_per_identity=min_per_identity,
-        max_identities=max_identities,
-        max_per_identity=max_per_identity,
-        seed=seed,
-    )
     samples, skipped = _decode(
-        selected,
+        select(index, selection),
         lambda path: _audio_clip(path, clip_seconds),
-        min_per_identity=min_per_identity,
         corpus=corpus,
-        progress=progress,
+        selection=selection,
     )
     return _finish(
         corpus,
@@ -95,8 +79,7 @@ def _voxceleb(
         root=root,
         skipped=skipped,
         licence=VOXCELEB_LICENCE,
-        unknown_fraction=unknown_fraction,
-        seed=seed,
+        selection=selection,
         hint=hint if skipped else "",
     )
 
@@ -176,14 +159,16 @@ def voxceleb1(
         voxceleb1_sources(root),
         clip_seconds=clip_seconds,
         whole_seconds=whole_seconds,
-        max_identities=max_identities,
-        max_per_identity=max_per_identity,
-        min_per_identity=min_per_identity,
-        unknown_fraction=unknown_fraction,
-        seed=seed,
-        progress=progress,
-        protocol=protocol,
-        stream_to=_stream_folder(stream_to),
+        selection=Selection(
+            max_identities,
+            max_per_identity,
+            min_per_identity,
+            unknown_fraction,
+            seed,
+            progress,
+            protocol,
+            stream_to,
+        ),
     )
 
 
@@ -245,13 +230,15 @@ def voxceleb2(
         voxceleb2_sources(root),
         clip_seconds=clip_seconds,
         whole_seconds=whole_seconds,
-        max_identities=max_identities,
-        max_per_identity=max_per_identity,
-        min_per_identity=min_per_identity,
-        unknown_fraction=unknown_fraction,
-        seed=seed,
-        progress=progress,
-        protocol=protocol,
-        stream_to=_stream_folder(stream_to),
+        selection=Selection(
+            max_identities,
+            max_per_identity,
+            min_per_identity,
+            unknown_fraction,
+            seed,
+            progress,
+            protocol,
+            stream_to,
+        ),
         hint=hint,
     )
