@@ -159,10 +159,15 @@ def main() -> None:
         f"\nvectorised / loop: {loop / vectorised:.2f}x;  centralised / vectorised: {central / (fed_samples / vectorised):.2f}x"
     )
     if args.dp:
+        from uvtrain.config import Privacy
         from uvtrain.privacy import plan_privacy
 
-        plan = plan_privacy("central", clip_norm=1.0, rounds=args.rounds + 1, cohort=args.clients,
-                            users=10 * args.clients, noise=1.0)  # fmt: skip
+        plan = plan_privacy(
+            Privacy("central", clip_norm=1.0, dp_noise_multiplier=1.0),
+            rounds=args.rounds + 1,
+            cohort=args.clients,
+            users=10 * args.clients,
+        )
         path = "batched one-pass" if fast.uses_batched_step else "vmap"
         for label, forced in (("engine's choice", None), ("vmap", "vmap"), ("loop", "loop")):
             private = make(args.method, data, args, vectorised=True, privacy=plan)

@@ -578,13 +578,30 @@ def test_one_mechanism_releases_the_same_in_the_simulator_the_audit_and_flower(
     from uvdeploy.dp import FlowerPrivacy, private_update
     from uvdeploy.server import FederatedServer, Replies
     from uvtrain.audit import SecAggModel, SecAggPlus
-    from uvtrain.privacy import PrivateSum, PrivateUsers, UserLevelDP, plan_privacy, seeded_noise
+    from uvtrain.config import Privacy
+    from uvtrain.privacy import (
+        PrivateSum,
+        PrivateUsers,
+        mechanism_from_plan,
+        plan_privacy,
+        seeded_noise,
+    )
     from uvtrain.rounds import ClientUpdates, RoundPlan
 
-    plan = plan_privacy(mechanism, clip_norm=0.5, rounds=4, cohort=4, users=8, noise=1.5,
-                        adaptive=True, clip_count_std=1.0)  # fmt: skip
+    plan = plan_privacy(
+        Privacy(
+            mechanism,
+            clip_norm=0.5,
+            dp_noise_multiplier=1.5,
+            adaptive_clipping=True,
+            clip_count_std=1.0,
+        ),
+        rounds=4,
+        cohort=4,
+        users=8,
+    )
     assert plan is not None
-    dp = UserLevelDP.from_plan(plan, seeded_noise(11), survivors=3)
+    dp = mechanism_from_plan(plan, seeded_noise(11), survivors=3)
     start = dp.state_dict()
     generator = torch.Generator().manual_seed(2)
     base = {"b": torch.randn(6, generator=generator), "w": torch.randn(5, 4, generator=generator)}
@@ -641,7 +658,7 @@ def test_one_mechanism_releases_the_same_in_the_simulator_the_audit_and_flower(
         assert metrics["clip_norm"] == simulated_metrics["clip_norm"]
         assert metrics["epsilon"] == simulated_metrics["epsilon"]
         assert metrics["unclipped"] == pytest.approx(simulated_metrics["unclipped"], abs=1e-6)
-        assert dp.clip_norm == pytest.approx(after["clip_norm"], rel=1e-6)
+        assert dp.underlying.clip_norm == pytest.approx(after["clip_norm"], rel=1e-6)
         for name in base:
             torch.testing.assert_close(released[name], simulated[name], rtol=1e-5, atol=1e-6)
     assert flower.releases == (2 if mechanism == "central" else 1)  # each one in the ledger

@@ -310,9 +310,9 @@ class Simulation(GlobalModel):
         self.privacy = privacy
         self.mechanism = None
         if privacy is not None:
-            from .privacy import PrivateSum, PrivateUsers, UserLevelDP, seeded_noise
+            from .privacy import PrivateSum, PrivateUsers, mechanism_from_plan, seeded_noise
 
-            self.mechanism = UserLevelDP.from_plan(privacy, seeded_noise(config.seed))
+            self.mechanism = mechanism_from_plan(privacy, seeded_noise(config.seed))
             self.postprocess = [PrivateUsers(self.mechanism)]
             self.aggregator = PrivateSum(self.mechanism)
         #: whether vmap can train this model here (cuDNN's LSTM cannot): decided once

@@ -26,7 +26,7 @@ This package imports no torch (``uvtrain run --help`` and ``--dry-run`` load non
 
 from ..errors import ConfigError  # what every check here raises
 from .options import Option, cli_options, flower_keys, part_options
-from .parts import PARTS, SECURE_DEFAULT_EPSILON, Data, Model, Privacy
+from .parts import DP_NOISES, DP_PLACEMENTS, PARTS, SECURE_DEFAULT_EPSILON, Data, Model, Privacy
 from .run import (
     NOT_TRAINING,
     RunConfig,
@@ -54,6 +54,8 @@ from .schedule import (
 from .sources import flatten_sections, read_toml, read_toml_value, resolve
 
 __all__ = [
+    "DP_NOISES",
+    "DP_PLACEMENTS",
     "MAX_BATCH_SIZE",
     "MAX_CLIP_NORM",
     "MAX_LOCAL_STEPS",

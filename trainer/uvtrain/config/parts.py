@@ -166,6 +166,13 @@ class Model:
 SECURE_DEFAULT_EPSILON = 8.0
 
 
+#: ``--dp``: no differential privacy, or where the noise is added
+#: (:data:`uvtrain.privacy.PLACEMENTS`).
+DP_PLACEMENTS = ("off", "central", "distributed")
+#: ``--dp-noise``: the underlying mechanisms by their noise (:data:`uvtrain.privacy.MECHANISMS`).
+DP_NOISES = ("independent", "tree")
+
+
 @dataclass(frozen=True)
 class Privacy:
     """User-level differential privacy (:mod:`uvtrain.privacy`, docs/privacy.md): ``dp`` places
@@ -257,7 +264,7 @@ class Privacy:
 
     def __post_init__(self) -> None:
         check_types(self)
-        if self.dp not in ("off", "central", "distributed"):
+        if self.dp not in DP_PLACEMENTS:
             raise ConfigError(f"dp must be off, central or distributed, not {self.dp!r}")
         if self.dp_epsilon is not None and not self.dp_epsilon > 0:
             raise ConfigError(f"dp_epsilon must be positive, not {self.dp_epsilon}")
@@ -286,7 +293,7 @@ class Privacy:
             raise ConfigError(f"clip_learning_rate must be positive, not {self.clip_learning_rate}")
         if self.clip_count_std is not None and not self.clip_count_std > 0:
             raise ConfigError(f"clip_count_std must be positive, not {self.clip_count_std}")
-        if self.dp_noise not in ("independent", "tree"):
+        if self.dp_noise not in DP_NOISES:
             raise ConfigError(f"dp_noise must be independent or tree, not {self.dp_noise!r}")
         if self.dp_period is not None and not 0 <= self.dp_period <= 10**6:
             raise ConfigError(f"dp_period must be in [0, 10^6], not {self.dp_period}")
