@@ -268,20 +268,20 @@ def test_a_device_draws_its_noise_from_a_secret_seed_it_never_sends(
 ) -> None:
     """A DP round on a real device: the noise's generator is seeded from `secrets` (caught here
     to look for it), and the seed is in nothing the device returns, keeps or prints."""
-    import uvtrain.privacy
+    import uvtrain.privacy.noise
 
     monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
     settings = DeploySettings.from_run_config({"method": "fedhide", "dp": "distributed"})
     folder = device_folder(voice_dir, 1, tmp_path)
     device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
     seeds: list[int] = []
-    draw = uvtrain.privacy.secrets.randbits
+    draw = uvtrain.privacy.noise.secrets.randbits
 
     def randbits(bits: int) -> int:
         seeds.append(draw(bits))
         return seeds[-1]
 
-    monkeypatch.setattr(uvtrain.privacy.secrets, "randbits", randbits)
+    monkeypatch.setattr(uvtrain.privacy.noise.secrets, "randbits", randbits)
     caplog.set_level("DEBUG")
     model = build_model(settings, 2)
     params = {k: v.detach() for k, v in model.named_parameters()}
@@ -567,7 +567,7 @@ def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_
 def test_one_mechanism_releases_the_same_in_the_simulator_the_audit_and_flower(
     mechanism: str,
 ) -> None:
-    """THE SAME mechanism object (uvtrain.privacy.UserLevelDP, adaptive clipping on) through
+    """THE SAME mechanism object (uvtrain.privacy.Mechanism, adaptive clipping on) through
     the simulator's steps, the audit's SecAgg+ transport and the Flower device and server
     functions, on the same updates: the same release (SecAgg+: to within its quantisation), the
     same metrics (clip norm, noisy unclipped fraction, ε) and the same next clip norm. Central:
