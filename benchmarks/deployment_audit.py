@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from uvtrain.config import Privacy
 from uvtrain.io import read_json, save_figure, write_json
 from uvtrain.privacy import plan_privacy
 
@@ -50,14 +51,16 @@ def deployment_plan(epsilon: float) -> Any:
     rounds, as ``uvtrain run --dp-noise-cohort 1000 --dp-population 1000000`` plans it (the
     simulation's own 100 of 1,000 only scale the noise it adds, not z)."""
     return plan_privacy(
-        "central",
-        clip_norm=DEPLOYMENT["clip_norm"],
+        Privacy(
+            "central",
+            clip_norm=DEPLOYMENT["clip_norm"],
+            dp_epsilon=epsilon,
+            dp_noise_cohort=DEPLOYMENT["cohort"],
+            dp_population=DEPLOYMENT["population"],
+        ),
         rounds=DEPLOYMENT["rounds"],
         cohort=100,
         users=1000,
-        target_epsilon=epsilon,
-        noise_cohort=DEPLOYMENT["cohort"],
-        population=DEPLOYMENT["population"],
     )
 
 

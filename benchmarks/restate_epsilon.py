@@ -88,12 +88,17 @@ SERVER_PLANS = [
 
 def server_table() -> None:
     """``--server``: both ε of each run in :data:`SERVER_RUNS` and :data:`SERVER_PLANS`."""
+    from uvtrain.config import Privacy
     from uvtrain.privacy import plan_privacy
 
     runs = list(SERVER_RUNS)
     for name, users, cohort, rounds, budget in SERVER_PLANS:
-        plan = plan_privacy("distributed", clip_norm=1.0, rounds=rounds, cohort=cohort,
-                            users=users, target_epsilon=budget)  # fmt: skip
+        plan = plan_privacy(
+            Privacy("distributed", clip_norm=1.0, dp_epsilon=budget),
+            rounds=rounds,
+            cohort=cohort,
+            users=users,
+        )
         assert plan is not None
         runs.append((name, plan.noise_multiplier, plan.sampling_rate, rounds, plan.delta))
     print(

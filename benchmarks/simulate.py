@@ -161,10 +161,15 @@ def main() -> None:
         f"\nvectorised / loop: {loop / vectorised:.2f}x;  centralised / vectorised: {central / (fed_samples / vectorised):.2f}x"
     )
     if args.dp:
+        from uvtrain.config import Privacy
         from uvtrain.privacy import plan_privacy
 
-        plan = plan_privacy("central", clip_norm=1.0, rounds=args.rounds + 1, cohort=args.clients,
-                            users=10 * args.clients, noise=1.0)  # fmt: skip
+        plan = plan_privacy(
+            Privacy("central", clip_norm=1.0, dp_noise_multiplier=1.0),
+            rounds=args.rounds + 1,
+            cohort=args.clients,
+            users=10 * args.clients,
+        )
         one_pass = fast.next_round().updates.aggregate is not None  # the path a round took
         path = "batched one-pass" if one_pass else "vmap"
         for label, forced in (("engine's choice", None), ("vmap", "vmap"), ("loop", "loop")):

@@ -36,7 +36,7 @@ conservatively, whoever survives.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,12 @@ from uvtrain.errors import ConfigError
 from uvtrain.io import read_json, write_json
 from uvtrain.privacy import (
     AdaptiveClipping,
+    Distributed,
+    Placement,
     PrivacyPlan,
     UserLevelDP,
-    plan_from_settings,
+    place,
+    plan_privacy,
     secret_noise,
 )
 
@@ -146,15 +149,14 @@ def plan(settings: DeploySettings, devices: int) -> PrivacyPlan | None:
         )
     cohort = settings.cohort_size(devices)
     min_survivors(settings, cohort)  # refused here when SecAgg+ cannot enforce it
-    return plan_from_settings(
-        settings.run.privacy,
-        mechanism,
-        rounds=settings.run.schedule.rounds,
-        cohort=cohort,
-        users=devices,
-        default_epsilon=SECURE_DEFAULT_EPSILON,
-        default_period=max(1, devices // cohort),
-    )
+    given = settings.run.privacy
+    defaults: dict[str, Any] = {"dp": mechanism}
+    if given.dp_period is None:
+        defaults["dp_period"] = max(1, devices // cohort)
+    if given.dp_epsilon is None and given.dp_noise_multiplier is None:
+        defaults["dp_epsilon"] = SECURE_DEFAULT_EPSILON
+    privacy = replace(given, **defaults)
+    return plan_privacy(privacy, rounds=settings.run.schedule.rounds, cohort=cohort, users=devices)
 
 
 def check_rounds(settings: DeploySettings, previous: dict[str, Any], folder: Path) -> None:
@@ -173,7 +175,7 @@ def check_rounds(settings: DeploySettings, previous: dict[str, Any], folder: Pat
 
 def device_mechanism(
     instructions: dict[str, Any], generator: torch.Generator | None = None
-) -> UserLevelDP:
+) -> Placement:
     """The run's mechanism as a device holds it for one round, from the round's instructions
     (:meth:`FlowerPrivacy.instructions`): this round's clip norm, ``z_Δ``, ``m_min``, the count
     noise; its noise from fresh secret seeds (``generator``: a test's own, for every draw)."""
@@ -189,14 +191,16 @@ def device_mechanism(
     if instructions.get("dp_adaptive"):
         adaptive = AdaptiveClipping(count_std=float(instructions["dp_count_std"]))
     source = secret_noise if generator is None else (lambda *key: generator)
-    return UserLevelDP(mechanism, clip_norm, noise, math.nan, adaptive, source, max(survivors, 1))
+    return place(
+        mechanism, UserLevelDP(clip_norm, noise, math.nan, adaptive, source), max(survivors, 1)
+    )
 
 
 def private_update(
     delta: Tensors, instructions: dict[str, Any], generator: torch.Generator | None = None
 ) -> list[np.ndarray]:
     """The device's DP step on its update ``δ_k`` (by parameter name): the mechanism's user half
-    (:meth:`~uvtrain.privacy.UserLevelDP.user_half`: clipped to the round's ``C_r``; in
+    (:meth:`~uvtrain.privacy.Mechanism.user_half`: clipped to the round's ``C_r``; in
     ``distributed`` plus its share ``N(0, (z_Δ·C_r)²/m_min)``; with adaptive clipping its bit),
     as the arrays it sends: in name order, the bit last (one float32). The user half's metrics
     (its update's norm) stay on the device."""
@@ -222,7 +226,7 @@ class FlowerPrivacy:
     unaccounted (a resumed run that would do so is refused). The release itself is the
     aggregator's, :class:`~uvtrain.privacy.PrivateSum` over the mechanism."""
 
-    mechanism: UserLevelDP
+    mechanism: Placement
     survivors: int  # m_min
     ledger: Path | None = None
     releases: int = 0
@@ -234,16 +238,20 @@ class FlowerPrivacy:
 
     @property
     def clip_norm(self) -> float:
-        return self.mechanism.clip_norm
+        return self.mechanism.underlying.clip_norm
+
+    @property
+    def distributed(self) -> bool:
+        return isinstance(self.mechanism, Distributed)
 
     def instructions(self) -> dict[str, Any]:
         """What a device needs for its DP step this round (sent with its FitIns)."""
-        mechanism = self.mechanism
+        mechanism = self.mechanism.underlying
         adaptive = mechanism.adaptive
         return {
-            "dp": mechanism.mechanism,
+            "dp": self.mechanism.name,
             "dp_clip_norm": float(mechanism.clip_norm),
-            "dp_noise": float(mechanism.update_noise) if mechanism.distributed else 0.0,
+            "dp_noise": float(mechanism.update_noise) if self.distributed else 0.0,
             "dp_survivors": int(self.survivors),
             "dp_adaptive": adaptive is not None,
             "dp_count_std": float(adaptive.count_std) if adaptive is not None else 0.0,
@@ -254,9 +262,9 @@ class FlowerPrivacy:
         """SecAgg+'s per-entry range for this round: Flower's 8.0, or wide enough that an entry
         of a clipped update (at most ``C_r``) plus 8 standard deviations of its noise share (and
         the bit with its share) is never cut by the quantization (which would cut the noise)."""
-        mechanism = self.mechanism
+        mechanism = self.mechanism.underlying
         widest = mechanism.clip_norm
-        if mechanism.distributed:
+        if self.distributed:
             widest += 8 * mechanism.update_noise * mechanism.clip_norm / math.sqrt(self.survivors)
         if mechanism.adaptive is not None:
             count_share = mechanism.adaptive.count_std / math.sqrt(self.survivors)

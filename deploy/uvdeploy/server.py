@@ -77,7 +77,7 @@ from uvtrain.io import (
     trim_metrics,
     write_json,
 )
-from uvtrain.privacy import PrivateSum, UserLevelDP, secret_noise
+from uvtrain.privacy import PrivateSum, mechanism_from_plan, secret_noise
 from uvtrain.progress import duration_text, eta_seconds
 from uvtrain.rounds import (
     Aggregator,
@@ -497,7 +497,7 @@ class FederatedServer:
 
         Returns each reply's message (empty for a method whose devices send none)."""
         names = sorted(self.params)
-        adaptive = self.dp is not None and self.dp.mechanism.adaptive is not None
+        adaptive = self.dp is not None and self.dp.mechanism.underlying.adaptive is not None
         messages = []
         for index, node in enumerate(replies.node_ids):
             what = f"round {round_number}: device {node}'s reply"
@@ -557,7 +557,7 @@ class FederatedServer:
         array); the release is counted in the ledger first."""
         names = sorted(self.params)
         survivors = len(replies.node_ids)
-        adaptive = dp.mechanism.adaptive is not None
+        adaptive = dp.mechanism.underlying.adaptive is not None
         expected = len(names) + int(adaptive)
         dp.record(survivors, round_number)
         updates.metrics["survivors"] = survivors
@@ -575,7 +575,7 @@ class FederatedServer:
                 name: torch.stack([torch.from_numpy(np.array(u[i])) for u in replies.updates])
                 for i, name in enumerate(names)
             }
-            updates.deltas = dp.mechanism.clip(stacked)
+            updates.deltas = dp.mechanism.underlying.clip(stacked)
             bits = [float(np.asarray(u[-1]).reshape(-1)[0]) for u in replies.updates]
         if adaptive:
             updates.clip_bits = torch.tensor(bits, dtype=torch.float64)
@@ -685,7 +685,7 @@ class FederatedServer:
         cohort = self.settings.cohort_size(users)
         survivors = min_survivors(self.settings, cohort)
         secure = self.secagg
-        mechanism = UserLevelDP.from_plan(plan, secret_noise, survivors)
+        mechanism = mechanism_from_plan(plan, secret_noise, survivors)
         dp = FlowerPrivacy(mechanism, survivors, self.folder / LEDGER)
         if state is not None:
             if "privacy" not in state:

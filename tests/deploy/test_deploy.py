@@ -268,20 +268,20 @@ def test_a_device_draws_its_noise_from_a_secret_seed_it_never_sends(
 ) -> None:
     """A DP round on a real device: the noise's generator is seeded from `secrets` (caught here
     to look for it), and the seed is in nothing the device returns, keeps or prints."""
-    import uvtrain.privacy
+    import uvtrain.privacy.noise
 
     monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
     settings = DeploySettings.from_run_config({"method": "fedhide", "dp": "distributed"})
     folder = device_folder(voice_dir, 1, tmp_path)
     device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
     seeds: list[int] = []
-    draw = uvtrain.privacy.secrets.randbits
+    draw = uvtrain.privacy.noise.secrets.randbits
 
     def randbits(bits: int) -> int:
         seeds.append(draw(bits))
         return seeds[-1]
 
-    monkeypatch.setattr(uvtrain.privacy.secrets, "randbits", randbits)
+    monkeypatch.setattr(uvtrain.privacy.noise.secrets, "randbits", randbits)
     caplog.set_level("DEBUG")
     model = build_model(settings, 2)
     params = {k: v.detach() for k, v in model.named_parameters()}
@@ -567,7 +567,7 @@ def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_
 def test_one_mechanism_releases_the_same_in_the_simulator_the_audit_and_flower(
     mechanism: str,
 ) -> None:
-    """THE SAME mechanism object (uvtrain.privacy.UserLevelDP, adaptive clipping on) through
+    """THE SAME mechanism object (uvtrain.privacy.Mechanism, adaptive clipping on) through
     the simulator's steps, the audit's SecAgg+ transport and the Flower device and server
     functions, on the same updates: the same release (SecAgg+: to within its quantisation), the
     same metrics (clip norm, noisy unclipped fraction, ε) and the same next clip norm. Central:
@@ -578,13 +578,30 @@ def test_one_mechanism_releases_the_same_in_the_simulator_the_audit_and_flower(
     from uvdeploy.dp import FlowerPrivacy, private_update
     from uvdeploy.server import FederatedServer, Replies
     from uvtrain.audit import SecAggModel, SecAggPlus
-    from uvtrain.privacy import PrivateSum, PrivateUsers, UserLevelDP, plan_privacy, seeded_noise
+    from uvtrain.config import Privacy
+    from uvtrain.privacy import (
+        PrivateSum,
+        PrivateUsers,
+        mechanism_from_plan,
+        plan_privacy,
+        seeded_noise,
+    )
     from uvtrain.rounds import ClientUpdates, RoundPlan
 
-    plan = plan_privacy(mechanism, clip_norm=0.5, rounds=4, cohort=4, users=8, noise=1.5,
-                        adaptive=True, clip_count_std=1.0)  # fmt: skip
+    plan = plan_privacy(
+        Privacy(
+            mechanism,
+            clip_norm=0.5,
+            dp_noise_multiplier=1.5,
+            adaptive_clipping=True,
+            clip_count_std=1.0,
+        ),
+        rounds=4,
+        cohort=4,
+        users=8,
+    )
     assert plan is not None
-    dp = UserLevelDP.from_plan(plan, seeded_noise(11), survivors=3)
+    dp = mechanism_from_plan(plan, seeded_noise(11), survivors=3)
     start = dp.state_dict()
     generator = torch.Generator().manual_seed(2)
     base = {"b": torch.randn(6, generator=generator), "w": torch.randn(5, 4, generator=generator)}
@@ -641,7 +658,7 @@ def test_one_mechanism_releases_the_same_in_the_simulator_the_audit_and_flower(
         assert metrics["clip_norm"] == simulated_metrics["clip_norm"]
         assert metrics["epsilon"] == simulated_metrics["epsilon"]
         assert metrics["unclipped"] == pytest.approx(simulated_metrics["unclipped"], abs=1e-6)
-        assert dp.clip_norm == pytest.approx(after["clip_norm"], rel=1e-6)
+        assert dp.underlying.clip_norm == pytest.approx(after["clip_norm"], rel=1e-6)
         for name in base:
             torch.testing.assert_close(released[name], simulated[name], rtol=1e-5, atol=1e-6)
     assert flower.releases == (2 if mechanism == "central" else 1)  # each one in the ledger

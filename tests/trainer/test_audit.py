@@ -115,7 +115,7 @@ def test_secagg_plus_with_equal_weights_is_the_dp_sum_within_one_step(mechanism:
     """Clipped (and, distributed, noised) updates through SecAgg+ as the transport under the
     mechanism's server half: θ + (Σ_k δ̂_k + n) / (qN), as the plain DP sum computes it, to
     within the quantisation; the sample counts (very unequal here) do not weigh."""
-    from uvtrain.privacy import PrivateSum, PrivateUsers, UserLevelDP, seeded_noise
+    from uvtrain.privacy import PrivateSum, PrivateUsers, UserLevelDP, place, seeded_noise
     from uvtrain.rounds import ClientUpdates, RoundPlan
 
     generator = torch.Generator().manual_seed(8)
@@ -124,7 +124,7 @@ def test_secagg_plus_with_equal_weights_is_the_dp_sum_within_one_step(mechanism:
     deltas = {k: torch.randn(count, *v.shape, generator=generator) for k, v in base.items()}
     sizes = torch.tensor([1.0, 3.0, 10.0, 40.0, 2.0, 7.0])
     plan = RoundPlan(4, np.arange(count), 0.1)
-    dp = UserLevelDP(mechanism, clip_norm, noise, 8.0, noise=seeded_noise(3))  # qN, not the 6
+    dp = place(mechanism, UserLevelDP(clip_norm, noise, 8.0, noise=seeded_noise(3)))  # qN, not 6
     updates = ClientUpdates(torch.arange(count), sizes, torch.zeros(count, 1), deltas=deltas)
     updates = PrivateUsers(dp)(updates, base, plan)
     expected, _ = PrivateSum(dp)(updates, base, plan)
@@ -134,7 +134,7 @@ def test_secagg_plus_with_equal_weights_is_the_dp_sum_within_one_step(mechanism:
     for name in base:
         assert float((result[name] - expected[name]).abs().max()) <= STEP * 1.01 + 1e-6
     # the noise is there: far from the noise-free mean of the clipped updates
-    clipped = dp.clip(deltas)
+    clipped = dp.underlying.clip(deltas)
     plain = {k: base[k] + clipped[k].sum(0) / 8.0 for k in base}
     assert max(float((result[k] - plain[k]).abs().max()) for k in base) > 0.1
 
@@ -239,7 +239,7 @@ def test_a_secure_round_under_dp_clips_each_update_before_secagg(feduv: tuple) -
     parameters = sum(v.numel() for v in released.values())
     # Σ over m′ clipped updates over qN, plus quantisation and float32 rounding, taken by the
     # server optimiser's η (plain sgd: FedUV's default steps η = 5 times the release)
-    cohort = len(result.updates.clients) / simulation.mechanism.denominator
+    cohort = len(result.updates.clients) / simulation.mechanism.underlying.denominator
     step = simulation.server_optimizer
     assert step.kind == "sgd"
     bound = clip_norm * cohort + math.sqrt(parameters) * (STEP * 1.01 + 1e-6)

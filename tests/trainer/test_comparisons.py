@@ -178,6 +178,7 @@ def test_deployment_dp_tables_finished_and_stopped_runs(tmp_path: Path) -> None:
     from deployment_dp import table
 
     from uvtrain.accounting import membership_eer_floor
+    from uvtrain.config import Privacy
     from uvtrain.privacy import plan_privacy
 
     def split(eer: float) -> dict:
@@ -195,8 +196,12 @@ def test_deployment_dp_tables_finished_and_stopped_runs(tmp_path: Path) -> None:
                  for r, e in ((100, 0.2), (200, 0.1))]  # fmt: skip
         (folder / "metrics.jsonl").write_text("\n".join(json.dumps(e) for e in evals) + "\n")
 
-    plan = plan_privacy("central", clip_norm=0.1, rounds=800, cohort=100, users=1000,
-                        target_epsilon=8, noise_cohort=1000, population=10**6)  # fmt: skip
+    plan = plan_privacy(
+        Privacy("central", clip_norm=0.1, dp_epsilon=8, dp_noise_cohort=1000, dp_population=10**6),
+        rounds=800,
+        cohort=100,
+        users=1000,
+    )
     finished("uv-off-m100", 0.29, 0.035, None)
     finished("uv-e8-sim1000", 0.30, 0.034, plan.report())
     stopped = tmp_path / "runs" / "uv-e4-sim5000"
@@ -212,8 +217,12 @@ def test_deployment_dp_tables_finished_and_stopped_runs(tmp_path: Path) -> None:
         json.dumps({"round": 200, "eer": {"test_known": 0.38, "enrollment_test_known": 0.13}})
         + "\n"
     )
-    other = plan_privacy("central", clip_norm=0.1, rounds=800, cohort=100, users=1000,
-                         target_epsilon=4, noise_cohort=5000, population=10**6)  # fmt: skip
+    other = plan_privacy(
+        Privacy("central", clip_norm=0.1, dp_epsilon=4, dp_noise_cohort=5000, dp_population=10**6),
+        rounds=800,
+        cohort=100,
+        users=1000,
+    )
     entries = {e["run"]: e for e in table(tmp_path / "runs", tmp_path / "out")}
     assert set(entries) == {"uv-off-m100", "uv-e8-sim1000", "uv-e4-sim5000"}
     full = entries["uv-e8-sim1000"]
@@ -255,12 +264,17 @@ def test_deployment_dp_tables_seeds_against_their_own_baseline(tmp_path: Path) -
     sys.path.insert(0, str(BENCHMARKS))
     from deployment_dp import family, runs, seed_of, table
 
+    from uvtrain.config import Privacy
     from uvtrain.privacy import plan_privacy
 
     assert seed_of(runs()["uv-e8-sim1000-s2"]) == 2 and seed_of(runs()["uv-e8-sim1000"]) == 0
     assert family("uv-e8-sim1000-s2") == "uv-e8-sim1000" == family("uv-e8-sim1000")
-    plan = plan_privacy("central", clip_norm=0.1, rounds=800, cohort=100, users=1000,
-                        target_epsilon=8, noise_cohort=1000, population=10**6)  # fmt: skip
+    plan = plan_privacy(
+        Privacy("central", clip_norm=0.1, dp_epsilon=8, dp_noise_cohort=1000, dp_population=10**6),
+        rounds=800,
+        cohort=100,
+        users=1000,
+    )
 
     def finished(name: str, enrolled: float, privacy: dict | None) -> None:
         folder = tmp_path / "runs" / name

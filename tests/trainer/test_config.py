@@ -271,3 +271,21 @@ def test_a_fedhide_run_folder_from_before_512_d_keeps_its_model(tmp_path: Path) 
     config = read_config(tmp_path)
     assert config.method.embedding_dim is None and config.method.window == "hann"
     assert config.method.backbone_options(object) == {}
+
+
+def test_the_aggregators_are_one_registry_the_config_and_the_simulator_read() -> None:
+    """--aggregation's choices, its help and the aggregator a run builds come from one
+    registry (uvtrain.aggregators.AGGREGATORS): a new aggregator is its class and one line."""
+    from uvtrain.aggregators import AGGREGATORS, make_aggregator
+    from uvtrain.rounds import Aggregator, UniformMean, WeightedMean
+
+    assert list(AGGREGATORS) == ["weighted", "mean"]
+    (option,) = [item for item in cli_options() if item.name == "aggregation"]
+    for name, entry in AGGREGATORS.items():
+        assert Schedule(aggregation=name).aggregation == name
+        assert f"{name} ({entry.help})" in option.help
+        assert isinstance(make_aggregator(name, FedAvg()), Aggregator)
+    assert type(make_aggregator("weighted", FedAvg())) is WeightedMean
+    assert type(make_aggregator("mean", FedAvg())) is UniformMean
+    with pytest.raises(ConfigError, match="aggregation must be 'weighted' or 'mean', not 'x'"):
+        Schedule(aggregation="x")

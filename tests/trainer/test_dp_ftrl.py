@@ -14,15 +14,15 @@ import torch
 
 from tests.trainer.test_privacy import _analytic_gaussian_epsilon, _run
 from uvtrain.accounting import gaussian_eer_floor, period_lengths, tree_depth
+from uvtrain.config import Privacy
 from uvtrain.privacy import TreeNoise, plan_privacy, prefix_nodes, seeded_noise
 from uvtrain.rounds import period_cohort
 
 
 def _tree_plan(rounds: int, period: int, **extra):
-    values = dict(clip_norm=0.5, rounds=rounds, cohort=4, users=4 * period, dp_noise="tree",
-                  period=period)  # fmt: skip
+    values = dict(clip_norm=0.5, dp_noise="tree", dp_period=period)
     values.update(extra)
-    plan = plan_privacy("central", **values)
+    plan = plan_privacy(Privacy("central", **values), rounds=rounds, cohort=4, users=4 * period)
     assert plan is not None
     return plan
 
@@ -60,8 +60,12 @@ def test_the_epsilon_is_one_gaussian_mechanism_checked_by_rdp_and_by_hand(noise:
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
     rounds, period, z = 23, 4, 3.0
-    plan = plan_privacy("central", clip_norm=1.0, rounds=rounds, cohort=2, users=8, noise=z,
-                        dp_noise=noise, period=period)  # fmt: skip
+    plan = plan_privacy(
+        Privacy("central", clip_norm=1.0, dp_noise_multiplier=z, dp_noise=noise, dp_period=period),
+        rounds=rounds,
+        cohort=2,
+        users=8,
+    )
     assert plan is not None and plan.period == period
     lengths = period_lengths(rounds, period)
     assert lengths == [4, 4, 4, 4, 4, 3]
@@ -94,18 +98,29 @@ def test_the_papers_stackoverflow_setting_spends_at_most_its_table(
     """Kairouz et al. (ICML 2021), the StackOverflow setting (one tree of 1,600 steps, δ 10⁻⁶):
     their ε 19.74 at z 1.13 and 2.04 at z 8.83 (dp-accounting's own test cites them as upper
     bounds). Ours, exact for the same Gaussian mechanism, is below each."""
-    plan = plan_privacy("central", clip_norm=1.0, rounds=1600, cohort=1, users=1600, noise=z,
-                        dp_noise="tree", period=1600, delta=1e-6)  # fmt: skip
+    plan = plan_privacy(
+        Privacy(
+            "central",
+            clip_norm=1.0,
+            dp_noise_multiplier=z,
+            dp_noise="tree",
+            dp_period=1600,
+            dp_delta=1e-6,
+        ),
+        rounds=1600,
+        cohort=1,
+        users=1600,
+    )
     assert plan is not None and plan.units(1600) == 11
     assert plan.epsilon_release < published
     assert plan.epsilon_release > 0.6 * published  # the same mechanism, not another
 
 
 def test_a_budget_sets_the_noise_that_spends_it() -> None:
-    plan = _tree_plan(40, 10, target_epsilon=8.0)
+    plan = _tree_plan(40, 10, dp_epsilon=8.0)
     assert plan.epsilon_release == pytest.approx(8.0, rel=1e-6) and plan.epsilon_release <= 8.0
     # the tree's noise is √(Σ depth) times one Gaussian's, the independent rule's √(periods)
-    independent = _tree_plan(40, 10, target_epsilon=8.0, dp_noise="independent")
+    independent = _tree_plan(40, 10, dp_epsilon=8.0, dp_noise="independent")
     assert independent.mechanism == "central" and independent.noise == "independent"
     ratio = plan.noise_multiplier / independent.noise_multiplier
     assert ratio == pytest.approx(math.sqrt(4 * tree_depth(10) / 4), rel=1e-6)
@@ -145,12 +160,14 @@ def test_the_released_noise_telescopes_to_the_prefix_nodes_and_restarts_each_per
 
 
 def test_the_server_half_releases_the_sum_plus_the_residual_over_the_cohort() -> None:
-    from uvtrain.privacy import PrivateSum, UserLevelDP
+    from uvtrain.privacy import DPFTRL, Central, PrivateSum, mechanism_from_plan
     from uvtrain.rounds import ClientUpdates, RoundPlan
 
-    plan = _tree_plan(8, 4, noise=2.0)
-    dp = UserLevelDP.from_plan(plan, seeded_noise(5))
-    assert dp.tree is not None and dp.tree.key is None  # the simulator's seeded noise
+    plan = _tree_plan(8, 4, dp_noise_multiplier=2.0)
+    dp = mechanism_from_plan(plan, seeded_noise(5))
+    assert isinstance(dp, Central) and isinstance(dp.underlying, DPFTRL)  # behind the protocol
+    tree = dp.underlying.tree
+    assert tree is not None and tree.key is None  # the simulator's seeded noise
     base = {"w": torch.zeros(4, 3)}
     deltas = {"w": torch.ones(4, 4, 3) * 0.1}
     updates = ClientUpdates(torch.arange(4), torch.ones(4), torch.zeros(4, 1), deltas=deltas)
@@ -161,11 +178,11 @@ def test_the_server_half_releases_the_sum_plus_the_residual_over_the_cohort() ->
 
 
 def test_a_real_servers_tree_draws_from_a_secret_key_its_checkpoint_keeps() -> None:
-    from uvtrain.privacy import UserLevelDP, secret_noise
+    from uvtrain.privacy import DPFTRL, secret_noise
 
-    plan = _tree_plan(8, 4, noise=2.0)
-    first = UserLevelDP.from_plan(plan, secret_noise)
-    second = UserLevelDP.from_plan(plan, secret_noise)
+    plan = _tree_plan(8, 4, dp_noise_multiplier=2.0)
+    first = DPFTRL.from_plan(plan, secret_noise)
+    second = DPFTRL.from_plan(plan, secret_noise)
     assert first.tree is not None and second.tree is not None
     assert first.tree.key != second.tree.key  # fresh secret randomness each
     like = {"w": torch.zeros(50)}
@@ -269,15 +286,25 @@ def test_at_simulated_deployment_scale_the_tree_is_the_deployments() -> None:
     in each period of N/M rounds: here one tree over the whole run) and its noise scaled by m/M;
     the simulation's own users join one round in each of their own periods of N_sim/m, and
     their far weaker ε is bounded and stated."""
-    from uvtrain.privacy import UserLevelDP
+    from uvtrain.privacy import DPFTRL
 
-    plan = plan_privacy("central", clip_norm=0.1, rounds=100, cohort=100, users=1000,
-                        target_epsilon=8.0, dp_noise="tree", noise_cohort=1000,
-                        population=1_000_000)  # fmt: skip
+    plan = plan_privacy(
+        Privacy(
+            "central",
+            clip_norm=0.1,
+            dp_epsilon=8.0,
+            dp_noise="tree",
+            dp_noise_cohort=1000,
+            dp_population=1_000_000,
+        ),
+        rounds=100,
+        cohort=100,
+        users=1000,
+    )
     assert plan is not None and plan.period == 1000 and plan.sampling_period == 10
     assert plan.units(100) == tree_depth(100) == 7 and plan.delta == pytest.approx(1e6**-1.1)
     assert plan.epsilon_release == pytest.approx(8.0, rel=1e-6)
-    dp = UserLevelDP.from_plan(plan, seeded_noise(0))
+    dp = DPFTRL.from_plan(plan, seeded_noise(0))
     assert dp.update_noise == pytest.approx(plan.noise_multiplier * 0.1)
     assert dp.tree is not None and dp.tree.period == 1000
     simulated = plan.report()["simulated_deployment"]

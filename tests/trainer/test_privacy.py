@@ -20,12 +20,16 @@ from uvtrain.accounting import (  # noqa: E402
     noise_multiplier,
     update_noise_multiplier,
 )
+from uvtrain.config import Privacy  # noqa: E402
 from uvtrain.errors import ConfigError  # noqa: E402
 from uvtrain.privacy import (  # noqa: E402
     AdaptiveClipping,
+    Placement,
     PrivateSum,
     PrivateUsers,
     UserLevelDP,
+    mechanism_from_plan,
+    place,
     plan_privacy,
     seeded_noise,
     update_norms,
@@ -40,9 +44,12 @@ def _mechanism(
     denominator: float,
     adaptive: AdaptiveClipping | None = None,
     seed: int = 0,
-) -> UserLevelDP:
-    """The simulator's mechanism (noise from (seed, round, stream, client)) without a plan."""
-    return UserLevelDP(mechanism, clip_norm, noise, denominator, adaptive, seeded_noise(seed))
+) -> Placement:
+    """The simulator's mechanism (noise from (seed, round, stream, client)) without a plan, in
+    the placement ``mechanism``."""
+    return place(
+        mechanism, UserLevelDP(clip_norm, noise, denominator, adaptive, seeded_noise(seed))
+    )
 
 
 def _updates(count: int, scale: float, seed: int = 0) -> tuple[ClientUpdates, dict]:
@@ -228,8 +235,9 @@ def test_the_server_epsilon_is_the_gaussian_mechanism_over_the_rounds_joined() -
 
 
 def test_the_plan_states_both_epsilons_and_whom_each_holds_against() -> None:
-    plan = plan_privacy("distributed", clip_norm=1.0, rounds=200, cohort=10, users=100,
-                        target_epsilon=4.0)  # fmt: skip
+    plan = plan_privacy(
+        Privacy("distributed", clip_norm=1.0, dp_epsilon=4.0), rounds=200, cohort=10, users=100
+    )
     assert plan is not None
     z, delta = plan.noise_multiplier, plan.delta
     report = plan.report()
@@ -267,8 +275,14 @@ def test_the_plan_states_both_epsilons_and_whom_each_holds_against() -> None:
 def test_at_simulated_deployment_scale_the_server_epsilon_is_a_deployments_users() -> None:
     """A deployment's user's rounds carry z; the simulation's own users' carry z·m/M, and they
     join far more often: their ε is stated beside, far larger."""
-    plan = plan_privacy("central", clip_norm=0.1, rounds=800, cohort=100, users=1000,
-                        target_epsilon=8.0, noise_cohort=1000, population=1_000_000)  # fmt: skip
+    plan = plan_privacy(
+        Privacy(
+            "central", clip_norm=0.1, dp_epsilon=8.0, dp_noise_cohort=1000, dp_population=1_000_000
+        ),
+        rounds=800,
+        cohort=100,
+        users=1000,
+    )
     assert plan is not None
     z, delta = plan.noise_multiplier, plan.delta
     report = plan.report(joined=95)
@@ -297,8 +311,9 @@ def test_delta_defaults_below_one_over_n_to_the_1_1() -> None:
 
 
 def test_a_target_epsilon_sets_a_noise_that_spends_at_most_it() -> None:
-    plan = plan_privacy("central", clip_norm=1.0, rounds=50, cohort=10, users=100,
-                        target_epsilon=4.0)  # fmt: skip
+    plan = plan_privacy(
+        Privacy("central", clip_norm=1.0, dp_epsilon=4.0), rounds=50, cohort=10, users=100
+    )
     assert plan is not None and plan.delta == 1e-6 and plan.sampling_rate == 0.1
     assert 3.9 < plan.epsilon_release <= 4.0
     assert plan.spent_release(10) < plan.spent_release(50) == pytest.approx(plan.epsilon_release)
@@ -310,8 +325,9 @@ def test_a_target_epsilon_sets_a_noise_that_spends_at_most_it() -> None:
     assert report["clip_count_std"] is None and report["epsilon"] == plan.epsilon_release
     for bad in (0.0, -1.0):
         with pytest.raises(ConfigError, match="positive"):
-            plan_privacy("central", clip_norm=1.0, rounds=5, cohort=2, users=10,
-                         target_epsilon=bad)  # fmt: skip
+            plan_privacy(
+                Privacy("central", clip_norm=1.0, dp_epsilon=bad), rounds=5, cohort=2, users=10
+            )
 
 
 def test_adaptive_clipping_follows_the_quantile_of_the_update_norms() -> None:
@@ -331,12 +347,12 @@ def test_adaptive_clipping_follows_the_quantile_of_the_update_norms() -> None:
         clip_norm = clipped.metrics["clip_norm"]
         assert clipped.clip_bits is not None and len(clipped.clip_bits) == 50
         _, metrics = server(clipped, base, plan)
-        assert metrics["clip_norm"] == clip_norm != mechanism.clip_norm  # moved after the round
-    assert mechanism.clip_norm == pytest.approx(np.median(norms_seen), rel=0.25)
+        assert metrics["clip_norm"] == clip_norm != mechanism.underlying.clip_norm  # moved
+    assert mechanism.underlying.clip_norm == pytest.approx(np.median(norms_seen), rel=0.25)
     # its state resumes the next round's norm
     again = _mechanism("distributed", 0.1, 1.0, 50.0, AdaptiveClipping(0.5, 0.2, 1.0), seed=3)
     again.load_state_dict(mechanism.state_dict())
-    assert again.clip_norm == mechanism.clip_norm
+    assert again.underlying.clip_norm == mechanism.underlying.clip_norm
 
 
 def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
@@ -354,8 +370,12 @@ def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
     assert z < z_update < 1.01 * z
     with pytest.raises(ConfigError, match="clip-count-std"):
         update_noise_multiplier(2.0, 0.9)  # σ_b ≤ z/2: nothing left for the update
-    plan = plan_privacy("distributed", clip_norm=0.1, rounds=50, cohort=100, users=1000,
-                        target_epsilon=4.0, adaptive=True)  # fmt: skip
+    plan = plan_privacy(
+        Privacy("distributed", clip_norm=0.1, dp_epsilon=4.0, adaptive_clipping=True),
+        rounds=50,
+        cohort=100,
+        users=1000,
+    )
     assert plan is not None and plan.adaptive.count_std == 5.0  # m / 20
     report = plan.report()
     assert report["update_noise_multiplier"] == plan.update_noise > plan.noise_multiplier
@@ -368,13 +388,17 @@ def test_adaptive_clipping_takes_its_share_of_the_noise() -> None:
     assert plan.epsilon_release == pytest.approx(_pld_epsilon(pair, 0.1, 50, plan.delta), rel=0.15)
     # a count noise too small for the budget is refused, not turned into a wrong z
     with pytest.raises(ConfigError, match="clip-count-std"):
-        plan_privacy("distributed", clip_norm=0.1, rounds=50, cohort=6, users=60,
-                     target_epsilon=4.0, adaptive=True)  # fmt: skip
+        plan_privacy(
+            Privacy("distributed", clip_norm=0.1, dp_epsilon=4.0, adaptive_clipping=True),
+            rounds=50,
+            cohort=6,
+            users=60,
+        )
 
 
 @pytest.mark.parametrize("distributed", [False, True])
 def test_the_noisy_unclipped_fraction_sums_bits_shifted_to_a_half(distributed: bool) -> None:
-    from uvtrain.privacy import _generator, scalar_noise
+    from uvtrain.privacy.noise import _generator, scalar_noise
 
     mechanism = "distributed" if distributed else "central"
     dp = _mechanism(mechanism, 1.0, 0.5, 8.0, AdaptiveClipping(count_std=2.0), seed=7)
@@ -391,7 +415,7 @@ def test_the_noisy_unclipped_fraction_sums_bits_shifted_to_a_half(distributed: b
     total = {"w": torch.zeros(3)}
     _, metrics = dp.server_half(base, total, float(bits.sum()), 5, 4)
     assert metrics["unclipped"] == pytest.approx(expected, rel=1e-12)
-    assert dp.clip_norm == pytest.approx(math.exp(-0.2 * (expected - 0.5)))
+    assert dp.underlying.clip_norm == pytest.approx(math.exp(-0.2 * (expected - 0.5)))
     # an empty cohort: the noise alone, drawn by the server
     empty = scalar_noise(2.0, _generator(7, 5, 4, 0)) / 8.0 + 0.5
     _, metrics = dp.server_half(base, total, 0.0, 0, 5)
@@ -402,7 +426,7 @@ def test_the_noisy_unclipped_fraction_sums_bits_shifted_to_a_half(distributed: b
 def test_the_aggregate_divides_by_the_expected_cohort(mechanism: str) -> None:
     """θ' = θ + (Σ_k δ̂_k + n) / (qN): the realised count (5) is not the denominator (8); an
     empty cohort releases θ + n / (qN)."""
-    from uvtrain.privacy import _generator, add_noise, clip_updates
+    from uvtrain.privacy.noise import _generator, add_noise, clip_updates
 
     distributed = mechanism == "distributed"
     updates, base = _updates(5, 0.3, seed=2)
@@ -461,11 +485,25 @@ def test_a_simulated_deployment_cohort_gets_the_deployments_noise_and_epsilon() 
     N_dep = 10⁶. The accountant sees q = M/N_dep (its ε equals a plain plan's at that rate), δ
     and σ_b default from the deployment, and the released mean carries exactly the deployment's
     N(0, (z_Δ·C/M)²) — measured on the released model, not read from the mechanism's fields."""
-    simulated = plan_privacy("central", clip_norm=0.5, rounds=50, cohort=10, users=100,
-                             target_epsilon=4.0, adaptive=True, noise_cohort=1000,
-                             population=1_000_000)  # fmt: skip
-    deployed = plan_privacy("central", clip_norm=0.5, rounds=50, cohort=1000, users=1_000_000,
-                            target_epsilon=4.0, adaptive=True)  # fmt: skip
+    simulated = plan_privacy(
+        Privacy(
+            "central",
+            clip_norm=0.5,
+            dp_epsilon=4.0,
+            adaptive_clipping=True,
+            dp_noise_cohort=1000,
+            dp_population=1_000_000,
+        ),
+        rounds=50,
+        cohort=10,
+        users=100,
+    )
+    deployed = plan_privacy(
+        Privacy("central", clip_norm=0.5, dp_epsilon=4.0, adaptive_clipping=True),
+        rounds=50,
+        cohort=1000,
+        users=1_000_000,
+    )
     assert simulated is not None and deployed is not None
     assert simulated.sampling_rate == pytest.approx(1e-3) and simulated.cohort_rate == 0.1
     assert simulated.noise_multiplier == deployed.noise_multiplier
@@ -481,16 +519,22 @@ def test_a_simulated_deployment_cohort_gets_the_deployments_noise_and_epsilon() 
     updates, base = _updates(count, 0.0)
     base = {"w": torch.zeros(200, 50)}
     updates.deltas = {"w": torch.zeros(count, 200, 50)}
-    mechanism = UserLevelDP.from_plan(simulated, seeded_noise(3))
+    mechanism = mechanism_from_plan(simulated, seeded_noise(3))
     plan = RoundPlan(1, np.arange(count), 0.1)
     released, _ = PrivateSum(mechanism)(PrivateUsers(mechanism)(updates, base, plan), base, plan)
     expected = deployed.update_noise * 0.5 / 1000
     assert float(released["w"].std()) == pytest.approx(expected, rel=0.05)  # 10,000 draws
     # the clip count's noise, as a fraction, is the deployment's σ_b / M too
-    assert mechanism.adaptive.count_std / count == pytest.approx(deployed.count_std / 1000)
+    assert mechanism.underlying.adaptive.count_std / count == pytest.approx(
+        deployed.count_std / 1000
+    )
     # the population defaults to the simulation's own rate kept
-    kept = plan_privacy("central", clip_norm=1.0, rounds=5, cohort=10, users=100,
-                        noise=1.0, noise_cohort=500)  # fmt: skip
+    kept = plan_privacy(
+        Privacy("central", clip_norm=1.0, dp_noise_multiplier=1.0, dp_noise_cohort=500),
+        rounds=5,
+        cohort=10,
+        users=100,
+    )
     assert kept.population == 5000 and kept.sampling_rate == pytest.approx(0.1)
 
 
@@ -638,7 +682,7 @@ def test_a_dp_run_reports_its_privacy_and_resumes_bit_exactly(
     resumed.step()
     for name, value in straight_run.params.items():
         assert torch.equal(value, resumed.params[name])
-    assert resumed.mechanism.clip_norm == straight_run.mechanism.clip_norm
+    assert resumed.mechanism.underlying.clip_norm == straight_run.mechanism.underlying.clip_norm
 
 
 @pytest.mark.parametrize("path", [None, "vmap"])
@@ -657,24 +701,27 @@ def test_a_dp_round_copes_with_a_cohort_of_none_or_one(
         "clip_norm": 0.5, "adaptive_clipping": True, "clip_count_std": 1.0,
     })  # fmt: skip
     simulation = make_simulation(config, load_data(config))
-    assert simulation.privacy.sampling_rate == 0.5 and simulation.mechanism.denominator == 4.0
+    assert (
+        simulation.privacy.sampling_rate == 0.5
+        and simulation.mechanism.underlying.denominator == 4.0
+    )
     drawn = simulation.clients_of_round(1)  # Poisson: the realised count varies by round
     assert len({len(simulation.clients_of_round(r)) for r in range(1, 30)}) > 1
     assert np.array_equal(drawn, simulation.clients_of_round(1))
     cohorts = iter([np.zeros(0, dtype=int), np.array([5])])
     monkeypatch.setattr(simulation, "clients_of_round", lambda number: next(cohorts))
-    before, norm = dict(simulation.params), simulation.mechanism.clip_norm
+    before, norm = dict(simulation.params), simulation.mechanism.underlying.clip_norm
     shared = dict(simulation.shared)
     result = simulation.next_round(path=path)
     assert result.metrics["clients"] == 0 and simulation.round == 1
-    from uvtrain.privacy import _generator
+    from uvtrain.privacy.noise import _generator
 
     server = _generator(config.seed, 1, 2, 0)  # the server's noise of round 1, z·C = 0.5·z_Δ
-    std = simulation.mechanism.update_noise * norm
+    std = simulation.mechanism.underlying.update_noise * norm
     for name, value in before.items():
         noise = std * torch.randn(value.shape, generator=server)
         torch.testing.assert_close(simulation.params[name], value + noise / 4.0)
-    assert simulation.mechanism.clip_norm != norm  # moved by the count's noise alone
+    assert simulation.mechanism.underlying.clip_norm != norm  # moved by the count's noise alone
     assert result.metrics["epsilon"] == simulation.privacy.spent_release(1)
     assert all(torch.equal(v, simulation.shared[k]) for k, v in shared.items())
     one = simulation.next_round(path=path)
@@ -765,3 +812,36 @@ def test_dp_with_a_cross_silo_method_is_refused_in_one_line(
     ])  # fmt: skip
     assert result.exit_code == 2 and "cross-silo" in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_second_mechanism_is_one_class_behind_the_protocol_in_either_placement() -> None:
+    """A mechanism overrides what differs from UserLevelDP (here: no noise on the sum) and runs
+    in both placements through the round's steps, which are typed to the protocol; the config's
+    --dp and --dp-noise choices are the registries' names."""
+    from uvtrain.config import DP_NOISES, DP_PLACEMENTS
+    from uvtrain.privacy import DPFTRL, MECHANISMS, PLACEMENTS, Central, Distributed, Mechanism
+
+    assert set(DP_NOISES) == set(MECHANISMS) and set(DP_PLACEMENTS) == {"off", *PLACEMENTS}
+
+    class Silent(UserLevelDP):
+        def sum_noise(self, like: dict, round_number: int) -> None:
+            return None
+
+    updates, base = _updates(4, 1.0)
+    plan = RoundPlan(1, np.arange(4), 0.1)
+    clipped = update_norms(updates.deltas).clamp(max=0.5)
+    silent = Central(Silent(0.5, 3.0, 4.0, noise=seeded_noise(0)))
+    mechanism: Mechanism = silent
+    released, metrics = PrivateSum(mechanism)(
+        PrivateUsers(mechanism)(updates, base, plan), base, plan
+    )
+    assert metrics["clip_norm"] == 0.5 and mechanism.plan is None
+    assert float(update_norms({k: v[None] * 4 for k, v in released.items()})[0]) <= float(
+        clipped.sum()
+    ) * (1 + 1e-6)  # the mean of clipped updates, no noise
+    # distributed: each user's share, and a mechanism whose noise cannot be shared is refused
+    shared = Distributed(Silent(0.5, 3.0, 4.0, noise=seeded_noise(0)))
+    sent = PrivateUsers(shared)(updates, base, plan)
+    assert float(update_norms(sent.deltas).max()) > 0.5  # the shares are on the users' updates
+    with pytest.raises(ConfigError, match="cannot be split into users' shares"):
+        Distributed(DPFTRL(0.5, 3.0, 4.0, tree=object()))  # type: ignore[arg-type]

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from .aggregators import make_aggregator
 from .algorithms.base import FedAvg, Tensors, overrides
 from .batches import (
     HostSamples,
@@ -49,9 +50,7 @@ from .rounds import (
     ClientUpdates,
     RoundPlan,
     RoundResult,
-    UniformMean,
     UpdateStep,
-    WeightedMean,
     gather,
     period_cohort,
     poisson_cohort,
@@ -303,9 +302,7 @@ class Simulation(GlobalModel):
         self.round = 0
         #: how the server combines the round's updates, and the per-client postprocessing of
         #: the updates before it (:mod:`uvtrain.rounds`)
-        self.aggregator: Aggregator = (
-            UniformMean(algorithm) if config.aggregation == "mean" else WeightedMean(algorithm)
-        )
+        self.aggregator: Aggregator = make_aggregator(config.aggregation, algorithm)
         self.postprocess: list[UpdateStep] = []
         #: how the server applies the aggregate to the global model (plain FedAvg unless the
         #: schedule asks for another: :mod:`uvtrain.server_optimizers`)
@@ -313,9 +310,9 @@ class Simulation(GlobalModel):
         self.privacy = privacy
         self.mechanism = None
         if privacy is not None:
-            from .privacy import PrivateSum, PrivateUsers, UserLevelDP, seeded_noise
+            from .privacy import PrivateSum, PrivateUsers, mechanism_from_plan, seeded_noise
 
-            self.mechanism = UserLevelDP.from_plan(privacy, seeded_noise(config.seed))
+            self.mechanism = mechanism_from_plan(privacy, seeded_noise(config.seed))
             self.postprocess = [PrivateUsers(self.mechanism)]
             self.aggregator = PrivateSum(self.mechanism)
         #: whether vmap can train this model here (cuDNN's LSTM cannot): decided once

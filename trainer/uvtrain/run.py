@@ -262,7 +262,7 @@ def privacy_plan(config: RunConfig, users: int) -> Any:
     """The run's DP mechanism for ``users`` clients (:func:`uvtrain.privacy.plan_privacy`: the
     noise for its budget over its rounds, at the sampling rate of its cohort), ``None`` when
     off; a :class:`ConfigError` for a mechanism it cannot have."""
-    from .privacy import plan_from_settings
+    from .privacy import plan_privacy
 
     settings = config.privacy
     if settings.dp == "off":
@@ -279,9 +279,7 @@ def privacy_plan(config: RunConfig, users: int) -> Any:
             "--sampling random"
         )
     cohort = max(1, round(config.schedule.fraction * users))
-    return plan_from_settings(
-        settings, settings.dp, rounds=config.schedule.rounds, cohort=cohort, users=users
-    )
+    return plan_privacy(settings, rounds=config.schedule.rounds, cohort=cohort, users=users)
 
 
 def read_config(folder: Path) -> RunConfig:

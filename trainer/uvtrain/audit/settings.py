@@ -78,7 +78,7 @@ def privacy_settings(chosen: Mapping[str, Any]) -> tuple[Privacy, ...]:
     """The differential privacy of the audit's secure runs, one setting per ``ε`` of
     ``chosen["dp_epsilon"]`` (a number or a comma-separated list; ``inf``: off), each a
     :class:`~uvtrain.config.Privacy` with ``chosen``'s other privacy options. ``dp`` defaults to
-    ``distributed`` and ``ε`` to :data:`~uvtrain.privacy.SECURE_DEFAULT_EPSILON` (unless
+    ``distributed`` and ``ε`` to :data:`~uvtrain.config.SECURE_DEFAULT_EPSILON` (unless
     ``dp_noise_multiplier`` is given): the default wherever secure aggregation is on."""
     options = {key: chosen[key] for key in PRIVACY_OPTIONS if chosen.get(key) is not None}
     mechanism = options.setdefault("dp", "distributed")
