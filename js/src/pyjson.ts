@@ -6,7 +6,7 @@
  * {@link parseJson} therefore returns integer literals as `bigint` and every other number as a
  * `number`; objects are null-prototype records. It also accepts Python's `NaN`, `Infinity` and
  * `-Infinity` tokens (which `json.loads` reads), so the finiteness checks behave as in Python.
- * {@link dumpsCompact} writes what `json.dumps(..., separators=(",", ":"))` writes.
+ * Writing is {@link canonicalJson} (RFC 8785), the same bytes in every implementation.
  */
 
 /** A parsed JSON value: integers are bigint, other numbers number. */
@@ -214,61 +214,6 @@ export function toPlain(value: unknown): unknown {
     return out;
   }
   return value;
-}
-
-/** A marker for numbers that Python holds as floats (written `30.0`, not `30`). */
-export class PyFloat {
-  constructor(readonly value: number) {}
-}
-
-/** A Python-style JSON string (json.dumps with ensure_ascii=True). */
-function dumpString(s: string): string {
-  let out = '"';
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    const ch = s[i]!;
-    if (ch === '"') out += '\\"';
-    else if (ch === "\\") out += "\\\\";
-    else if (ch === "\n") out += "\\n";
-    else if (ch === "\r") out += "\\r";
-    else if (ch === "\t") out += "\\t";
-    else if (ch === "\b") out += "\\b";
-    else if (ch === "\f") out += "\\f";
-    else if (c < 0x20 || c > 0x7e) out += `\\u${c.toString(16).padStart(4, "0")}`;
-    else out += ch;
-  }
-  return out + '"';
-}
-
-import { pyFloatRepr } from "./pyfmt.js";
-
-/**
- * `json.dumps(value, separators=(",", ":"), allow_nan=False)`: integers (`number` that is an
- * integer, or bigint) are written as integers, {@link PyFloat} as Python floats (`30.0`);
- * keys keep their insertion order.
- */
-export function dumpsCompact(value: unknown): string {
-  if (value === null || value === undefined) return "null";
-  if (value === true) return "true";
-  if (value === false) return "false";
-  if (typeof value === "bigint") return value.toString();
-  if (value instanceof PyFloat) {
-    if (!Number.isFinite(value.value)) throw new RangeError("Out of range float values are not JSON compliant");
-    return pyFloatRepr(value.value);
-  }
-  if (typeof value === "number") {
-    if (!Number.isFinite(value)) throw new RangeError("Out of range float values are not JSON compliant");
-    return Number.isInteger(value) && Math.abs(value) < 2 ** 53 ? value.toFixed(0) : pyFloatRepr(value);
-  }
-  if (typeof value === "string") return dumpString(value);
-  if (Array.isArray(value)) return `[${value.map(dumpsCompact).join(",")}]`;
-  if (typeof value === "object") {
-    const parts = Object.keys(value).map(
-      (k) => `${dumpString(k)}:${dumpsCompact((value as Record<string, unknown>)[k])}`,
-    );
-    return `{${parts.join(",")}}`;
-  }
-  throw new TypeError(`not JSON serializable: ${typeof value}`);
 }
 
 /**
