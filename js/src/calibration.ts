@@ -8,7 +8,8 @@
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, CalibrationError } from "./errors.js";
 import { canonicalJson, isInt, isNumber, isObject, type JsonValue } from "./pyjson.js";
-import { num, shown } from "./text.js";
+import { SCORE_RULES, type ScoreRuleName } from "./cohort.js";
+import { num, quote, shown } from "./text.js";
 import { hex } from "./bytes.js";
 import { warmupThreshold, type Vector } from "./scoring.js";
 
@@ -19,14 +20,12 @@ export const MAX_FAR = 0.5;
 export const MIN_FALSE_ACCEPTS = 10;
 export const MODES = ["prototype", "codeword"] as const;
 export type Mode = (typeof MODES)[number];
-/** What a table's thresholds are on: raw cosines or AS-norm (prototype), codeword scores. */
-export const TABLE_SCORES: Record<Mode, readonly string[]> = { prototype: ["cosine", "as-norm", "s-norm"], codeword: ["codeword"] };
+/** What a table's thresholds are on: a score rule's scores (prototype), codeword scores. */
+export const TABLE_SCORES: Record<Mode, readonly string[]> = { prototype: Object.keys(SCORE_RULES), codeword: ["codeword"] };
 /** The thresholds a table of each score may hold. */
 export const SCORE_RANGES: Record<string, readonly [number, number]> = {
-  cosine: [-1, 1 + 1e-6],
+  ...Object.fromEntries(Object.values(SCORE_RULES).map((rule) => [rule.name, rule.thresholdRange])),
   codeword: [-1, 1 + 1e-6],
-  "as-norm": [-1000, 1000],
-  "s-norm": [-1000, 1000],
 };
 /**
  * `THRESHOLD_FLOOR` (spec §4.3): the lowest calibrated threshold a user gets, whatever the
@@ -37,7 +36,7 @@ export const THRESHOLD_FLOOR = 0;
 export const MAX_CONDITIONS = 32;
 export const CONDITION_NAME = /^[a-z0-9][a-z0-9-]{0,31}$/;
 /** What a prototype-mode score is: the raw cosine (no cohort) or its score_norm (a cohort). */
-export type PrototypeScore = "cosine" | "as-norm" | "s-norm";
+export type PrototypeScore = ScoreRuleName;
 
 /** One FAR target: the threshold, what it measured there, and the trials behind it. */
 export interface Row {
@@ -235,7 +234,7 @@ const HELD_OUT_ROW_KEYS = ["far", "false_accepts", "impostor_trials", "far_low",
 function parseHeldOut(spec: JsonValue, where: string, fars: number[]): HeldOut {
   if (!isObject(spec)) throw new BundleError(`manifest: ${where} must be an object`);
   const unknown = Object.keys(spec).filter((key) => !["chains", "min_seconds", "rows"].includes(key)).sort();
-  if (unknown.length > 0) throw new BundleError(`manifest: ${where} has an unknown key '${unknown[0]}'`);
+  if (unknown.length > 0) throw new BundleError(`manifest: ${where} has an unknown key ${quote(unknown[0])}`);
   const chains = count(spec["chains"], `${where}.chains`, 2);
   const minSeconds = number(spec["min_seconds"], `${where}.min_seconds`, 0, MAX_MIN_SECONDS);
   const rawRows = spec["rows"];
@@ -245,7 +244,7 @@ function parseHeldOut(spec: JsonValue, where: string, fars: number[]): HeldOut {
     const at = `${where}.rows[${index}]`;
     if (!isObject(raw)) throw new BundleError(`manifest: ${at} must be an object`);
     const extra = Object.keys(raw).filter((key) => !HELD_OUT_ROW_KEYS.includes(key)).sort();
-    if (extra.length > 0) throw new BundleError(`manifest: ${at} has an unknown key '${extra[0]}'`);
+    if (extra.length > 0) throw new BundleError(`manifest: ${at} has an unknown key ${quote(extra[0])}`);
     const far = number(raw["far"], `${at}.far`, 0, MAX_FAR);
     if (!fars.includes(far)) throw new BundleError(`manifest: ${at}.far ${num(far)} is not a FAR of the table's rows`);
     const part = (rate: string, errors: string, trials: string): [number, number, number, number] => {

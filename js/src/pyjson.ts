@@ -1,5 +1,5 @@
 /**
- * JSON as Python's `json` module reads and writes it.
+ * JSON read as the Python SDK reads it (its checks tell integers from floats), and written as RFC 8785.
  *
  * JavaScript's JSON.parse loses the difference between `2` and `2.0`, which the Python SDK's
  * checks depend on (`isinstance(value, int)`: a manifest's `sample_rate` of `16000.0` is refused).

@@ -179,3 +179,23 @@ test("the package does not export the JSON and message helpers", async () => {
     assert.deepEqual(exported.filter((name) => internal.includes(name)), [], entry);
   }
 });
+
+test("score rules: one object each; the tables' scores and ranges come from them; S-norm is AS-norm over all (spec §6.7)", async () => {
+  const { SCORE_RULES, SCORE_NORMS, TABLE_SCORES, SCORE_RANGES, Cohort, parseScoreNorm, describeScoreNorm } = await import("../src/index.js");
+  assert.deepEqual(Object.keys(SCORE_RULES), ["cosine", "as-norm", "s-norm"]);
+  assert.deepEqual([...SCORE_NORMS], ["as-norm", "s-norm"]);
+  assert.deepEqual(TABLE_SCORES.prototype, Object.keys(SCORE_RULES));
+  assert.deepEqual(SCORE_RANGES["as-norm"], SCORE_RULES["as-norm"].thresholdRange);
+  const spec = { count: 9, sha256: "0".repeat(64) };
+  const asNorm = parseScoreNorm(parseJson('{"method": "as-norm", "top_k": 4}'), spec);
+  assert.deepEqual(asNorm, { method: "as-norm", topK: 4 });
+  assert.equal(describeScoreNorm(asNorm, 9), "AS-norm over the 4 nearest of 9 cohort vectors");
+  assert.deepEqual(parseScoreNorm(parseJson('{"method": "s-norm"}'), spec), { method: "s-norm", topK: null });
+  const vectors = Array.from({ length: 9 }, (_, i) => Float64Array.from({ length: 6 }, (_, j) => Math.sin(7 * i + j + 1)));
+  const test = Float64Array.from({ length: 6 }, (_, j) => Math.cos(j));
+  const all = new Cohort(vectors, 2, "s-norm");
+  assert.equal(all.topK, 9);
+  assert.deepEqual(all.statistics(test), new Cohort(vectors, 9, "as-norm").statistics(test));
+  assert.equal(SCORE_RULES.cosine.normalise(0.25, { mean: 0.1, std: 0.2 }, { mean: 0.1, std: 0.2 }), 0.25);
+  assert.equal(all.rule.normalise(0.5, { mean: 0.1, std: 0.2 }, { mean: 0.3, std: 0.1 }), 0.5 * (0.4 / 0.2 + 0.2 / 0.1));
+});

@@ -125,7 +125,7 @@ test("cohort.f32 against the manifest: digest, size, finite and non-zero vectors
   assert.deepEqual(json(`{"file": "cohort.f32", "count": 3, "sha256": "${spec.sha256}"}`), spec);
   const bad: [string, RegExp][] = [
     [`[]`, /cohort must be an object/],
-    [`{"file": "cohort.bin", "count": 3, "sha256": "${spec.sha256}"}`, /cohort\.file must be 'cohort\.f32'/],
+    [`{"file": "cohort.bin", "count": 3, "sha256": "${spec.sha256}"}`, /cohort\.file must be "cohort\.f32"/],
     [`{"file": "cohort.f32", "count": 1, "sha256": "${spec.sha256}"}`, /cohort\.count must be an integer in \[2, 16384\]/],
     [`{"file": "cohort.f32", "count": 16385, "sha256": "${spec.sha256}"}`, /cohort\.count/],
     [`{"file": "cohort.f32", "count": 3.0, "sha256": "${spec.sha256}"}`, /cohort\.count/],
@@ -147,7 +147,7 @@ test("cohort.f32 against the manifest: digest, size, finite and non-zero vectors
     [`{"method": "s-norm", "top_k": 2}`, /score_norm\.top_k is for as-norm/],
     [`{"method": "z-norm"}`, /score_norm\.method must be one of as-norm, s-norm/],
     [`{"top_k": 2}`, /score_norm\.method/],
-    [`{"method": "as-norm", "top_k": 2, "extra": 1}`, /score_norm has an unknown key 'extra'/],
+    [`{"method": "as-norm", "top_k": 2, "extra": 1}`, /score_norm has an unknown key "extra"/],
   ];
   for (const [text, pattern, cohort] of badRules) {
     assert.throws(() => rule(text, cohort === undefined ? spec : cohort), (e: unknown) => e instanceof BundleError && pattern.test(e.message), text);
@@ -183,7 +183,7 @@ test("held_out: parsed and validated as the reference does, in the digest, and s
     [{ chains: 8, min_seconds: 2, rows: [{ ...row, far: 0.05 }] }, /is not a FAR of the table's rows/],
     [{ chains: 8, min_seconds: 2, rows: [{ ...row, far_high: 0.05 }] }, /pooled far is not within far_low\.\.far_high/],
     [{ chains: 8, min_seconds: 2, rows: [row, row] }, /must follow the table's rows, each once/],
-    [{ chains: 8, min_seconds: 2, rows: [{ ...row, chain: "x" }] }, /has an unknown key 'chain'/],
+    [{ chains: 8, min_seconds: 2, rows: [{ ...row, chain: "x" }] }, /has an unknown key "chain"/],
   ];
   for (const [heldOut, pattern] of refused) {
     assert.throws(() => parseCalibration(parseJson(withHeld(heldOut)), "embedding", "cosine"), (e: unknown) => e instanceof BundleError && pattern.test(e.message), String(pattern));
