@@ -12,7 +12,7 @@ import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, SignatureError } from "./errors.js";
 import { readZipMembers } from "./archive.js";
 import { ab, hex, webCrypto } from "./bytes.js";
-import { canonicalJson, isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./pyjson.js";
+import { canonicalJson, isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./json.js";
 import { num, quote, shown } from "./text.js";
 import { roundHalfEven } from "./scoring.js";
 import { parseCalibration, type Calibration, type PrototypeScore } from "./calibration.js";

@@ -7,7 +7,7 @@
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, CalibrationError } from "./errors.js";
-import { canonicalJson, isInt, isNumber, isObject, type JsonValue } from "./pyjson.js";
+import { canonicalJson, isInt, isNumber, isObject, type JsonValue } from "./json.js";
 import { SCORE_RULES, type ScoreRuleName } from "./cohort.js";
 import { num, quote, shown } from "./text.js";
 import { hex } from "./bytes.js";

@@ -14,7 +14,7 @@
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError } from "./errors.js";
 import { hex } from "./bytes.js";
-import { isInt, isObject, type JsonObject, type JsonValue } from "./pyjson.js";
+import { isInt, isObject, type JsonObject, type JsonValue } from "./json.js";
 import { quote } from "./text.js";
 import { leaveOneOutPairs, leaveOneOutScores, rescale, type Vector } from "./scoring.js";
 

@@ -30,7 +30,7 @@ import {
   WrongKeyError,
 } from "./errors.js";
 import { ab, b64decodeLenient, b64encode, concat, equalBytes, hex, packBits, randomBytes, unpackBits, webCrypto } from "./bytes.js";
-import { canonicalJson, isObject, parseJson, type JsonObject, type JsonValue } from "./pyjson.js";
+import { canonicalJson, isObject, parseJson, type JsonObject, type JsonValue } from "./json.js";
 import { quote, shown } from "./text.js";
 import { BackoffPolicy, backoffState, type BackoffState } from "./backoff.js";
 

@@ -9,7 +9,7 @@
  */
 import type { Mode } from "./calibration.js";
 import { BundleError } from "./errors.js";
-import { isObject, type JsonObject, type JsonValue } from "./pyjson.js";
+import { isObject, type JsonObject, type JsonValue } from "./json.js";
 import { num, quote } from "./text.js";
 
 export const MECHANISMS = ["central", "distributed"] as const;

@@ -21,7 +21,7 @@ import {
   trainingToDict,
   type Bundle,
 } from "../src/node.js";
-import { parseJson } from "../src/pyjson.js";
+import { parseJson } from "../src/json.js";
 
 const CONFORMANCE = fileURLToPath(new URL("../../../conformance/", import.meta.url));
 const clip = async (name: string) => (await decodeWavFile(join(CONFORMANCE, "audio", name))).samples;

@@ -18,7 +18,7 @@ import {
 } from "../src/index.js";
 import { pairwiseSum, roundHalfEven } from "../src/scoring.js";
 import { num, quote, shown } from "../src/text.js";
-import { canonicalJson, parseJson } from "../src/pyjson.js";
+import { canonicalJson, parseJson } from "../src/json.js";
 import { printable } from "../src/errors.js";
 
 test("sample counts round half to even (spec §5.4)", () => {

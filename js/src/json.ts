@@ -16,15 +16,15 @@ export interface JsonObject {
   [key: string]: JsonValue;
 }
 
-/** Raised for text that is not JSON (Python: json.JSONDecodeError). */
+/** Raised for text that is not JSON: what was wrong, and at which character. */
 export class JsonSyntaxError extends Error {
   constructor(message: string, position: number) {
-    super(`${message}: char ${position}`);
-    this.name = "JSONDecodeError";
+    super(`${message} at character ${position}`);
+    this.name = "JsonSyntaxError";
   }
 }
 
-/** Raised for text over the limits below (Python: uvsdk.jsonlimits.JsonLimitError). */
+/** Raised for text over the limits below (as uvsdk.jsonlimits.JsonLimitError). */
 export class JsonLimitError extends Error {
   constructor(message: string) {
     super(message);
@@ -99,10 +99,10 @@ export function parseJson(text: string): JsonValue {
       }
       for (;;) {
         ws();
-        if (text[i] !== '"') fail("Expecting property name enclosed in double quotes");
+        if (text[i] !== '"') fail("a key in double quotes expected");
         const key = string();
         ws();
-        if (text[i] !== ":") fail("Expecting ':' delimiter");
+        if (text[i] !== ":") fail("':' expected");
         i++;
         object[key] = value();
         ws();
@@ -114,7 +114,7 @@ export function parseJson(text: string): JsonValue {
           i++;
           return object;
         }
-        fail("Expecting ',' delimiter");
+        fail("',' or a closing bracket expected");
       }
     }
     if (c === "[") {
@@ -136,7 +136,7 @@ export function parseJson(text: string): JsonValue {
           i++;
           return array;
         }
-        fail("Expecting ',' delimiter");
+        fail("',' or a closing bracket expected");
       }
     }
     if (c === '"') return string();
@@ -148,7 +148,7 @@ export function parseJson(text: string): JsonValue {
     if (text.startsWith("-Infinity", i)) return (i += 9), -Infinity;
     NUMBER.lastIndex = i;
     const match = NUMBER.exec(text);
-    if (!match) return fail("Expecting value");
+    if (!match) return fail("a value expected");
     i += match[0].length;
     return numberValue(match[0], match[1] === undefined && match[2] === undefined);
   };
@@ -156,13 +156,13 @@ export function parseJson(text: string): JsonValue {
     i++; // opening quote
     let out = "";
     for (;;) {
-      if (i >= text.length) fail("Unterminated string starting at");
+      if (i >= text.length) fail("a string not closed");
       const c = text.charCodeAt(i);
       if (c === 0x22) {
         i++;
         return out;
       }
-      if (c < 0x20) fail("Invalid control character at");
+      if (c < 0x20) fail("a control character in a string");
       if (c === 0x5c) {
         const e = text[i + 1];
         const simple: Record<string, string> = {
@@ -173,10 +173,10 @@ export function parseJson(text: string): JsonValue {
           i += 2;
         } else if (e === "u") {
           const hex = text.slice(i + 2, i + 6);
-          if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("Invalid \\uXXXX escape");
+          if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("a malformed \\u escape");
           out += String.fromCharCode(parseInt(hex, 16));
           i += 6;
-        } else fail("Invalid \\escape");
+        } else fail("an unknown escape");
       } else {
         out += text[i];
         i++;
@@ -185,7 +185,7 @@ export function parseJson(text: string): JsonValue {
   };
   const result = value();
   ws();
-  if (i !== text.length) fail("Extra data");
+  if (i !== text.length) fail("text after the value");
   return result;
 }
 
