@@ -216,11 +216,10 @@ function member(data: JsonObject, key: string): JsonValue {
   return data[key]!;
 }
 
-/** A JSON integer (within the parser's 2^53 limit) at least `low`. */
+/** A JSON integer (written without a fraction, within the parser's 2^53 limit) at least `low`. */
 function integer(value: JsonValue | undefined, key: string, low = 0): number {
-  const n = typeof value === "bigint" ? Number(value) : typeof value === "number" && Number.isInteger(value) ? value : NaN;
-  if (!(n >= low)) return malformed(`${key} is not an integer of at least ${low}`);
-  return n;
+  if (!(typeof value === "bigint" && value >= BigInt(low))) return malformed(`${key} is not an integer of at least ${low}`);
+  return Number(value);
 }
 
 function numberOrNull(value: JsonValue, key: string): number | null {

@@ -199,3 +199,25 @@ test("score rules: one object each; the tables' scores and ranges come from them
   assert.equal(SCORE_RULES.cosine.normalise(0.25, { mean: 0.1, std: 0.2 }, { mean: 0.1, std: 0.2 }), 0.25);
   assert.equal(all.rule.normalise(0.5, { mean: 0.1, std: 0.2 }, { mean: 0.3, std: 0.1 }), 0.5 * (0.4 / 0.2 + 0.2 / 0.1));
 });
+
+test("a template payload reads in any spelling; a malformed one names the member, never its value (spec §10.5)", async () => {
+  const { toPayload, fromPayload } = await import("../src/index.js");
+  const template = { ...newTemplate("alice", 1700000000.5), mode: "prototype", threshold: 0.25, prototype: Float32Array.of(0.5, -0.25) };
+  const canonical = new TextDecoder().decode(toPayload(template));
+  const members = JSON.parse(canonical) as Record<string, unknown>;
+  assert.deepEqual(Object.keys(members), [...Object.keys(members)].sort(), "keys sorted (RFC 8785)");
+  const encode = (value: unknown) => new TextEncoder().encode(typeof value === "string" ? value : JSON.stringify(value, null, 2));
+  assert.deepEqual(fromPayload(encode(members)), fromPayload(encode(canonical)));
+  const floats = canonical.replace('"base_seconds":30', '"base_seconds":30.0').replace('"threshold":0.25', '"threshold":2.5e-1');
+  assert.deepEqual(fromPayload(encode(floats)), fromPayload(encode(canonical)));
+  for (const [change, reason] of [
+    [{ generation: "7" }, "generation is not an integer"],
+    [{ samples: 5.5 }, "samples is not an integer"],
+    [{ user: 7 }, "user is not a string"],
+    [{ version: 4 }, "version 4 is unknown"],
+  ] as const) {
+    assert.throws(() => fromPayload(encode({ ...members, ...change })), (e: unknown) => e instanceof UvsdkError && e.code === "template.malformed" && e.message.includes(reason) && !e.message.includes("7"), reason);
+  }
+  // an integer member written with a fraction is not an integer (spec §1), as the reference's policy check
+  assert.throws(() => fromPayload(encode(canonical.replace('"attempts":5', '"attempts":5.0'))), /policy\.attempts is not an integer/);
+});
