@@ -102,9 +102,12 @@ const SYMMETRIC_NORM: ScoreRule = {
 export const SCORE_RULES = { cosine: RAW_COSINE, "as-norm": ADAPTIVE_SYMMETRIC_NORM, "s-norm": SYMMETRIC_NORM } as const;
 /** A score rule's name: what prototype-mode scores are. */
 export type ScoreRuleName = keyof typeof SCORE_RULES;
-/** The score normalisations a bundle may declare (`score_norm.method`): the rules with a cohort. */
-export const SCORE_NORMS = ["as-norm", "s-norm"] as const satisfies readonly ScoreRuleName[];
-export type ScoreNormMethod = (typeof SCORE_NORMS)[number];
+/** A score normalisation a bundle may declare (`score_norm.method`): a rule with a cohort. */
+export type ScoreNormMethod = Exclude<ScoreRuleName, "cosine">;
+/** The score normalisations a bundle may declare, in the order of {@link SCORE_RULES}. */
+export const SCORE_NORMS = Object.values(SCORE_RULES)
+  .filter((rule) => rule.usesCohort)
+  .map((rule) => rule.name) as readonly ScoreNormMethod[];
 
 /** The manifest's `cohort` object, validated (cohort.CohortSpec). */
 export interface CohortSpec {
