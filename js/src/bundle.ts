@@ -116,6 +116,7 @@ export interface Bundle {
 }
 
 type Kind = "int" | "float" | "str" | "dict";
+const KIND_WORDS: Record<Kind, string> = { int: "an integer", float: "a number", str: "a string", dict: "an object" };
 
 function get(data: JsonObject, key: string, kind: Kind, prefix = ""): any {
   let value: JsonValue | undefined = data[key];
@@ -125,7 +126,7 @@ function get(data: JsonObject, key: string, kind: Kind, prefix = ""): any {
     (kind === "float" && typeof value === "number") ||
     (kind === "str" && typeof value === "string") ||
     (kind === "dict" && isObject(value));
-  if (!ok) throw new BundleError(`manifest: ${prefix}${key} must be a ${kind}, not ${shown(value)}`);
+  if (!ok) throw new BundleError(`manifest: ${prefix}${key} must be ${KIND_WORDS[kind]}, not ${shown(value)}`);
   if (kind === "float" && !Number.isFinite(value as number)) {
     throw new BundleError(`manifest: ${prefix}${key} must be finite`);
   }
