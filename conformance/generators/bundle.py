@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import struct
 import tempfile
 import zipfile
 import zlib
@@ -17,6 +16,7 @@ import numpy as np
 from uvsdk.bundle import Bundle, Manifest
 from uvsdk.errors import UvsdkError
 
+from . import rawzip
 from .shared import CONFORMANCE, b64, document, outcome
 
 
@@ -581,67 +581,41 @@ def _ort_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[str]]]
     ]
 
 
-def _deflate(data: bytes) -> bytes:
-    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
-    return compressor.compress(data) + compressor.flush()
-
-
-def _raw_zip(entries: list[dict[str, Any]]) -> bytes:
-    """A zip archive written entry by entry (``name``, ``payload`` as stored, ``method``,
-    declared ``size``, ``crc``, ``flags``, optionally the ``compressed`` size declared), recording
-    whatever each entry claims; an entry with ``repeat`` is only a directory entry, pointing at the
-    data of the first entry of its name."""
-    local, central = b"", b""
-    offsets: dict[bytes, int] = {}
-    for entry in entries:
-        name, payload = entry["name"].encode(), entry["payload"]
-        compressed = entry.get("compressed", len(payload))
-        fields = (entry["flags"], entry["method"], 0, 0x21, entry["crc"], compressed)
-        header = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, *fields, entry["size"], len(name), 0)
-        at = offsets[name] if entry.get("repeat") else len(local)
-        central += struct.pack(
-            "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, *fields, entry["size"], len(name), 0, 0, 0, 0, 0,
-            at,
-        ) + name  # fmt: skip
-        if not entry.get("repeat"):
-            offsets.setdefault(name, len(local))
-            local += header + name + payload
-    count = len(entries)
-    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, len(central), len(local), 0)
-    return local + central + end
-
-
 def _lying_zip_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[str]]]:
     """The image bundle (unsigned) with one zip entry lying; the declared size and CRC are the
     real content's, so a reader that stops quietly at the declared size loads the bundle."""
     image = {name: data for name, data in image.items() if name != "signature.ed25519"}
 
     def entry(name: str, **lie: Any) -> dict[str, Any]:
-        content = image[name]
-        plain = {"name": name, "payload": _deflate(content), "method": zipfile.ZIP_DEFLATED}
-        return {**plain, "size": len(content), "crc": zlib.crc32(content), "flags": 0, **lie}
+        return rawzip.entry(name, image[name], **lie)
 
     def lying(name: str, **lie: Any) -> bytes:
-        return _raw_zip([entry(member, **(lie if member == name else {})) for member in image])
+        return rawzip.raw_zip(
+            [entry(member, **(lie if member == name else {})) for member in image]
+        )
 
     def with_entries(*extra: dict[str, Any]) -> bytes:
-        return _raw_zip([entry(member) for member in image] + list(extra))
+        return rawzip.raw_zip([entry(member) for member in image] + list(extra))
 
     model, manifest = image["model.onnx"], image["manifest.json"]
-    cut = _deflate(model)[: len(_deflate(model)) // 2]
+    cut = rawzip.deflate(model)[: len(rawzip.deflate(model)) // 2]
     return [
         ("zip-written-entry-by-entry", lying("model.onnx"), []),
         (
             "zip-model-inflates-past-declared-size",
-            lying("model.onnx", payload=_deflate(model + bytes(1 << 20))),
+            lying("model.onnx", payload=rawzip.deflate(model + bytes(1 << 20))),
             [],
         ),
         (
             "zip-manifest-declares-1000-bytes",
-            lying("manifest.json", payload=_deflate(manifest + b" " * (1 << 20)), size=1000),
+            lying("manifest.json", payload=rawzip.deflate(manifest + b" " * (1 << 20)), size=1000),
             [],
         ),
-        ("zip-model-shorter-than-declared", lying("model.onnx", payload=_deflate(model[:-10])), []),
+        (
+            "zip-model-shorter-than-declared",
+            lying("model.onnx", payload=rawzip.deflate(model[:-10])),
+            [],
+        ),
         (
             "zip-stored-longer-than-declared",
             lying("model.onnx", payload=model + bytes(4), method=zipfile.ZIP_STORED),
@@ -658,7 +632,7 @@ def _lying_zip_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[
             with_entries(
                 entry(
                     "manifest.json",
-                    payload=_deflate(manifest + b" "),
+                    payload=rawzip.deflate(manifest + b" "),
                     size=len(manifest) + 1,
                     crc=zlib.crc32(manifest + b" "),
                 )
@@ -667,7 +641,7 @@ def _lying_zip_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[
         ),  # fmt: skip
         (
             "zip-compressed-size-past-the-end",
-            lying("model.onnx", compressed=len(_deflate(model)) + (1 << 20)),
+            lying("model.onnx", compressed=len(rawzip.deflate(model)) + (1 << 20)),
             [],
         ),
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,26 @@ def _open(blob: bytes, passphrase: str, user: str, record: int | None = None) ->
     if error is None:
         return {"ok": True, "generation": loaded.generation, "cohort": loaded.cohort}
     return {"ok": False, "error": error.code}
+
+
+_FLOATS = ("created", "threshold", "target_tpr", "far", "enrolled")
+_ORDER = ("version", "generation", "user", "created", "codeword", "codeword_length", "user_id",
+          "code_sha256", "mode", "prototype", "threshold", "target_tpr", "far", "calibration",
+          "cohort", "model_sha256", "enrolled", "samples", "policy", "backoff")  # fmt: skip
+
+
+def _json_dumps_spelling(payload: bytes) -> bytes:
+    """The payload as the SDK spelt it before spec version 7: ``json.dumps`` of the members in
+    the order of docs/spec.md §10.5, floats written as floats (``1700000000.0``)."""
+    data = json.loads(payload)
+    ordered = {key: data[key] for key in _ORDER}
+    for key in _FLOATS:
+        ordered[key] = None if ordered[key] is None else float(ordered[key])
+    policy = ordered["policy"]
+    for key in ("base_seconds", "factor", "max_seconds"):
+        policy[key] = float(policy[key])
+    ordered["backoff"]["locked_until"] = float(ordered["backoff"]["locked_until"])
+    return json.dumps(ordered, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _rehash(blob: bytearray) -> bytearray:
@@ -159,11 +180,14 @@ def generate() -> dict[str, Any]:
     good, passphrase, user = files["prototype-alice"]
     nfkc, nfkc_pass, _ = files["nfkc-composed"]
     malformed, _ = _seal(b'{"version": 2, "generation": 1', PASSPHRASE, bytes(16), bytes(12), 10)
-    payload = prototype_template.to_payload()
-    assert b'"version":3,' in payload and b'"cohort":null,' in payload
 
     def sealed(text: bytes) -> bytes:
         return _seal(text, PASSPHRASE, bytes(16), bytes(12), 10)[0]
+
+    payload = prototype_template.to_payload()
+    assert b'"version":3}' in payload and b'"cohort":null,' in payload
+    # what the SDK wrote before spec version 7 (json.dumps: insertion order, floats as 30.0)
+    json_dumps_spelling = sealed(_json_dumps_spelling(payload))
 
     wrong_version = sealed(payload.replace(b'"version":3', b'"version":7'))
     # payload version 2 (written before cohorts): no cohort member, read as null
@@ -204,6 +228,7 @@ def generate() -> dict[str, Any]:
         ("truncated-tag", good[:-1], passphrase, user, None),
         ("malformed-payload", malformed, PASSPHRASE, "alice", None),
         ("unknown-payload-version", wrong_version, PASSPHRASE, "alice", None),
+        ("payload-json-dumps-spelling", json_dumps_spelling, PASSPHRASE, "alice", None),
         ("payload-version-2", version_2, PASSPHRASE, "alice", None),
         ("payload-version-2-cohort-ignored", version_2_cohort, PASSPHRASE, "alice", None),
         ("payload-version-3-without-cohort", no_cohort, PASSPHRASE, "alice", None),
@@ -232,8 +257,10 @@ def generate() -> dict[str, Any]:
         "The UVT2 file: seal (passphrase, salt, nonce, scrypt cost, payload -> file bytes), "
         "the payload's fields, and opening (file, passphrase, the user it is opened as, the "
         "generation recorded outside the file -> ok with the generation and the payload's "
-        "cohort, or the error code); payloads are written as version 3 (with `cohort`) and "
-        "versions 1 and 2 are read (cohort null); user names, valid or the error code "
+        "cohort, or the error code); payloads are written as version 3 (with `cohort`) in RFC 8785 "
+        "canonical JSON, any other spelling is read (payload-json-dumps-spelling: what the SDK "
+        "wrote before spec version 7), and versions 1 and 2 are read (cohort null); user names, "
+        "valid or the error code "
         "(spec §10).",
         key_check_example={"key_hex": bytes(range(32)).hex(), "check_hex": key_check},
         seal=seal_cases,

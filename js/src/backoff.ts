@@ -4,7 +4,7 @@
  * `maxSeconds`; an acceptance resets the count. The state lives inside the encrypted template.
  */
 import { LockedOutError } from "./errors.js";
-import { pyFixed, pyStrRepr } from "./pyfmt.js";
+import { quote } from "./text.js";
 
 /** How many rejections are allowed before a lock-out, and how long it lasts (seconds). */
 export class BackoffPolicy {
@@ -85,8 +85,8 @@ export function check(state: BackoffState, user: string, now: number): void {
   if (now < state.lockedUntil) {
     const inSeconds = state.lockedUntil - now;
     throw new LockedOutError(
-      `user ${pyStrRepr(user)} is locked out after ${state.failures} failed attempts: ` +
-        `try again after ${localIso(state.lockedUntil)} (in ${pyFixed(inSeconds, 0)} s)`,
+      `user ${quote(user)} is locked out after ${state.failures} failed attempts: ` +
+        `try again after ${localIso(state.lockedUntil)} (in ${inSeconds.toFixed(0)} s)`,
       state.lockedUntil,
     );
   }

@@ -12,8 +12,9 @@ import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, SignatureError } from "./errors.js";
 import { readZipMembers } from "./archive.js";
 import { ab, hex, webCrypto } from "./bytes.js";
-import { canonicalJson, isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./pyjson.js";
-import { pyG, pyReprCut, pyRound, pyStrRepr } from "./pyfmt.js";
+import { canonicalJson, isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./json.js";
+import { num, quote, shown } from "./text.js";
+import { roundHalfEven } from "./scoring.js";
 import { parseCalibration, type Calibration, type PrototypeScore } from "./calibration.js";
 import {
   COHORT_FILE,
@@ -115,6 +116,7 @@ export interface Bundle {
 }
 
 type Kind = "int" | "float" | "str" | "dict";
+const KIND_WORDS: Record<Kind, string> = { int: "an integer", float: "a number", str: "a string", dict: "an object" };
 
 function get(data: JsonObject, key: string, kind: Kind, prefix = ""): any {
   let value: JsonValue | undefined = data[key];
@@ -124,7 +126,7 @@ function get(data: JsonObject, key: string, kind: Kind, prefix = ""): any {
     (kind === "float" && typeof value === "number") ||
     (kind === "str" && typeof value === "string") ||
     (kind === "dict" && isObject(value));
-  if (!ok) throw new BundleError(`manifest: ${prefix}${key} must be a ${kind}, not ${pyReprCut(value)}`);
+  if (!ok) throw new BundleError(`manifest: ${prefix}${key} must be ${KIND_WORDS[kind]}, not ${shown(value)}`);
   if (kind === "float" && !Number.isFinite(value as number)) {
     throw new BundleError(`manifest: ${prefix}${key} must be finite`);
   }
@@ -145,20 +147,20 @@ function audioInput(spec: JsonObject): AudioInput {
   const [low, high] = WINDOW_SECONDS_RANGE;
   if (!(low <= input.windowSeconds && input.windowSeconds <= high)) {
     throw new BundleError(
-      `manifest: input.window_seconds ${pyG(input.windowSeconds)} is outside [${pyG(low)}, ${pyG(high)}]`,
+      `manifest: input.window_seconds ${num(input.windowSeconds)} is outside [${num(low)}, ${num(high)}]`,
     );
   }
   if (!(MIN_HOP_SECONDS <= input.hopSeconds && input.hopSeconds <= input.windowSeconds)) {
     throw new BundleError(
-      `manifest: input.hop_seconds ${pyG(input.hopSeconds)} is outside [${pyG(MIN_HOP_SECONDS)}, window_seconds]`,
+      `manifest: input.hop_seconds ${num(input.hopSeconds)} is outside [${num(MIN_HOP_SECONDS)}, window_seconds]`,
     );
   }
   if (!(0 < input.minSeconds && input.minSeconds <= input.windowSeconds)) {
     throw new BundleError("manifest: input needs 0 < min_seconds <= window_seconds");
   }
-  if (pyRound(input.windowSeconds * input.sampleRate) > MAX_WINDOW_SAMPLES) {
+  if (roundHalfEven(input.windowSeconds * input.sampleRate) > MAX_WINDOW_SAMPLES) {
     throw new BundleError(
-      `manifest: a window of ${pyG(input.windowSeconds)} s at ${input.sampleRate} Hz is ` +
+      `manifest: a window of ${num(input.windowSeconds)} s at ${input.sampleRate} Hz is ` +
         `more than ${MAX_WINDOW_SAMPLES} samples`,
     );
   }
@@ -205,7 +207,7 @@ function parseCode(spec: JsonValue | undefined, kind: string, dim: number): Code
 function checkOrt(spec: JsonValue | undefined): void {
   if (spec === undefined || spec === null) return;
   if (!isObject(spec)) throw new BundleError("manifest: ort must be an object");
-  if (spec["file"] !== ORT_FILE) throw new BundleError(`manifest: ort.file must be ${pyStrRepr(ORT_FILE)}`);
+  if (spec["file"] !== ORT_FILE) throw new BundleError(`manifest: ort.file must be ${quote(ORT_FILE)}`);
   if (!SHA256_HEX.test(get(spec, "sha256", "str", "ort."))) {
     throw new BundleError("manifest: ort.sha256 is not 64 lowercase hex digits");
   }
@@ -237,19 +239,19 @@ export function parseManifest(data: JsonValue): Manifest {
   if (!isObject(data)) throw new BundleError("manifest: not a JSON object");
   const fmt = data["format"];
   if (fmt !== FORMAT) {
-    throw new BundleError(`unknown bundle format ${pyReprCut(fmt, 1000)}: this SDK reads ${pyStrRepr(FORMAT)}`, "bundle.unsupported");
+    throw new BundleError(`unknown bundle format ${shown(fmt, 1000)}: this SDK reads ${quote(FORMAT)}`, "bundle.unsupported");
   }
   const name: string = get(data, "name", "str");
   const method: string = get(data, "method", "str");
   if (!METHODS.includes(method)) {
-    throw new BundleError(`manifest: unknown method ${pyStrRepr(method)} (one of ${METHODS.join(", ")})`);
+    throw new BundleError(`manifest: unknown method ${quote(method)} (one of ${METHODS.join(", ")})`);
   }
   const modality: string = get(data, "modality", "str");
   const spec: JsonObject = get(data, "input", "dict");
   let input: AudioInput | ImageInput;
   if (modality === "audio") input = audioInput(spec);
   else if (modality === "image") input = imageInput(spec);
-  else throw new BundleError(`manifest: unknown modality ${pyStrRepr(modality)} (audio or image)`);
+  else throw new BundleError(`manifest: unknown modality ${quote(modality)} (audio or image)`);
   const output: JsonObject = get(data, "output", "dict");
   const kind: string = get(output, "kind", "str", "output.");
   const dim: number = get(output, "dim", "int", "output.");

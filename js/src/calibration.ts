@@ -7,8 +7,9 @@
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError, CalibrationError } from "./errors.js";
-import { canonicalJson, isInt, isNumber, isObject, type JsonValue } from "./pyjson.js";
-import { pyFixed, pyFloatRepr, pyG, pyReprCut } from "./pyfmt.js";
+import { canonicalJson, isInt, isNumber, isObject, type JsonValue } from "./json.js";
+import { SCORE_RULES, type ScoreRuleName } from "./cohort.js";
+import { num, quote, shown } from "./text.js";
 import { hex } from "./bytes.js";
 import { warmupThreshold, type Vector } from "./scoring.js";
 
@@ -19,14 +20,12 @@ export const MAX_FAR = 0.5;
 export const MIN_FALSE_ACCEPTS = 10;
 export const MODES = ["prototype", "codeword"] as const;
 export type Mode = (typeof MODES)[number];
-/** What a table's thresholds are on: raw cosines or AS-norm (prototype), codeword scores. */
-export const TABLE_SCORES: Record<Mode, readonly string[]> = { prototype: ["cosine", "as-norm", "s-norm"], codeword: ["codeword"] };
+/** What a table's thresholds are on: a score rule's scores (prototype), codeword scores. */
+export const TABLE_SCORES: Record<Mode, readonly string[]> = { prototype: Object.keys(SCORE_RULES), codeword: ["codeword"] };
 /** The thresholds a table of each score may hold. */
 export const SCORE_RANGES: Record<string, readonly [number, number]> = {
-  cosine: [-1, 1 + 1e-6],
+  ...Object.fromEntries(Object.values(SCORE_RULES).map((rule) => [rule.name, rule.thresholdRange])),
   codeword: [-1, 1 + 1e-6],
-  "as-norm": [-1000, 1000],
-  "s-norm": [-1000, 1000],
 };
 /**
  * `THRESHOLD_FLOOR` (spec §4.3): the lowest calibrated threshold a user gets, whatever the
@@ -37,7 +36,7 @@ export const THRESHOLD_FLOOR = 0;
 export const MAX_CONDITIONS = 32;
 export const CONDITION_NAME = /^[a-z0-9][a-z0-9-]{0,31}$/;
 /** What a prototype-mode score is: the raw cosine (no cohort) or its score_norm (a cohort). */
-export type PrototypeScore = "cosine" | "as-norm" | "s-norm";
+export type PrototypeScore = ScoreRuleName;
 
 /** One FAR target: the threshold, what it measured there, and the trials behind it. */
 export interface Row {
@@ -81,7 +80,7 @@ export function heldOutSentence(row: HeldOutRow, chains: number, minSeconds: num
   const accepted = about(row.falseAccepts / row.impostorTrials);
   return (
     `${accepted[0]!.toUpperCase()}${accepted.slice(1)} attempts by a stranger recorded like you would be accepted, ` +
-    `and ${about(row.falseRejects / row.genuineTrials)} of your own attempts of ${pyG(minSeconds)} s or more rejected ` +
+    `and ${about(row.falseRejects / row.genuineTrials)} of your own attempts of ${num(minSeconds)} s or more rejected ` +
     `(measured on people of ${chains} recording chains this threshold was not fitted on: ` +
     `${pct(row.farLow)}-${pct(row.farHigh)} and ${pct(row.frrLow)}-${pct(row.frrHigh)} by chain`
   );
@@ -120,12 +119,12 @@ export interface Calibration {
 /** `check_far`: `far` in (0, 0.5], else a CalibrationError. */
 export function checkFar(far: unknown): number {
   if (typeof far !== "number" && typeof far !== "bigint") {
-    throw new CalibrationError(`the FAR must be a number in (0, ${MAX_FAR}], not ${pyReprCut(far, 80)}`, "calibration.far-invalid");
+    throw new CalibrationError(`the FAR must be a number in (0, ${MAX_FAR}], not ${shown(far, 80)}`, "calibration.far-invalid");
   }
   const value = Number(far);
   if (!(Number.isFinite(value) && value > 0 && value <= MAX_FAR)) {
     throw new CalibrationError(
-      `the FAR must be in (0, ${MAX_FAR}], not ${Number.isInteger(value) ? String(value) : pyFloatRepr(value)}`, "calibration.far-invalid",
+      `the FAR must be in (0, ${MAX_FAR}], not ${String(value)}`, "calibration.far-invalid",
     );
   }
   return value;
@@ -141,8 +140,8 @@ export function rowFor(table: Table, far: number): Row {
   if (usable.length === 0) {
     const smallest = Math.min(...table.rows.map((row) => row.far));
     throw new CalibrationError(
-      `the bundle's ${table.mode} calibration states FAR down to ${pyG(smallest)} ` +
-        `(${table.impostorTrials} impostor trials); a FAR of ${pyG(value)} cannot be ` +
+      `the bundle's ${table.mode} calibration states FAR down to ${num(smallest)} ` +
+        `(${table.impostorTrials} impostor trials); a FAR of ${num(value)} cannot be ` +
         "stated: choose a larger --far, or calibrate on more people",
     );
   }
@@ -160,12 +159,12 @@ export function expected(table: Table, threshold: number): [string, string | nul
   const last = rows[rows.length - 1]!;
   const first = rows[0]!;
   if (threshold >= last.threshold) {
-    const frr = last.frr === null ? null : `>= ${pyFixed(last.frr, 3)}`;
-    return [threshold > last.threshold ? `< ${pyG(last.far)}` : pyG(last.far), frr];
+    const frr = last.frr === null ? null : `>= ${last.frr.toFixed(3)}`;
+    return [threshold > last.threshold ? `< ${num(last.far)}` : num(last.far), frr];
   }
   if (threshold <= first.threshold) {
-    const frr = first.frr === null ? null : `<= ${pyFixed(first.frr, 3)}`;
-    return [`>= ${pyG(first.far)}`, frr];
+    const frr = first.frr === null ? null : `<= ${first.frr.toFixed(3)}`;
+    return [`>= ${num(first.far)}`, frr];
   }
   for (let i = 0; i + 1 < rows.length; i++) {
     const low = rows[i]!;
@@ -175,8 +174,8 @@ export function expected(table: Table, threshold: number): [string, string | nul
       const t = span <= 0 ? 0 : (threshold - low.threshold) / span;
       const far = Math.exp((1 - t) * Math.log(low.far) + t * Math.log(high.far));
       let frr: string | null = null;
-      if (low.frr !== null && high.frr !== null) frr = pyFixed((1 - t) * low.frr + t * high.frr, 3);
-      return [pyG(far, 2), frr];
+      if (low.frr !== null && high.frr !== null) frr = ((1 - t) * low.frr + t * high.frr).toFixed(3);
+      return [num(far, 2), frr];
     }
   }
   throw new Error("unreachable: rows bracket the threshold");
@@ -235,7 +234,7 @@ const HELD_OUT_ROW_KEYS = ["far", "false_accepts", "impostor_trials", "far_low",
 function parseHeldOut(spec: JsonValue, where: string, fars: number[]): HeldOut {
   if (!isObject(spec)) throw new BundleError(`manifest: ${where} must be an object`);
   const unknown = Object.keys(spec).filter((key) => !["chains", "min_seconds", "rows"].includes(key)).sort();
-  if (unknown.length > 0) throw new BundleError(`manifest: ${where} has an unknown key '${unknown[0]}'`);
+  if (unknown.length > 0) throw new BundleError(`manifest: ${where} has an unknown key ${quote(unknown[0])}`);
   const chains = count(spec["chains"], `${where}.chains`, 2);
   const minSeconds = number(spec["min_seconds"], `${where}.min_seconds`, 0, MAX_MIN_SECONDS);
   const rawRows = spec["rows"];
@@ -245,9 +244,9 @@ function parseHeldOut(spec: JsonValue, where: string, fars: number[]): HeldOut {
     const at = `${where}.rows[${index}]`;
     if (!isObject(raw)) throw new BundleError(`manifest: ${at} must be an object`);
     const extra = Object.keys(raw).filter((key) => !HELD_OUT_ROW_KEYS.includes(key)).sort();
-    if (extra.length > 0) throw new BundleError(`manifest: ${at} has an unknown key '${extra[0]}'`);
+    if (extra.length > 0) throw new BundleError(`manifest: ${at} has an unknown key ${quote(extra[0])}`);
     const far = number(raw["far"], `${at}.far`, 0, MAX_FAR);
-    if (!fars.includes(far)) throw new BundleError(`manifest: ${at}.far ${pyG(far)} is not a FAR of the table's rows`);
+    if (!fars.includes(far)) throw new BundleError(`manifest: ${at}.far ${num(far)} is not a FAR of the table's rows`);
     const part = (rate: string, errors: string, trials: string): [number, number, number, number] => {
       const total = count(raw[trials], `${at}.${trials}`, 1);
       const n = count(raw[errors], `${at}.${errors}`);
@@ -280,16 +279,16 @@ export function calibrationSha256(calibration: Pick<Calibration, "version" | "da
 
 function count(value: JsonValue | undefined, name: string, minimum = 0): number {
   if (!isInt(value) || value < BigInt(minimum)) {
-    throw new BundleError(`manifest: ${name} must be an integer >= ${minimum}, not ${pyReprCut(value)}`);
+    throw new BundleError(`manifest: ${name} must be an integer >= ${minimum}, not ${shown(value)}`);
   }
   return Number(value);
 }
 
 function number(value: JsonValue | undefined, name: string, low: number, high: number): number {
-  if (!isNumber(value)) throw new BundleError(`manifest: ${name} must be a number, not ${pyReprCut(value)}`);
+  if (!isNumber(value)) throw new BundleError(`manifest: ${name} must be a number, not ${shown(value)}`);
   const v = Number(value);
   if (!(Number.isFinite(v) && low <= v && v <= high)) {
-    throw new BundleError(`manifest: ${name} must be finite and in [${pyG(low)}, ${pyG(high)}]`);
+    throw new BundleError(`manifest: ${name} must be finite and in [${num(low)}, ${num(high)}]`);
   }
   return v;
 }
@@ -300,7 +299,7 @@ function parseConditions(value: JsonValue | undefined, where: string): string[] 
   }
   for (const name of value) {
     if (typeof name !== "string" || !CONDITION_NAME.test(name)) {
-      throw new BundleError(`manifest: ${where}.conditions: ${pyReprCut(name)} is not a condition name`);
+      throw new BundleError(`manifest: ${where}.conditions: ${shown(name)} is not a condition name`);
     }
   }
   const names = value as string[];
@@ -316,7 +315,7 @@ function parseTable(mode: Mode, spec: JsonValue | undefined, expectedScore: stri
   const score = spec["score"];
   if (typeof score !== "string" || !TABLE_SCORES[mode].includes(score)) {
     throw new BundleError(
-      `manifest: ${where}.score must be one of ${TABLE_SCORES[mode].join(", ")}, not ${pyReprCut(score)}`,
+      `manifest: ${where}.score must be one of ${TABLE_SCORES[mode].join(", ")}, not ${shown(score)}`,
     );
   }
   if (score !== expectedScore) {
@@ -348,12 +347,12 @@ function parseTable(mode: Mode, spec: JsonValue | undefined, expectedScore: stri
     const accepts = count(raw["false_accepts"], `${at}.false_accepts`);
     if (accepts > far * impostor + 1e-9) {
       throw new BundleError(
-        `manifest: ${at}: ${accepts} false accepts of ${impostor} trials exceed FAR ${pyG(far)}`,
+        `manifest: ${at}: ${accepts} false accepts of ${impostor} trials exceed FAR ${num(far)}`,
       );
     }
     if (far * impostor < MIN_FALSE_ACCEPTS - 1e-9) {
       throw new BundleError(
-        `manifest: ${at}: FAR ${pyG(far)} of ${impostor} impostor trials is fewer than ` +
+        `manifest: ${at}: FAR ${num(far)} of ${impostor} impostor trials is fewer than ` +
           `${MIN_FALSE_ACCEPTS} expected false accepts`,
       );
     }
@@ -421,7 +420,7 @@ export function parseCalibration(
 ): Calibration {
   if (!isObject(data)) throw new BundleError("manifest: calibration must be an object");
   if (!isVersionTwo(data["version"])) {
-    throw new BundleError(`manifest: calibration version ${pyReprCut(data["version"], 1000)} is not ${VERSION}`, "bundle.unsupported");
+    throw new BundleError(`manifest: calibration version ${shown(data["version"], 1000)} is not ${VERSION}`, "bundle.unsupported");
   }
   const description = data["data"];
   if (typeof description !== "string") throw new BundleError("manifest: calibration.data must be a string");
@@ -429,7 +428,7 @@ export function parseCalibration(
     .filter((key) => !["version", "data", ...MODES].includes(key))
     .sort();
   if (unknown.length) {
-    throw new BundleError(`manifest: calibration has unknown key(s) ${pyReprCut(unknown, 10000)}`);
+    throw new BundleError(`manifest: calibration has unknown key(s) ${shown(unknown, 10000)}`);
   }
   const tables: Partial<Record<Mode, Table>> = {};
   for (const mode of MODES) {

@@ -14,7 +14,8 @@
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError } from "./errors.js";
 import { hex } from "./bytes.js";
-import { isInt, isObject, type JsonValue } from "./pyjson.js";
+import { isInt, isObject, type JsonObject, type JsonValue } from "./json.js";
+import { quote } from "./text.js";
 import { leaveOneOutPairs, leaveOneOutScores, rescale, type Vector } from "./scoring.js";
 
 export const COHORT_FILE = "cohort.f32";
@@ -27,9 +28,86 @@ export const MIN_STD = 1e-6;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 /** `cohort.RESCALE_EPSILON`: the least norm a vector is rescaled by (spec §6.1); a cohort vector must reach it. */
 export const RESCALE_EPSILON = 1e-12;
-/** The score normalisations a bundle may declare (`score_norm.method`). */
-export const SCORE_NORMS = ["as-norm", "s-norm"] as const;
-export type ScoreNormMethod = (typeof SCORE_NORMS)[number];
+
+/** The statistics of one vector against the cohort: mean and (floored) standard deviation. */
+export interface CohortStatistics {
+  mean: number;
+  std: number;
+}
+
+/**
+ * A score rule (spec §6.7; cohort.ScoreRule): a name and a parameter, and how a raw cosine
+ * becomes the score a threshold is set on. The rules are the objects of {@link SCORE_RULES};
+ * adding one is one object here (and its twin in sdk/uvsdk/cohort.py), its manifest spelling in
+ * spec §3.9 and §6.7, and a conformance bundle made under it.
+ */
+export interface ScoreRule {
+  /** `score_norm.method` in the manifest, and the `score` of a calibration table. */
+  readonly name: string;
+  /** Whether it normalises against the bundle's cohort (every rule but the raw cosine). */
+  readonly usesCohort: boolean;
+  /** Where a calibrated threshold on these scores may lie. */
+  readonly thresholdRange: readonly [number, number];
+  /** The scale its scores are on, as a person reads it (the web page's verdict). */
+  readonly scale: string;
+  /** Its parameter from the manifest's `score_norm`, validated for a cohort of `count` (null: none). */
+  topK(data: JsonObject, count: number): number | null;
+  /** How many of the highest cohort cosines each statistic takes (null: every one). */
+  nearest(topK: number | null): number | null;
+  /** One plain phrase for `info`. */
+  describe(topK: number | null, count: number): string;
+  /** The score from the raw cosine and the cohort statistics of both sides. */
+  normalise(score: number, enrolled: CohortStatistics, tested: CohortStatistics): number;
+}
+
+const thousands = (n: number) => n.toLocaleString("en-US");
+
+/** No normalisation: the cosine itself (a bundle without a cohort). */
+const RAW_COSINE: ScoreRule = {
+  name: "cosine",
+  usesCohort: false,
+  thresholdRange: [-1, 1 + 1e-6],
+  scale: "cosine scores run from −1 to 1",
+  topK: () => null,
+  nearest: (topK) => topK,
+  describe: () => "raw cosines",
+  normalise: (score) => score,
+};
+
+/** AS-norm: each side's statistics over its `top_k` nearest cohort vectors. */
+const ADAPTIVE_SYMMETRIC_NORM: ScoreRule = {
+  name: "as-norm",
+  usesCohort: true,
+  thresholdRange: [-1000, 1000],
+  scale: "in standard deviations of strangers' scores",
+  topK: (data, count) => integer(data["top_k"], "score_norm.top_k", 2, count),
+  nearest: (topK) => topK,
+  describe: (topK, count) => `AS-norm over the ${thousands(topK!)} nearest of ${thousands(count)} cohort vectors`,
+  normalise: (score, enrolled, tested) => asNorm(score, enrolled, tested),
+};
+
+/** S-norm: AS-norm over the whole cohort (WeSpeaker's `top_n` at the cohort's size). */
+const SYMMETRIC_NORM: ScoreRule = {
+  ...ADAPTIVE_SYMMETRIC_NORM,
+  name: "s-norm",
+  topK: (data) => {
+    if ("top_k" in data) throw new BundleError("manifest: score_norm.top_k is for as-norm (s-norm uses all)");
+    return null;
+  },
+  nearest: () => null,
+  describe: (_, count) => `S-norm over all ${thousands(count)} cohort vectors`,
+};
+
+/** Every score rule by name: what a calibration table's prototype `score` may be. */
+export const SCORE_RULES = { cosine: RAW_COSINE, "as-norm": ADAPTIVE_SYMMETRIC_NORM, "s-norm": SYMMETRIC_NORM } as const;
+/** A score rule's name: what prototype-mode scores are. */
+export type ScoreRuleName = keyof typeof SCORE_RULES;
+/** A score normalisation a bundle may declare (`score_norm.method`): a rule with a cohort. */
+export type ScoreNormMethod = Exclude<ScoreRuleName, "cosine">;
+/** The score normalisations a bundle may declare, in the order of {@link SCORE_RULES}. */
+export const SCORE_NORMS = Object.values(SCORE_RULES)
+  .filter((rule) => rule.usesCohort)
+  .map((rule) => rule.name) as readonly ScoreNormMethod[];
 
 /** The manifest's `cohort` object, validated (cohort.CohortSpec). */
 export interface CohortSpec {
@@ -42,12 +120,6 @@ export interface CohortSpec {
 export interface ScoreNorm {
   method: ScoreNormMethod;
   topK: number | null;
-}
-
-/** The statistics of one vector against the cohort: mean and (floored) standard deviation. */
-export interface CohortStatistics {
-  mean: number;
-  std: number;
 }
 
 function integer(value: JsonValue | undefined, name: string, low: number, high: number): number {
@@ -68,8 +140,8 @@ export function parseCohortSpec(data: JsonValue | undefined): CohortSpec {
   const unknown = Object.keys(data)
     .filter((key) => !["file", "count", "sha256"].includes(key))
     .sort();
-  if (unknown.length > 0) throw new BundleError(`manifest: cohort has an unknown key '${unknown[0]}'`);
-  if (data["file"] !== COHORT_FILE) throw new BundleError(`manifest: cohort.file must be '${COHORT_FILE}'`);
+  if (unknown.length > 0) throw new BundleError(`manifest: cohort has an unknown key ${quote(unknown[0])}`);
+  if (data["file"] !== COHORT_FILE) throw new BundleError(`manifest: cohort.file must be ${quote(COHORT_FILE)}`);
   const count = integer(data["count"], "cohort.count", 2, MAX_COHORT_COUNT);
   const sha = data["sha256"];
   if (typeof sha !== "string" || !SHA256_HEX.test(sha)) {
@@ -90,16 +162,13 @@ export function parseScoreNorm(data: JsonValue | undefined, cohort: CohortSpec |
   const unknown = Object.keys(data)
     .filter((key) => !["method", "top_k"].includes(key))
     .sort();
-  if (unknown.length > 0) throw new BundleError(`manifest: score_norm has an unknown key '${unknown[0]}'`);
+  if (unknown.length > 0) throw new BundleError(`manifest: score_norm has an unknown key ${quote(unknown[0])}`);
   const method = data["method"];
   if (!(typeof method === "string" && (SCORE_NORMS as readonly string[]).includes(method))) {
     throw new BundleError(`manifest: score_norm.method must be one of ${SCORE_NORMS.join(", ")}`);
   }
-  if (method === "s-norm") {
-    if ("top_k" in data) throw new BundleError("manifest: score_norm.top_k is for as-norm (s-norm uses all)");
-    return { method, topK: null };
-  }
-  return { method: "as-norm", topK: integer(data["top_k"], "score_norm.top_k", 2, cohort.count) };
+  const name = method as ScoreNormMethod;
+  return { method: name, topK: SCORE_RULES[name].topK(data, cohort.count) };
 }
 
 /** `ScoreNorm.to_dict`. */
@@ -114,22 +183,22 @@ export function scoreNormK(norm: ScoreNorm, count: number): number {
 
 /** `ScoreNorm.describe`: one plain phrase for `info`. */
 export function describeScoreNorm(norm: ScoreNorm, count: number): string {
-  const n = count.toLocaleString("en-US");
-  if (norm.method === "s-norm") return `S-norm over all ${n} cohort vectors`;
-  return `AS-norm over the ${norm.topK!.toLocaleString("en-US")} nearest of ${n} cohort vectors`;
+  return SCORE_RULES[norm.method].describe(norm.topK, count);
 }
 
-/** The cohort's unit vectors and its rule: `topK` nearest (as-norm) or all (s-norm) (cohort.Cohort). */
+/** The cohort's unit vectors and its rule: each statistic over the `topK` nearest, or all (cohort.Cohort). */
 export class Cohort {
   /** The cohort vectors, each rescaled to unit length (float64). */
   readonly units: Float64Array[];
   readonly topK: number;
   readonly method: ScoreNormMethod;
+  readonly rule: ScoreRule;
 
   constructor(vectors: Vector[], topK: number, method: ScoreNormMethod = "as-norm") {
     if (vectors.length < 2) throw new RangeError("a cohort needs at least two vectors");
     if (!(SCORE_NORMS as readonly string[]).includes(method)) throw new RangeError(`unknown score normalisation ${method}`);
-    const k = method === "s-norm" ? vectors.length : topK;
+    this.rule = SCORE_RULES[method];
+    const k = this.rule.nearest(topK) ?? vectors.length;
     if (!(Number.isInteger(k) && k >= 2 && k <= vectors.length)) {
       throw new RangeError(`top_k must be an integer in [2, ${vectors.length}], not ${topK}`);
     }
@@ -202,9 +271,9 @@ export class Cohort {
     return { mean, std: Math.max(Math.sqrt(squares / k), MIN_STD) };
   }
 
-  /** The AS-norm score of `test` against `reference` ({@link asNorm} of their cosine). */
+  /** The score of `test` against `reference` by the cohort's rule, from their cosine. */
   normalised(score: number, reference: Vector, test: Vector): number {
-    return asNorm(score, this.statistics(reference), this.statistics(test));
+    return this.rule.normalise(score, this.statistics(reference), this.statistics(test));
   }
 }
 
@@ -215,10 +284,10 @@ export function asNorm(score: number, enrolled: CohortStatistics, tested: Cohort
 
 /**
  * `normalised_leave_one_out`: the leave-one-out scores ({@link leaveOneOutScores}), each
- * AS-norm normalised with the statistics of its left-out prototype and of its sample (spec §6.7).
+ * normalised by the cohort's rule with the statistics of its left-out prototype and of its sample (spec §6.7).
  */
 export function normalisedLeaveOneOut(rows: Vector[], cohort: Cohort): Float64Array {
   const { units, others } = leaveOneOutPairs(rows);
   const raw = leaveOneOutScores(rows);
-  return Float64Array.from(raw, (score, i) => asNorm(score, cohort.statistics(others[i]!), cohort.statistics(units[i]!)));
+  return Float64Array.from(raw, (score, i) => cohort.normalised(score, others[i]!, units[i]!));
 }

@@ -3,8 +3,8 @@
  * (sdk/uvsdk). Platform-neutral: runs in Node (onnxruntime-node) and in browsers
  * (onnxruntime-web); the ONNX Runtime module is injected, never imported here.
  * Platform stores: `uvsdk/node` (FileStore, decodeWavFile), `uvsdk/browser` (IndexedDBStore).
- * The Python-emulation helpers (`pyfmt.ts`: Python's number formatting; `pyjson.ts`: Python's
- * `json`) are internal: not exported here.
+ * The JSON reader and writer (`json.ts`: integers kept apart from floats, as the manifest's
+ * checks need; RFC 8785 for writing) and the message helpers (`text.ts`) are internal.
  */
 export const VERSION = "0.1.0";
 export * from "./errors.js";

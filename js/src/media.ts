@@ -6,8 +6,8 @@
  * whose `reason` says what was wrong.
  */
 import { MediaError } from "./errors.js";
-import { pyFixed, pyG, pyPercent, pyRound } from "./pyfmt.js";
-import { meanSquare } from "./scoring.js";
+import { meanSquare, roundHalfEven } from "./scoring.js";
+import { num } from "./text.js";
 
 export const DEFAULT_MAX_SECONDS = 60.0;
 export const MAX_SAMPLE_RATE = 768_000;
@@ -40,20 +40,20 @@ export function checkAudio(
   }
   if (peak > MAX_PEAK) {
     throw new MediaError(
-      `${name}: samples reach ${pyG(peak, 3)}, far outside [-1, 1]: not normalised audio`,
+      `${name}: samples reach ${num(peak, 3)}, far outside [-1, 1]: not normalised audio`,
       "out_of_range",
     );
   }
   const seconds = n / sampleRate;
   if (seconds < options.minSeconds) {
     throw new MediaError(
-      `${name}: too short: ${pyFixed(seconds, 2)} s of audio, at least ${pyFixed(options.minSeconds, 2)} s needed`,
+      `${name}: too short: ${seconds.toFixed(2)} s of audio, at least ${options.minSeconds.toFixed(2)} s needed`,
       "too_short",
     );
   }
   const rms = n ? Math.sqrt(meanSquare(samples)) : 0;
   if (rms < SILENCE_RMS) {
-    const level = rms > 0 ? `${pyFixed(20 * Math.log10(rms), 0)} dBFS` : "digital silence";
+    const level = rms > 0 ? `${(20 * Math.log10(rms)).toFixed(0)} dBFS` : "digital silence";
     throw new MediaError(`${name}: silent: level ${level}, below -60 dBFS`, "silent");
   }
   let clippedCount = 0;
@@ -61,7 +61,7 @@ export function checkAudio(
   const clipped = clippedCount / n;
   if (clipped > MAX_CLIPPED_FRACTION) {
     throw new MediaError(
-      `${name}: clipped: ${pyPercent(clipped, 1)} of samples at full scale, at most 1% tolerated`,
+      `${name}: clipped: ${(100 * clipped).toFixed(1)}% of samples at full scale, at most 1% tolerated`,
       "clipped",
     );
   }
@@ -90,7 +90,7 @@ export function trimSilence(samples: Float32Array, sampleRate: number, options: 
 export function trimBounds(samples: ArrayLike<number>, sampleRate: number, options: TrimOptions = {}): [number, number] {
   const minSeconds = options.minSeconds ?? 0;
   const topDb = options.topDb ?? TRIM_TOP_DB;
-  const frame = Math.max(1, pyRound((options.frameSeconds ?? TRIM_FRAME_SECONDS) * sampleRate));
+  const frame = Math.max(1, roundHalfEven((options.frameSeconds ?? TRIM_FRAME_SECONDS) * sampleRate));
   const n = samples.length;
   const count = Math.floor(n / frame);
   if (count < 2) return [0, n];
@@ -109,7 +109,7 @@ export function trimBounds(samples: ArrayLike<number>, sampleRate: number, optio
       last = f;
     }
   }
-  const margin = pyRound((options.marginSeconds ?? TRIM_MARGIN_SECONDS) * sampleRate);
+  const margin = roundHalfEven((options.marginSeconds ?? TRIM_MARGIN_SECONDS) * sampleRate);
   let start = Math.max(0, first * frame - margin);
   let stop = Math.min(n, (last + 1) * frame + margin);
   if (stop - start === n) return [0, n];
@@ -133,8 +133,8 @@ export function windowStarts(
   windowSeconds: number,
   hopSeconds: number,
 ): { width: number; starts: number[] } {
-  const width = pyRound(windowSeconds * sampleRate);
-  const hop = pyRound(hopSeconds * sampleRate);
+  const width = roundHalfEven(windowSeconds * sampleRate);
+  const hop = roundHalfEven(hopSeconds * sampleRate);
   if (width < 1 || hop < 1) throw new RangeError("window and hop must each be at least one sample long");
   if (length <= width) return { width, starts: [0] };
   const starts: number[] = [];
@@ -265,7 +265,7 @@ export function wavLayout(
   const frames = Math.floor(data.size / blockAlign);
   if (frames > maxSeconds * rate) {
     throw new MediaError(
-      `${name}: ${pyFixed(frames / rate, 1)} s long, at most ${pyG(maxSeconds)} s accepted`,
+      `${name}: ${(frames / rate).toFixed(1)} s long, at most ${num(maxSeconds)} s accepted`,
       "too_long",
     );
   }

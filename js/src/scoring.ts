@@ -137,3 +137,15 @@ export function warmupThreshold(scores: Vector, targetTpr: number): number {
   const rank = Math.max(1, Math.floor(sorted.length * (1 - targetTpr) + 1e-9));
   return sorted[rank - 1]!;
 }
+
+/**
+ * `x` rounded to the nearest integer, ties to even: how sample counts are rounded (spec §5.4: a
+ * window of 27562.5 samples is 27562). `x - floor(x)` is exact for doubles, so the tie test is.
+ */
+export function roundHalfEven(x: number): number {
+  if (!Number.isFinite(x)) throw new RangeError(`cannot round ${x}`);
+  const whole = Math.floor(x);
+  const fraction = x - whole;
+  if (fraction !== 0.5) return fraction < 0.5 ? whole : whole + 1;
+  return whole % 2 === 0 ? whole : whole + 1;
+}

@@ -30,8 +30,8 @@ import {
   WrongKeyError,
 } from "./errors.js";
 import { ab, b64decodeLenient, b64encode, concat, equalBytes, hex, packBits, randomBytes, unpackBits, webCrypto } from "./bytes.js";
-import { dumpsCompact, isObject, parseJson, PyFloat, type JsonValue } from "./pyjson.js";
-import { pyRepr, pyReprCut, pyStrRepr } from "./pyfmt.js";
+import { canonicalJson, isObject, parseJson, type JsonObject, type JsonValue } from "./json.js";
+import { quote, shown } from "./text.js";
 import { BackoffPolicy, backoffState, type BackoffState } from "./backoff.js";
 
 export const MAGIC = "UVT2";
@@ -158,11 +158,10 @@ export function isEnrolled(template: Template): boolean {
   return template.mode !== null && template.threshold !== null;
 }
 
-const floatOrNull = (x: number | null) => (x === null ? null : new PyFloat(x));
-
 /**
- * `Template.to_payload`: the JSON plaintext, as Python's
- * `json.dumps(data, separators=(",", ":"), allow_nan=False)` writes it (floats as `30.0`).
+ * `Template.to_payload`: the JSON plaintext, written as RFC 8785 canonical JSON (keys sorted, no
+ * whitespace, numbers as `JSON.stringify` writes them), byte for byte what the Python SDK writes
+ * (spec §10.5). Readers accept any spelling; this one makes the bytes the same in both cores.
  */
 export function toPayload(t: Template): Uint8Array {
   let prototype: string | null = null;
@@ -173,210 +172,154 @@ export function toPayload(t: Template): Uint8Array {
     prototype = b64encode(bytes);
   }
   const data = {
-    version: 3,
+    version: PAYLOAD_VERSION,
     generation: t.generation,
     user: t.user,
-    created: new PyFloat(t.created),
+    created: t.created,
     codeword: t.codeword !== null ? b64encode(packBits(t.codeword)) : null,
     codeword_length: t.codeword !== null ? t.codeword.length : null,
     user_id: t.userId,
     code_sha256: t.codeSha256,
     mode: t.mode,
     prototype,
-    threshold: floatOrNull(t.threshold),
-    target_tpr: floatOrNull(t.targetTpr),
-    far: floatOrNull(t.far),
+    threshold: t.threshold,
+    target_tpr: t.targetTpr,
+    far: t.far,
     calibration: t.calibration,
     cohort: t.cohort,
     model_sha256: t.modelSha256,
-    enrolled: floatOrNull(t.enrolled),
+    enrolled: t.enrolled,
     samples: t.samples,
     policy: {
       attempts: t.policy.attempts,
-      base_seconds: new PyFloat(t.policy.baseSeconds),
-      factor: new PyFloat(t.policy.factor),
-      max_seconds: new PyFloat(t.policy.maxSeconds),
+      base_seconds: t.policy.baseSeconds,
+      factor: t.policy.factor,
+      max_seconds: t.policy.maxSeconds,
     },
-    backoff: { failures: t.backoff.failures, locked_until: new PyFloat(t.backoff.lockedUntil) },
+    backoff: { failures: t.backoff.failures, locked_until: t.backoff.lockedUntil },
   };
-  return new TextEncoder().encode(dumpsCompact(data));
+  return new TextEncoder().encode(canonicalJson(data));
 }
 
-/** A Python exception of the given class name, raised while reading a payload. */
-class PyException extends Error {
-  constructor(readonly pyType: string) {
-    super(pyType);
-  }
-}
-const raise = (type: string): never => {
-  throw new PyException(type);
+/** The payload `version` written; 1 to 3 are read. */
+export const PAYLOAD_VERSION = 3;
+
+/** Why a payload is malformed: a short phrase naming the member, never its value (a secret). */
+class Malformed extends Error {}
+const malformed = (why: string): never => {
+  throw new Malformed(why);
 };
 
-/** `data[key]` on a parsed value, with Python's exceptions. */
-function item(data: JsonValue, key: string): JsonValue {
-  if (!isObject(data)) return raise("TypeError");
-  if (!(key in data)) return raise("KeyError");
+/** A member that must be present. */
+function member(data: JsonObject, key: string): JsonValue {
+  if (!(key in data)) return malformed(`no ${key}`);
   return data[key]!;
 }
 
-/** Python's `int(value)` on a parsed JSON value. */
-function pyInt(value: JsonValue): number {
-  if (typeof value === "bigint") return Number(value);
-  if (typeof value === "boolean") return value ? 1 : 0;
-  if (typeof value === "number") {
-    if (Number.isNaN(value)) return raise("ValueError");
-    if (!Number.isFinite(value)) return raise("OverflowError");
-    return Math.trunc(value);
-  }
-  if (typeof value === "string") {
-    const text = value.trim();
-    if (!/^[-+]?\d+(?:_\d+)*$/.test(text)) return raise("ValueError");
-    return Number(text.replace(/_/g, ""));
-  }
-  return raise("TypeError");
+/** A JSON integer (written without a fraction, within the parser's 2^53 limit) at least `low`. */
+function integer(value: JsonValue | undefined, key: string, low = 0): number {
+  if (!(typeof value === "bigint" && value >= BigInt(low))) return malformed(`${key} is not an integer of at least ${low}`);
+  return Number(value);
 }
 
-/** Python's `float(value)` on a parsed JSON value. */
-function pyFloat(value: JsonValue): number {
-  if (typeof value === "bigint") return Number(value);
-  if (typeof value === "number") return value;
-  if (typeof value === "boolean") return value ? 1 : 0;
-  if (typeof value === "string") {
-    const text = value.trim().toLowerCase().replace(/_/g, "");
-    const special: Record<string, number> = {
-      inf: Infinity, "+inf": Infinity, "-inf": -Infinity, infinity: Infinity, "+infinity": Infinity,
-      "-infinity": -Infinity, nan: NaN, "+nan": NaN, "-nan": NaN,
-    };
-    if (text in special) return special[text]!;
-    if (!/^[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?$/.test(text)) return raise("ValueError");
-    return Number(text);
-  }
-  return raise("TypeError");
-}
-
-/** A parsed number or null (the SDK only ever writes these; anything else is malformed). */
-function numberOrNull(value: JsonValue): number | null {
+function numberOrNull(value: JsonValue, key: string): number | null {
   if (value === null) return null;
   if (typeof value === "bigint" || typeof value === "number") return Number(value);
-  return raise("TypeError");
+  return malformed(`${key} is not a number`);
 }
 
-/** Version 3's `cohort`: null or a SHA-256 (64 characters, as Python's `len`). */
+function stringOrNull(value: JsonValue, key: string): string | null {
+  if (value === null || typeof value === "string") return value;
+  return malformed(`${key} is not a string`);
+}
+
+/** Base64 bytes (decoded leniently, spec §10.6), or null. */
+function bytesOrNull(value: JsonValue, key: string): Uint8Array | null {
+  if (value === null) return null;
+  if (typeof value !== "string") return malformed(`${key} is not a string`);
+  try {
+    return b64decodeLenient(value);
+  } catch {
+    return malformed(`${key} is not base64`);
+  }
+}
+
+/** Version 3's `cohort`: null or a SHA-256 (64 characters). */
 function cohortOf(value: JsonValue): string | null {
   if (value === null) return null;
-  if (typeof value !== "string" || [...value].length !== 64) return raise("ValueError");
+  if (typeof value !== "string" || [...value].length !== 64) return malformed("cohort is not a SHA-256");
   return value;
 }
 
-function stringOrNull(value: JsonValue): string | null {
-  if (value === null || typeof value === "string") return value;
-  return raise("TypeError");
-}
-
-/** `BackoffPolicy(**mapping)`. */
-function policyFrom(value: JsonValue): BackoffPolicy {
-  if (!isObject(value)) return raise("TypeError");
-  const known = ["attempts", "base_seconds", "factor", "max_seconds"];
-  if (Object.keys(value).some((k) => !known.includes(k))) raise("TypeError");
-  const attempts = value["attempts"] ?? 5n;
-  const numbers = ["base_seconds", "factor", "max_seconds"].map((k) => value[k]);
-  if (typeof attempts !== "bigint") raise("ValueError");
-  if (numbers.some((x) => x !== undefined && typeof x !== "bigint" && typeof x !== "number" && typeof x !== "boolean")) {
-    raise("ValueError");
+/** An object of known members whose values are numbers, missing ones taking the defaults. */
+function numbers(value: JsonValue, key: string, defaults: Record<string, bigint | number>): Record<string, bigint | number> {
+  if (!isObject(value)) return malformed(`${key} is not an object`);
+  const out = { ...defaults };
+  for (const [name, x] of Object.entries(value)) {
+    if (!(name in defaults)) return malformed(`${key} has an unknown member`);
+    if (typeof x !== "bigint" && typeof x !== "number") return malformed(`${key}.${name} is not a number`);
+    out[name] = x;
   }
-  const [base, factor, max] = numbers.map((x, i) => (x === undefined ? [30, 2, 86400][i]! : Number(x)));
-  try {
-    return new BackoffPolicy(Number(attempts), base, factor, max);
-  } catch {
-    return raise("ValueError");
-  }
-}
-
-/** `BackoffState(**mapping)`. */
-function stateFrom(value: JsonValue): BackoffState {
-  if (!isObject(value)) return raise("TypeError");
-  if (Object.keys(value).some((k) => k !== "failures" && k !== "locked_until")) raise("TypeError");
-  const failures = value["failures"] ?? 0n;
-  const until = value["locked_until"] ?? 0;
-  if (typeof failures !== "bigint" || (typeof until !== "bigint" && typeof until !== "number" && typeof until !== "boolean")) {
-    return raise("ValueError");
-  }
-  try {
-    return backoffState(Number(failures), Number(until));
-  } catch {
-    return raise("ValueError");
-  }
+  return out;
 }
 
 /**
- * `Template.from_payload`: parse a decrypted payload, reading the fields in the Python's order;
- * anything malformed is a TemplateError naming the Python exception class it would raise.
+ * `Template.from_payload`: parse a decrypted payload of version 1, 2 or 3 (spec §10.5), in any
+ * spelling. Anything malformed is a TemplateError (`template.malformed`) saying which member.
  */
 export function fromPayload(payload: Uint8Array): Template {
   try {
     let data: JsonValue;
     try {
       data = parseJson(new TextDecoder("utf-8", { fatal: true }).decode(payload));
-    } catch (error) {
-      throw new PyException(error instanceof TypeError ? "UnicodeDecodeError" : "JSONDecodeError");
+    } catch {
+      return malformed("not JSON text");
     }
-    const version = item(data, "version");
-    const v = version === true ? 1 : typeof version === "bigint" || typeof version === "number" ? Number(version) : NaN;
-    if (v !== 1 && v !== 2 && v !== 3) raise("ValueError");
-    const generation = v >= 2 ? pyInt(item(data, "generation")) : 0;
-    if (generation < 0) raise("ValueError");
-    let codeword: Uint8Array | null = null;
-    const rawCodeword = item(data, "codeword");
-    if (rawCodeword !== null) {
-      if (typeof rawCodeword !== "string") raise("TypeError");
-      let packed: Uint8Array;
-      try {
-        packed = b64decodeLenient(rawCodeword as string);
-      } catch {
-        return raise("ValueError");
-      }
-      codeword = unpackBits(packed, pyInt(item(data, "codeword_length")));
-    }
-    let prototype: Float32Array | null = null;
-    const rawPrototype = item(data, "prototype");
-    if (rawPrototype !== null) {
-      if (typeof rawPrototype !== "string") raise("TypeError");
-      let raw: Uint8Array;
-      try {
-        raw = b64decodeLenient(rawPrototype as string);
-      } catch {
-        return raise("ValueError");
-      }
-      if (raw.length % 4 !== 0) raise("ValueError");
-      const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
-      prototype = Float32Array.from({ length: raw.length / 4 }, (_, i) => view.getFloat32(i * 4, true));
-    }
-    const rawUser = item(data, "user");
-    const user = typeof rawUser === "string" ? rawUser : pyRepr(rawUser); // str(value)
-    const created = pyFloat(item(data, "created"));
-    const rawId = item(data, "user_id");
-    let userId: number | bigint | null = null;
-    if (typeof rawId === "bigint") userId = rawId <= BigInt(Number.MAX_SAFE_INTEGER) && rawId >= 0n ? Number(rawId) : rawId;
-    else if (rawId !== null) raise("TypeError");
-    const codeSha256 = stringOrNull(item(data, "code_sha256"));
-    const mode = stringOrNull(item(data, "mode"));
-    const threshold = numberOrNull(item(data, "threshold"));
-    const targetTpr = numberOrNull(item(data, "target_tpr"));
-    const far = isObject(data) && "far" in data ? numberOrNull(data["far"]!) : null;
-    const calibration = isObject(data) && "calibration" in data ? stringOrNull(data["calibration"]!) : null;
-    const cohort = v >= 3 ? cohortOf(item(data, "cohort")) : null;
-    const modelSha256 = stringOrNull(item(data, "model_sha256"));
-    const enrolled = numberOrNull(item(data, "enrolled"));
-    const samples = pyInt(item(data, "samples"));
-    const policy = policyFrom(item(data, "policy"));
-    const backoff = stateFrom(item(data, "backoff"));
-    return {
-      user, created, codeword, userId, codeSha256, mode, prototype, threshold, targetTpr, far,
-      calibration, cohort, modelSha256, enrolled, samples, policy, backoff, generation,
+    if (!isObject(data)) return malformed("not a JSON object");
+    const version = integer(member(data, "version"), "version", 1);
+    if (version > PAYLOAD_VERSION) malformed(`version ${version} is unknown`);
+    const generation = version >= 2 ? integer(member(data, "generation"), "generation") : 0;
+    const packed = bytesOrNull(member(data, "codeword"), "codeword");
+    const codeword = packed === null ? null : unpackBits(packed, integer(member(data, "codeword_length"), "codeword_length"));
+    const raw = bytesOrNull(member(data, "prototype"), "prototype");
+    if (raw !== null && raw.length % 4 !== 0) malformed("prototype is not float32 values");
+    const view = raw === null ? null : new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
+    const prototype = view === null ? null : Float32Array.from({ length: view.byteLength / 4 }, (_, i) => view.getFloat32(i * 4, true));
+    const user = member(data, "user");
+    if (typeof user !== "string") return malformed("user is not a string");
+    const created = numberOrNull(member(data, "created"), "created");
+    if (created === null) return malformed("created is not a number");
+    const rawId = member(data, "user_id");
+    const userId = rawId === null ? null : integer(rawId, "user_id", -Number.MAX_SAFE_INTEGER);
+    const policy = numbers(member(data, "policy"), "policy", { attempts: 5n, base_seconds: 30, factor: 2, max_seconds: 86400 });
+    const state = numbers(member(data, "backoff"), "backoff", { failures: 0n, locked_until: 0 });
+    const template: Template = {
+      user,
+      created,
+      codeword,
+      userId,
+      codeSha256: stringOrNull(member(data, "code_sha256"), "code_sha256"),
+      mode: stringOrNull(member(data, "mode"), "mode"),
+      prototype,
+      threshold: numberOrNull(member(data, "threshold"), "threshold"),
+      targetTpr: numberOrNull(member(data, "target_tpr"), "target_tpr"),
+      // absent before calibrated thresholds (warm-up alone)
+      far: "far" in data ? numberOrNull(data["far"]!, "far") : null,
+      calibration: "calibration" in data ? stringOrNull(data["calibration"]!, "calibration") : null,
+      cohort: version >= 3 ? cohortOf(member(data, "cohort")) : null,
+      modelSha256: stringOrNull(member(data, "model_sha256"), "model_sha256"),
+      enrolled: numberOrNull(member(data, "enrolled"), "enrolled"),
+      samples: integer(member(data, "samples"), "samples"),
+      policy: new BackoffPolicy(
+        integer(policy["attempts"], "policy.attempts"), Number(policy["base_seconds"]), Number(policy["factor"]), Number(policy["max_seconds"]),
+      ),
+      backoff: backoffState(integer(state["failures"], "backoff.failures"), Number(state["locked_until"])),
+      generation,
     };
+    return template;
   } catch (error) {
-    const type = error instanceof PyException ? error.pyType : "ValueError";
-    throw new TemplateError(`the template's content is malformed (${type})`, "template.malformed");
+    const why = error instanceof Malformed ? error.message : error instanceof RangeError ? "policy or backoff out of range" : "unreadable";
+    throw new TemplateError(`the template's content is malformed: ${why}`, "template.malformed");
   }
 }
 
@@ -523,7 +466,7 @@ export interface TemplatesOptions {
 /** `store.path(user)`'s name check: 1-64 letters, digits, '.', '_' or '-'. */
 export function checkUser(user: unknown): string {
   if (typeof user !== "string" || !USER_NAME.test(user)) {
-    throw new UvsdkError(`invalid user name ${pyReprCut(user, 80)}: use 1-64 letters, digits, '.', '_' or '-'`, "store.user-name");
+    throw new UvsdkError(`invalid user name ${shown(user, 80)}: use 1-64 letters, digits, '.', '_' or '-'`, "store.user-name");
   }
   return user;
 }
@@ -632,7 +575,7 @@ export class Templates {
     checkUser(user);
     const name = `${user}${SUFFIX}`;
     const blob = await this.store.read(user);
-    if (blob === null) throw new NotEnrolledError(`user ${pyStrRepr(user)} is not enrolled in this store (run uvsdk enroll)`);
+    if (blob === null) throw new NotEnrolledError(`user ${quote(user)} is not enrolled in this store (run uvsdk enroll)`);
     if (blob.length > MAX_FILE_BYTES) throw new TemplateError(`${name}: too large to be a template`, "template.not-a-template");
     const { header, sealed } = parseFile(blob, name);
     const key = await this.openKey(header, name);
@@ -683,7 +626,7 @@ export class Templates {
   async delete(user: string): Promise<void> {
     checkUser(user);
     const blob = await this.store.read(user);
-    if (blob === null) throw new NotEnrolledError(`user ${pyStrRepr(user)} has no template in this store`);
+    if (blob === null) throw new NotEnrolledError(`user ${quote(user)} has no template in this store`);
     let header: Header | null = null;
     try {
       header = parseFile(blob, `${user}${SUFFIX}`).header; // a damaged file is still deleted

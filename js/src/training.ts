@@ -9,8 +9,8 @@
  */
 import type { Mode } from "./calibration.js";
 import { BundleError } from "./errors.js";
-import { isObject, type JsonObject, type JsonValue } from "./pyjson.js";
-import { pyG, pyStrRepr } from "./pyfmt.js";
+import { isObject, type JsonObject, type JsonValue } from "./json.js";
+import { num, quote } from "./text.js";
 
 export const MECHANISMS = ["central", "distributed"] as const;
 const TRAINING_KEYS = ["method", "privacy", "enrollment"];
@@ -44,7 +44,7 @@ function refuseUnknown(data: JsonObject, known: string[], name: string): void {
   const unknown = Object.keys(data)
     .filter((key) => !known.includes(key))
     .sort();
-  if (unknown.length > 0) throw new BundleError(`manifest: ${name} has an unknown key ${pyStrRepr(unknown[0]!)}`);
+  if (unknown.length > 0) throw new BundleError(`manifest: ${name} has an unknown key ${quote(unknown[0]!)}`);
 }
 
 function number(data: JsonObject, key: string): number {
@@ -158,9 +158,9 @@ export function describePrivacy(privacy: Privacy): string {
   const server =
     privacy.epsilonServer === null
       ? "ε against the server that ran training not stated"
-      : `ε = ${pyG(privacy.epsilonServer, 3)} ${SERVER_ADVERSARY[privacy.mechanism]}`;
+      : `ε = ${num(privacy.epsilonServer, 3)} ${SERVER_ADVERSARY[privacy.mechanism]}`;
   const text =
-    `user-level DP: ε = ${pyG(privacy.epsilon, 3)} against anyone who sees the released model, ` +
-    `${server} (δ = ${pyG(privacy.delta)}, ${privacy.mechanism})`;
+    `user-level DP: ε = ${num(privacy.epsilon, 3)} against anyone who sees the released model, ` +
+    `${server} (δ = ${num(privacy.delta)}, ${privacy.mechanism})`;
   return privacy.simulatedDeployment ? `${text}, at a simulated deployment scale` : text;
 }

@@ -34,7 +34,7 @@ import {
   type MediaReason,
 } from "./errors.js";
 import { checkAudio, repeatPad, trimSilence, windowStarts } from "./media.js";
-import { pyReprCut, pyStrRepr } from "./pyfmt.js";
+import { quote, shown } from "./text.js";
 import { codewordScore, cosine, leaveOneOutScores, prototype, warmupThreshold } from "./scoring.js";
 import {
   checkUser,
@@ -61,7 +61,7 @@ export type RequestedMode = (typeof REQUESTED_MODES)[number];
  */
 export function checkMode(requested: string, manifest: Pick<Manifest, "code">): void {
   if (!(REQUESTED_MODES as readonly string[]).includes(requested)) {
-    throw new EnrollmentError(`the enrollment mode must be auto, prototype or codeword, not ${pyReprCut(requested)}`, "enroll.mode");
+    throw new EnrollmentError(`the enrollment mode must be auto, prototype or codeword, not ${shown(requested)}`, "enroll.mode");
   }
   if (requested === "codeword" && manifest.code === null) {
     throw new EnrollmentError("codeword mode needs a codeword bundle, and this bundle outputs embeddings", "enroll.mode");
@@ -471,7 +471,7 @@ export class Verifier {
       const existing = (await this.templates.exists(user)) ? await this.templates.load(user) : null;
       if (existing !== null && existing.codeword !== null) {
         throw new UvsdkError(
-          `user ${pyStrRepr(user)} already has a codeword; delete the template first ` +
+          `user ${quote(user)} already has a codeword; delete the template first ` +
             `(uvsdk delete --user ${user}) if you really mean to replace it`, "codeword.exists",
         );
       }
@@ -541,7 +541,7 @@ export class Verifier {
       const useCodeword = enrollmentMode(requested, manifest, base.codeword !== null) === "codeword";
       if (useCodeword && base.codeSha256 !== manifest.code!.fingerprint) {
         throw new ModelMismatchError(
-          `user ${pyStrRepr(user)}'s codeword was made for another code than ` +
+          `user ${quote(user)}'s codeword was made for another code than ` +
             `${this.bundle.name}'s; make a new one with uvsdk codeword new`,
         );
       }
@@ -608,16 +608,16 @@ export class Verifier {
   private async enrolledTemplate(user: string): Promise<Template> {
     const template = await this.templates.load(user);
     if (!isEnrolled(template)) {
-      throw new NotEnrolledError(`user ${pyStrRepr(user)} has a codeword but is not enrolled yet (run uvsdk enroll)`);
+      throw new NotEnrolledError(`user ${quote(user)} has a codeword but is not enrolled yet (run uvsdk enroll)`);
     }
     if (template.modelSha256 !== this.bundle.manifest.modelSha256) {
       throw new ModelMismatchError(
-        `user ${pyStrRepr(user)} was enrolled with another model than ${this.bundle.name}: re-enroll with uvsdk enroll`,
+        `user ${quote(user)} was enrolled with another model than ${this.bundle.name}: re-enroll with uvsdk enroll`,
       );
     }
     if (template.mode === "prototype" && template.cohort !== scoreScale(this.bundle.manifest)) {
       throw new ModelMismatchError(
-        `user ${pyStrRepr(user)} was enrolled with another score normalisation (cohort or rule) than ` +
+        `user ${quote(user)} was enrolled with another score normalisation (cohort or rule) than ` +
           `${this.bundle.name}'s: re-enroll with uvsdk enroll`,
       );
     }
@@ -626,7 +626,7 @@ export class Verifier {
       // The threshold came from a calibration this bundle does not carry: a manifest swapped for
       // one enrollment must not leave its threshold behind (spec §9.2).
       throw new ModelMismatchError(
-        `user ${pyStrRepr(user)} was enrolled under another calibration than ${this.bundle.name}'s: re-enroll with uvsdk enroll`,
+        `user ${quote(user)} was enrolled under another calibration than ${this.bundle.name}'s: re-enroll with uvsdk enroll`,
       );
     }
     return template;
@@ -634,10 +634,10 @@ export class Verifier {
 
   private scoreWith(template: Template, vector: Float32Array): number {
     if (template.mode === "codeword") {
-      if (template.codeword === null) throw new NotEnrolledError(`user ${pyStrRepr(template.user)}'s template has no codeword`);
+      if (template.codeword === null) throw new NotEnrolledError(`user ${quote(template.user)}'s template has no codeword`);
       return codewordScore(bipolar(template.codeword), vector);
     }
-    if (template.prototype === null) throw new NotEnrolledError(`user ${pyStrRepr(template.user)}'s template has no prototype`);
+    if (template.prototype === null) throw new NotEnrolledError(`user ${quote(template.user)}'s template has no prototype`);
     const score = cosine(template.prototype, vector);
     const cohort = this.bundle.cohort;
     return cohort === null ? score : cohort.normalised(score, template.prototype, vector);

@@ -49,7 +49,7 @@ test("a manifest cannot plant a threshold below the floor, nor leave one behind 
     assert.ok(impostor.score < 0 && !impostor.accepted, `accepted at ${impostor.score}`);
     // the honest bundle back: the template names another calibration, and is refused
     const honest = await Verifier.create({ ...options, bundle: await loadBundle(await bundleBytes("voice-embedding.uvb"), { name: "honest.uvb" }) });
-    const refusal = { name: "ModelMismatchError", message: "user 'alice' was enrolled under another calibration than honest.uvb's: re-enroll with uvsdk enroll" };
+    const refusal = { name: "ModelMismatchError", message: `user "alice" was enrolled under another calibration than honest.uvb's: re-enroll with uvsdk enroll` };
     await assert.rejects(honest.verify(await clip("speaker1-6.wav"), { user: "alice" }), refusal);
     await assert.rejects(honest.score(await clip("speaker1-6.wav"), "alice"), ModelMismatchError);
     const none = await Verifier.create({ ...options, bundle: await loadBundle(await rezipped("voice-embedding.uvb", (m) => delete m["calibration"]), { name: "none.uvb" }) });

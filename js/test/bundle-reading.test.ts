@@ -163,7 +163,7 @@ test("model.ort must be named in the manifest, by its name and SHA-256", async (
   assert.deepEqual(bundle.manifest.extra["ort"], { file: "model.ort", sha256: digest });
   await refused(withOrt(null, ort), /model\.ort is not named in the manifest/);
   await refused(withOrt({ file: "model.ort", sha256: "0".repeat(64) }, ort), /model\.ort does not match/);
-  await refused(withOrt({ file: "model.onnx.ort", sha256: digest }, ort), /manifest: ort\.file must be 'model\.ort'/);
+  await refused(withOrt({ file: "model.onnx.ort", sha256: digest }, ort), /manifest: ort\.file must be "model\.ort"/);
   await refused(withOrt({ file: "model.ort", sha256: digest.toUpperCase() }, ort), /ort\.sha256 is not 64 lowercase/);
 });
 

@@ -21,7 +21,7 @@ import {
   trainingToDict,
   type Bundle,
 } from "../src/node.js";
-import { parseJson } from "../src/pyjson.js";
+import { parseJson } from "../src/json.js";
 
 const CONFORMANCE = fileURLToPath(new URL("../../../conformance/", import.meta.url));
 const clip = async (name: string) => (await decodeWavFile(join(CONFORMANCE, "audio", name))).samples;
@@ -52,7 +52,7 @@ test("training: parsed, described, round-tripped; absent means not stated", asyn
   assert.equal(
     describePrivacy(training.privacy!),
     "user-level DP: ε = 8 against anyone who sees the released model, ε against the server that ran training " +
-      "not stated (δ = 1e-06, central), at a simulated deployment scale",
+      "not stated (δ = 0.000001, central), at a simulated deployment scale",
   );
   assert.deepEqual(trainingToDict(training), DP_FEDUV);
   assert.ok(!("training" in dp.manifest.extra));
@@ -71,7 +71,7 @@ test("training: epsilon_server, optional, is parsed, described by placement and 
   assert.equal(
     describePrivacy(privacy),
     "user-level DP: ε = 8 against anyone who sees the released model, ε = 22.4 against the server " +
-      "that ran training (δ = 1e-06, distributed)",
+      "that ran training (δ = 0.000001, distributed)",
   );
   assert.deepEqual(trainingToDict(dp.manifest.training!), stated);
   const central = { ...privacy, mechanism: "central" as const };

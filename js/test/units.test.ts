@@ -16,33 +16,28 @@ import {
   windowStarts,
   newTemplate,
 } from "../src/index.js";
-import { pairwiseSum } from "../src/scoring.js";
-import { pyFixed, pyFloatRepr, pyG, pyRound } from "../src/pyfmt.js";
-import { canonicalJson, dumpsCompact, parseJson } from "../src/pyjson.js";
+import { pairwiseSum, roundHalfEven } from "../src/scoring.js";
+import { num, quote, shown } from "../src/text.js";
+import { canonicalJson, parseJson } from "../src/json.js";
 import { printable } from "../src/errors.js";
 
-test("pyRound rounds half to even, as Python's round()", () => {
-  assert.deepEqual([0.5, 1.5, 2.5, -0.5, -1.5, 27562.5, 2.4999999999999996].map(pyRound), [0, 2, 2, 0, -2, 27562, 2]);
-  assert.equal(pyRound(0.025 * 44100), 1102); // 1102.5 -> 1102
+test("sample counts round half to even (spec §5.4)", () => {
+  assert.deepEqual([0.5, 1.5, 2.5, -0.5, -1.5, 27562.5, 2.4999999999999996].map(roundHalfEven), [0, 2, 2, 0, -2, 27562, 2]);
+  assert.equal(roundHalfEven(0.025 * 44100), 1102); // 1102.5 -> 1102
 });
 
-test("Python float repr and formats", () => {
-  assert.equal(pyFloatRepr(30), "30.0");
-  assert.equal(pyFloatRepr(1e-5), "1e-05");
-  assert.equal(pyFloatRepr(1e16), "1e+16");
-  assert.equal(pyFloatRepr(0.0001), "0.0001");
-  assert.equal(pyFloatRepr(1700000000.5), "1700000000.5");
-  assert.equal(pyG(31), "31");
-  assert.equal(pyG(0.00005), "5e-05");
-  assert.equal(pyG(1.000001), "1");
-  assert.equal(pyG(0.0123456, 2), "0.012");
-  assert.equal(pyFixed(0.0625, 3), "0.062"); // ties to even on the exact binary value
-  assert.equal(pyFixed(0.1875, 3), "0.188");
-  assert.equal(pyFixed(-0.0001, 2), "-0.00");
-  assert.equal(pyFixed(2.5, 0), "2");
+test("messages write values in JavaScript's own spelling, on one line", () => {
+  assert.equal(num(0.00005), "0.00005");
+  assert.equal(num(22.3716, 3), "22.4");
+  assert.equal(num(1e-5, 3), "0.00001");
+  assert.equal(quote("a\nb"), '"a\\nb"');
+  assert.equal(shown(16000n), "16000");
+  assert.equal(shown(undefined), "absent");
+  assert.equal(shown({ a: [1n, 1.5, "x\n"] }), '{"a": [1, 1.5, "x\\n"]}');
+  assert.equal(shown("x".repeat(100), 10), '"xxxxxxxx…');
 });
 
-test("JSON keeps Python's int/float distinction and writes as json.dumps", () => {
+test("JSON keeps the int/float distinction; writing is RFC 8785", () => {
   const v = parseJson('{"a": 1, "b": 1.0, "c": -0, "d": 1e3, "e": NaN}') as Record<string, unknown>;
   assert.equal(v["a"], 1n);
   assert.equal(v["b"], 1);
@@ -51,7 +46,6 @@ test("JSON keeps Python's int/float distinction and writes as json.dumps", () =>
   assert.ok(Number.isNaN(v["e"]));
   assert.throws(() => parseJson("{'a': 1}"));
   assert.throws(() => parseJson('{"a": 1} x'));
-  assert.equal(dumpsCompact({ x: [1, "é", null, true] }), '{"x":[1,"\\u00e9",null,true]}');
   assert.equal(canonicalJson({ b: 1, a: [1.5, "x"], "é": 1e21 }), '{"a":[1.5,"x"],"b":1,"é":1e+21}');
 });
 
@@ -177,11 +171,53 @@ test("messages are one line with control characters escaped", () => {
   assert.equal(printable("x\x1by"), "x\\x1by");
 });
 
-test("the package does not export the Python-emulation helpers (pyfmt, pyjson)", async () => {
+test("the package does not export the JSON and message helpers", async () => {
   for (const entry of ["../src/index.js", "../src/node.js", "../src/browser.js"]) {
     const exported = Object.keys(await import(entry));
     assert.ok(exported.includes("Verifier"), `${entry} exports the SDK`);
-    const internal = ["pyRound", "pyFloatRepr", "pyG", "pyFixed", "pyStrRepr", "pyReprCut", "parseJson", "canonicalJson", "dumpsCompact"];
+    const internal = ["num", "quote", "shown", "parseJson", "canonicalJson"];
     assert.deepEqual(exported.filter((name) => internal.includes(name)), [], entry);
   }
+});
+
+test("score rules: one object each; the tables' scores and ranges come from them; S-norm is AS-norm over all (spec §6.7)", async () => {
+  const { SCORE_RULES, SCORE_NORMS, TABLE_SCORES, SCORE_RANGES, Cohort, parseScoreNorm, describeScoreNorm } = await import("../src/index.js");
+  assert.deepEqual(Object.keys(SCORE_RULES), ["cosine", "as-norm", "s-norm"]);
+  assert.deepEqual([...SCORE_NORMS], ["as-norm", "s-norm"]);
+  assert.deepEqual(TABLE_SCORES.prototype, Object.keys(SCORE_RULES));
+  assert.deepEqual(SCORE_RANGES["as-norm"], SCORE_RULES["as-norm"].thresholdRange);
+  const spec = { count: 9, sha256: "0".repeat(64) };
+  const asNorm = parseScoreNorm(parseJson('{"method": "as-norm", "top_k": 4}'), spec);
+  assert.deepEqual(asNorm, { method: "as-norm", topK: 4 });
+  assert.equal(describeScoreNorm(asNorm, 9), "AS-norm over the 4 nearest of 9 cohort vectors");
+  assert.deepEqual(parseScoreNorm(parseJson('{"method": "s-norm"}'), spec), { method: "s-norm", topK: null });
+  const vectors = Array.from({ length: 9 }, (_, i) => Float64Array.from({ length: 6 }, (_, j) => Math.sin(7 * i + j + 1)));
+  const test = Float64Array.from({ length: 6 }, (_, j) => Math.cos(j));
+  const all = new Cohort(vectors, 2, "s-norm");
+  assert.equal(all.topK, 9);
+  assert.deepEqual(all.statistics(test), new Cohort(vectors, 9, "as-norm").statistics(test));
+  assert.equal(SCORE_RULES.cosine.normalise(0.25, { mean: 0.1, std: 0.2 }, { mean: 0.1, std: 0.2 }), 0.25);
+  assert.equal(all.rule.normalise(0.5, { mean: 0.1, std: 0.2 }, { mean: 0.3, std: 0.1 }), 0.5 * (0.4 / 0.2 + 0.2 / 0.1));
+});
+
+test("a template payload reads in any spelling; a malformed one names the member, never its value (spec §10.5)", async () => {
+  const { toPayload, fromPayload } = await import("../src/index.js");
+  const template = { ...newTemplate("alice", 1700000000.5), mode: "prototype", threshold: 0.25, prototype: Float32Array.of(0.5, -0.25) };
+  const canonical = new TextDecoder().decode(toPayload(template));
+  const members = JSON.parse(canonical) as Record<string, unknown>;
+  assert.deepEqual(Object.keys(members), [...Object.keys(members)].sort(), "keys sorted (RFC 8785)");
+  const encode = (value: unknown) => new TextEncoder().encode(typeof value === "string" ? value : JSON.stringify(value, null, 2));
+  assert.deepEqual(fromPayload(encode(members)), fromPayload(encode(canonical)));
+  const floats = canonical.replace('"base_seconds":30', '"base_seconds":30.0').replace('"threshold":0.25', '"threshold":2.5e-1');
+  assert.deepEqual(fromPayload(encode(floats)), fromPayload(encode(canonical)));
+  for (const [change, reason] of [
+    [{ generation: "7" }, "generation is not an integer"],
+    [{ samples: 5.5 }, "samples is not an integer"],
+    [{ user: 7 }, "user is not a string"],
+    [{ version: 4 }, "version 4 is unknown"],
+  ] as const) {
+    assert.throws(() => fromPayload(encode({ ...members, ...change })), (e: unknown) => e instanceof UvsdkError && e.code === "template.malformed" && e.message.includes(reason) && !e.message.includes("7"), reason);
+  }
+  // an integer member written with a fraction is not an integer (spec §1), as the reference's policy check
+  assert.throws(() => fromPayload(encode(canonical.replace('"attempts":5', '"attempts":5.0'))), /policy\.attempts is not an integer/);
 });

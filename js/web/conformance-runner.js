@@ -17,7 +17,7 @@
 // Python's json.loads (integers stay integers: 16000 vs 16000.0 matters to the bundle vectors):
 // internal to the package, not exported by it, so imported from the build itself (the same
 // relative path in a browser, /web/ -> /dist/, and under Node, js/web/ -> js/dist/).
-import { parseJson } from "../dist/src/pyjson.js";
+import { parseJson } from "../dist/src/json.js";
 
 export const FILES = ["media", "model", "enroll", "codeword", "template", "backoff", "bundle"];
 

@@ -2,7 +2,7 @@
 // page (app.js) shows: the bundle's calibration line (test/readme-figures.test.mjs checks
 // js/README's quoted line against what it gives for the shipped default bundle) and a
 // verification's verdict (test/wording.test.mjs).
-import { rowFor } from "../dist/src/index.js";
+import { rowFor, SCORE_RULES } from "../dist/src/index.js";
 
 /** A count as a person reads it: 19558 -> "19,558". */
 export const count = (n) => n.toLocaleString("en-US");
@@ -37,8 +37,8 @@ export function calibrationSummary(table, far) {
 
 /**
  * A decision in one sentence, without the user's threshold (a secret, docs/spec.md §11): how far
- * the score is above or below it, and the scale the score is on: `mode` is the template's,
- * `scoreNorm` the bundle's (manifest.scoreNorm; null without a cohort). "Accepted: this clip
+ * the score is above or below it, and the scale the score is on (its score rule's): `mode` is the template's,
+ * `scoreNorm` the bundle's (manifest.scoreNorm; null without a cohort: raw cosines). "Accepted: this clip
  * scored 2.1 above your threshold (in standard deviations of strangers' scores)." The score is
  * not shown either: with the margin it would give the threshold away.
  */
@@ -47,9 +47,6 @@ export function verdict(decision, mode, scoreNorm) {
   const distance = Math.abs(margin);
   const size = distance >= 1 ? distance.toFixed(1) : distance >= 0.005 ? distance.toFixed(2) : "less than 0.01";
   const where = margin === 0 ? "exactly at your threshold" : `${size} ${margin > 0 ? "above" : "below"} your threshold`;
-  const scale =
-    mode === "prototype" && scoreNorm !== null
-      ? "in standard deviations of strangers' scores"
-      : `${mode === "prototype" ? "cosine " : ""}scores run from −1 to 1`;
+  const scale = mode === "prototype" ? SCORE_RULES[scoreNorm?.method ?? "cosine"].scale : "scores run from −1 to 1";
   return `${decision.accepted ? "Accepted" : "Rejected"}: this clip scored ${where} (${scale}).`;
 }

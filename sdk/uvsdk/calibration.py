@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from .cohort import Cohort, as_norm
+from .cohort import SCORE_RULES, Cohort
 from .errors import BundleError, CalibrationError
 from .scoring import (
     warmup_threshold,
@@ -82,13 +82,11 @@ accepts is too uncertain to state (10 errors: a relative standard error of about
 DEFAULT_ENROLL_SAMPLES = 5
 CODEWORDS_PER_PERSON = 16
 MODES = ("prototype", "codeword")
-TABLE_SCORES = {"prototype": ("cosine", "as-norm", "s-norm"), "codeword": ("codeword",)}
-"""What a table's thresholds are on: raw or normalised cosines (prototype), codeword scores."""
+TABLE_SCORES = {"prototype": tuple(SCORE_RULES), "codeword": ("codeword",)}
+"""What a table's thresholds are on: a score rule's scores (prototype), codeword scores."""
 SCORE_RANGES = {
-    "cosine": (-1.0, 1.0 + 1e-6),
+    **{name: rule.threshold_range for name, rule in SCORE_RULES.items()},
     "codeword": (-1.0, 1.0 + 1e-6),
-    "as-norm": (-1e3, 1e3),
-    "s-norm": (-1e3, 1e3),
 }
 """The thresholds a table of each score may hold."""
 THRESHOLD_FLOOR = 0.0
@@ -529,15 +527,17 @@ def _parse_held_out(spec: Any, where: str, fars: list[float]) -> HeldOut:
 def normalised_leave_one_out(
     vectors: np.ndarray, cohort: Cohort, exclude: np.ndarray | None = None
 ) -> np.ndarray:
-    """The leave-one-out scores (:func:`uvsdk.scoring.leave_one_out_scores`), each AS-norm
-    normalised with the statistics of its own left-out prototype and of its sample."""
+    """The leave-one-out scores (:func:`uvsdk.scoring.leave_one_out_scores`), each normalised by
+    the cohort's rule with the statistics of its own left-out prototype and of its sample."""
     units = np.asarray(vectors, dtype=np.float64)
     units = units / np.maximum(np.linalg.norm(units, axis=1, keepdims=True), 1e-12)
     others = units.sum(axis=0, keepdims=True) - units
     others = others / np.maximum(np.linalg.norm(others, axis=1, keepdims=True), 1e-12)
     scores = np.sum(others * units, axis=1)
     mask = None if exclude is None else np.repeat(exclude, len(units), axis=0)
-    return as_norm(scores, cohort.statistics(others, mask), cohort.statistics(units, mask))
+    return cohort.rule.normalise(
+        scores, cohort.statistics(others, mask), cohort.statistics(units, mask)
+    )
 
 
 ADVICE_P = 0.05

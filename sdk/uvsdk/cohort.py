@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,9 +50,95 @@ MIN_STD = 1e-6
 """σ is floored here, so a degenerate cohort (identical vectors) cannot divide by zero."""
 RESCALE_EPSILON = 1e-12
 """The least norm a vector is rescaled by (docs/spec.md §6.1); a cohort vector must reach it."""
-SCORE_NORMS = ("as-norm", "s-norm")
-"""The score normalisations a bundle may declare (``score_norm.method``)."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+Statistics = tuple[np.ndarray | float, np.ndarray | float]
+"""``(μ, σ)`` of vectors against the cohort (per row, or one vector's)."""
+
+
+class ScoreRule:
+    """A score rule (docs/spec.md §6.7): a name and a parameter, and how a raw cosine becomes the
+    score a threshold is set on. The rules are the objects of :data:`SCORE_RULES`; adding one is
+    one subclass here (and its twin in ``js/src/cohort.ts``), its manifest spelling in spec §3.9
+    and §6.7, and a conformance bundle made under it."""
+
+    name: ClassVar[str]
+    """``score_norm.method`` in the manifest, and the ``score`` of a calibration table."""
+    uses_cohort: ClassVar[bool] = True
+    """Whether it normalises against the bundle's cohort (every rule but the raw cosine)."""
+    threshold_range: ClassVar[tuple[float, float]] = (-1e3, 1e3)
+    """Where a calibrated threshold on these scores may lie."""
+
+    def top_k(self, data: Mapping[str, Any], count: int) -> int | None:
+        """The rule's parameter from the manifest's ``score_norm``, validated for a cohort of
+        ``count``: how many nearest cohort vectors it takes (``None``: not a parameter of it)."""
+        raise NotImplementedError
+
+    def nearest(self, top_k: int | None) -> int | None:
+        """How many of the highest cohort cosines each statistic takes (``None``: every one)."""
+        return top_k
+
+    def describe(self, top_k: int | None, count: int) -> str:
+        """One plain phrase for ``uvsdk info``."""
+        raise NotImplementedError
+
+    def normalise(self, scores: np.ndarray, enrolled: Statistics, tested: Statistics) -> np.ndarray:
+        """The scores from the raw cosines and the cohort statistics of both sides."""
+        return as_norm(scores, enrolled, tested)
+
+
+class RawCosine(ScoreRule):
+    """No normalisation: the cosine itself (a bundle without a cohort)."""
+
+    name = "cosine"
+    uses_cohort = False
+    threshold_range = (-1.0, 1.0 + 1e-6)
+
+    def top_k(self, data: Mapping[str, Any], count: int) -> int | None:
+        return None
+
+    def describe(self, top_k: int | None, count: int) -> str:
+        return "raw cosines"
+
+    def normalise(self, scores: np.ndarray, enrolled: Statistics, tested: Statistics) -> np.ndarray:
+        return np.asarray(scores, dtype=np.float64)
+
+
+class AdaptiveSymmetricNorm(ScoreRule):
+    """AS-norm: each side's statistics over its ``top_k`` nearest cohort vectors."""
+
+    name = "as-norm"
+
+    def top_k(self, data: Mapping[str, Any], count: int) -> int | None:
+        return _integer(data.get("top_k"), "score_norm.top_k", 2, count)
+
+    def describe(self, top_k: int | None, count: int) -> str:
+        return f"AS-norm over the {top_k:,} nearest of {count:,} cohort vectors"
+
+
+class SymmetricNorm(ScoreRule):
+    """S-norm: AS-norm over the whole cohort (WeSpeaker's ``top_n`` at the cohort's size)."""
+
+    name = "s-norm"
+
+    def top_k(self, data: Mapping[str, Any], count: int) -> int | None:
+        if "top_k" in data:
+            raise BundleError("manifest: score_norm.top_k is for as-norm (s-norm uses all)")
+        return None
+
+    def nearest(self, top_k: int | None) -> int | None:
+        return None
+
+    def describe(self, top_k: int | None, count: int) -> str:
+        return f"S-norm over all {count:,} cohort vectors"
+
+
+SCORE_RULES: dict[str, ScoreRule] = {
+    rule.name: rule for rule in (RawCosine(), AdaptiveSymmetricNorm(), SymmetricNorm())
+}
+"""Every score rule by name: what a calibration table's prototype ``score`` may be."""
+SCORE_NORMS = tuple(name for name, rule in SCORE_RULES.items() if rule.uses_cohort)
+"""The score normalisations a bundle may declare (``score_norm.method``)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +182,11 @@ class ScoreNorm:
     method: str
     top_k: int | None = None
 
+    @property
+    def rule(self) -> ScoreRule:
+        """The score rule it names."""
+        return SCORE_RULES[self.method]
+
     def k(self, count: int) -> int:
         """How many cohort vectors each statistic uses, of a cohort of ``count``."""
         return count if self.top_k is None else self.top_k
@@ -107,9 +199,7 @@ class ScoreNorm:
 
     def describe(self, count: int) -> str:
         """One plain phrase for ``uvsdk info``."""
-        if self.method == "s-norm":
-            return f"S-norm over all {count:,} cohort vectors"
-        return f"AS-norm over the {self.top_k:,} nearest of {count:,} cohort vectors"
+        return self.rule.describe(self.top_k, count)
 
     @classmethod
     def from_dict(cls, data: Any, cohort: CohortSpec | None) -> ScoreNorm:
@@ -127,11 +217,7 @@ class ScoreNorm:
                 f"manifest: score_norm.method must be one of {', '.join(SCORE_NORMS)}, "
                 f"not {method!r}"
             )
-        if method == "s-norm":
-            if "top_k" in data:
-                raise BundleError("manifest: score_norm.top_k is for as-norm (s-norm uses all)")
-            return cls(method)
-        return cls(method, _integer(data.get("top_k"), "score_norm.top_k", 2, cohort.count))
+        return cls(method, SCORE_RULES[method].top_k(data, cohort.count))
 
 
 def _integer(value: Any, name: str, low: int, high: int) -> int:
@@ -142,7 +228,8 @@ def _integer(value: Any, name: str, low: int, high: int) -> int:
 
 class Cohort:
     """The cohort's unit vectors and its rule: the statistics of :meth:`statistics` use each
-    vector's ``top_k`` nearest cohort vectors (``as-norm``) or all of them (``s-norm``)."""
+    vector's ``top_k`` nearest cohort vectors, or all of them (the rule's
+    :meth:`ScoreRule.nearest`)."""
 
     def __init__(self, vectors: np.ndarray, top_k: int, method: str = "as-norm") -> None:
         if method not in SCORE_NORMS:
@@ -151,7 +238,9 @@ class Cohort:
         lengths = np.linalg.norm(vectors, axis=1, keepdims=True)
         self.vectors = vectors / np.maximum(lengths, 1e-12)
         self.method = method
-        self.top_k = len(vectors) if method == "s-norm" else int(top_k)
+        self.rule = SCORE_RULES[method]
+        nearest = self.rule.nearest(int(top_k))
+        self.top_k = len(vectors) if nearest is None else nearest
 
     @classmethod
     def from_member(
@@ -190,16 +279,16 @@ class Cohort:
         self, vectors: np.ndarray, exclude: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(μ, σ)`` per row of ``vectors``: mean and (population) standard deviation of its
-        ``top_k`` largest cosines with the cohort (``s-norm``: of all of them), σ floored at
-        :data:`MIN_STD`.
+        ``top_k`` largest cosines with the cohort (a rule that takes every vector: of all of
+        them), σ floored at :data:`MIN_STD`.
 
         ``exclude`` (``[rows, count]`` booleans) leaves cohort vectors out per row: calibration
-        uses it so that nobody is normalised against their own recordings (``s-norm`` then
-        takes every vector left)."""
+        uses it so that nobody is normalised against their own recordings (a rule that takes
+        every vector then takes every vector left)."""
         units = np.asarray(vectors, dtype=np.float64)
         units = units / np.maximum(np.linalg.norm(units, axis=-1, keepdims=True), 1e-12)
         scores = np.atleast_2d(units) @ self.vectors.T
-        if self.method == "s-norm":
+        if self.rule.nearest(self.top_k) is None:
             kept = np.ones(scores.shape, dtype=bool) if exclude is None else ~exclude
             kept = np.broadcast_to(kept, scores.shape)
             counts = kept.sum(axis=1)
@@ -217,6 +306,16 @@ class Cohort:
         mean = top.mean(axis=1)
         std = np.sqrt(np.mean((top - mean[:, None]) ** 2, axis=1))
         return mean, np.maximum(std, MIN_STD)
+
+    def normalise(
+        self, scores: np.ndarray | float, reference: np.ndarray, vectors: np.ndarray
+    ) -> np.ndarray:
+        """Raw cosines of ``vectors`` against ``reference`` as the rule scores them."""
+        return self.rule.normalise(
+            np.asarray(scores, dtype=np.float64),
+            self.statistics(reference),
+            self.statistics(vectors),
+        )
 
 
 def as_norm(

@@ -28,7 +28,7 @@ from .calibration import (
     Table,
     normalised_leave_one_out,
 )
-from .cohort import Cohort, as_norm
+from .cohort import Cohort
 from .scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
 
 
@@ -145,10 +145,10 @@ def enrollment_trials(
 
             enrolled_stats = cohort.statistics(reference[None], exclude(None))
             warmup[name] = normalised_leave_one_out(enrolled, cohort, exclude(None))
-            genuine[name] = as_norm(
+            genuine[name] = cohort.rule.normalise(
                 genuine[name], enrolled_stats, cohort.statistics(tests, exclude(None))
             )
-            impostor[name] = as_norm(
+            impostor[name] = cohort.rule.normalise(
                 impostor[name], enrolled_stats, cohort.statistics(others, exclude(other_owners))
             )
     return warmup, genuine, impostor

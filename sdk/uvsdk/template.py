@@ -49,6 +49,7 @@ import numpy as np
 
 from . import oskeyring
 from .backoff import BackoffPolicy, BackoffState
+from .calibration import canonical_json
 from .errors import (
     KeyUnavailableError,
     NotEnrolledError,
@@ -138,7 +139,9 @@ class Template:
         return dataclasses.replace(self, **changes)
 
     def to_payload(self) -> bytes:
-        """The JSON plaintext that gets sealed."""
+        """The JSON plaintext that gets sealed, as RFC 8785 canonical JSON (docs/spec.md §10.5):
+        the bytes every implementation writes for the same template. Readers take any spelling
+        (templates written before spec version 7 are ``json.dumps``'s)."""
         data = {
             "version": 3,
             "generation": self.generation,
@@ -161,7 +164,7 @@ class Template:
             "policy": dataclasses.asdict(self.policy),
             "backoff": dataclasses.asdict(self.backoff),
         }
-        return json.dumps(data, separators=(",", ":"), allow_nan=False).encode()
+        return canonical_json(data).encode()
 
     @classmethod
     def from_payload(cls, payload: bytes) -> Template:

@@ -35,7 +35,6 @@ from .calibration import (
     user_threshold,
 )
 from .codeword import bipolar, encode, new_message, random_user_id
-from .cohort import as_norm
 from .errors import (
     AttemptNotRecordedError,
     BundleError,
@@ -569,9 +568,7 @@ class Verifier:
             value = cosine_scores(template.prototype, vector[None])[0]
             cohort = self.bundle.cohort
             if cohort is not None:
-                value = as_norm(
-                    value, cohort.statistics(template.prototype), cohort.statistics(vector)
-                )[0]
+                value = cohort.normalise(value, template.prototype, vector)[0]
         return float(value)
 
     def score(self, source: str | Path | np.ndarray, user: str = "default") -> float:

@@ -7,8 +7,8 @@ inflater produces, which must stop at the declared size + 1.
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import struct
 import types
 import zipfile
 import zlib
@@ -25,44 +25,23 @@ CONFORMANCE = Path(__file__).parents[2] / "conformance" / "bundles"
 BOMB_BYTES = 8 * 1024 * 1024  # what the lying entries inflate to beyond their real content
 
 
+def _load_rawzip() -> types.ModuleType:
+    """The conformance generators' zip writer (one copy: ``conformance/generators/rawzip.py``)."""
+    path = CONFORMANCE.parent / "generators" / "rawzip.py"
+    spec = importlib.util.spec_from_file_location("conformance_rawzip", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+rawzip = _load_rawzip()
+_deflate, _entry, _zip = rawzip.deflate, rawzip.entry, rawzip.raw_zip
+
+
 def _members(name: str) -> dict[str, bytes]:
     with zipfile.ZipFile(CONFORMANCE / name) as bundle:
         return {member: bundle.read(member) for member in bundle.namelist()}
-
-
-def _deflate(data: bytes) -> bytes:
-    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
-    return compressor.compress(data) + compressor.flush()
-
-
-def _entry(name: str, content: bytes, **lie: Any) -> dict[str, Any]:
-    """A deflated zip entry for ``content``; ``lie`` overrides what the archive records."""
-    entry = {
-        "name": name,
-        "payload": _deflate(content),
-        "method": zipfile.ZIP_DEFLATED,
-        "size": len(content),
-        "crc": zlib.crc32(content),
-        "flags": 0,
-    }
-    return {**entry, **lie}
-
-
-def _zip(entries: list[dict[str, Any]]) -> bytes:
-    """A zip archive written entry by entry, recording whatever each entry claims."""
-    local, central = b"", b""
-    for entry in entries:
-        name, payload = entry["name"].encode(), entry["payload"]
-        fields = (entry["flags"], entry["method"], 0, 0x21, entry["crc"], len(payload))
-        header = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, *fields, entry["size"], len(name), 0)
-        central += struct.pack(
-            "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, *fields, entry["size"], len(name), 0, 0, 0, 0, 0,
-            len(local),
-        ) + name  # fmt: skip
-        local += header + name + payload
-    count = len(entries)
-    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, len(central), len(local), 0)
-    return local + central + end
 
 
 def _image_entries(**replaced: dict[str, Any]) -> list[dict[str, Any]]:

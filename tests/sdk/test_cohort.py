@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from uvexport.bundle import write_bundle
 from uvsdk import Verifier
 from uvsdk.bundle import Bundle
-from uvsdk.calibration import normalised_leave_one_out
+from uvsdk.calibration import SCORE_RANGES, TABLE_SCORES, normalised_leave_one_out
 from uvsdk.cli import app
-from uvsdk.cohort import MIN_STD, Cohort, CohortSpec, ScoreNorm, as_norm
+from uvsdk.cohort import MIN_STD, SCORE_NORMS, SCORE_RULES, Cohort, CohortSpec, ScoreNorm, as_norm
 from uvsdk.errors import BundleError, ModelMismatchError, SignatureError
 
 from ..conftest import PASSPHRASE, enrolled_clip, enrollment_dir, held_out
@@ -98,6 +98,35 @@ def test_s_norm_statistics_take_the_whole_cohort() -> None:
         cohort.statistics(tested[:1], np.arange(9)[None, :] > 0)
     with pytest.raises(ValueError, match="unknown score normalisation"):
         Cohort(vectors, 3, method="z-norm")
+
+
+def test_each_score_rule_is_one_object_behind_one_interface() -> None:
+    """The rules of docs/spec.md §6.7 by name: the calibration tables' prototype scores and
+    threshold ranges come from them, ``score_norm`` reads its parameter through them, and S-norm
+    is AS-norm over the whole cohort."""
+    assert tuple(SCORE_RULES) == ("cosine", "as-norm", "s-norm")
+    assert SCORE_NORMS == ("as-norm", "s-norm")
+    assert TABLE_SCORES["prototype"] == tuple(SCORE_RULES)
+    assert SCORE_RANGES["cosine"] == SCORE_RULES["cosine"].threshold_range
+    spec = CohortSpec(count=9, sha256="0" * 64)
+    for method, data in (("as-norm", {"top_k": 4}), ("s-norm", {})):
+        norm = ScoreNorm.from_dict({"method": method, **data}, spec)
+        assert norm.rule is SCORE_RULES[method]
+        assert norm.describe(9) == norm.rule.describe(norm.top_k, 9)
+    rng = np.random.default_rng(7)
+    vectors, tested = rng.normal(size=(9, 6)), rng.normal(size=(3, 6))
+    s_norm, as_norm_all = Cohort(vectors, 2, "s-norm"), Cohort(vectors, 9, "as-norm")
+    for (m1, s1), (m2, s2) in zip(
+        zip(*s_norm.statistics(tested), strict=True),
+        zip(*as_norm_all.statistics(tested), strict=True),
+        strict=True,
+    ):
+        assert (m1, s1) == pytest.approx((m2, s2), abs=1e-12)
+    raw = np.array([0.1, 0.5])
+    cosine = SCORE_RULES["cosine"]
+    assert np.array_equal(cosine.normalise(raw, (0.2, 0.1), (0.3, 0.1)), raw)
+    expected = 0.5 * ((raw - 0.2) / 0.1 + (raw - 0.3) / 0.1)
+    assert s_norm.rule.normalise(raw, (0.2, 0.1), (0.3, 0.1)) == pytest.approx(expected)
 
 
 def test_the_score_scale_names_cohort_and_rule() -> None:

@@ -1,12 +1,12 @@
 /**
- * JSON as Python's `json` module reads and writes it.
+ * JSON read as the Python SDK reads it (its checks tell integers from floats), and written as RFC 8785.
  *
  * JavaScript's JSON.parse loses the difference between `2` and `2.0`, which the Python SDK's
  * checks depend on (`isinstance(value, int)`: a manifest's `sample_rate` of `16000.0` is refused).
  * {@link parseJson} therefore returns integer literals as `bigint` and every other number as a
  * `number`; objects are null-prototype records. It also accepts Python's `NaN`, `Infinity` and
  * `-Infinity` tokens (which `json.loads` reads), so the finiteness checks behave as in Python.
- * {@link dumpsCompact} writes what `json.dumps(..., separators=(",", ":"))` writes.
+ * Writing is {@link canonicalJson} (RFC 8785), the same bytes in every implementation.
  */
 
 /** A parsed JSON value: integers are bigint, other numbers number. */
@@ -16,15 +16,15 @@ export interface JsonObject {
   [key: string]: JsonValue;
 }
 
-/** Raised for text that is not JSON (Python: json.JSONDecodeError). */
+/** Raised for text that is not JSON: what was wrong, and at which character. */
 export class JsonSyntaxError extends Error {
   constructor(message: string, position: number) {
-    super(`${message}: char ${position}`);
-    this.name = "JSONDecodeError";
+    super(`${message} at character ${position}`);
+    this.name = "JsonSyntaxError";
   }
 }
 
-/** Raised for text over the limits below (Python: uvsdk.jsonlimits.JsonLimitError). */
+/** Raised for text over the limits below (as uvsdk.jsonlimits.JsonLimitError). */
 export class JsonLimitError extends Error {
   constructor(message: string) {
     super(message);
@@ -99,10 +99,10 @@ export function parseJson(text: string): JsonValue {
       }
       for (;;) {
         ws();
-        if (text[i] !== '"') fail("Expecting property name enclosed in double quotes");
+        if (text[i] !== '"') fail("a key in double quotes expected");
         const key = string();
         ws();
-        if (text[i] !== ":") fail("Expecting ':' delimiter");
+        if (text[i] !== ":") fail("':' expected");
         i++;
         object[key] = value();
         ws();
@@ -114,7 +114,7 @@ export function parseJson(text: string): JsonValue {
           i++;
           return object;
         }
-        fail("Expecting ',' delimiter");
+        fail("',' or a closing bracket expected");
       }
     }
     if (c === "[") {
@@ -136,7 +136,7 @@ export function parseJson(text: string): JsonValue {
           i++;
           return array;
         }
-        fail("Expecting ',' delimiter");
+        fail("',' or a closing bracket expected");
       }
     }
     if (c === '"') return string();
@@ -148,7 +148,7 @@ export function parseJson(text: string): JsonValue {
     if (text.startsWith("-Infinity", i)) return (i += 9), -Infinity;
     NUMBER.lastIndex = i;
     const match = NUMBER.exec(text);
-    if (!match) return fail("Expecting value");
+    if (!match) return fail("a value expected");
     i += match[0].length;
     return numberValue(match[0], match[1] === undefined && match[2] === undefined);
   };
@@ -156,13 +156,13 @@ export function parseJson(text: string): JsonValue {
     i++; // opening quote
     let out = "";
     for (;;) {
-      if (i >= text.length) fail("Unterminated string starting at");
+      if (i >= text.length) fail("a string not closed");
       const c = text.charCodeAt(i);
       if (c === 0x22) {
         i++;
         return out;
       }
-      if (c < 0x20) fail("Invalid control character at");
+      if (c < 0x20) fail("a control character in a string");
       if (c === 0x5c) {
         const e = text[i + 1];
         const simple: Record<string, string> = {
@@ -173,10 +173,10 @@ export function parseJson(text: string): JsonValue {
           i += 2;
         } else if (e === "u") {
           const hex = text.slice(i + 2, i + 6);
-          if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("Invalid \\uXXXX escape");
+          if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("a malformed \\u escape");
           out += String.fromCharCode(parseInt(hex, 16));
           i += 6;
-        } else fail("Invalid \\escape");
+        } else fail("an unknown escape");
       } else {
         out += text[i];
         i++;
@@ -185,7 +185,7 @@ export function parseJson(text: string): JsonValue {
   };
   const result = value();
   ws();
-  if (i !== text.length) fail("Extra data");
+  if (i !== text.length) fail("text after the value");
   return result;
 }
 
@@ -214,61 +214,6 @@ export function toPlain(value: unknown): unknown {
     return out;
   }
   return value;
-}
-
-/** A marker for numbers that Python holds as floats (written `30.0`, not `30`). */
-export class PyFloat {
-  constructor(readonly value: number) {}
-}
-
-/** A Python-style JSON string (json.dumps with ensure_ascii=True). */
-function dumpString(s: string): string {
-  let out = '"';
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    const ch = s[i]!;
-    if (ch === '"') out += '\\"';
-    else if (ch === "\\") out += "\\\\";
-    else if (ch === "\n") out += "\\n";
-    else if (ch === "\r") out += "\\r";
-    else if (ch === "\t") out += "\\t";
-    else if (ch === "\b") out += "\\b";
-    else if (ch === "\f") out += "\\f";
-    else if (c < 0x20 || c > 0x7e) out += `\\u${c.toString(16).padStart(4, "0")}`;
-    else out += ch;
-  }
-  return out + '"';
-}
-
-import { pyFloatRepr } from "./pyfmt.js";
-
-/**
- * `json.dumps(value, separators=(",", ":"), allow_nan=False)`: integers (`number` that is an
- * integer, or bigint) are written as integers, {@link PyFloat} as Python floats (`30.0`);
- * keys keep their insertion order.
- */
-export function dumpsCompact(value: unknown): string {
-  if (value === null || value === undefined) return "null";
-  if (value === true) return "true";
-  if (value === false) return "false";
-  if (typeof value === "bigint") return value.toString();
-  if (value instanceof PyFloat) {
-    if (!Number.isFinite(value.value)) throw new RangeError("Out of range float values are not JSON compliant");
-    return pyFloatRepr(value.value);
-  }
-  if (typeof value === "number") {
-    if (!Number.isFinite(value)) throw new RangeError("Out of range float values are not JSON compliant");
-    return Number.isInteger(value) && Math.abs(value) < 2 ** 53 ? value.toFixed(0) : pyFloatRepr(value);
-  }
-  if (typeof value === "string") return dumpString(value);
-  if (Array.isArray(value)) return `[${value.map(dumpsCompact).join(",")}]`;
-  if (typeof value === "object") {
-    const parts = Object.keys(value).map(
-      (k) => `${dumpString(k)}:${dumpsCompact((value as Record<string, unknown>)[k])}`,
-    );
-    return `{${parts.join(",")}}`;
-  }
-  throw new TypeError(`not JSON serializable: ${typeof value}`);
 }
 
 /**
