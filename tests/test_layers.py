@@ -77,3 +77,86 @@ def test_uvtrain_deploy_is_the_deployments_entry_point() -> None:
 
     entry = command_plugins()["deploy"]
     assert entry.value == "uvdeploy.cli:deploy_app"
+
+
+#: every package of the distribution, by import name
+PACKAGES = {
+    "uvsdk": ROOT / "sdk" / "uvsdk",
+    "uvtrain": ROOT / "trainer" / "uvtrain",
+    "uvexport": ROOT / "export" / "uvexport",
+    "uvdeploy": ROOT / "deploy" / "uvdeploy",
+}
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Each module of the distribution and the modules of it that it imports: statements
+    anywhere in it (functions' lazy imports too, since they run), ``from . import x`` read as the
+    submodule ``x`` when it is one; what only a type checker imports (``if TYPE_CHECKING:``) is
+    not an import."""
+    files: dict[str, tuple[Path, bool]] = {}
+    for top, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = [top, *path.relative_to(folder).with_suffix("").parts]
+            package = parts[-1] == "__init__"
+            files[".".join(parts[:-1] if package else parts)] = (path, package)
+    edges: dict[str, set[str]] = {name: set() for name in files}
+    for name, (path, package) in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                edges[name].update(alias.name for alias in node.names if alias.name in files)
+            elif isinstance(node, ast.ImportFrom):
+                here = name.split(".") if package else name.split(".")[:-1]
+                base = here[: len(here) - node.level + 1] if node.level else []
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    if sub in files or target in files:
+                        edges[name].add(sub if sub in files else target)
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in edges[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_circles_are_found() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert circles(edges) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """Issue 48: no import circle, lazy imports counted (a circle through a function's import
+    is a circle all the same: it only breaks later)."""
+    edges = module_imports()
+    assert len(edges) > 120 and "uvtrain.config.run" in edges["uvtrain.config"]
+    assert circles(edges) == []
