@@ -88,14 +88,5 @@ def celeba(
         width=width,
         channels=channels,
         licence=CELEBA_LICENCE,
-        selection=Selection(
-            max_identities,
-            max_per_identity,
-            min_per_identity,
-            unknown_fraction,
-            seed,
-            progress,
-            protocol,
-            stream_to,
-        ),
+        selection=Selection.of(locals()),
     )

@@ -93,15 +93,7 @@ def cifar100(
     FederatedDataset
         Images, uint8 ``[n, 32, 32, 3]``; identities are the fine label names.
     """
-    selection = Selection(
-        max_identities,
-        max_per_identity,
-        min_per_identity,
-        unknown_fraction,
-        seed,
-        progress,
-        protocol,
-    )
+    selection = Selection.of(locals())
     root = Path(root).expanduser()
     images, sources = cifar100_sources(root)
     spec = {"height": 32, "width": 32, "channels": 3}

@@ -3,7 +3,8 @@ assembling, and the constants the loaders share (:mod:`uvtrain.data.corpora`).""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -103,6 +104,14 @@ class Selection:
     progress: bool
     protocol: DataProtocol | None
     stream_to: Path | None = None
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> Selection:
+        """The selection a loader was called with: its arguments of these names (a loader
+        passes ``locals()`` before it binds any of them), ``stream_to`` ``None`` where it has
+        none."""
+        names = [field.name for field in dataclasses.fields(cls)]
+        return cls(**{name: arguments[name] for name in names if name in arguments})
 
     def __post_init__(self) -> None:
         if self.stream_to is not None:

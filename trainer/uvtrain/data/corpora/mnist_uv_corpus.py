@@ -145,15 +145,7 @@ def mnist_uv(
             _protocol_extra(root, protocol),
         )
     examples = {writer: list(range(min(map(len, d.values())))) for writer, d in writers.items()}
-    selection = Selection(
-        max_identities,
-        max_per_identity,
-        min_per_identity,
-        unknown_fraction,
-        seed,
-        progress,
-        protocol,
-    )
+    selection = Selection.of(locals())
     selected = select(examples, replace(selection, max_per_identity=None))  # cut once stacked
     samples = {}
     for position, writer in enumerate(selected):

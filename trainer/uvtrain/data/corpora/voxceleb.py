@@ -159,16 +159,7 @@ def voxceleb1(
         voxceleb1_sources(root),
         clip_seconds=clip_seconds,
         whole_seconds=whole_seconds,
-        selection=Selection(
-            max_identities,
-            max_per_identity,
-            min_per_identity,
-            unknown_fraction,
-            seed,
-            progress,
-            protocol,
-            stream_to,
-        ),
+        selection=Selection.of(locals()),
     )
 
 
@@ -230,15 +221,6 @@ def voxceleb2(
         voxceleb2_sources(root),
         clip_seconds=clip_seconds,
         whole_seconds=whole_seconds,
-        selection=Selection(
-            max_identities,
-            max_per_identity,
-            min_per_identity,
-            unknown_fraction,
-            seed,
-            progress,
-            protocol,
-            stream_to,
-        ),
+        selection=Selection.of(locals()),
         hint=hint,
     )
