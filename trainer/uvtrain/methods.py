@@ -21,7 +21,7 @@ from .validation import check_types
 NEGATIVE_LOSSES: tuple[str, ...] = ("max", "mean-relu")
 #: The softmax heads (``Softmax.softmax_head``): the paper's, then ours.
 SOFTMAX_HEADS: tuple[str, ...] = ("plain", "cosine")
-#: How the cross-silo trainer makes its parties (:func:`uvtrain.crosssilo.partition`).
+#: How the cross-silo trainer makes its parties (:func:`uvtrain.data.partition.partition`).
 PARTITIONS = ("auto", "dataset", "language", "random")
 #: Score normalisations of FedFace's FV (Sec. 3.2; compared in Sec. 4.4, Fig. 5): ``local``
 #: (eq. 8, the paper's default), ``moving`` (eqs. 9–11), ``none`` (the raw scores).
