@@ -71,7 +71,7 @@ class Federation:
     ) -> RoundResult:
         """Run the plan's round (:func:`uvtrain.rounds.run_round`) with the clients' ``local``
         training and the federation's aggregator (or ``aggregator``: the audit's SecAgg+), and
-        keep its result as the federation's state."""
+        keep its result as the federation's state once :meth:`accept` has not refused it."""
         result = run_round(
             self.algorithm,
             plan,
@@ -82,8 +82,13 @@ class Federation:
             self.postprocess,
             self.server_optimizer,
         )
+        self.accept(plan, result)
         self.params, self.shared, self.round = result.params, result.shared, plan.number
         return result
+
+    def accept(self, plan: RoundPlan, result: RoundResult) -> None:
+        """Refuse a round's result (raise) before the federation keeps it: the Flower server's
+        check that the model changed; nothing here."""
 
     def state_dict(self) -> dict[str, Any]:
         """The server's state to resume from (on the CPU): the round, the global model, the
