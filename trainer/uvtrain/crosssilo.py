@@ -534,7 +534,9 @@ def make_cross_silo(
         parties, validators = solo(parties, algorithm.solo_party), []
     elif config.method.parties > 1 and algorithm.fv and not validators:
         raise ConfigError("fv needs at least one validator (--validators)")
-    engine = replace(engine, fraction=1.0, sampling="random")  # every party, every round
+    # every party, every round: the schedule's sampling is refused for the setting
+    # (uvtrain.methods.SETTINGS), so nothing the run set is replaced here
+    engine = replace(engine, fraction=1.0, sampling="random")
     silo = CrossSilo(
         algorithm, backbone, parties, validators, engine, device, config.method.fv_folds
     )

@@ -205,15 +205,6 @@ def _cross_silo(
 ) -> Any:
     from .crosssilo import make_cross_silo
 
-    if config.data.random_crop:
-        raise ConfigError(
-            f"random_crop is a cross-device option; {config.method.name} is cross-silo"
-        )
-    if engine.aggregation != "weighted" or engine.local_epochs is not None:
-        raise ConfigError(
-            f"--aggregation and --local-epochs are cross-device options; {config.method.name} "
-            "is cross-silo (its parties synchronise every --local-steps K steps)"
-        )
     return make_cross_silo(config, dataset, backbone, engine, device)
 
 
@@ -244,31 +235,32 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
 
 def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     """Backbone, algorithm and trainer for a config, the trainer picked from :data:`TRAINERS`
-    by the setting the method declares."""
+    by the setting the method declares (whose options it cannot take are refused first:
+    :func:`uvtrain.methods.setting_refusal`)."""
+    from .methods import setting_refusal
+
+    defaults = RunConfig.from_flat({"method": config.method.name, "dataset": ""}).to_dict()
+    refusal = setting_refusal(config.method, config.to_dict(), defaults)
+    if refusal is not None:
+        raise ConfigError(refusal)
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     if config.data.augment and AUGMENT not in dataset.input.features:
         raise ConfigError(f"augment flips and rotates images; {dataset.name} is {dataset.modality}")
     engine = engine_config(config, _crop_samples(config, dataset), config.data.augment)
     kind = TRAINERS[config.method.setting]
-    if config.method.setting != "cross-device":  # cross-silo: refused when --dp is on
-        privacy_plan(config, 0)
     return kind.make(config, dataset, backbone, engine, pick_device(config.device))
 
 
 def privacy_plan(config: RunConfig, users: int) -> Any:
     """The run's DP mechanism for ``users`` clients (:func:`uvtrain.privacy.plan_privacy`: the
     noise for its budget over its rounds, at the sampling rate of its cohort), ``None`` when
-    off; a :class:`ConfigError` for a mechanism it cannot have."""
+    off; a :class:`ConfigError` for a mechanism it cannot have (a setting without user-level
+    DP is refused before: :func:`make_simulation`)."""
     from .privacy import plan_privacy
 
     settings = config.privacy
     if settings.dp == "off":
         return None
-    if config.method.setting != "cross-device":
-        raise ConfigError(
-            f"--dp is user-level privacy of cross-device training; {config.method.name} is "
-            f"{config.method.setting}"
-        )
     if config.schedule.sampling != "random":
         raise ConfigError(
             "--dp accounts for randomly sampled cohorts (amplification by sampling); "
