@@ -153,8 +153,10 @@ def engine_config(config: RunConfig, crop: int, augment: bool = False) -> Engine
 
 class Trainer(Protocol):
     """What a run asks of its trainer (:class:`~uvtrain.engine.Simulation`,
-    :class:`~uvtrain.crosssilo.CrossSilo`): rounds, checkpoints, outputs for scoring, and its
-    own report sections. Generic code uses only these, never the trainer's type."""
+    :class:`~uvtrain.crosssilo.CrossSilo`): to be the :class:`~uvtrain.fit.Federation` and the
+    local training :func:`uvtrain.fit.fit` runs, with its rounds' plans; checkpoints, outputs
+    for scoring, and its own report sections. Generic code uses only these, never the
+    trainer's type."""
 
     algorithm: Any
     round: int
@@ -164,7 +166,11 @@ class Trainer(Protocol):
     shared: dict[str, torch.Tensor]
     constants: dict[str, torch.Tensor]
 
-    def step(self) -> dict[str, Any]: ...
+    def plan(self, round_number: int) -> Any: ...
+
+    def advance(self, plan: Any, local: Any, aggregator: Any = None) -> Any: ...
+
+    def train(self, plan: Any, fused: Any) -> Any: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -217,7 +223,7 @@ def _cross_silo_summary(report: dict[str, Any]) -> list[str]:
 #: The trainer of each setting an algorithm declares (``algorithm.setting``): a
 #: :class:`~uvtrain.engine.Simulation` when a client is a person, a
 #: :class:`~uvtrain.crosssilo.CrossSilo` when it is an organisation. Both run their rounds with
-#: :func:`uvtrain.rounds.run_round` and offer the same methods to the run (``step``,
+#: :func:`uvtrain.fit.fit` and offer the same methods to the run (``plan``, ``advance``,
 #: ``state_dict``, ``outputs``, ``evaluation_dataset``, ``report_extra``, ``summary``).
 TRAINERS = {
     "cross-device": TrainerKind(_cross_device, Simulation.summary),
