@@ -55,6 +55,7 @@ from uvtrain.data.partition import partition
 from uvtrain.data.registry import load_dataset
 from uvtrain.engine import EngineConfig
 from uvtrain.evaluation.plots import new_figure
+from uvtrain.fit import Rounds, fit
 from uvtrain.io import save_figure
 from uvtrain.models import build_backbone
 
@@ -106,9 +107,8 @@ def train_one(
     torch.manual_seed(args.seed)
     backbone = build_backbone(args.backbone or dataset.input.default_backbone, dataset.spec)
     silo = CrossSilo(algorithm, backbone, parties, validators, config)
-    started, rows = time.perf_counter(), []
-    while silo.round < config.rounds:
-        rows.append(silo.step())
+    started = time.perf_counter()
+    rows = fit(silo, silo, Rounds(config.rounds, silo.plan)).metrics  # the trainer's one loop
     seconds = time.perf_counter() - started
     embeddings = silo.outputs(test.samples)
     scores = test.scores(embeddings)
