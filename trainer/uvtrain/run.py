@@ -241,14 +241,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
 
 def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     """Backbone, algorithm and trainer for a config, the trainer picked from :data:`TRAINERS`
-    by the setting the method declares (whose options it cannot take are refused first:
-    :func:`uvtrain.methods.setting_refusal`)."""
-    from .methods import setting_refusal
-
-    defaults = RunConfig.from_flat({"method": config.method.name, "dataset": ""}).to_dict()
-    refusal = setting_refusal(config.method, config.to_dict(), defaults)
-    if refusal is not None:
-        raise ConfigError(refusal)
+    by the setting the method declares (the options a setting cannot take were refused with
+    the config: :func:`uvtrain.methods.setting_refusal`)."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     if config.data.augment and AUGMENT not in dataset.input.features:
         raise ConfigError(f"augment flips and rotates images; {dataset.name} is {dataset.modality}")
@@ -261,7 +255,7 @@ def privacy_plan(config: RunConfig, users: int) -> Any:
     """The run's DP mechanism for ``users`` clients (:func:`uvtrain.privacy.plan_privacy`: the
     noise for its budget over its rounds, at the sampling rate of its cohort), ``None`` when
     off; a :class:`ConfigError` for a mechanism it cannot have (a setting without user-level
-    DP is refused before: :func:`make_simulation`)."""
+    DP is refused with the config: :data:`uvtrain.methods.SETTINGS`)."""
     from .privacy import plan_privacy
 
     settings = config.privacy
