@@ -22,7 +22,7 @@ momentum SGD like the centralised run, its party's batch, the same number of ste
 scored on the same held-out people. ``--no-solo`` skips them.
 
 **Several datasets** (``--dataset a,b,c``): one party per dataset, or P / 3 per dataset (the
-paper's 3 and 12 parties; :func:`uvtrain.crosssilo.partition`).
+paper's 3 and 12 parties; :func:`uvtrain.data.partition.partition`).
 
 **Schedule**: ``--lr-epochs 10,18,24`` multiplies the lr by ``--lr-gamma`` at the end of those of
 ``--epochs`` (26) equal parts of the run — the paper's "decays by 0.1 at the end of epoch 10, 18
@@ -50,10 +50,12 @@ import torch
 
 from uvtrain import evaluation as ev
 from uvtrain.algorithms.fedface import FedFace
-from uvtrain.crosssilo import CrossSilo, held_out_pairs, partition, solo, split_unknown
+from uvtrain.crosssilo import CrossSilo, held_out_pairs, solo, split_unknown
+from uvtrain.data.partition import partition
 from uvtrain.data.registry import load_dataset
 from uvtrain.engine import EngineConfig
 from uvtrain.evaluation.plots import new_figure
+from uvtrain.fit import Rounds, fit
 from uvtrain.io import save_figure
 from uvtrain.models import build_backbone
 
@@ -105,9 +107,8 @@ def train_one(
     torch.manual_seed(args.seed)
     backbone = build_backbone(args.backbone or dataset.input.default_backbone, dataset.spec)
     silo = CrossSilo(algorithm, backbone, parties, validators, config)
-    started, rows = time.perf_counter(), []
-    while silo.round < config.rounds:
-        rows.append(silo.step())
+    started = time.perf_counter()
+    rows = fit(silo, silo, Rounds(config.rounds, silo.plan)).metrics  # the trainer's one loop
     seconds = time.perf_counter() - started
     embeddings = silo.outputs(test.samples)
     scores = test.scores(embeddings)

@@ -7,14 +7,16 @@ What the server does, in order:
    random user ids, unique and never reused (``OUT/devices.json`` keeps every id ever given).
    When the method's devices hold a codeword (:attr:`FedAvg.device_secrets`: FedUV) it sends the
    BCH code (public); the device makes its codeword with the SDK;
-2. runs the rounds, each through :func:`uvtrain.rounds.run_round` as the simulator's: it samples
-   a cohort from ``(seed, round)`` as the simulator does; :meth:`FederatedServer.train` is the
-   round's local training — it sends the global weights and each device's view of the shared
-   state (:meth:`FedAvg.client_view`) and collects each device's update θ_k − θ, sample count,
-   loss and message; the aggregator is :class:`~uvtrain.rounds.WeightedMean` (the method's
-   ``aggregate`` hook; plain rounds) or :class:`FlowerSecAggPlus` (secure rounds: Flower's
-   SecAgg+ workflow unmasks only the cohort's weighted mean update, so it aggregates while the
-   devices train); then the method's ``server_update`` (FedHide's proxies, FedAwS's rows);
+2. runs the rounds with the simulator's loop, :func:`uvtrain.fit.fit` (the server is the
+   :class:`~uvtrain.fit.Federation`; its metrics log, checkpoints and round lines are callbacks),
+   each round :func:`uvtrain.rounds.run_round`: it samples a cohort from ``(seed, round)`` as the
+   simulator does (:meth:`FederatedServer.plan`); :meth:`FederatedServer.train` is the round's
+   local training — it sends the global weights and each device's view of the shared state
+   (:meth:`FedAvg.client_view`) and collects each device's update θ_k − θ, sample count, loss
+   and message; the aggregator is :class:`~uvtrain.rounds.WeightedMean` (plain rounds) or
+   :class:`~uvdeploy.rounds.FlowerSecAggPlus` (secure rounds: Flower's SecAgg+ workflow
+   unmasks only the cohort's weighted mean update, so it aggregates while the devices train);
+   then the method's ``server_update`` (FedHide's proxies, FedAwS's rows);
 3. stops with an error when a round's model did not change or a device failed — SecAgg+ halts
    silently when it cannot finish (too few shares, a device raising in a stage), and a run that
    "succeeds" without training is worse than one that stops;
@@ -27,35 +29,22 @@ registration, before round 1 (a run that cannot keep within its budget does not 
 devices run the mechanism's user half (clip and, distributed, noise), the aggregator is its
 server half, :class:`~uvtrain.privacy.PrivateSum`, over the sum SecAgg+ unmasks (secure rounds)
 or the re-clipped replies (plain), with :class:`~uvdeploy.dp.FlowerPrivacy` (instructions,
-ledger) beside it; a secure round finishes with
-the survivors when at least ``m_min`` remain, and each round's log line states the ε spent.
+ledger) beside it; a secure round finishes with the survivors when at least ``m_min`` remain,
+and each round's log line states the ε spent.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
-from flwr.common import (
-    Code,
-    FitIns,
-    Parameters,
-    ndarrays_to_parameters,
-    parameters_to_ndarrays,
-)
+from flwr.common import Code, FitIns, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.compat.common import recorddict_compat as compat
-from flwr.server.compat.grid_client_proxy import GridClientProxy
-from flwr.server.compat.legacy_context import LegacyContext
-from flwr.server.strategy import Strategy
-from flwr.server.workflow import SecAggPlusWorkflow
-from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
-from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid, ServerApp
 
 from uvtrain.algorithms.base import FedAvg, Tensors, overrides
@@ -63,6 +52,7 @@ from uvtrain.checkpoints import read_checkpoint
 from uvtrain.config import changed_settings
 from uvtrain.engine import split_parameters
 from uvtrain.errors import ConfigError, UvtrainError
+from uvtrain.fit import Checkpoint, Federation, MetricsLog, PrivacyLedger, Rounds, fit
 from uvtrain.io import (
     BUNDLE,
     CHECKPOINT,
@@ -71,22 +61,21 @@ from uvtrain.io import (
     REGISTRY,
     REPORT,
     STATUS,
-    atomic_write,
-    json_text,
     read_json,
-    trim_metrics,
     write_json,
 )
 from uvtrain.privacy import PrivateSum, mechanism_from_plan, secret_noise
-from uvtrain.progress import duration_text, eta_seconds
+from uvtrain.progress import duration_text
 from uvtrain.rounds import (
     Aggregator,
     ClientUpdates,
+    LocalTraining,
     RoundPlan,
+    RoundResult,
     WeightedMean,
     period_cohort,
     poisson_cohort,
-    run_round,
+    round_metrics,
     sample_cohort,
 )
 from uvtrain.server_optimizers import ServerOptimizer
@@ -102,14 +91,8 @@ from .dp import (
 )
 from .dp import plan as plan_privacy
 from .errors import DeploymentError
-from .settings import (
-    DeploySettings,
-    build_model,
-    message_spec,
-    pack,
-    to_arrays,
-    unpack,
-)
+from .rounds import FlowerSecAggPlus, Replies, RoundLines
+from .settings import DeploySettings, build_model, message_spec, pack, to_arrays, unpack
 
 #: Seconds the server waits for ``min_devices`` before it says how many are connected.
 WAIT_LINE_SECONDS = 10.0
@@ -125,80 +108,10 @@ NOT_EVALUATED = (
 MAX_DEVICE_SAMPLES = 10**9
 
 
-@dataclass
-class Replies:
-    """The devices' answers to a round's instructions, in the order they came: ``updates`` holds
-    each device's θ_k − θ (plain rounds; under SecAgg+ the server never sees one)."""
-
-    node_ids: list[int] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)
-    metrics: list[dict[str, Any]] = field(default_factory=list)
-    updates: list[list[np.ndarray]] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-
-
-@dataclass
-class FlowerSecAggPlus(Aggregator):
-    """Flower's SecAgg+ workflow as a round's aggregator. The devices mask their updates θ_k − θ
-    and the server unmasks only the cohort's sample-weighted mean, so the aggregation happens
-    while the devices train: :meth:`collect` runs it from the round's local training (run_round's
-    fused path), and the aggregator hands on the new parameters. Per-client updates never exist
-    on the server, so a secure round cannot aggregate them (nor postprocess them)."""
-
-    grid: Any
-    context: Any
-    num_shares: float
-    reconstruction_threshold: float
-    timeout: float  # for each of the workflow's four stages
-
-    def fusable(self) -> bool:
-        return True
-
-    def __call__(
-        self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
-    ) -> tuple[Tensors, dict[str, Any]]:
-        if updates.aggregate is None:
-            raise DeploymentError(
-                "SecAgg+ aggregates while the devices train: a secure round has no per-client "
-                "updates to aggregate or postprocess"
-            )
-        return updates.aggregate, {}
-
-    def collect(
-        self,
-        instructions: list[tuple[int, FitIns]],
-        round_number: int,
-        max_weight: float,
-        clipping_range: float = 8.0,
-    ) -> tuple[Replies, list[np.ndarray] | None]:
-        """Run the workflow for one round: the devices' replies (counts, losses, messages) and
-        the unmasked weighted mean update (``None`` when the workflow did not complete);
-        ``clipping_range``: SecAgg+'s per-entry quantization range."""
-        replies = Replies()
-        strategy = CohortStrategy(instructions, self.grid, self.context.run_id, replies)
-        legacy = LegacyContext(self.context, strategy=strategy)
-        legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
-            {WorkflowKey.CURRENT_ROUND: round_number}
-        )
-        legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
-            instructions[0][1].parameters, True
-        )
-        shares, threshold = self.num_shares, self.reconstruction_threshold
-        workflow = SecAggPlusWorkflow(
-            num_shares=int(shares) if shares > 1 else float(shares),
-            reconstruction_threshold=int(threshold) if threshold > 1 else float(threshold),
-            max_weight=max_weight,
-            clipping_range=clipping_range,
-            timeout=self.timeout,
-        )
-        workflow(self.grid, legacy)
-        if strategy.aggregated is None:
-            return replies, None
-        return replies, parameters_to_ndarrays(strategy.aggregated)
-
-
-class FederatedServer:
-    """One Flower run of one method (see the module's docstring)."""
+class FederatedServer(Federation):
+    """One Flower run of one method (see the module's docstring): the run's
+    :class:`~uvtrain.fit.Federation`, its rounds' local training (the devices) and their
+    schedule (:meth:`plan`), run by :func:`uvtrain.fit.fit`."""
 
     def __init__(self, settings: DeploySettings, grid: Any, context: Any, echo: Any = print):
         self.settings, self.grid, self.context, self.echo = settings, grid, context, echo
@@ -228,6 +141,8 @@ class FederatedServer:
         self.dp: FlowerPrivacy | None = None  # planned after registration (run)
         #: how the aggregate is applied to the global model, as in the simulator
         self.server_optimizer = ServerOptimizer.from_schedule(self.config.schedule)
+        self.postprocess = []  # the devices clip (and noise) their own updates
+        self.round = 0
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -580,72 +495,73 @@ class FederatedServer:
         if adaptive:
             updates.clip_bits = torch.tensor(bits, dtype=torch.float64)
 
-    def round(self, round_number: int, nodes: list[int]) -> dict[str, Any]:
-        """One round (:func:`uvtrain.rounds.run_round`), then the check that the model changed
-        and stayed finite: a round that "succeeds" without training stops the run."""
-        cohort = self.cohort(round_number, nodes)
-        if self.dp is not None and not can_release(self.settings, self.dp.survivors, len(cohort)):
-            return self._skip(round_number, len(cohort))
-        plan = RoundPlan(
-            round_number,
-            np.array([self.rows[node] for node in cohort]),
-            self.config.schedule.learning_rate(round_number),
-        )
-        result = run_round(
-            self.algorithm,
-            plan,
-            self.params,
-            self.shared,
-            self,
-            self.aggregator,
-            server_optimizer=self.server_optimizer,
-        )
+    def plan(self, round_number: int) -> RoundPlan:
+        """Round ``round_number``'s devices (:meth:`cohort` of the registered ones) as their
+        rows, and its learning rate."""
+        cohort = self.cohort(round_number, sorted(self.rows))
+        rows = np.array([self.rows[node] for node in cohort], dtype=np.int64)
+        return RoundPlan(round_number, rows, self.config.schedule.learning_rate(round_number))
+
+    def advance(
+        self, plan: RoundPlan, local: LocalTraining, aggregator: Aggregator | None = None
+    ) -> RoundResult:
+        """One round (:meth:`Federation.advance`); a DP round whose cohort is too small to
+        release a sum of ``m_min`` is skipped (:meth:`_skip`)."""
+        survivors = None if self.dp is None else self.dp.survivors
+        if survivors is not None and not can_release(self.settings, survivors, len(plan.clients)):
+            return self._skip(plan)
+        return super().advance(plan, local, aggregator)
+
+    def accept(self, plan: RoundPlan, result: RoundResult) -> None:
+        """The check that the model changed and stayed finite: a round that "succeeds" without
+        training stops the run (the federation keeps its state)."""
         change = [(result.params[k] - v).abs() for k, v in self.params.items()]
         if not all(bool(torch.isfinite(c).all()) for c in change):
-            raise DeploymentError(f"round {round_number}: the aggregated update is not finite")
+            raise DeploymentError(f"round {plan.number}: the aggregated update is not finite")
         largest = max(float(c.max()) for c in change)
         if largest == 0.0:
-            raise DeploymentError(f"round {round_number}: the model did not change: stopped")
-        self.params, self.shared = result.params, result.shared
-        return {**result.metrics, "secure": self.secure, "update_max_abs": largest}
+            raise DeploymentError(f"round {plan.number}: the model did not change: stopped")
+        result.metrics.update(secure=self.secure, update_max_abs=largest)
 
-    def _skip(self, round_number: int, sampled: int) -> dict[str, Any]:
-        """A DP round whose Poisson-sampled cohort is too small to release a sum of ``m_min``:
-        nothing is sent or released, the model stays, and the round still counts in ε."""
+    def _skip(self, plan: RoundPlan) -> RoundResult:
+        """A DP round too small to release anything: nothing is sent or released, the model
+        stays, and the round still counts in ε."""
         assert self.dp is not None
+        number, sampled = plan.number, len(plan.clients)
         self.echo(
-            f"round {round_number}: {sampled} device(s) sampled, fewer than the "
+            f"round {number}: {sampled} device(s) sampled, fewer than the "
             f"{self.dp.survivors} a release needs: nothing released (the round counts in ε)"
         )
-        return {
-            "round": round_number,
-            "loss": float("nan"),
-            "lr": self.config.schedule.learning_rate(round_number),
-            "clients": 0,
-            "sampled": sampled,
-            "skipped": True,
-            "seconds": 0.0,
-            "survivors": 0,
-            "clip_norm": self.dp.clip_norm,
-            "epsilon": self.dp.plan.spent_release(round_number),
-            "epsilon_server": self.dp.plan.spent_server(round_number),
-            "secure": self.secure,
-            "update_max_abs": 0.0,
-        }
+        metrics = round_metrics(
+            plan,
+            float("nan"),
+            0.0,
+            {
+                "clients": 0,
+                "sampled": sampled,
+                "skipped": True,
+                "survivors": 0,
+                "clip_norm": self.dp.clip_norm,
+                "epsilon": self.dp.plan.spent_release(number),
+                "epsilon_server": self.dp.plan.spent_server(number),
+                "secure": self.secure,
+                "update_max_abs": 0.0,
+            },
+        )
+        self.round = number
+        nobody = torch.zeros(0, dtype=torch.long)
+        updates = ClientUpdates(nobody, torch.zeros(0), torch.zeros(0, 1))
+        return RoundResult(self.params, self.shared, updates, metrics)
 
     # -- state -------------------------------------------------------------------------------
 
-    def _save(self, round_number: int) -> None:
-        state = {
-            "round": round_number,
-            "params": {k: v.cpu() for k, v in self.params.items()},
-            "shared": {k: v.cpu() for k, v in self.shared.items()},
-            "roster": list(self.roster),
-            "server_optimizer": self.server_optimizer.state_dict(),
-        }
+    def state_dict(self) -> dict[str, Any]:
+        """The federation's state (:meth:`Federation.state_dict`), the run's roster of user ids
+        and, under DP, the mechanism's and the ledger's."""
+        state = {**super().state_dict(), "roster": list(self.roster)}
         if self.dp is not None:
             state["privacy"] = self.dp.state_dict()
-        atomic_write(self.folder / CHECKPOINT, lambda file: torch.save(state, file))
+        return state
 
     def _resume(self) -> tuple[int, list[int] | None, dict[str, Any] | None]:
         config = self.settings.to_dict()
@@ -732,47 +648,22 @@ class FederatedServer:
         #: what a device's message can be: every reply is bounded by it (_read_replies)
         self.message_spec = message_spec(self.algorithm, self.shared, dim)
         if state is not None:
-            self.params = dict(state["params"])
-            self.shared = dict(state["shared"])
-            self.server_optimizer.load_state_dict(state.get("server_optimizer"))
-            trim_metrics(self.folder / METRICS, start_round)
+            self.load_state_dict(state)
             self.echo(f"resumed at round {start_round}")
         self._plan_privacy(state)
         mode = "SecAgg+" if self.secure else "plain FedAvg"
-        self.echo(f"{self.config.method.name}: {self.config.schedule.rounds} rounds, {mode}")
-        started = time.perf_counter()
         rounds = self.config.schedule.rounds
-
-        def eta(done: int) -> float | None:  # at the rate of this session's rounds
-            return eta_seconds(done, rounds, start_round, time.perf_counter() - started)
-
-        updates = 0
-        nodes = sorted(self.rows)
-        with open(self.folder / METRICS, "a") as log:
-            for round_number in range(start_round + 1, self.config.schedule.rounds + 1):
-                metrics = self.round(round_number, nodes)
-                updates += metrics["clients"]
-                log.write(json_text(metrics) + "\n")
-                log.flush()
-                # a DP run keeps every round: a round resumed twice would be released twice
-                if self.dp is not None or round_number % self.config.checkpoint_every == 0:
-                    self._save(round_number)
-                spent = ""
-                if self.dp is not None:
-                    plan = self.dp.plan
-                    spent = f", ε spent {metrics['epsilon']:.3g} of {plan.epsilon_release:.3g} "
-                    if plan.capped:  # nothing amplified: the one ε is the server's too
-                        central = plan.mechanism == "central"
-                        spent += "(the server trusted)" if central else "(the server's too)"
-                    else:
-                        spent += (
-                            f"(against the server {metrics['epsilon_server']:.3g} of "
-                            f"{plan.epsilon_server:.3g})"
-                        )
-                self.echo(round_line(metrics, rounds, spent, eta(round_number)))
-        self._save(self.config.schedule.rounds)
-        seconds = time.perf_counter() - started
-        rounds_done = self.config.schedule.rounds - start_round
+        self.echo(f"{self.config.method.name}: {rounds} rounds, {mode}")
+        ledger = None if self.dp is None else PrivacyLedger(self.dp.plan)
+        # a DP run keeps every round: a round resumed twice would be released twice
+        every = 1 if self.dp is not None else self.config.checkpoint_every
+        callbacks = [
+            MetricsLog(self.folder / METRICS),
+            Checkpoint(self.folder / CHECKPOINT, self.state_dict, every),
+            RoundLines(self.echo, rounds, ledger),
+        ]
+        done = fit(self, self, Rounds(rounds, self.plan), callbacks)
+        seconds, rounds_done = done.seconds, done.last - done.first
         enrolled = self.finish(model) if self.settings.export else {}
         report = {
             "method": self.config.method.name,
@@ -784,9 +675,8 @@ class FederatedServer:
             "leakage": None,
             "privacy": self._privacy_report(),
             "throughput": {
-                "client_updates_per_s": updates / seconds if updates else None,
+                **done.throughput("flower"),
                 "rounds_per_s": rounds_done / seconds if rounds_done else None,
-                "device": "flower",
             },
             "deployment": {
                 "devices": len(self.rows),
@@ -860,62 +750,6 @@ class FederatedServer:
 
 def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-class CohortStrategy(Strategy):
-    """The legacy Strategy SecAgg+'s workflow drives: it hands out the round's instructions and
-    keeps the aggregate the workflow computed (the cohort's weighted mean update)."""
-
-    def __init__(
-        self, instructions: list[tuple[int, FitIns]], grid: Grid, run_id: int, replies: Replies
-    ) -> None:
-        self.instructions = instructions
-        self.proxies = {node: GridClientProxy(node, grid, run_id) for node, _ in instructions}
-        self.replies = replies
-        self.aggregated: Parameters | None = None
-
-    def initialize_parameters(self, client_manager: Any) -> None:
-        return None
-
-    def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list:
-        return [(self.proxies[node], fitins) for node, fitins in self.instructions]
-
-    def aggregate_fit(self, server_round: int, results: list, failures: list) -> tuple:
-        for proxy, fitres in results:
-            self.replies.node_ids.append(int(proxy.node_id))
-            self.replies.counts.append(int(fitres.num_examples))
-            self.replies.metrics.append(dict(fitres.metrics))
-        self.replies.failures.extend(str(failure) for failure in failures)
-        if results:  # the workflow put the unmasked mean into every result
-            self.aggregated = results[0][1].parameters
-        return self.aggregated, {}
-
-    def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list:
-        return []
-
-    def aggregate_evaluate(self, server_round: int, results: list, failures: list) -> tuple:
-        return None, {}
-
-    def evaluate(self, server_round: int, parameters: Any) -> None:
-        return None
-
-
-def round_line(metrics: dict[str, Any], rounds: int, spent: str, eta: float | None) -> str:
-    """A round's line: its loss and devices, or that it was skipped (too few devices sampled
-    to release anything; issue 47: it read ``loss nan, 0 devices``), its time and the ETA of the
-    run (:func:`uvtrain.progress.eta_seconds`)."""
-    head = f"round {metrics['round']}/{rounds}: "
-    if metrics.get("skipped"):
-        head += (
-            f"skipped, {metrics['sampled']} device(s) sampled, too few to release a sum "
-            "(the model unchanged)"
-        )
-    else:
-        head += (
-            f"loss {metrics['loss']:.4f}, {metrics['clients']} devices, {metrics['seconds']:.1f} s"
-        )
-    left = f", ETA {duration_text(eta)}" if eta is not None and metrics["round"] < rounds else ""
-    return f"{head}{left}{spent}"
 
 
 def _echo(line: str) -> None:

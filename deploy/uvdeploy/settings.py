@@ -108,11 +108,6 @@ class DeploySettings:
                 "server would see each device's noisy update alone, which carries only a share "
                 "of the noise"
             )
-        if self.run.method.setting != "cross-device":
-            raise ConfigError(
-                f"dp is user-level privacy of cross-device training; {self.run.method.name} is "
-                f"{self.run.method.setting}"
-            )
         if overrides(self.run.method, "aggregate"):
             raise ConfigError(
                 f"dp weighs every device the same: {self.run.method.name}'s own aggregation "

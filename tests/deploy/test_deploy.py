@@ -350,7 +350,7 @@ def _server(values: dict, samples: dict[int, int]):
 
 
 def _replies(server, deltas: list[dict], messages: list[dict]):
-    from uvdeploy.server import Replies
+    from uvdeploy.rounds import Replies
 
     replies = Replies()
     for node, delta, message in zip((13, 11, 12), deltas, messages, strict=True):
@@ -372,7 +372,7 @@ def test_a_plain_flower_round_is_run_round_with_the_devices_as_local_training() 
     server._send = lambda instructions, number: (
         sent.append(instructions) or _replies(server, deltas, proxies)
     )
-    metrics = server.round(1, [11, 12, 13])
+    metrics = server.advance(server.plan(1), server).metrics
     assert [node for node, _ in sent[0]] == [11, 12, 13]
     weights = torch.tensor([2.0, 4.0, 6.0]) / 12  # nodes 13, 11, 12 as they replied
     for name, value in before.items():
@@ -409,12 +409,11 @@ def test_a_flower_round_applies_the_server_optimizer_and_checkpoints_its_state(
         steps.append({k: sum(d[k] for d in deltas) / 3 for k in server.params})
         server._send = lambda instructions, n, deltas=deltas: _replies(server, deltas, proxies)
         before = dict(server.params)
-        server.round(number, [11, 12, 13])
+        server.advance(server.plan(number), server)
     for name, value in before.items():
         expected = value + 0.5 * (0.8 * steps[0][name] + steps[1][name])
         torch.testing.assert_close(server.params[name], expected)
-    server._save(2)
-    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["server_optimizer"]
+    saved = server.state_dict()["server_optimizer"]  # what the Checkpoint callback writes
     assert saved["kind"] == "momentum"
     for name in before:
         torch.testing.assert_close(
@@ -430,18 +429,18 @@ def test_a_flower_round_stops_when_the_model_does_not_change_or_is_not_finite() 
     zeros = [{k: torch.zeros_like(v) for k, v in server.params.items()} for _ in range(3)]
     server._send = lambda instructions, number: _replies(server, zeros, proxies)
     with pytest.raises(DeploymentError, match="round 1: the model did not change"):
-        server.round(1, [11, 12, 13])
+        server.advance(server.plan(1), server)
     nans = [{k: torch.full_like(v, float("nan")) for k, v in server.params.items()}] * 3
     server._send = lambda instructions, number: _replies(server, nans, proxies)
     with pytest.raises(DeploymentError, match="round 1: the aggregated update is not finite"):
-        server.round(1, [11, 12, 13])
+        server.advance(server.plan(1), server)
 
 
 def test_a_secure_flower_round_is_fused_with_secaggs_workflow() -> None:
     """Under SecAgg+ the workflow is the fused aggregator: the round takes the unmasked mean;
     a secure round without it (e.g. with per-client postprocessing) cannot run."""
     from uvdeploy.errors import DeploymentError
-    from uvdeploy.server import FlowerSecAggPlus
+    from uvdeploy.rounds import FlowerSecAggPlus
     from uvtrain.rounds import RoundPlan, run_round
 
     server = _server({"method": "fedhide", "secagg": "on", "dp": "off"}, {11: 4, 12: 6, 13: 2})
@@ -457,7 +456,7 @@ def test_a_secure_flower_round_is_fused_with_secaggs_workflow() -> None:
         return replies, [mean[name].numpy() for name in sorted(mean)]
 
     server.aggregator.collect = collect
-    metrics = server.round(1, [11, 12, 13])
+    metrics = server.advance(server.plan(1), server).metrics
     assert calls == [pytest.approx(6 * 1.01)] and metrics["secure"] is True
     for name, value in before.items():
         torch.testing.assert_close(server.params[name], value + mean[name])
@@ -504,7 +503,7 @@ def test_a_central_dp_round_sums_the_clipped_updates_and_adds_the_servers_noise(
     server._send = lambda instructions, number: (
         sent.append(instructions) or _replies(server, deltas, proxies)
     )
-    metrics = server.round(1, [11, 12, 13])
+    metrics = server.advance(server.plan(1), server).metrics
     config = sent[0][0][1].config
     assert config["dp"] == "central" and config["dp_clip_norm"] == 0.5 and config["dp_noise"] == 0
     assert (
@@ -524,7 +523,7 @@ def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_
     survivors moves the model by their mean (the noise is in it); fewer are refused; adaptive
     clipping reads the noisy count from the last array."""
     from uvdeploy.errors import DeploymentError
-    from uvdeploy.server import FlowerSecAggPlus
+    from uvdeploy.rounds import FlowerSecAggPlus
 
     values = {"method": "fedhide", "dp": "distributed", "min_cohort": 2, "out": str(tmp_path)}
     values.update(clip_norm=0.5, adaptive_clipping=True, clip_count_std=10.0)
@@ -548,7 +547,7 @@ def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_
         return replies, [mean[k].numpy() for k in sorted(mean)] + [np.array([0.25])]
 
     secagg.collect = collect
-    metrics = server.round(1, [11, 12, 13])
+    metrics = server.advance(server.plan(1), server).metrics
     config, max_weight, clipping_range = calls[0]
     assert config["dp"] == "distributed" and config["dp_survivors"] == 2
     assert config["dp_noise"] == pytest.approx(server.dp.plan.update_noise)
@@ -560,7 +559,7 @@ def test_a_secure_dp_round_finishes_with_enough_survivors_and_refuses_fewer(tmp_
     assert server.dp.clip_norm == pytest.approx(0.5 * np.exp(-0.2 * (0.5 / 3 + 0.5 - 0.5)))
     server.dp.survivors = 3  # a sum of fewer than m_min devices is never released
     with pytest.raises(DeploymentError, match="round 2: 1 of 3 device"):
-        server.round(2, [11, 12, 13])
+        server.advance(server.plan(2), server)
 
 
 @pytest.mark.parametrize("mechanism", ["central", "distributed"])
@@ -576,7 +575,8 @@ def test_one_mechanism_releases_the_same_in_the_simulator_the_audit_and_flower(
     from types import SimpleNamespace
 
     from uvdeploy.dp import FlowerPrivacy, private_update
-    from uvdeploy.server import FederatedServer, Replies
+    from uvdeploy.rounds import Replies
+    from uvdeploy.server import FederatedServer
     from uvtrain.audit import SecAggModel, SecAggPlus
     from uvtrain.config import Privacy
     from uvtrain.privacy import (
@@ -703,7 +703,7 @@ def test_a_device_builds_the_model_without_the_servers_pretrained_file(tmp_path:
 def test_a_round_line_says_skipped_rounds_and_the_eta() -> None:
     """Issue 47: a round with too few devices sampled read ``loss nan, 0 devices``, and no round
     line gave an ETA."""
-    from uvdeploy.server import round_line
+    from uvdeploy.rounds import round_line
 
     trained = {"round": 2, "loss": 0.43217, "clients": 3, "seconds": 48.24}
     assert round_line(trained, 5, "", 150.0) == (

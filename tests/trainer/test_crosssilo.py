@@ -13,8 +13,9 @@ from torch import nn
 
 from uvtrain.algorithms.fedface import ArcFace, FedFace, head_loss
 from uvtrain.config import ConfigError, RunConfig
-from uvtrain.crosssilo import CrossSilo, Party, partition, split_unknown
+from uvtrain.crosssilo import CrossSilo, split_unknown
 from uvtrain.data.base import ClientData, FederatedDataset
+from uvtrain.data.partition import Party, partition
 from uvtrain.engine import EngineConfig
 
 # -- Partially Federated Momentum ------------------------------------------------------------------
@@ -54,7 +55,7 @@ def test_pfm_with_k1_and_equal_weights_is_centralised_momentum_sgd() -> None:
     algorithm = FedFace(margin_loss="cosface", pfm=True, fv=False, weight_decay=0.0)
     config = EngineConfig(rounds=4, local_steps=1, batch_size=4, lr=0.05, lr_decay=0.0)
     silo = CrossSilo(algorithm, _Tiny(), _parties(2), [], config)
-    assert silo.weights.tolist() == [0.5, 0.5]
+    assert silo.aggregator.weights.tolist() == [0.5, 0.5]
     backbone = {k: nn.Parameter(v.clone()) for k, v in silo.params.items()}
     heads = [nn.Parameter(h.clone()) for h in silo.heads]
     optimiser = torch.optim.SGD(
@@ -338,10 +339,10 @@ def test_a_small_cross_silo_run_learns_and_exports(voices, tmp_path) -> None:
     from uvsdk import Verifier
     from uvtrain.run import train
 
-    start = train(_config(voices, rounds=0), tmp_path / "start", progress=False)
-    run = train(_config(voices), tmp_path / "run", progress=False)
-    before = json.loads((start / "report.json").read_text())
-    report = json.loads((run / "report.json").read_text())
+    start, run = tmp_path / "start", tmp_path / "run"
+    before = train(_config(voices, rounds=0), start, progress=False)
+    report = train(_config(voices), run, progress=False)
+    assert report == json.loads((run / "report.json").read_text())  # the report it wrote
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["loss"] < 0.7 * lines[0]["loss"]
     section = report["fedface"]

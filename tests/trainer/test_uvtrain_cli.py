@@ -501,16 +501,16 @@ def _diverge(monkeypatch: pytest.MonkeyPatch, where: str, round_number: int) -> 
     from uvtrain.engine import Simulation
 
     if where == "model":
-        step = Simulation.step
+        advance = Simulation.advance  # the round uvtrain.fit.fit runs
 
-        def diverging_step(self):
-            metrics = step(self)
+        def diverging_advance(self, plan, local, aggregator=None):
+            result = advance(self, plan, local, aggregator)
             if self.round == round_number:
                 name = sorted(self.params)[0]
                 self.params[name] = self.params[name] * float("inf")
-            return metrics
+            return result
 
-        monkeypatch.setattr(Simulation, "step", diverging_step)
+        monkeypatch.setattr(Simulation, "advance", diverging_advance)
     else:
         loss = FedUV.loss
         train = Simulation.train
@@ -574,10 +574,10 @@ def test_a_run_that_fails_removes_only_the_folder_it_made(
     from uvtrain.engine import Simulation
     from uvtrain.errors import TrainingError
 
-    def failing_step(self):
+    def failing_advance(self, plan, local, aggregator=None):  # the round uvtrain.fit.fit runs
         raise TrainingError("a failure in round 1")
 
-    monkeypatch.setattr(Simulation, "step", failing_step)
+    monkeypatch.setattr(Simulation, "advance", failing_advance)
     diverging = ["--method", "feduv", *TINY, "--rounds", "3"]
     made = tmp_path / "new" / "run"
     line = one_error_line(uvtrain("run", *diverging, "--out", made))

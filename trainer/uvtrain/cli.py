@@ -419,10 +419,8 @@ def run(
     from .config import RunConfig
     from .run import train
 
-    folder = train(RunConfig.from_flat(settings.to_dict()), out)  # the method's algorithm
-    from .io import REPORT, read_json
-
-    _print_report(read_json(folder / REPORT), folder)
+    report = train(RunConfig.from_flat(settings.to_dict()), out)  # the method's algorithm
+    _print_report(report, Path(out))
 
 
 @app.command("presets")

@@ -6,10 +6,9 @@ classifier head over its own identities with a margin loss (ArcFace, CosFace), a
 backbone is aggregated, with the weighting ``w`` (the parties' sample shares, moved by Federated
 Validation). The maths is in :mod:`uvtrain.algorithms.fedface`; this module runs it.
 
-* **Parties** (:func:`partition`) are built from a dataset's known identities: for
-  ``synth-voices`` by language — whole language families (``gmw``, ``roa``, ``zlw``, ...) when
-  there are at least two per party, else whole languages, so the parties differ the way
-  organisations in different countries do; otherwise (faces) a seeded random split.
+* **Parties** (:func:`uvtrain.data.partition.partition`) are built from a dataset's known
+  identities: by language for ``synth-voices``, by dataset for several, else a seeded random
+  split.
 * **Validators** (:func:`split_unknown`) hold private verification sets made of the dataset's
   unknown identities: half of those people go to the V validators, the other half is the held-out
   test set the run is scored on (a model is never scored on the people its weighting was chosen
@@ -23,12 +22,17 @@ Validation). The maths is in :mod:`uvtrain.algorithms.fedface`; this module runs
   federation — the same trainer with that one party (:func:`solo`).
 
 Every party trains every round (cross-silo: no sampling). Everything random derives from
-``(seed, round, party)``, so a run resumed from its checkpoint continues exactly.
+``(seed, round, party)``, so a run resumed from its checkpoint continues exactly. The rounds run
+in :func:`uvtrain.fit.fit`, the one loop of every setting: :class:`CrossSilo` is the
+:class:`~uvtrain.fit.Federation` and the parties' local training, :class:`FederatedValidation`
+its aggregator, which owns the weighting ``w`` and returns it in its metrics.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import functools
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,34 +51,34 @@ from .algorithms.fedface import (
 from .batches import draw_batches, random_windows
 from .config import ConfigError
 from .data.base import ClientData, FederatedDataset
+from .data.partition import Party, partition
 from .engine import (
     EngineConfig,
     GlobalModel,
     Tensors,
     TrainingError,
-    check_finite,
     check_schedule,
+    model_outputs,
     split_parameters,
 )
+from .evaluation.plots import plot_weights
+from .fit import Federation
 from .io import METRICS, WEIGHTS
-from .rounds import Aggregator, ClientUpdates, RoundPlan, UpdateStep, run_round
+from .rounds import (
+    Aggregator,
+    ClientUpdates,
+    LocalTraining,
+    RoundPlan,
+    RoundResult,
+    UpdateStep,
+    check_finite,
+)
 
 #: Genuine pairs per identity in a verification set, at most (impostor pairs: as many in total).
 MAX_PAIRS_PER_IDENTITY = 45
 #: Samples per identity a validator scores candidates on (15 genuine pairs each): the FV step
 #: embeds every validator's samples once per candidate, every round.
 VALIDATOR_SAMPLES = 6
-
-
-@dataclass(frozen=True)
-class Party:
-    """One organisation's training data: its identities' samples with labels ``0 .. C_p − 1``."""
-
-    name: str
-    identities: tuple[str, ...]
-    groups: tuple[str, ...]
-    samples: np.ndarray
-    labels: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -95,102 +99,6 @@ class VerificationSet:
     def accuracy(self, embeddings: np.ndarray, folds: int) -> float:
         """Accuracy at the best threshold over ``folds`` (the FV score; the test metric)."""
         return best_threshold_accuracy(self.scores(embeddings), self.same, folds)
-
-
-def _languages(dataset: FederatedDataset) -> dict[str, str] | None:
-    speakers = dataset.extra.get("speakers")
-    if not isinstance(speakers, dict):
-        return None
-    found = {name: info.get("language") for name, info in speakers.items()}
-    return found if all(isinstance(v, str) for v in found.values()) else None
-
-
-def partition(
-    dataset: FederatedDataset, parties: int, how: str = "auto", seed: int = 0
-) -> list[Party]:
-    """Split the known identities into ``parties`` parties (see the module docstring).
-
-    ``how``: ``dataset`` (several datasets, :func:`uvtrain.data.base.combine`), ``language``
-    (synth-voices), ``random``, or ``auto`` (one party: everyone; else dataset when there are
-    several, else language when the dataset records its speakers' languages, else random)."""
-    clients = dataset.clients
-    if parties < 1 or parties > len(clients):
-        raise ConfigError(f"parties: {parties} for {len(clients)} identities")
-    languages = _languages(dataset)
-    sources = dataset.extra.get("sources")
-    if how == "auto" and parties == 1:  # the centralised baseline pools whatever there is
-        how = "random"
-    elif how == "auto":
-        how = "dataset" if sources else "language" if languages else "random"
-    if how == "dataset":
-        members, groups = _by_dataset(dataset, parties, seed)
-    elif how == "language":
-        if languages is None:
-            raise ConfigError(f"partition 'language': {dataset.name} records no languages")
-        families = {name: language.split("/")[0] for name, language in languages.items()}
-        unit_of = families if len(set(families.values())) >= 2 * parties else languages
-        units: dict[str, list[int]] = {}
-        for index, client in enumerate(clients):
-            units.setdefault(unit_of[client.identity], []).append(index)
-        if len(units) < parties:
-            raise ConfigError(f"parties: {parties} but only {len(units)} languages")
-        members: list[list[int]] = [[] for _ in range(parties)]
-        groups: list[list[str]] = [[] for _ in range(parties)]
-        # largest unit first, to the party with the fewest identities so far (lowest index on ties)
-        for unit in sorted(units, key=lambda name: (-len(units[name]), name)):
-            target = min(range(parties), key=lambda p: (len(members[p]), p))
-            members[target].extend(units[unit])
-            groups[target].append(unit)
-    elif how == "random":
-        order = np.random.default_rng([seed, 5]).permutation(len(clients))
-        members = [sorted(part.tolist()) for part in np.array_split(order, parties)]
-        groups = [[] for _ in range(parties)]
-    else:
-        raise ConfigError(f"partition must be auto, dataset, language or random, not {how!r}")
-    result = []
-    for number, (indices, names) in enumerate(zip(members, groups, strict=True)):
-        indices = sorted(indices)
-        chosen = [clients[i] for i in indices]
-        samples = np.concatenate([client.train for client in chosen])
-        labels = np.concatenate([np.full(len(c.train), i) for i, c in enumerate(chosen)])
-        result.append(
-            Party(
-                f"party{number + 1}",
-                tuple(c.identity for c in chosen),
-                tuple(sorted(names)),
-                samples,
-                labels,
-            )
-        )
-    return result
-
-
-def _by_dataset(
-    dataset: FederatedDataset, parties: int, seed: int
-) -> tuple[list[list[int]], list[list[str]]]:
-    """The parties of several datasets: ``parties`` a multiple m of the datasets, each dataset's
-    identities split evenly into m seeded random parts (the paper's 12 parties: "each of the 3
-    training datasets is evenly split into 4 parts", labelled ``-A`` .. ``-D`` as in its Fig. 6);
-    m = 1: a party per dataset."""
-    sources, names = dataset.extra.get("sources"), dataset.extra.get("datasets")
-    if not sources or not names:
-        raise ConfigError(f"partition 'dataset': {dataset.name} is one dataset (--dataset a,b,c)")
-    if parties % len(names):
-        raise ConfigError(
-            f"parties: {parties} is not a multiple of the {len(names)} datasets ({', '.join(names)})"
-        )
-    share = parties // len(names)
-    members: list[list[int]] = []
-    groups: list[list[str]] = []
-    for number, name in enumerate(names):
-        indices = [i for i, c in enumerate(dataset.clients) if sources[c.identity] == name]
-        if len(indices) < share:
-            raise ConfigError(f"{name}: {len(indices)} identities for {share} parties")
-        order = np.random.default_rng([seed, 5, number]).permutation(indices)
-        for part, chunk in enumerate(np.array_split(order, share)):
-            members.append(sorted(chunk.tolist()))
-            groups.append([name if share == 1 else f"{name}-{chr(ord('A') + part)}"])
-    return members, groups
 
 
 def verification_set(
@@ -273,7 +181,7 @@ def split_unknown(
     return sets, [unknown[i] for i in sorted(order[held:])]
 
 
-class CrossSilo(GlobalModel):
+class CrossSilo(GlobalModel, Federation):
     """Cross-silo FedFace training (PFM and FV switchable; ``parties=1``: centralised): the
     parties are the clients of :func:`uvtrain.rounds.run_round`, every one every round.
 
@@ -289,7 +197,7 @@ class CrossSilo(GlobalModel):
     backbone:
         The shared network (an embedding model is built around it).
     parties:
-        The parties' data (:func:`partition`).
+        The parties' data (:func:`uvtrain.data.partition.partition`).
     validators:
         The validators' verification sets (FV; may be empty).
     config:
@@ -330,8 +238,6 @@ class CrossSilo(GlobalModel):
             f"momentum.{k}": torch.zeros_like(v) for k, v in self.params.items()
         }
         sizes = np.array([len(p.samples) for p in parties], dtype=np.float64)
-        self.weights = sizes / sizes.sum()
-        self.normalise = algorithm.normaliser()
         self.criterion = algorithm.make_loss()
         self.data = [torch.as_tensor(p.samples).to(self.device) for p in parties]
         self.labels = [torch.as_tensor(p.labels).to(self.device) for p in parties]
@@ -342,8 +248,16 @@ class CrossSilo(GlobalModel):
         self.private: Tensors = {}
         self.constants: Tensors = {}
         self.uses_fv = algorithm.fv and bool(validators) and len(parties) > 1
-        self.aggregator = FederatedValidation(self)
+        self.aggregator: FederatedValidation = FederatedValidation(
+            algorithm,
+            sizes / sizes.sum(),
+            validators if self.uses_fv else [],
+            functools.partial(model_outputs, self.model, self.buffers, self.device),
+            config.seed,
+            folds,
+        )
         self.postprocess: list[UpdateStep] = []
+        self.server_optimizer = None  # the global momentum is the method's server step (eq. 6)
         #: the people the run is scored on (set by :func:`make_cross_silo`; ``None``: all)
         self.test_identities: list[ClientData] | None = None
 
@@ -410,26 +324,6 @@ class CrossSilo(GlobalModel):
 
     # -- the server -----------------------------------------------------------------------------
 
-    def aggregate(self, stacked: Tensors, weights: np.ndarray) -> Tensors:
-        """Eq. (4): the FedAvg core with the weighting ``w``."""
-        return self.algorithm.aggregate(stacked, torch.as_tensor(weights, device=self.device))
-
-    def validate(self, stacked: Tensors, round_number: int) -> dict[str, Any]:
-        """One FV step (Alg. 2, eqs. 7–13): score T candidate aggregates on every validator and move the
-        weighting toward the best."""
-        rng = np.random.default_rng([self.config.seed, round_number, 3])
-        candidates = candidate_weightings(self.weights, self.algorithm.fv_candidates, rng)
-        scores = np.zeros((len(self.validators), len(candidates)))
-        for t, candidate in enumerate(candidates):
-            params = self.aggregate(stacked, candidate)
-            for v, validator in enumerate(self.validators):
-                scores[v, t] = validator.accuracy(
-                    self.outputs(validator.samples, params=params), self.folds
-                )
-        normalised = self.normalise(scores)
-        self.weights, best = fv_update(self.weights, candidates, normalised, self.algorithm.fv_rate)
-        return {"scores": scores.tolist(), "best": best, "candidates": candidates.tolist()}
-
     def plan(self, round_number: int) -> RoundPlan:
         """Every party, every round (cross-silo: no sampling), at ``η_r``, constant within a round
         (eq. 6 divides by it): the schedule's decay per local step (K per round), times
@@ -439,36 +333,29 @@ class CrossSilo(GlobalModel):
         return RoundPlan(round_number, np.arange(len(self.parties)), lr)
 
     def step(self) -> dict[str, Any]:
-        """Run the next round (:func:`uvtrain.rounds.run_round`); return its metrics."""
-        plan = self.plan(self.round + 1)
-        result = run_round(
-            self.algorithm,
-            plan,
-            self.params,
-            self.shared,
-            self,
-            self.aggregator,
-            self.postprocess,
-        )
-        self.params, self.shared, self.round = result.params, result.shared, plan.number
+        """Run the next round (:meth:`advance`); return its metrics."""
+        return self.advance(self.plan(self.round + 1), self).metrics
+
+    def advance(
+        self, plan: RoundPlan, local: LocalTraining, aggregator: Aggregator | None = None
+    ) -> RoundResult:
+        """The round of :meth:`Federation.advance`, its metrics with each party's training
+        loss smoothed over the steps with factor 0.99 (the paper's Table 1)."""
+        result = super().advance(plan, local, aggregator)
         self.smoothed_losses = smoothed_losses(
             self.smoothed_losses, result.updates.losses.detach().cpu().numpy()
         )
-        metrics = {
-            **result.metrics,
-            # Table 1's training loss: per party, smoothed over the steps with factor 0.99
-            "party_losses_smoothed": self.smoothed_losses.tolist(),
-            "loss_smoothed": float(self.smoothed_losses.mean()),
-            "weights": self.weights.tolist(),
-        }
-        return metrics
+        result.metrics["party_losses_smoothed"] = self.smoothed_losses.tolist()
+        result.metrics["loss_smoothed"] = float(self.smoothed_losses.mean())
+        return result
 
     # -- checkpoints ----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: the global backbone and momentum, the parties' heads and
         momentum buffers, the weighting, the Moving Norm's statistics and the smoothed losses."""
-        norm = getattr(self.normalise, "mean", None)
+        weighting = self.aggregator
+        norm = getattr(weighting.normalise, "mean", None)
         prefix = len("momentum.")
         return {
             "round": self.round,
@@ -479,10 +366,10 @@ class CrossSilo(GlobalModel):
             "local_momentum": [
                 {k: v.cpu() for k, v in momentum.items()} for momentum in self.local_momentum
             ],
-            "weights": torch.as_tensor(self.weights),
+            "weights": torch.as_tensor(weighting.weights),
             "moving_norm": None
             if norm is None
-            else torch.as_tensor(np.stack([self.normalise.mean, self.normalise.var])),
+            else torch.as_tensor(np.stack([weighting.normalise.mean, weighting.normalise.var])),
             "smoothed_losses": None
             if self.smoothed_losses is None
             else torch.as_tensor(self.smoothed_losses),
@@ -504,9 +391,10 @@ class CrossSilo(GlobalModel):
             {"head": buffer.to(device), **{f"backbone.{k}": v.to(device) for k, v in m.items()}}
             for buffer, m in zip(state["head_momentum"], local, strict=True)
         ]
-        self.weights = state["weights"].numpy().astype(np.float64)
-        if state["moving_norm"] is not None and hasattr(self.normalise, "mean"):
-            self.normalise.mean, self.normalise.var = state["moving_norm"].numpy()
+        weighting = self.aggregator
+        weighting.weights = state["weights"].numpy().astype(np.float64)
+        if state["moving_norm"] is not None and hasattr(weighting.normalise, "mean"):
+            weighting.normalise.mean, weighting.normalise.var = state["moving_norm"].numpy()
         smoothed = state.get("smoothed_losses")  # absent in checkpoints of older versions
         self.smoothed_losses = None if smoothed is None else smoothed.numpy().astype(np.float64)
 
@@ -537,7 +425,7 @@ class CrossSilo(GlobalModel):
                 {"name": v.name, "identities": len(v.identities), "pairs": int(len(v.same))}
                 for v in self.validators
             ],
-            "weights": self.weights.tolist(),
+            "weights": self.aggregator.weights.tolist(),
             # the paper's Table 1: final training losses, smoothed with factor 0.99
             "final_losses_smoothed": None
             if self.smoothed_losses is None
@@ -551,7 +439,8 @@ class CrossSilo(GlobalModel):
             accuracy = test.accuracy(self.outputs(test.samples), self.folds)
             section["test_accuracy"] = accuracy
             section["test_pairs"] = int(len(test.same))
-        plot_weights(folder / METRICS, folder / WEIGHTS, self)
+        names = [party.name for party in self.parties]
+        plot_weights(folder / METRICS, folder / WEIGHTS, names, self.uses_fv)
         return {"fedface": section}
 
     @staticmethod
@@ -578,21 +467,57 @@ class CrossSilo(GlobalModel):
 
 @dataclass
 class FederatedValidation(Aggregator):
-    """FedFace's aggregator: the parties' weighted mean under ``w`` (eq. 4), after one FV step
-    (Alg. 2, eqs. 7–13) has moved ``w`` toward the best-scoring candidate weighting when FV is on;
-    the FV step's metrics are the round's ``fv``."""
+    """FedFace's aggregator: the parties' weighted mean under its weighting ``w`` (eq. 4), after
+    one FV step (Alg. 2, eqs. 7–13) has moved ``w`` toward the best-scoring candidate weighting
+    (when it has ``validators``: FV on). It owns ``w`` (and the Norm of the scores,
+    ``normalise``) and returns it in its metrics (``weights``, and the FV step's as ``fv``).
 
-    silo: CrossSilo
+    ``embed(samples, params)``: the embeddings of ``samples`` under the backbone ``params`` (a
+    candidate aggregate), which the validators score; ``seed`` draws the candidates from
+    ``(seed, round)``; ``folds``: of the validators' best-threshold accuracy."""
+
+    algorithm: FedFace
+    weights: np.ndarray
+    validators: list[VerificationSet]
+    embed: Callable[[Any, Tensors], np.ndarray]
+    seed: int
+    folds: int = 10
+    normalise: Any = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.normalise is None:
+            self.normalise = self.algorithm.normaliser()
 
     def __call__(
         self, updates: ClientUpdates, base: Tensors, plan: RoundPlan
     ) -> tuple[Tensors, dict[str, Any]]:
         if updates.params is None:
             raise TrainingError("federated validation needs each party's parameters")
-        metrics = {}
-        if self.silo.uses_fv:
-            metrics["fv"] = self.silo.validate(updates.params, plan.number)
-        return self.silo.aggregate(updates.params, self.silo.weights), metrics
+        metrics: dict[str, Any] = {}
+        if self.validators:
+            metrics["fv"] = self.validate(updates.params, plan.number)
+        params = self.aggregate(updates.params, self.weights)
+        return params, {**metrics, "weights": self.weights.tolist()}
+
+    def aggregate(self, stacked: Tensors, weights: np.ndarray) -> Tensors:
+        """Eq. (4): the FedAvg core with the weighting ``weights``."""
+        device = next(iter(stacked.values())).device
+        return self.algorithm.aggregate(stacked, torch.as_tensor(weights, device=device))
+
+    def validate(self, stacked: Tensors, round_number: int) -> dict[str, Any]:
+        """One FV step (Alg. 2, eqs. 7–13): score T candidate aggregates on every validator and
+        move the weighting toward the best."""
+        rng = np.random.default_rng([self.seed, round_number, 3])
+        candidates = candidate_weightings(self.weights, self.algorithm.fv_candidates, rng)
+        scores = np.zeros((len(self.validators), len(candidates)))
+        for t, candidate in enumerate(candidates):
+            params = self.aggregate(stacked, candidate)
+            for v, validator in enumerate(self.validators):
+                embeddings = self.embed(validator.samples, params)
+                scores[v, t] = validator.accuracy(embeddings, self.folds)
+        normalised = self.normalise(scores)
+        self.weights, best = fv_update(self.weights, candidates, normalised, self.algorithm.fv_rate)
+        return {"scores": scores.tolist(), "best": best, "candidates": candidates.tolist()}
 
 
 def make_cross_silo(
@@ -609,7 +534,9 @@ def make_cross_silo(
         parties, validators = solo(parties, algorithm.solo_party), []
     elif config.method.parties > 1 and algorithm.fv and not validators:
         raise ConfigError("fv needs at least one validator (--validators)")
-    engine = replace(engine, fraction=1.0, sampling="random")  # every party, every round
+    # every party, every round: the schedule's sampling is refused for the setting
+    # (uvtrain.methods.SETTINGS), so nothing the run set is replaced here
+    engine = replace(engine, fraction=1.0, sampling="random")
     silo = CrossSilo(
         algorithm, backbone, parties, validators, engine, device, config.method.fv_folds
     )
@@ -632,23 +559,3 @@ def held_out_pairs(dataset: FederatedDataset, seed: int) -> VerificationSet | No
     if len(dataset.unknown) < 2:
         return None
     return verification_set("test", list(dataset.unknown), seed + 1000)
-
-
-def plot_weights(metrics: Any, path: Any, silo: CrossSilo) -> None:
-    """The weighting ``w`` of each party over the rounds (the paper's Fig. 6), from the run's
-    ``metrics.jsonl``."""
-    import json
-    from pathlib import Path
-
-    from .evaluation import plot_metric_over_rounds
-
-    lines = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
-    rows = [line for line in lines if "weights" in line]
-    if not rows:
-        return
-    series = {
-        party.name: [row["weights"][index] for row in rows]
-        for index, party in enumerate(silo.parties)
-    }
-    title = "aggregation weights w by round" + (" (FV)" if silo.uses_fv else "")
-    plot_metric_over_rounds([row["round"] for row in rows], series, path, "w", title)

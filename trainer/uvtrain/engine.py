@@ -44,17 +44,19 @@ from .batches import (
     flip_and_rotate,
 )
 from .config import Schedule, changed_settings
-from .errors import ConfigError, DivergedError, TrainingError
+from .errors import ConfigError, TrainingError
+from .fit import Federation
 from .rounds import (
     Aggregator,
     ClientUpdates,
     RoundPlan,
     RoundResult,
     UpdateStep,
+    check_finite,
     gather,
     period_cohort,
     poisson_cohort,
-    run_round,
+    round_metrics,
     sample_cohort,
     scatter,
 )
@@ -153,19 +155,6 @@ def check_schedule(config: EngineConfig, saved: dict[str, Any]) -> None:
         raise TrainingError("the checkpoint was made with another schedule: use a new run folder")
 
 
-def check_finite(round_number: int, what: str, *groups: Tensors) -> None:
-    """:class:`DivergedError` when any value of ``groups`` (a round's losses, the model's
-    parameters, the server's state) is NaN or infinite: the run diverged in ``round_number``."""
-    for group in groups:
-        for name, value in group.items():
-            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-                shown = "" if name == "loss" else f" ({name})"
-                raise DivergedError(
-                    f"training diverged in round {round_number}: {what}{shown} is not finite",
-                    round_number,
-                )
-
-
 def split_parameters(model: nn.Module) -> tuple[Tensors, Tensors]:
     """``(params, buffers)`` of a model for ``functional_call``: the trainable parameters (copied:
     what is trained, sent and averaged) and everything else. Parameters with
@@ -182,6 +171,26 @@ def split_parameters(model: nn.Module) -> tuple[Tensors, Tensors]:
         if not value.requires_grad
     )
     return params, buffers
+
+
+@torch.no_grad()
+def model_outputs(
+    model: nn.Module,
+    buffers: Tensors,
+    device: torch.device,
+    samples: Sequence[Any],
+    params: Tensors,
+    batch_size: int = 256,
+) -> np.ndarray:
+    """``model``'s outputs for many samples under ``params``, in batches on ``device``.
+    ``samples`` is anything with a length whose slices are arrays: an array, a tensor, a memory
+    map, or :class:`uvtrain.evaluation.scoring.JoinedRows` (every client's rows, read a batch at
+    a time)."""
+    pieces = []
+    for start in range(0, len(samples), batch_size):
+        batch = torch.as_tensor(samples[start : start + batch_size]).to(device)
+        pieces.append(functional_call(model, (params, buffers), (batch,)).float().cpu())
+    return torch.cat(pieces).numpy() if pieces else np.zeros((0, 0), np.float32)
 
 
 class GlobalModel:
@@ -201,23 +210,13 @@ class GlobalModel:
                     value.copy_(self.params[name])
         return self.model
 
-    @torch.no_grad()
     def outputs(
         self, samples: Sequence[Any], batch_size: int = 256, params: Tensors | None = None
     ) -> np.ndarray:
-        """Model outputs for many samples, in batches, under the global parameters or under
-        ``params`` (FedFace's candidate aggregates). ``samples`` is anything with a length
-        whose slices are arrays: an array, a tensor, a memory map, or
-        :class:`uvtrain.evaluation.scoring.JoinedRows` (every client's rows, read a batch at a
-        time)."""
+        """Model outputs for many samples under the global parameters or under ``params``
+        (FedFace's candidate aggregates): :func:`model_outputs`."""
         params = self.params if params is None else params
-        pieces = []
-        for start in range(0, len(samples), batch_size):
-            batch = torch.as_tensor(samples[start : start + batch_size]).to(self.device)
-            pieces.append(
-                functional_call(self.model, (params, self.buffers), (batch,)).float().cpu()
-            )
-        return torch.cat(pieces).numpy() if pieces else np.zeros((0, 0), np.float32)
+        return model_outputs(self.model, self.buffers, self.device, samples, params, batch_size)
 
     #: the run's differential privacy (:class:`uvtrain.privacy.PrivacyPlan`), ``None``: off
     privacy: Any = None
@@ -242,7 +241,7 @@ class GlobalModel:
         return []
 
 
-class Simulation(GlobalModel):
+class Simulation(GlobalModel, Federation):
     """Federated training of one algorithm over simulated clients.
 
     Parameters
@@ -570,8 +569,8 @@ class Simulation(GlobalModel):
         return RoundPlan(round_number, np.asarray(clients), self.config.learning_rate(round_number))
 
     def step(self) -> dict[str, Any]:
-        """Run the next round (:func:`uvtrain.rounds.run_round`); return its metrics."""
-        return self.next_round().metrics
+        """Run the next round (:meth:`advance`); return its metrics."""
+        return self.advance(self.plan(self.round + 1), self).metrics
 
     def next_round(
         self,
@@ -583,24 +582,19 @@ class Simulation(GlobalModel):
         postprocessing, or with ``aggregator`` (the audit's SecAgg+); by the usual local-update
         path, or by ``path`` (``"loop"``: each client's update as it would send it alone); with
         the sampled cohort, or ``clients`` (the audit's fixed schedule, ``--participations``)."""
-        plan = self.plan(self.round + 1, clients)
-        if len(plan.clients) == 0:  # a Poisson-sampled cohort (DP) may be empty
+        local = self if path is None else OnePath(self, path)
+        return self.advance(self.plan(self.round + 1, clients), local, aggregator)
+
+    def advance(
+        self, plan: RoundPlan, local: Any, aggregator: Aggregator | None = None
+    ) -> RoundResult:
+        """The round of :meth:`Federation.advance`, or, when a Poisson-sampled cohort (DP) is
+        empty, :meth:`_empty_round`."""
+        if len(plan.clients) == 0:
             result = self._empty_round(plan, aggregator or self.aggregator)
             self.params, self.round = result.params, plan.number
             return result
-        local = self if path is None else _OnePath(self, path)
-        result = run_round(
-            self.algorithm,
-            plan,
-            self.params,
-            self.shared,
-            local,
-            aggregator or self.aggregator,
-            self.postprocess,
-            self.server_optimizer,
-        )
-        self.params, self.shared, self.round = result.params, result.shared, plan.number
-        return result
+        return super().advance(plan, local, aggregator)
 
     def _empty_round(self, plan: RoundPlan, aggregator: Aggregator) -> RoundResult:
         """A round whose Poisson-sampled cohort is empty: no client trains or sends anything;
@@ -617,9 +611,7 @@ class Simulation(GlobalModel):
         for step in self.postprocess:
             updates = step(updates, self.params, plan)
         params, released = aggregator(updates, self.params, plan)
-        metrics = {"round": plan.number, "loss": math.nan, "lr": plan.lr, "clients": 0,
-                   "seconds": 0.0, "client_updates_per_s": 0.0, **updates.metrics,
-                   **released}  # fmt: skip
+        metrics = round_metrics(plan, math.nan, 0.0, updates.metrics, released)
         return RoundResult(params, self.shared, updates, metrics)
 
     def receive(self, clients: Tensor) -> None:
@@ -702,39 +694,26 @@ class Simulation(GlobalModel):
     # -- checkpoints ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: the round, the global model, the simulated devices'
-        private state, the server's shared state and its optimiser's (the constants follow from
-        the seed)."""
+        """Everything needed to resume: the federation's state (:meth:`Federation.state_dict`:
+        the round, the global model, the server's shared state, the postprocessing's and the
+        server optimiser's), the simulated devices' private state and the schedule (the
+        constants follow from the seed)."""
         return {
-            "round": self.round,
-            "params": {k: v.cpu() for k, v in self.params.items()},
+            **super().state_dict(),
             "private": {k: v.cpu() for k, v in self.private.items()},
-            "shared": {k: v.cpu() for k, v in self.shared.items()},
             "engine": asdict(self.config),
-            # the postprocessing's own state (adaptive clipping's next clip norm)
-            "postprocess": [
-                step.state_dict() if hasattr(step, "state_dict") else None
-                for step in self.postprocess
-            ],
-            "server_optimizer": self.server_optimizer.state_dict(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
         """Resume from :meth:`state_dict`."""
         check_schedule(self.config, state["engine"])
-        self.round = int(state["round"])
-        self.params = {k: v.to(self.device) for k, v in state["params"].items()}
+        super().load_state_dict(state, self.device)
         self.private = {k: v.to(self.device) for k, v in state["private"].items()}
-        self.shared = {k: v.to(self.device) for k, v in state["shared"].items()}
-        for step, saved in zip(self.postprocess, state.get("postprocess", []), strict=False):
-            if saved is not None and hasattr(step, "load_state_dict"):
-                step.load_state_dict(saved)
-        self.server_optimizer.load_state_dict(state.get("server_optimizer"), self.device)
 
 
 @dataclass
-class _OnePath:
-    """The simulation's local training by one local-update path (:meth:`Simulation.next_round`)."""
+class OnePath:
+    """The simulation's local training by one local-update path (:meth:`Simulation.next_round`, the audit's rounds)."""
 
     simulation: Simulation
     path: str

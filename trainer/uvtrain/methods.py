@@ -10,6 +10,7 @@ A parameters object checks its values when it is made (``FedHideParameters(alpha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -21,11 +22,60 @@ from .validation import check_types
 NEGATIVE_LOSSES: tuple[str, ...] = ("max", "mean-relu")
 #: The softmax heads (``Softmax.softmax_head``): the paper's, then ours.
 SOFTMAX_HEADS: tuple[str, ...] = ("plain", "cosine")
-#: How the cross-silo trainer makes its parties (:func:`uvtrain.crosssilo.partition`).
+#: How the cross-silo trainer makes its parties (:func:`uvtrain.data.partition.partition`).
 PARTITIONS = ("auto", "dataset", "language", "random")
 #: Score normalisations of FedFace's FV (Sec. 3.2; compared in Sec. 4.4, Fig. 5): ``local``
 #: (eq. 8, the paper's default), ``moving`` (eqs. 9–11), ``none`` (the raw scores).
 FV_NORMS = ("local", "moving", "none")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A training setting (a method's :attr:`MethodParameters.setting`): what its clients are
+    and the run options (flat keys of ``config.json``) it cannot take, declared once here and
+    refused in one message (:func:`setting_refusal`)."""
+
+    name: str
+    clients: str
+    refuses: tuple[str, ...] = ()
+
+
+#: Every setting. A cross-silo party is an organisation that trains every round, synchronised
+#: every ``--local-steps`` K steps, under the method's own server step: the cross-device
+#: schedule (cohort sampling, aggregation, local epochs), the server optimisers, VoxCeleb's
+#: random crop and user-level DP are not its options.
+SETTINGS: dict[str, Setting] = {
+    "cross-device": Setting("cross-device", "a client is one person"),
+    "cross-silo": Setting(
+        "cross-silo",
+        "a client is an organisation that trains every round, synchronised every "
+        "--local-steps K steps, under the method's own server step",
+        refuses=(
+            "fraction",
+            "sampling",
+            "aggregation",
+            "local_epochs",
+            "server_optimizer",
+            "server_lr",
+            "random_crop",
+            "dp",
+        ),
+    ),
+}
+
+
+def setting_refusal(
+    method: MethodParameters, values: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> str | None:
+    """The one message refusing what a run's flat settings ``values`` set (other than their
+    ``defaults``) that ``method``'s setting cannot take (:data:`SETTINGS`), or ``None``."""
+    setting = SETTINGS[method.setting]
+    refused = [key for key in setting.refuses if key in values and values[key] != defaults.get(key)]
+    if not refused:
+        return None
+    options = ", ".join("--" + key.replace("_", "-") for key in refused)
+    others = " and ".join(name for name in SETTINGS if name != setting.name)
+    return f"{options}: {others} options; {method.name} is {setting.name} ({setting.clients})"
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from .algorithms.base import FedAvg, Tensors
-from .errors import TrainingError
+from .errors import DivergedError, TrainingError
 from .server_optimizers import ServerOptimizer
 
 
@@ -218,6 +218,15 @@ def run_round(
         shared, updates.messages, updates.clients, plan.lr, before=params, after=new_params
     )
     seconds = time.perf_counter() - started
+    metrics = round_metrics(plan, loss, seconds, updates.metrics, aggregation_metrics)
+    return RoundResult(new_params, new_shared, updates, metrics)
+
+
+def round_metrics(
+    plan: RoundPlan, loss: float, seconds: float, *more: dict[str, Any]
+) -> dict[str, Any]:
+    """A round's metrics, the one dictionary every round writes: its number, loss, learning
+    rate, clients and time, then ``more`` (the updates' and the aggregation's metrics)."""
     count = len(plan.clients)
     metrics = {
         "round": plan.number,
@@ -225,11 +234,24 @@ def run_round(
         "lr": plan.lr,
         "clients": count,
         "seconds": seconds,
-        "client_updates_per_s": count / seconds,
-        **updates.metrics,
-        **aggregation_metrics,
+        "client_updates_per_s": count / seconds if seconds else 0.0,
     }
-    return RoundResult(new_params, new_shared, updates, metrics)
+    for extra in more:
+        metrics.update(extra)
+    return metrics
+
+
+def check_finite(round_number: int, what: str, *groups: Tensors) -> None:
+    """:class:`DivergedError` when any value of ``groups`` (a round's losses, the model's
+    parameters, the server's state) is NaN or infinite: the run diverged in ``round_number``."""
+    for group in groups:
+        for name, value in group.items():
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                shown = "" if name == "loss" else f" ({name})"
+                raise DivergedError(
+                    f"training diverged in round {round_number}: {what}{shown} is not finite",
+                    round_number,
+                )
 
 
 def sample_cohort(seed: int, round_number: int, population: int, count: int) -> np.ndarray:

@@ -9,7 +9,6 @@ and another ``run`` refuse that folder."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from .chance import learning
 from .checkpoints import load_state
 from .config import ConfigError, RunConfig, changed_settings
 from .data.base import FederatedDataset
-from .engine import EngineConfig, Simulation, TrainingError, check_finite, pick_device
+from .engine import EngineConfig, Simulation, TrainingError, pick_device
 from .errors import DivergedError
 from .evaluation.scoring import quick_metrics
 from .io import (
@@ -35,16 +34,14 @@ from .io import (
     ROC,
     SCORES,
     atomic_write,
-    json_text,
+    jsonable,
     read_json,
-    trim_metrics,
     write_json,
 )
 from .progress import Progress
 
 if TYPE_CHECKING:
     from .data.protocol import Plan
-    from .privacy import PrivacyPlan
 
 
 def load_data(config: RunConfig) -> FederatedDataset:
@@ -156,8 +153,10 @@ def engine_config(config: RunConfig, crop: int, augment: bool = False) -> Engine
 
 class Trainer(Protocol):
     """What a run asks of its trainer (:class:`~uvtrain.engine.Simulation`,
-    :class:`~uvtrain.crosssilo.CrossSilo`): rounds, checkpoints, outputs for scoring, and its
-    own report sections. Generic code uses only these, never the trainer's type."""
+    :class:`~uvtrain.crosssilo.CrossSilo`): to be the :class:`~uvtrain.fit.Federation` and the
+    local training :func:`uvtrain.fit.fit` runs, with its rounds' plans; checkpoints, outputs
+    for scoring, and its own report sections. Generic code uses only these, never the
+    trainer's type."""
 
     algorithm: Any
     round: int
@@ -167,7 +166,11 @@ class Trainer(Protocol):
     shared: dict[str, torch.Tensor]
     constants: dict[str, torch.Tensor]
 
-    def step(self) -> dict[str, Any]: ...
+    def plan(self, round_number: int) -> Any: ...
+
+    def advance(self, plan: Any, local: Any, aggregator: Any = None) -> Any: ...
+
+    def train(self, plan: Any, fused: Any) -> Any: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -208,15 +211,6 @@ def _cross_silo(
 ) -> Any:
     from .crosssilo import make_cross_silo
 
-    if config.data.random_crop:
-        raise ConfigError(
-            f"random_crop is a cross-device option; {config.method.name} is cross-silo"
-        )
-    if engine.aggregation != "weighted" or engine.local_epochs is not None:
-        raise ConfigError(
-            f"--aggregation and --local-epochs are cross-device options; {config.method.name} "
-            "is cross-silo (its parties synchronise every --local-steps K steps)"
-        )
     return make_cross_silo(config, dataset, backbone, engine, device)
 
 
@@ -229,7 +223,7 @@ def _cross_silo_summary(report: dict[str, Any]) -> list[str]:
 #: The trainer of each setting an algorithm declares (``algorithm.setting``): a
 #: :class:`~uvtrain.engine.Simulation` when a client is a person, a
 #: :class:`~uvtrain.crosssilo.CrossSilo` when it is an organisation. Both run their rounds with
-#: :func:`uvtrain.rounds.run_round` and offer the same methods to the run (``step``,
+#: :func:`uvtrain.fit.fit` and offer the same methods to the run (``plan``, ``advance``,
 #: ``state_dict``, ``outputs``, ``evaluation_dataset``, ``report_extra``, ``summary``).
 TRAINERS = {
     "cross-device": TrainerKind(_cross_device, Simulation.summary),
@@ -247,31 +241,26 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
 
 def make_simulation(config: RunConfig, dataset: FederatedDataset) -> Trainer:
     """Backbone, algorithm and trainer for a config, the trainer picked from :data:`TRAINERS`
-    by the setting the method declares."""
+    by the setting the method declares (the options a setting cannot take were refused with
+    the config: :func:`uvtrain.methods.setting_refusal`)."""
     backbone = build_run_backbone(config, dataset.modality, dataset.spec)
     if config.data.augment and AUGMENT not in dataset.input.features:
         raise ConfigError(f"augment flips and rotates images; {dataset.name} is {dataset.modality}")
     engine = engine_config(config, _crop_samples(config, dataset), config.data.augment)
     kind = TRAINERS[config.method.setting]
-    if config.method.setting != "cross-device":  # cross-silo: refused when --dp is on
-        privacy_plan(config, 0)
     return kind.make(config, dataset, backbone, engine, pick_device(config.device))
 
 
 def privacy_plan(config: RunConfig, users: int) -> Any:
     """The run's DP mechanism for ``users`` clients (:func:`uvtrain.privacy.plan_privacy`: the
     noise for its budget over its rounds, at the sampling rate of its cohort), ``None`` when
-    off; a :class:`ConfigError` for a mechanism it cannot have."""
+    off; a :class:`ConfigError` for a mechanism it cannot have (a setting without user-level
+    DP is refused with the config: :data:`uvtrain.methods.SETTINGS`)."""
     from .privacy import plan_privacy
 
     settings = config.privacy
     if settings.dp == "off":
         return None
-    if config.method.setting != "cross-device":
-        raise ConfigError(
-            f"--dp is user-level privacy of cross-device training; {config.method.name} is "
-            f"{config.method.setting}"
-        )
     if config.schedule.sampling != "random":
         raise ConfigError(
             "--dp accounts for randomly sampled cohorts (amplification by sampling); "
@@ -303,17 +292,14 @@ def read_config(folder: Path) -> RunConfig:
         raise TrainingError(f"{folder / CONFIG}: {error}") from None
 
 
-def _save_checkpoint(simulation: Trainer, folder: Path) -> None:
-    atomic_write(folder / CHECKPOINT, lambda file: torch.save(simulation.state_dict(), file))
-
-
 def _check_folder(folder: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"--out {folder}: a file, not a folder")
 
 
-def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
-    """Train (or resume) a run in ``out`` and evaluate it; returns the run folder.
+def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Train (or resume) a run in ``out`` and evaluate it; returns its report (as written to
+    ``report.json``).
 
     Everything that can be refused (the dataset, the device, a checkpoint of other settings or
     that cannot be read) is checked before the folder is made; a folder this call made is removed
@@ -351,10 +337,9 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
     made = None if made.exists() else made
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        # Fresh runs start the log over (a run killed before its first checkpoint left one).
-        trim_metrics(folder / METRICS, simulation.round)
         write_json(folder / CONFIG, config.to_dict())
-        _train_rounds(simulation, dataset, config, folder, progress)
+        # the metrics log drops rounds after the checkpoint's (a fresh run: every line)
+        return _train_rounds(simulation, dataset, config, folder, progress)
     except DivergedError as error:  # the folder stays, marked: what diverged is worth reading
         line = f"{error}: lower {_divergence_hint(config)}; {folder / REPORT} says diverged"
         report = {
@@ -374,7 +359,6 @@ def train(config: RunConfig, out: str | Path, *, progress: bool = True) -> Path:
 
             shutil.rmtree(made, ignore_errors=True)
         raise
-    return folder
 
 
 def _train_rounds(
@@ -383,47 +367,39 @@ def _train_rounds(
     config: RunConfig,
     folder: Path,
     progress: bool,
-) -> None:
-    """The rounds from the simulation's round to ``config.schedule.rounds``, checkpoints, evaluation."""
-    bar = Progress(
+) -> dict[str, Any]:
+    """The rounds from the simulation's round to ``config.schedule.rounds``
+    (:func:`uvtrain.fit.fit`: the metrics log, the periodic EERs, the divergence check, the
+    checkpoints, the progress and the ε spent), then the evaluation; returns the report."""
+    from . import fit
+
+    def eers() -> dict[str, Any]:
+        scored = quick_metrics(simulation, dataset)
+        return {"eer": {name: split["eer"] for name, split in scored.items()}}
+
+    ledger = None if simulation.privacy is None else fit.PrivacyLedger(simulation.privacy)
+    note = storage_note(simulation, dataset)
+    bar = fit.Progress(
         config.method.name,
         config.schedule.rounds,
-        unit="round",
-        initial=simulation.round,
+        figures=None if ledger is None else ledger.figures,
+        notes=[note] if note else [],
         enabled=progress,
     )
-    note = storage_note(simulation, dataset)
-    if note:
-        bar.note(note)
-    if simulation.round > 0:  # a checkpoint was loaded
-        bar.note(f"{config.method.name}: resumed from round {simulation.round}")
-    if simulation.privacy is not None:  # the whole plan, δ with ε, before the first round
-        bar.note(simulation.privacy.describe())
-    started = time.perf_counter()
-    updates = 0
-    with bar, open(folder / METRICS, "a") as log:
-        while simulation.round < config.schedule.rounds:
-            metrics = simulation.step()
-            updates += metrics["clients"]
-            if config.eval_every and simulation.round % config.eval_every == 0:
-                metrics["eer"] = {
-                    name: ev_split["eer"]
-                    for name, ev_split in quick_metrics(simulation, dataset).items()
-                }
-            log.write(json_text(metrics) + "\n")
-            log.flush()
-            # never checkpoint a model that is not finite: the run stops here, marked
-            check_finite(simulation.round, "the model", simulation.params, simulation.shared)
-            if simulation.round % config.checkpoint_every == 0:
-                _save_checkpoint(simulation, folder)
-            bar.update(1, _figures(metrics, simulation.privacy))
-    _save_checkpoint(simulation, folder)
-    seconds = time.perf_counter() - started
-    throughput = {
-        "client_updates_per_s": updates / seconds if updates else None,
-        "device": simulation.device.type,
-    }
-    evaluate(simulation, dataset, config, folder, throughput)
+    callbacks = [
+        fit.PeriodicEval(config.eval_every, eers),
+        fit.MetricsLog(folder / METRICS),
+        fit.Divergence(),  # never checkpoint a model that is not finite: the run stops, marked
+        fit.Checkpoint(folder / CHECKPOINT, simulation.state_dict, config.checkpoint_every),
+        bar,
+    ]
+    if ledger is not None:  # the whole plan, δ with ε, before the first round
+        ledger.say = bar.note
+        callbacks.append(ledger)
+    rounds = fit.Rounds(config.schedule.rounds, simulation.plan)
+    report = fit.fit(simulation, simulation, rounds, callbacks)
+    throughput = report.throughput(simulation.device.type)
+    return evaluate(simulation, dataset, config, folder, throughput)
 
 
 def _divergence_hint(config: RunConfig) -> str:
@@ -480,21 +456,6 @@ def storage_note(simulation: Trainer, dataset: FederatedDataset) -> str | None:
     if dataset.streamed:  # a cross-silo party's samples are joined: read into memory
         return f"data: {dataset.name} read into memory from its stream folder"
     return None
-
-
-def _figures(metrics: dict[str, Any], privacy: PrivacyPlan | None) -> dict[str, str]:
-    """What the progress shows of a round's metrics: its loss, the ε spent so far under DP
-    (with its δ), against the released model and against the server."""
-    figures = {"loss": f"{metrics['loss']:.4f}"}
-    if privacy is not None and metrics.get("epsilon") is not None:
-        figures["ε spent"] = f"{metrics['epsilon']:.3g} (δ {privacy.delta:.2g})"
-        central = privacy.mechanism == "central"
-        if privacy.capped:  # no amplification: the one ε holds whoever knows the cohorts
-            figures["ε spent"] += " (the server trusted)" if central else ", the server's too"
-        else:
-            whom = "knowing the cohorts" if central else "against the server"
-            figures[whom] = f"{metrics['epsilon_server']:.3g}"
-    return figures
 
 
 def evaluate(
@@ -560,7 +521,7 @@ def evaluate(
         title += ": at chance, has not learned"
     ev.plot_roc(scored["curves"], folder / ROC, title)
     done("report and ROC written")
-    return report
+    return jsonable(report)  # as report.json holds it (a figure not finite: None)
 
 
 def evaluation_steps(trials: bool) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,8 @@ from ..config import RunConfig
 from ..data.base import FederatedDataset
 from ..engine import Simulation
 from ..errors import ConfigError
-from ..rounds import Aggregator
+from ..fit import Callback, Federation
+from ..rounds import RoundPlan, RoundResult
 from .bits import (
     CODEWORD_WEIGHT,
     bch_decoder,
@@ -34,45 +34,40 @@ from .inversion import inversion_audit
 from .leakage import leakage_audit, leakage_entry
 from .report import dp_label, write_results
 from .settings import PUBLIC_SAMPLES, AuditSettings
-from .training import one_client_each_round, secure_aggregator, secure_round, train_rounds
+from .training import one_client_each_round, secure_aggregator, train_rounds
 
 
 def _rng(seed: int, part: int) -> np.random.Generator:
     return np.random.default_rng([seed, 0xA0D17, part])
 
 
-def _secure_rounds(simulation: Simulation, aggregator: Aggregator) -> Callable[[], float]:
-    """A ``step`` for :func:`train_rounds`: a :func:`secure_round`; returns its loss."""
-    return lambda: float(secure_round(simulation, aggregator).metrics["loss"])
+class Observation(Callback):
+    """What the server records of each secure round (:func:`train_rounds` with SecAgg+): who
+    took part and ``ΔW ḡ`` (``ΔW`` the unmasked mean update of the codeword matrix the server
+    released, ``ḡ`` over the ``public`` samples under the global model before the round)."""
 
+    def __init__(self, simulation: Simulation, public: Tensor | None) -> None:
+        self.simulation, self.public = simulation, public
+        self.record: dict[str, list[np.ndarray]] = {"membership": [], "observations": []}
+        self.hidden: Tensor | None = None
+        self.before: Tensor | None = None
 
-def _observed_secure_rounds(
-    simulation: Simulation,
-    aggregator: Aggregator,
-    public: Tensor | None,
-    record: dict[str, list[np.ndarray]],
-    cohort_of: Callable[[int], np.ndarray] | None = None,
-) -> Callable[[], float]:
-    """A ``step`` for :func:`train_rounds`: a :func:`secure_round` (of the sampled cohort, or
-    of ``cohort_of(round)``) whose membership and observation ``ΔW ḡ`` the server records
-    (``ΔW`` the unmasked mean update of the codeword matrix the server released, ``ḡ`` over the
-    ``public`` samples under the global model before the round)."""
+    def before_round(self, federation: Federation, plan: RoundPlan) -> None:
+        public = self.public
+        self.hidden = mean_hidden(self.simulation, public) if public is not None else None
+        self.before = federation.params.get(CODEWORD_WEIGHT)
 
-    def step() -> float:
-        hidden = mean_hidden(simulation, public) if public is not None else None
-        before = simulation.params.get(CODEWORD_WEIGHT)
-        clients = None if cohort_of is None else cohort_of(simulation.round + 1)
-        result = secure_round(simulation, aggregator, clients)
-        if hidden is not None and before is not None:
-            row = np.zeros(simulation.num_clients)
+    def after_round(
+        self, federation: Federation, result: RoundResult
+    ) -> tuple[bool, dict[str, Any]]:
+        if self.hidden is not None and self.before is not None:
+            row = np.zeros(self.simulation.num_clients)
             row[result.updates.clients.cpu().numpy()] = 1.0
-            record["membership"].append(row)
-            released = result.params[CODEWORD_WEIGHT].double() - before.double()
-            observation = released.cpu() @ hidden.double()
-            record["observations"].append(observation.numpy())
-        return float(result.metrics["loss"])
-
-    return step
+            self.record["membership"].append(row)
+            released = result.params[CODEWORD_WEIGHT].double() - self.before.double()
+            observation = released.cpu() @ self.hidden.double()
+            self.record["observations"].append(observation.numpy())
+        return False, {}
 
 
 def _dp_report(simulation: Simulation) -> dict[str, Any] | None:
@@ -119,18 +114,19 @@ def codeword_runs(
             states["initial"] = bit_recovery(
                 simulation, pool, public, settings, _rng(settings.seed, 1), progress
             )
-        record: dict[str, list[np.ndarray]] = {"membership": [], "observations": []}
         aggregator = secure_aggregator(simulation, settings.secagg, _rng(settings.seed, 2))
         cohort_of = None
         if settings.participations is not None:
             cohort_of = functools.partial(one_client_each_round, clients=simulation.num_clients)
-        step = _observed_secure_rounds(simulation, aggregator, public, record, cohort_of)
+        observation = Observation(simulation, public)
         length = code_length(simulation)
         label = dp_label(_dp_report(simulation))
         description = f"{simulation.algorithm.name} c={length} (SecAgg+, {label})"
         rounds = config.schedule.rounds
-        train_rounds(simulation, rounds, progress, description, step, cohort_of)
-        entries += disaggregation_entries(simulation, record, settings)
+        train_rounds(
+            simulation, rounds, progress, description, aggregator, cohort_of, [observation]
+        )
+        entries += disaggregation_entries(simulation, observation.record, settings)
         if index == 0 and simulation.round > 0:
             recovery = bit_recovery(
                 simulation, pool, public, settings, _rng(settings.seed, 3), progress
@@ -188,11 +184,10 @@ def inversion_states(
         if state == "trained":
             if trained is None:
                 description = f"{initial.algorithm.name} ({dataset.name})"
-                step = None
+                aggregator = None
                 if initial.algorithm.update_reveals_secret:
                     aggregator = secure_aggregator(initial, settings.secagg, _rng(settings.seed, 5))
-                    step = _secure_rounds(initial, aggregator)
-                train_rounds(initial, rounds, progress, description, step)
+                train_rounds(initial, rounds, progress, description, aggregator)
                 trained = initial
             if trained.round == 0:
                 break

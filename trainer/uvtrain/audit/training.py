@@ -9,19 +9,21 @@
   the :class:`~.secagg.SecAggPlus` aggregator; the clients train by the simulation's own local
   training (receive, update, messages), by its per-client loop path, and their updates go
   through the simulation's postprocessing (DP clipping and noise) before SecAgg+.
-- :func:`train_rounds`: rounds with a progress bar, counting who took part.
+- :func:`train_rounds`: rounds of :func:`uvtrain.fit.fit` with a progress bar, counting who
+  took part (:class:`Participation`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from torch import Tensor
 
-from ..engine import Simulation
-from ..rounds import Aggregator, RoundResult
+from ..engine import OnePath, Simulation
+from ..fit import Callback, Federation, Progress, Rounds, fit
+from ..rounds import Aggregator, RoundPlan, RoundResult
 from .secagg import Layout, SecAggPlus
 from .settings import SecAggModel
 
@@ -80,24 +82,39 @@ def one_client_each_round(round_number: int, clients: int) -> np.ndarray:
     return np.array([(round_number - 1) % clients])
 
 
+class Participation(Callback):
+    """How many of the rounds each of ``clients`` clients took part in (the rounds' cohorts)."""
+
+    def __init__(self, clients: int) -> None:
+        self.taken = np.zeros(clients, dtype=np.int64)
+
+    def before_round(self, federation: Federation, plan: RoundPlan) -> None:
+        self.taken[plan.clients] += 1
+
+
 def train_rounds(
     simulation: Simulation,
     rounds: int,
     progress: bool,
     description: str,
-    step: Callable[[], float] | None = None,
+    aggregator: Aggregator | None = None,
     cohort_of: Callable[[int], np.ndarray] | None = None,
+    callbacks: Sequence[Callback] = (),
 ) -> tuple[np.ndarray, float | None]:
-    """Train ``rounds`` rounds (``simulation.step`` unless ``step`` is given, which returns the
-    round's loss; ``cohort_of(round)`` its clients, default the simulation's sampling); returns
-    how many times each client took part and the last loss."""
-    from ..progress import Progress
-
-    taken = np.zeros(simulation.num_clients, dtype=np.int64)
-    loss = None
-    with Progress(description, rounds, unit="round", enabled=progress, transient=True) as bar:
-        for _ in range(rounds):
-            taken[(cohort_of or simulation.clients_of_round)(simulation.round + 1)] += 1
-            loss = step() if step is not None else float(simulation.step()["loss"])
-            bar.update(1, {"loss": f"{loss:.4f}"})
-    return taken, loss
+    """Train ``rounds`` more rounds (:func:`uvtrain.fit.fit`, with ``callbacks`` and a progress
+    bar): the simulation's own rounds, or with ``aggregator`` (SecAgg+, which the simulation
+    keeps) each client trained by the per-client loop path, as :func:`secure_round`;
+    ``cohort_of(round)`` the round's clients, default the simulation's sampling. Returns how
+    many times each client took part and the last loss."""
+    local: Any = simulation
+    if aggregator is not None:
+        simulation.aggregator = aggregator
+        local = OnePath(simulation, "loop")
+    plan = simulation.plan
+    if cohort_of is not None:
+        plan = lambda number: simulation.plan(number, cohort_of(number))  # noqa: E731
+    taken = Participation(simulation.num_clients)
+    bar = Progress(description, rounds, enabled=progress, transient=True, resumed=False)
+    schedule = Rounds(simulation.round + rounds, plan)
+    report = fit(simulation, local, schedule, [*callbacks, taken, bar])
+    return taken.taken, report.loss

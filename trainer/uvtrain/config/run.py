@@ -40,7 +40,7 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
-        from ..methods import PARAMETERS  # here: importing the config needs no torch (--help)
+        from ..methods import PARAMETERS, setting_refusal  # here: the config needs no torch
 
         for name, kind in PARTS.items():
             if not isinstance(getattr(self, name), kind):
@@ -60,14 +60,15 @@ class RunConfig:
             raise ConfigError("checkpoint_every must be >= 1 and target_tpr in (0, 1]")
         if self.eval_every < 0:
             raise ConfigError("eval_every must be >= 0 (0: only at the end)")
-        plain = schedule_defaults(object)
-        if self.method.setting != "cross-device" and any(
-            getattr(self.schedule, key) != plain[key] for key in ("server_optimizer", "server_lr")
-        ):
-            raise ConfigError(
-                f"--server-optimizer and --server-lr are for cross-device methods; "
-                f"{self.method.name} is {self.method.setting} (it has its own server step)"
-            )
+        # the options the method's setting cannot take (declared once: uvtrain.methods.SETTINGS)
+        defaults = {
+            item.name: item.default
+            for _, item in part_fields()
+            if item.default is not dataclasses.MISSING
+        }
+        refusal = setting_refusal(self.method, self.to_dict(), defaults)
+        if refusal is not None:
+            raise ConfigError(refusal)
 
     # -- flat keys ---------------------------------------------------------------------------
 

@@ -225,3 +225,21 @@ def plot_leakage_vs_eer(
     if points:
         axes.legend(fontsize=8)
     return save_figure(figure, path)
+
+
+def plot_weights(
+    metrics: str | os.PathLike[str], path: str | os.PathLike[str], parties: Sequence[str], fv: bool
+) -> None:
+    """The aggregation weighting ``w`` of each of ``parties`` over the rounds (FedFace, the
+    paper's Fig. 6), from a run's ``metrics.jsonl`` (each round's ``weights``); ``fv``: moved by
+    Federated Validation (said in the title). Nothing is drawn before the first round."""
+    import json
+
+    text = Path(metrics).read_text()
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    rows = [line for line in lines if "weights" in line]
+    if not rows:
+        return
+    series = {party: [row["weights"][index] for row in rows] for index, party in enumerate(parties)}
+    title = "aggregation weights w by round" + (" (FV)" if fv else "")
+    plot_metric_over_rounds([row["round"] for row in rows], series, path, "w", title)
