@@ -666,7 +666,7 @@ def synth_voices(
         "sample_rate": SAMPLE_RATE,
         "window_seconds": clip_seconds,
         "hop_seconds": clip_seconds / 2,
-        "min_seconds": 0.5,
+        "min_seconds": min(0.5, clip_seconds),  # a valid input (uvsdk.inputs) for short clips
     }
     extra = {
         "generator": f"uvtrain.data.espeak v{VERSION}",

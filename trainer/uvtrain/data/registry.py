@@ -92,7 +92,7 @@ def formant_voices(
         "sample_rate": espeak.SAMPLE_RATE,
         "window_seconds": clip_seconds,
         "hop_seconds": clip_seconds / 2,
-        "min_seconds": 0.5,
+        "min_seconds": min(0.5, clip_seconds),  # a valid input (uvsdk.inputs) for short clips
     }
     return assemble(
         "formant-voices",
