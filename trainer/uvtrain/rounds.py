@@ -26,7 +26,10 @@ the Flower deployment all run :func:`run_round`; none of them copies it.
                                                                    only a server step is run too
 
 Flower devices clip (and, in distributed DP, noise) their own updates before they send them
-(:mod:`uvdeploy.dp`), so a deployed round has no postprocessing on the server.
+(:mod:`uvdeploy.dp`), so a deployed round has no postprocessing steps; a device's clipping is not
+trusted, though: without SecAgg+ the server clips each reply again with the mechanism's own bound
+before the mechanism's server half (:meth:`uvdeploy.server.FederatedServer._private_sum`);
+under SecAgg+ it sees only the sum and relies on the devices' clipping.
 
 A local-training path may aggregate as it trains when that is exact — the simulator's one-pass
 step for E = 1 under the weighted mean, Flower's SecAgg+ workflow which unmasks only the sum —
