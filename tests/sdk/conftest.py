@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from uvsdk import Verifier
+
+from ..conftest import PASSPHRASE, enrollment_dir
+
+IMPOSTOR = ("speaker7", "clip1.wav")
 
 
 @pytest.fixture()
@@ -32,3 +40,23 @@ def memory_keyring():
     keyring.set_keyring(backend)
     yield backend
     keyring.set_keyring(previous)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1.8e9
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture()
+def alice(spectral_bundle: Path, voice_dir: Path, tmp_path: Path):
+    """Speaker 0 enrolled as 'alice' (prototype mode, passphrase store), a clock, an impostor."""
+    clock = Clock()
+    store = tmp_path / "store"
+    verifier = Verifier(spectral_bundle, store=store, passphrase=PASSPHRASE, clock=clock)
+    verifier.enroll(enrollment_dir(voice_dir, 0, tmp_path), user="alice")
+    impostor = voice_dir.joinpath(*IMPOSTOR)
+    assert not verifier.verify(impostor, user="alice", backoff=False).accepted
+    return verifier, store, clock, impostor
