@@ -25,6 +25,7 @@ from typing import Annotated
 import click
 import typer
 
+from uvsdk.cohort import SCORE_NORMS
 from uvsdk.commandline import CONTEXT_SETTINGS, OneLineUsageGroup
 
 #: The command a first word that is no command name goes to.
@@ -83,10 +84,11 @@ class Impostors(str, Enum):
     all = "all"
 
 
-class ScoreNormChoice(str, Enum):
-    as_norm = "as-norm"
-    s_norm = "s-norm"
-    none = "none"
+#: --score-norm's choices: the normalisations a bundle may declare (uvsdk.cohort's registry of
+#: score rules), and none (raw cosines)
+ScoreNormChoice = Enum(  # type: ignore[misc]
+    "ScoreNormChoice", {name.replace("-", "_"): name for name in (*SCORE_NORMS, "none")}, type=str
+)
 
 
 class UsageFailure(Exception):
@@ -269,7 +271,7 @@ def calibrate_command(
             "score_norm): as-norm (the --top-k nearest cohort vectors), s-norm (all of them), "
             "none (raw cosines, no cohort).",
         ),
-    ] = ScoreNormChoice.as_norm,
+    ] = ScoreNormChoice.as_norm,  # type: ignore[attr-defined]
     top_k: Annotated[
         int,
         typer.Option(
