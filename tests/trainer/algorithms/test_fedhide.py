@@ -80,7 +80,7 @@ def test_a_fedhide_run_builds_the_papers_backbone() -> None:
     from uvtrain.config import RunConfig
     from uvtrain.run import build_run_backbone
 
-    spec = {"sample_rate": 16000}
+    spec = {"sample_rate": 16000, "window_seconds": 2.0, "hop_seconds": 1.0, "min_seconds": 0.5}
     fedhide = RunConfig.from_flat({"method": "fedhide", "dataset": "x"})
     backbone = build_run_backbone(fedhide, "audio", spec)
     assert backbone.embedding_dim == 512 and backbone.frontend.window == "hamming"
