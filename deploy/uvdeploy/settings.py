@@ -24,7 +24,7 @@ from torch import nn
 
 from uvsdk.archive import read_zip_members
 from uvsdk.errors import BundleError, printable
-from uvsdk.inputs import INPUTS, ModelInput, input_spec, model_input
+from uvsdk.inputs import ModelInput, input_class, input_spec, model_input
 from uvtrain.algorithms.base import FedAvg, Tensors, overrides
 from uvtrain.config import RunConfig, flower_keys
 from uvtrain.errors import ConfigError
@@ -83,8 +83,12 @@ class DeploySettings:
         problem = self.run.method.deployment_problem()
         if problem is not None:
             raise ConfigError(f"method {self.run.method.name!r} does not run on Flower: {problem}")
-        if self.modality not in INPUTS:
-            raise ConfigError(f"modality must be 'audio' or 'image', not {self.modality!r}")
+        try:
+            input_class(self.modality)
+        except ValueError:
+            raise ConfigError(
+                f"modality must be 'audio' or 'image', not {self.modality!r}"
+            ) from None
         if self.secagg not in ("auto", "on", "off"):
             raise ConfigError(f"secagg must be auto, on or off, not {self.secagg!r}")
         if self.dp not in DP_CHOICES:

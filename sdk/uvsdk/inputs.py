@@ -293,6 +293,20 @@ def input_fields(kind: type[AudioInput] | type[ImageInput]) -> list[tuple[str, t
     return [(field.name, _FIELD_TYPES[str(field.type)]) for field in fields(kind)]
 
 
+def input_class(modality: str) -> type[AudioInput] | type[ImageInput]:
+    """The input class a modality names: the one place a modality's name is looked up.
+
+    Raises
+    ------
+    ValueError
+        An unknown modality.
+    """
+    kind = INPUTS.get(modality)
+    if kind is None:
+        raise ValueError(f"unknown modality {modality!r}; expected 'audio' or 'image'")
+    return kind
+
+
 def model_input(modality: str, spec: Mapping[str, Any]) -> ModelInput:
     """The input of a modality from an input spec (a dataset's, or a deployment's): its keys
     converted to their types, others ignored. The manifest reads its own more strictly
@@ -303,9 +317,7 @@ def model_input(modality: str, spec: Mapping[str, Any]) -> ModelInput:
     ValueError
         An unknown modality.
     """
-    kind = INPUTS.get(modality)
-    if kind is None:
-        raise ValueError(f"unknown modality {modality!r}; expected 'audio' or 'image'")
+    kind = input_class(modality)
     return kind(**{name: type_(spec[name]) for name, type_ in input_fields(kind)})
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from uvsdk.inputs import INPUTS, ModelInput, model_input
+from uvsdk.inputs import ModelInput, input_class, model_input
 
 from ..errors import DatasetError
 from ..io import atomic_write, parse_json
@@ -66,8 +66,10 @@ class FederatedDataset:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.modality not in INPUTS:
-            raise DatasetError(f"unknown modality {self.modality!r}")
+        try:
+            input_class(self.modality)
+        except ValueError as error:
+            raise DatasetError(str(error)) from None
         if not self.clients:
             raise DatasetError(f"dataset {self.name!r} has no clients")
 
