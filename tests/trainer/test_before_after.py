@@ -38,54 +38,32 @@ TINY = ["--dataset", "formant-voices", "--clients", "8", "--fraction", "0.5", "-
 #: what a run measures of time or the machine: never compared
 UNTIMED = {"seconds", "client_updates_per_s", "rounds_per_s", "throughput", "device", "out"}
 
+
+def run(method: str, rounds: int, *extra: str) -> list[str]:
+    """``uvtrain run`` of ``method`` on the tiny dataset for ``rounds`` rounds."""
+    return ["run", "--method", method, *TINY, "--rounds", str(rounds), *extra]
+
+
+DP = ("--dp-noise-multiplier", "0.8")
 RUNS: dict[str, list[str]] = {
-    "feduv": ["run", "--method", "feduv", *TINY, "--rounds", "3"],
-    "fedhide": ["run", "--method", "fedhide", *TINY, "--rounds", "3"],
-    "softmax": ["run", "--method", "softmax", *TINY, "--rounds", "3"],
-    "fedaws": ["run", "--method", "fedaws", *TINY, "--rounds", "3"],
-    "feduv-dp-central": [
-        "run",
-        "--method",
-        "feduv",
-        *TINY,
-        "--rounds",
-        "3",
-        "--dp",
-        "central",
-        "--dp-noise-multiplier",
-        "0.8",
-        "--clip-norm",
-        "0.5",
-    ],  # fmt: skip
-    "feduv-dp-distributed": [
-        "run",
-        "--method",
-        "feduv",
-        *TINY,
-        "--rounds",
-        "3",
-        "--dp",
-        "distributed",
-        "--dp-noise-multiplier",
-        "0.8",
-    ],  # fmt: skip
-    "fedhide-dp-ftrl": [
-        "run",
-        "--method",
+    "feduv": run("feduv", 3),
+    "fedhide": run("fedhide", 3),
+    "softmax": run("softmax", 3),
+    "fedaws": run("fedaws", 3),
+    "feduv-dp-central": run("feduv", 3, "--dp", "central", *DP, "--clip-norm", "0.5"),
+    "feduv-dp-distributed": run("feduv", 3, "--dp", "distributed", *DP),
+    "fedhide-dp-ftrl": run(
         "fedhide",
-        *TINY,
-        "--rounds",
-        "4",
+        4,
         "--dp",
         "central",
         "--dp-noise",
         "tree",
-        "--dp-noise-multiplier",
-        "0.8",
+        *DP,
         "--clip-norm",
         "0.5",
         "--no-adaptive-clipping",
-    ],  # fmt: skip
+    ),  # fmt: skip
     "fedface": [
         "run",
         "--method",
