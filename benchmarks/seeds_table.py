@@ -6,11 +6,12 @@ The inputs are the Markdown tables a comparison script writes once per seed (``r
 header and the same rows in the same order, rows told apart by their non-numeric cells. A cell
 that is a number in every table becomes ``mean (min–max)``; any other cell must read the same in
 every table and is kept. Two rows whose ranges overlap are a tie at these seeds, which is how the
-docs word them.
+docs word them. ``--drop COLUMN`` leaves out a column that is not a result and differs by seed
+(a run's wall-clock time, say).
 
     python benchmarks/seeds_table.py results/roc-s0/roc-synth-voices.md \\
         results/roc-s1/roc-synth-voices.md results/roc-s2/roc-synth-voices.md \\
-        --out results/roc-synth-voices-seeds.md [--digits 3]
+        --out results/roc-synth-voices-seeds.md [--digits 3] [--drop wall-clock ...]
 """
 
 from __future__ import annotations
@@ -65,14 +66,29 @@ def combine(tables: list[tuple[list[str], list[list[str]]]], digits: int) -> lis
     return combined
 
 
+def drop(
+    table: tuple[list[str], list[list[str]]], columns: list[str]
+) -> tuple[list[str], list[list[str]]]:
+    """``table`` without the named ``columns`` (each must be one of its header's)."""
+    header, rows = table
+    if unknown := [name for name in columns if name not in header]:
+        raise ValueError(f"--drop {unknown[0]!r}: no such column (one of {', '.join(header)})")
+    keep = [index for index, name in enumerate(header) if name not in columns]
+    return [header[i] for i in keep], [[row[i] for i in keep] for row in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tables", type=Path, nargs="+", help="one table per seed")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--digits", type=int, default=3)
+    parser.add_argument(
+        "--drop", action="append", default=[], metavar="COLUMN",
+        help="a column to leave out (repeat for several): one that differs by seed, not a result",
+    )  # fmt: skip
     args = parser.parse_args()
     try:
-        tables = [read_table(path) for path in args.tables]
+        tables = [drop(read_table(path), args.drop) for path in args.tables]
         rows = combine(tables, args.digits)
     except (OSError, ValueError) as error:
         print(f"seeds_table: {error}", file=sys.stderr)

@@ -360,6 +360,15 @@ def test_seeds_table_gives_each_number_its_mean_and_range(tmp_path: Path) -> Non
     rows = out.read_text().splitlines()
     assert "| FedUV | codeword | 401 (400–402) | 0.300 (0.100–0.600) |" in rows  # counts stay whole
     assert "| FedAwS | enrollment | 400 | 0.500 |" in rows  # equal at every seed: no range
+    # a column that differs by seed and is not a result (here the rounds) is left out on request
+    dropped = subprocess.run([*script, *paths, "--out", str(out), "--drop", "rounds"],
+                             capture_output=True, text=True)  # fmt: skip
+    assert dropped.returncode == 0, dropped.stderr
+    assert "| FedUV | codeword | 0.300 (0.100–0.600) |" in out.read_text().splitlines()
+    unknown = subprocess.run([*script, *paths, "--out", str(out), "--drop", "nope"],
+                             capture_output=True, text=True)  # fmt: skip
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+    assert "no such column" in unknown.stderr
     (tmp_path / "s2.md").write_text(
         header + "| FedUV | class row | 4 | 0.1 |\n| FedAwS | x | 4 | 0.5 |\n"
     )
