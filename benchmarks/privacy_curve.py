@@ -11,8 +11,12 @@ inf,16,8,4,2``, the disaggregation attack through SecAgg+ at the same budgets) i
 against the whole codewords that attack recovers.
 
     python benchmarks/privacy_curve.py [--scale dp] [--epsilons inf,16,8,4,2]
-        [--methods feduv,fedhide] [--audit audit/dp/audit.json ...]
+        [--methods feduv,fedhide] [--seeds 0 1 2] [--audit audit/dp/audit.json ...]
         [--out results/privacy] [--cache results/runs] [--root DIR] [--no-train]
+
+With several ``--seeds`` every setting is trained once per seed and each figure is tabled and
+plotted as the mean over the seeds with its range, ``mean (min–max)`` (issue 45: no headline
+figure from one seed); the JSON keeps every seed's row.
 
 Writes ``OUT/privacy-curve.md``, ``OUT/privacy-curve.json`` and ``OUT/eer-vs-epsilon.png`` (and
 ``OUT/eer-vs-recovery.png`` with ``--audit``); runs go to ``--cache`` and are reused. With
@@ -60,16 +64,54 @@ def parse_epsilons(text: str) -> list[float]:
     return values
 
 
-def run_settings(args: argparse.Namespace, method: str, epsilon: float, data: str) -> dict:
+def run_settings(
+    args: argparse.Namespace, method: str, epsilon: float, data: str, seed: int
+) -> dict:
     values = settings(args.scale, args.dataset, FAMILY[method], data, method=method)
     if math.isfinite(epsilon):
         values.update(MECHANISM, dp_epsilon=epsilon)
         if args.scale == "tiny":  # cohorts of 4: too few for a noisy count of the clipped
             values.update(adaptive_clipping=False, clip_norm=1.0)
-    return {**values, "seed": args.seed}
+    return {**values, "seed": seed}
 
 
-def row_of(folder: Path, method: str, epsilon: float) -> dict[str, Any]:
+#: The figures of a row that vary by seed: each summarised as its mean and range.
+SPREAD = ("test_known_eer", "unknown_eer", "p_leak", "seconds")
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per method and ε from its seeds' rows: each figure of :data:`SPREAD` the mean
+    over the seeds (``NAME``) with ``NAME_range`` ``[min, max]``; ``seeds`` lists them. The noise
+    multipliers and rounds do not depend on the seed and are the first row's."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["method"], row["epsilon"]), []).append(row)
+    out = []
+    for group in groups.values():
+        summary = {**group[0], "seeds": [row["seed"] for row in group]}
+        del summary["seed"], summary["run"]
+        for key in SPREAD:
+            values = [row[key] for row in group]
+            if any(value is None for value in values):
+                continue
+            summary[key] = sum(values) / len(values)
+            summary[f"{key}_range"] = [min(values), max(values)]
+        out.append(summary)
+    return out
+
+
+def spread(row: dict[str, Any], key: str, digits: int = 3) -> str:
+    """``row[key]`` as a table cell: ``mean (min–max)`` over several seeds, the figure alone
+    for one seed, ``–`` when the method has none."""
+    if row.get(key) is None:
+        return "–"
+    low, high = row.get(f"{key}_range", [row[key], row[key]])
+    if len(row["seeds"]) == 1 or low == high:
+        return f"{row[key]:.{digits}f}"
+    return f"{row[key]:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
+
+
+def row_of(folder: Path, method: str, epsilon: float, seed: int) -> dict[str, Any]:
     result = report(folder)
     splits = result["splits"]
     privacy = result.get("privacy") or {}
@@ -89,6 +131,7 @@ def row_of(folder: Path, method: str, epsilon: float) -> dict[str, Any]:
         "rounds": result["rounds"],
         "seconds": seconds,
         "device": result["throughput"]["device"],
+        "seed": seed,
         "run": folder.name,
     }
 
@@ -133,7 +176,16 @@ def plot(rows: list[dict[str, Any]], recovery: dict[float, Any] | None, out: Pat
         mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["epsilon"])
         xs = [r["epsilon"] if math.isfinite(r["epsilon"]) else right for r in mine]
         for split, style in (("test_known", "-o"), ("unknown", "--s")):
-            axis.plot(xs, [r[f"{split}_eer"] for r in mine], style, label=f"{method} {split}")
+            key = f"{split}_eer"
+            ys = [r[key] for r in mine]
+            ranges = [r.get(f"{key}_range", [r[key], r[key]]) for r in mine]
+            below = [y - low for y, (low, _) in zip(ys, ranges, strict=True)]
+            above = [high - y for y, (_, high) in zip(ys, ranges, strict=True)]
+            seeds = max(len(r["seeds"]) for r in mine)
+            label = f"{method} {split}" + (
+                f" (mean, range over {seeds} seeds)" if seeds > 1 else ""
+            )
+            axis.errorbar(xs, ys, yerr=[below, above], fmt=style, capsize=3, label=label)
     axis.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="chance")
     axis.set_ylim(0.0, 0.6)
     axis.set_xscale("log", base=2)
@@ -183,7 +235,7 @@ def main() -> None:
     parser.add_argument("--scale", default="dp", choices=["dp", "tiny"])
     parser.add_argument("--epsilons", default="inf,16,8,4,2")
     parser.add_argument("--methods", default="feduv,fedhide")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument(
         "--audit",
         type=Path,
@@ -209,24 +261,28 @@ def main() -> None:
     missing = []  # with --no-train: the runs not finished in the cache
     for method in methods:
         for epsilon in epsilons:
-            values = run_settings(args, method, epsilon, data)
-            label = f"{method} ε={epsilon:g}"
-            if args.no_train and finished_run(args.cache, values, args.root) is None:
-                print(f"  {label}: not finished in {args.cache} (left out: --no-train)")
-                missing.append(label)
-                continue
-            folder = train_once(args.cache, label, values, args.root)
-            rows.append(row_of(folder, method, epsilon))
+            for seed in args.seeds:
+                values = run_settings(args, method, epsilon, data, seed)
+                label = f"{method} ε={epsilon:g}" + (f" seed {seed}" if len(args.seeds) > 1 else "")
+                if args.no_train and finished_run(args.cache, values, args.root) is None:
+                    print(f"  {label}: not finished in {args.cache} (left out: --no-train)")
+                    missing.append(label)
+                    continue
+                folder = train_once(args.cache, label, values, args.root)
+                rows.append(row_of(folder, method, epsilon, seed))
     if not rows:
         raise SystemExit(f"no finished run in {args.cache} (--no-train)")
+    summary = summarise(rows)
     recovery = recovery_by_epsilon(args.audit) if args.audit else None
-    config = RunConfig.from_flat({**run_settings(args, methods[0], epsilons[-1], data)})
-    header = ["method", "ε", "rounds", "z (z_Δ)", "test_known EER", "unknown EER", "P_leak"]
-    header += ["wall-clock"]
+    config = RunConfig.from_flat(
+        {**run_settings(args, methods[0], epsilons[-1], data, args.seeds[0])}
+    )
+    header = ["method", "ε", "seeds", "rounds", "z (z_Δ)", "test_known EER", "unknown EER"]
+    header += ["P_leak", "wall-clock"]
     if recovery:
         header += ["whole codewords recovered (audit)", "bits (audit)"]
     table = []
-    for row in rows:
+    for row in summary:
         eps = row["epsilon"]
         noise = "–" if row["noise_multiplier"] is None else f"{row['noise_multiplier']:.3f}"
         if row["update_noise_multiplier"] is not None:
@@ -234,12 +290,14 @@ def main() -> None:
         line = [
             method_label(row["method"], math.isfinite(eps)),
             "∞ (off)" if not math.isfinite(eps) else f"{eps:g}",
+            ", ".join(map(str, row["seeds"])),
             str(row["rounds"]),
             noise,
-            f"{row['test_known_eer']:.3f}",
-            f"{row['unknown_eer']:.3f}",
-            "–" if row["p_leak"] is None else f"{row['p_leak']:.3f}",
-            f"{row['seconds'] / 60:.1f} min ({row['device']})",
+            spread(row, "test_known_eer"),
+            spread(row, "unknown_eer"),
+            spread(row, "p_leak"),
+            f"{row['seconds'] / 60:.1f} min ({row['device']}"
+            + (f"; mean of {len(row['seeds'])})" if len(row["seeds"]) > 1 else ")"),
         ]
         if recovery:
             entry = recovery.get(eps) if row["method"] == "feduv" else None
@@ -272,10 +330,10 @@ def main() -> None:
             file.write("\n" + "\n".join(notes) + "\n")
     write_json(
         args.out / "privacy-curve.json",
-        {"mechanism": MECHANISM, "device": device, "rows": rows,
+        {"mechanism": MECHANISM, "device": device, "rows": rows, "summary": summary,
          "recovery": {str(k): v for k, v in (recovery or {}).items()}},
     )  # fmt: skip
-    for path in plot(rows, recovery, args.out):
+    for path in plot(summary, recovery, args.out):
         print(f"figure: {path}")
     print(f"runs: {', '.join(row['run'] for row in rows)}")
 

@@ -115,7 +115,8 @@ def test_privacy_curve_tables_each_run_and_merges_audits(tmp_path: Path) -> None
         line.split(" | ")[1]: line.split(" | ") for line in table.splitlines() if "| feduv" in line
     }
     assert set(rows) == {"∞ (off)", "8"}
-    assert rows["8"][2] == "4" and rows["8"][3] != "–" and rows["∞ (off)"][3] == "–"  # rounds, z
+    assert rows["8"][2] == "0" and rows["8"][3] == "4"  # one seed, 4 rounds
+    assert rows["8"][4] != "–" and rows["∞ (off)"][4] == "–"  # z
     # recovery: the audit's last observed round per ε (8: 100 rounds, not 50), from either file
     assert rows["8"][-2] == "25.0 %" and rows["∞ (off)"][-2] == "100.0 %"
     assert f"`{first}`: 60 devices, cohorts of 6, after 100 rounds" in table
@@ -129,6 +130,22 @@ def test_privacy_curve_tables_each_run_and_merges_audits(tmp_path: Path) -> None
     assert "feduv ε=4: not finished" in listed and "training" not in listed
     table = (out / "privacy-curve.md").read_text()
     assert "Not finished yet (left out): feduv ε=4" in table and table.count("| feduv |") == 2
+    # several seeds: each setting once per seed (seed 0's runs reused), tabled as mean (min–max)
+    seeds = _script("privacy_curve.py", tmp_path, *args[:4], "--seeds", "0", "1")
+    assert seeds.count("done before") == 2 and seeds.count("training") == 2
+    result = json.loads((out / "privacy-curve.json").read_text())
+    assert sorted((str(r["epsilon"]), r["seed"]) for r in result["rows"]) == [
+        ("8.0", 0), ("8.0", 1), ("None", 0), ("None", 1)]  # ∞ is null in JSON  # fmt: skip
+    for summary in result["summary"]:
+        known = [r["test_known_eer"] for r in result["rows"] if r["epsilon"] == summary["epsilon"]]
+        assert summary["seeds"] == [0, 1] and summary["test_known_eer_range"] == [
+            min(known), max(known)] and abs(summary["test_known_eer"] - sum(known) / 2) < 1e-12  # fmt: skip
+    cells = [line.split(" | ") for line in (out / "privacy-curve.md").read_text().splitlines()]
+    row = next(cell for cell in cells if len(cell) > 2 and cell[1] == "8")
+    assert row[2] == "0, 1" and "mean of 2" in row[-1]
+    low, high = (f"{v:.3f}" for v in result["summary"][1]["test_known_eer_range"])
+    assert row[5] == f"{result['summary'][1]['test_known_eer']:.3f} ({low}–{high})" or low == high
+    assert _is_png(out / "eer-vs-epsilon.png")
 
 
 def test_run_folder_finds_a_run_made_before_a_setting_existed(tmp_path: Path) -> None:
