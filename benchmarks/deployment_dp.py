@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from _runs import method_label
+from seeds_table import mean_range
 
 from uvtrain.accounting import membership_eer_floor
 from uvtrain.io import save_figure, write_json
@@ -348,9 +349,7 @@ def family(name: str) -> str:
 
 
 def _spread(values: list[float]) -> str:
-    if len(values) == 1:
-        return _number(values[0])
-    return f"{_number(sum(values) / len(values))} ({_number(min(values))}–{_number(max(values))})"
+    return mean_range(sum(values) / len(values), min(values), max(values))
 
 
 def seed_table(entries: list[dict[str, Any]]) -> str:

@@ -41,6 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from seeds_table import mean_range
+
 from uvtrain.io import save_figure, write_json
 
 SEEDS = (0, 1, 2)
@@ -269,7 +271,7 @@ def table(folder: Path, out: Path, record: Path | None) -> None:
             today = f"{r['change_today']:+.3f}: {r['verdict_today']}"
         lines.append(
             f"| {r['method']} | {LABELS[r['mechanism']]} | {eps} | {len(r['seeds'])} | "
-            f"{_number(r['mean'])} ({_number(r['low'])}–{_number(r['high'])}) | "
+            f"{mean_range(r['mean'], r['low'], r['high'])} | "
             f"{_number(r['unknown_mean'])} | {verdict} | {today} |"
         )
     text = "\n".join(lines) + "\n"

@@ -42,6 +42,7 @@ from _runs import (
     train_once,
     write_table,
 )
+from seeds_table import mean_range
 
 from uvtrain.config import RunConfig
 from uvtrain.io import save_figure, write_json
@@ -105,10 +106,7 @@ def spread(row: dict[str, Any], key: str, digits: int = 3) -> str:
     for one seed, ``–`` when the method has none."""
     if row.get(key) is None:
         return "–"
-    low, high = row.get(f"{key}_range", [row[key], row[key]])
-    if len(row["seeds"]) == 1 or low == high:
-        return f"{row[key]:.{digits}f}"
-    return f"{row[key]:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
+    return mean_range(row[key], *row.get(f"{key}_range", [row[key], row[key]]), digits)
 
 
 def row_of(folder: Path, method: str, epsilon: float, seed: int) -> dict[str, Any]:

@@ -30,6 +30,15 @@ def read_table(path: Path) -> tuple[list[str], list[list[str]]]:
     return cells[0], cells[2:]
 
 
+def mean_range(mean: float, low: float, high: float, digits: int = 3) -> str:
+    """A figure over seeds as the docs write it: ``mean (min–max)``, or the figure alone where
+    every seed gave the same (one seed, or a figure the seed does not move). The benchmarks that
+    table seeds (privacy curve, deployment, DP-FTRL) write their cells with it."""
+    if low == high:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
+
+
 def number(cell: str) -> float | None:
     try:
         return float(cell)
@@ -50,14 +59,9 @@ def combine(tables: list[tuple[list[str], list[list[str]]]], digits: int) -> lis
             values = [rows[index][column] for _, rows in tables]
             numbers = [number(value) for value in values]
             if all(value is not None for value in numbers):
-                low, high = min(numbers), max(numbers)
-                mean = sum(numbers) / len(numbers)
                 places = digits if any("." in value for value in values) else 0
-                cells.append(
-                    f"{mean:.{places}f}"
-                    if low == high
-                    else f"{mean:.{places}f} ({low:.{places}f}–{high:.{places}f})"
-                )
+                mean = sum(numbers) / len(numbers)
+                cells.append(mean_range(mean, min(numbers), max(numbers), places))
             elif len(set(values)) == 1:
                 cells.append(cell)
             else:
