@@ -383,6 +383,15 @@ def default_voice(
     speakers: Annotated[
         int | None, typer.Option("--speakers", help="recipe: 250.", show_default=False)
     ] = None,
+    band: Annotated[
+        str | None,
+        typer.Option(
+            "--band",
+            help="What the encoder's front end hears: wide (the recipe) or narrow (nothing "
+            "above 4 kHz; CAM++ only; docs/model-card.md measures both).",
+            show_default=False,
+        ),
+    ] = None,
     calibrate: Annotated[
         Path | None,
         typer.Option(
@@ -406,6 +415,7 @@ def default_voice(
         ort=ort,
         quantize=None if quantize is None else quantize.value,
         pretrained=encoder,
+        band=band,
     )
     typer.echo(
         f"wrote {result.path} ({result.size_bytes / 1e6:.2f} MB) in {result.seconds:.1f} s; "

@@ -24,6 +24,7 @@ SCHEMES``, ``from uvexport.errors import ExportError``); this module holds the s
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -179,6 +180,11 @@ def export_model(
 
     started = time.perf_counter() if started is None else started
     model = model.cpu().eval()
+    # The manifest says what the graph hears: a narrow-band front end (``--band narrow``)
+    # is input.band "narrow" (spec §3.4), whichever run or server exported it.
+    band = getattr(getattr(model.backbone, "frontend", None), "band", "wide")
+    if band != "wide":
+        source = dataclasses.replace(source, band=band)
     example = torch.as_tensor(inputs[-1])
     shapes: dict[int, Any] = {0: Dim("batch", min=1)}
     for axis, name in source.dynamic_axes.items():  # audio: the clip's length

@@ -50,6 +50,14 @@ export const MIN_HOP_SECONDS = 0.05;
 export const MAX_WINDOW_SAMPLES = 1 << 20;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 
+/**
+ * What an audio model's front end hears (`input.band`, spec §3.4): `wide`, each clip as
+ * recorded (a manifest without `band`), or `narrow`, nothing above 4 kHz, so that telephone and
+ * wideband recordings of one voice score alike. The graph does the band-limiting.
+ */
+export const BANDS = ["wide", "narrow"] as const;
+export type Band = (typeof BANDS)[number];
+
 /** Raw mono audio in [-1, 1] at `sampleRate`, cut into windows (seconds). */
 export interface AudioInput {
   kind: "audio";
@@ -57,6 +65,7 @@ export interface AudioInput {
   windowSeconds: number;
   hopSeconds: number;
   minSeconds: number;
+  band: Band;
 }
 
 /** Raw uint8 pixels, height × width × channels. */
@@ -140,7 +149,11 @@ function audioInput(spec: JsonObject): AudioInput {
     windowSeconds: get(spec, "window_seconds", "float", "input."),
     hopSeconds: get(spec, "hop_seconds", "float", "input."),
     minSeconds: get(spec, "min_seconds", "float", "input."),
+    band: "band" in spec ? get(spec, "band", "str", "input.") : "wide",
   };
+  if (!(BANDS as readonly string[]).includes(input.band)) {
+    throw new BundleError(`manifest: input.band ${shown(input.band)} is not one of ${BANDS.join(", ")}`);
+  }
   if (!(1000 <= input.sampleRate && input.sampleRate <= 384_000)) {
     throw new BundleError(`manifest: input.sample_rate ${input.sampleRate} is not plausible`);
   }

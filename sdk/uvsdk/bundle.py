@@ -17,7 +17,7 @@ import stat
 import zipfile
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -128,7 +128,11 @@ class Manifest:
         if kind is None:
             raise BundleError(f"manifest: unknown modality {modality!r} (audio or image)")
         source = kind(
-            **{key: _get(spec, key, type_, "input.") for key, type_ in input_fields(kind)}
+            **{
+                key: _get(spec, key, type_, "input.")
+                for key, type_, default in input_fields(kind)
+                if key in spec or default is MISSING
+            }
         )
         output = _get(data, "output", dict)
         kind = _get(output, "kind", str, "output.")

@@ -16,7 +16,7 @@ Adding a modality is one class here and one entry of :data:`INPUTS`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,6 +45,12 @@ TRIAL_LIST = "trial-list"
 RECORDING_CONDITIONS = "recording-conditions"
 """Feature: the exporter's simulated recording conditions (noise, rooms, codecs) apply."""
 
+BANDS = ("wide", "narrow")
+"""What an audio model's front end hears (``input.band``, spec §3.4): ``wide``, the clip as
+recorded (the default, and a manifest without ``band``), or ``narrow``, nothing above 4 kHz (the
+band of a telephone chain's 8 kHz sampling), so that telephone and wideband recordings of one
+voice score alike. The graph does the band-limiting; the field says so."""
+
 
 @dataclass(frozen=True)
 class AudioInput:
@@ -66,8 +72,13 @@ class AudioInput:
     window_seconds: float
     hop_seconds: float
     min_seconds: float
+    band: str = "wide"
 
     def __post_init__(self) -> None:
+        if self.band not in BANDS:
+            raise BundleError(
+                f"manifest: input.band {self.band!r:.40} is not one of {', '.join(BANDS)}"
+            )
         if not 1000 <= self.sample_rate <= 384_000:
             raise BundleError(f"manifest: input.sample_rate {self.sample_rate} is not plausible")
         low, high = WINDOW_SECONDS_RANGE
@@ -95,9 +106,10 @@ class AudioInput:
 
     def describe(self) -> str:
         """One line for ``uvsdk info``."""
+        heard = ", heard as narrow band (nothing above 4 kHz)" if self.band == "narrow" else ""
         return (
             f"audio at {self.sample_rate} Hz, windows of {self.window_seconds:g} s "
-            f"every {self.hop_seconds:g} s, at least {self.min_seconds:g} s"
+            f"every {self.hop_seconds:g} s, at least {self.min_seconds:g} s{heard}"
         )
 
     # -- a sample ------------------------------------------------------------------------------
@@ -285,12 +297,14 @@ INPUTS: dict[str, type[AudioInput] | type[ImageInput]] = {
 }
 """The input class of each modality a manifest may name."""
 
-_FIELD_TYPES = {"int": int, "float": float}
+_FIELD_TYPES = {"int": int, "float": float, "str": str}
 
 
-def input_fields(kind: type[AudioInput] | type[ImageInput]) -> list[tuple[str, type]]:
-    """The spec keys of an input class and their JSON types, in order."""
-    return [(field.name, _FIELD_TYPES[str(field.type)]) for field in fields(kind)]
+def input_fields(kind: type[AudioInput] | type[ImageInput]) -> list[tuple[str, type, Any]]:
+    """The spec keys of an input class, their JSON types and their defaults, in order: a key
+    whose default is :data:`dataclasses.MISSING` is required, another may be left out (and is
+    left out of a spec when it has its default: :func:`input_spec`)."""
+    return [(field.name, _FIELD_TYPES[str(field.type)], field.default) for field in fields(kind)]
 
 
 def input_class(modality: str) -> type[AudioInput] | type[ImageInput]:
@@ -318,9 +332,20 @@ def model_input(modality: str, spec: Mapping[str, Any]) -> ModelInput:
         An unknown modality.
     """
     kind = input_class(modality)
-    return kind(**{name: type_(spec[name]) for name, type_ in input_fields(kind)})
+    return kind(
+        **{
+            name: type_(spec[name])
+            for name, type_, default in input_fields(kind)
+            if name in spec or default is MISSING
+        }
+    )
 
 
 def input_spec(source: ModelInput) -> dict[str, Any]:
-    """The manifest's ``input`` object (a dataset's spec) of an input."""
-    return {field.name: getattr(source, field.name) for field in fields(source)}
+    """The manifest's ``input`` object (a dataset's spec) of an input: every key but those at
+    their default (a wide-band model's manifest has no ``band``, as before spec version 8)."""
+    return {
+        field.name: getattr(source, field.name)
+        for field in fields(source)
+        if field.default is MISSING or getattr(source, field.name) != field.default
+    }

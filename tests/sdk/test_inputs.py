@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from uvsdk.errors import MediaError
+from uvsdk.errors import BundleError, MediaError
 from uvsdk.inputs import INPUTS, AudioInput, ImageInput, input_spec, model_input
 from uvsdk.media import audio_windows
 
@@ -26,6 +26,22 @@ def test_a_modality_names_its_class_and_a_spec_builds_it() -> None:
     assert model_input("image", input_spec(IMAGE)) == IMAGE
     with pytest.raises(ValueError, match="unknown modality 'video'"):
         model_input("video", spec)
+
+
+def test_the_band_is_optional_wide_by_default_and_written_only_when_narrow() -> None:
+    """``input.band`` (spec §3.4): a spec without it is wide band, as every manifest before
+    spec version 8 is, and a wide input's spec leaves it out, so those manifests stay as they
+    were; ``narrow`` is kept and said."""
+    spec = input_spec(AUDIO)
+    assert AUDIO.band == "wide" and "band" not in spec
+    narrow = model_input("audio", {**spec, "band": "narrow"})
+    assert narrow.band == "narrow" and input_spec(narrow) == {**spec, "band": "narrow"}
+    assert narrow.describe().endswith(", heard as narrow band (nothing above 4 kHz)")
+    assert "band" not in AUDIO.describe()
+    with pytest.raises(
+        BundleError, match=r"^manifest: input.band 'fm' is not one of wide, narrow$"
+    ):
+        model_input("audio", {**spec, "band": "fm"})
 
 
 @pytest.mark.parametrize("seconds", [0.7, 2.0, 4.3, 9.9])

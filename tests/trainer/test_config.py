@@ -70,6 +70,7 @@ from uvtrain.methods import PARAMETERS, MethodParameters  # noqa: E402
         (lambda: Data("x", clients=1), "clients must be at least 2"),
         (lambda: Data("x", crop_seconds=-1.0), "crop_seconds must be in [0, 3600]"),
         (lambda: Model(backbone=3), "backbone must be str"),
+        (lambda: Model(band="telephone"), "band must be one of wide, narrow, not 'telephone'"),
     ],
 )
 def test_every_part_and_method_checks_itself(make, message: str) -> None:
@@ -157,6 +158,7 @@ def test_another_methods_key_is_refused_unless_reading_an_old_config() -> None:
     del old["random_crop"]  # and FedHide's random crops of whole utterances
     del old["augment"]  # and its image augmentation
     del old["detect_faces"]  # and its face detection (VGGFace2)
+    del old["band"]  # and the front end's band (issue 44)
     assert len(old) == 47
     config = RunConfig.from_flat(old, other_methods="ignore")
     assert config.method == FedUV(code_length=255) and config.schedule.rounds == 5

@@ -92,3 +92,18 @@ def test_train_pretrained_without_the_encoder_is_one_line(
                                       "--train-pretrained", "--out", str(tmp_path / "x")])  # fmt: skip
     assert result.exit_code == 2 and "--pretrained ge2e" in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_the_band_reaches_the_front_end_and_a_backbone_without_one_is_refused() -> None:
+    """``--band narrow`` (issue 44) builds CAM++'s Kaldi fbank narrow; a backbone whose front
+    end has no band is refused in one line, not trained wide under a narrow name."""
+    from uvtrain.config import ConfigError
+
+    spec = {"sample_rate": 16000, "window_seconds": 2.0, "hop_seconds": 1.0, "min_seconds": 0.5}
+    flat = {"method": "feduv", "dataset": "formant-voices", "band": "narrow"}
+    backbone = build_run_backbone(
+        RunConfig.from_flat({**flat, "backbone": "campplus"}), "audio", spec
+    )
+    assert backbone.frontend.band == "narrow"
+    with pytest.raises(ConfigError, match=r"^--band narrow: the logmel-tdnn backbone has no band"):
+        build_run_backbone(RunConfig.from_flat(flat), "audio", spec)

@@ -9,6 +9,7 @@ and another ``run`` refuse that folder."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +121,9 @@ def build_run_backbone(
                 "--train-pretrained trains a frozen encoder: give --pretrained ge2e or campplus"
             )
         options["freeze_encoder"] = False
+    if config.model.band != "wide" and name in BACKBONES:
+        check_band(name, config.model.band)
+        options["band"] = config.model.band
     torch.manual_seed(config.seed)  # the backbone's initial weights follow from the seed
     backbone = build_backbone(name, spec, **options)
     if config.model.pretrained and not (weights_travel and not _has_frozen(backbone)):
@@ -132,6 +136,24 @@ def build_run_backbone(
             path = path / CHECKPOINT
         load_backbone_checkpoint(backbone, path)
     return backbone
+
+
+def check_band(backbone: str, band: str) -> None:
+    """Refuse a band (``--band``) other than ``wide`` for a backbone whose front end has no
+    band option (every one but ``campplus``'s Kaldi fbank), in one line.
+
+    Raises
+    ------
+    ConfigError
+        The backbone cannot hear the band.
+    """
+    from .models import BACKBONES
+
+    if band != "wide" and "band" not in inspect.signature(BACKBONES[backbone]).parameters:
+        raise ConfigError(
+            f"--band {band}: the {backbone} backbone has no band option (its front end is not "
+            "the Kaldi fbank); give --pretrained campplus or --backbone campplus"
+        )
 
 
 def _has_frozen(backbone: torch.nn.Module) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from uvsdk.inputs import BANDS
+
 from ..data.protocol import DataProtocol
 from ..errors import ConfigError, DatasetError
 from ..validation import check_types
@@ -156,9 +158,19 @@ class Model:
             "stays frozen and only the adapter trains)."
         },
     )
+    band: str = field(
+        default="wide",
+        metadata={
+            "help": "What the audio front end hears: wide (each clip as recorded) or narrow "
+            "(nothing above 4 kHz, so telephone and wideband recordings of a voice score alike; "
+            "a backbone with the Kaldi fbank front end: campplus). The bundle's input.band."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_types(self)
+        if self.band not in BANDS:
+            raise ConfigError(f"band must be one of {', '.join(BANDS)}, not {self.band!r:.40}")
 
 
 #: ``ε`` of the default mechanism wherever secure aggregation is on (``uvtrain deploy``,

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from uvsdk.inputs import BANDS
+
 from ..features import (
     WINDOWS,
     dft_kernels,
@@ -156,8 +158,6 @@ class LogMelFrontend(nn.Module):
         return log_bands
 
 
-#: The front-end bands of :class:`KaldiFbank`: ``wide`` (the clip as recorded) and ``narrow``.
-BANDS = ("wide", "narrow")
 #: The top of the ``narrow`` band: the Nyquist frequency of a telephone chain's 8 kHz sampling.
 NARROW_BAND_HZ = 4000.0
 #: Kaldi's floor under the mel energies before the logarithm (``std::numeric_limits<float>::epsilon``).
