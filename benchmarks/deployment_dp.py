@@ -352,13 +352,29 @@ def _spread(values: list[float]) -> str:
     return mean_range(sum(values) / len(values), min(values), max(values))
 
 
+def final(entry: dict[str, Any]) -> bool:
+    """Whether an entry holds its run's final figures: finished, or stopped after its
+    ``--eval-every`` evaluation at the last planned round (the model its report would have
+    scored, by both protocols), not before."""
+    if not entry["partial"]:
+        return True
+    spec = runs().get(family(entry["run"]))
+    return spec is not None and entry["rounds"] >= _planned_rounds(spec)
+
+
+def _planned_rounds(spec: list[str]) -> int:
+    recipe = RECIPES[spec[0]]
+    return int(recipe[recipe.index("--rounds") + 1])
+
+
 def seed_table(entries: list[dict[str, Any]]) -> str:
     """Each configuration run with more than one seed: the mean and range over its seeds, and
     against its no-DP configuration whether the difference of the means is inside the seeds'
-    spread (a tie) or outside it."""
+    spread (a tie) or outside it. A run stopped after its last round's evaluation counts
+    (:func:`final`); one stopped earlier does not."""
     families: dict[str, list[dict[str, Any]]] = {}
     for entry in entries:
-        if not entry["partial"]:
+        if final(entry):
             families.setdefault(family(entry["run"]), []).append(entry)
     header = ["method", "cohort", "ε", "seeds", "enrollment EER (test_known)",
               "enrollment EER (unknown)", "codeword EER", "against no DP"]  # fmt: skip

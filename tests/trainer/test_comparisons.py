@@ -308,13 +308,33 @@ def test_deployment_dp_tables_seeds_against_their_own_baseline(tmp_path: Path) -
                                     ("uv-e8-sim1000", 0.032, plan.report()),
                                     ("uv-e8-sim1000-s1", 0.036, plan.report())):  # fmt: skip
         finished(name, enrolled, privacy)
+
+    def stopped(name: str, at_round: int, enrolled: float) -> None:
+        """A run stopped after its evaluation at ``at_round`` (no report.json)."""
+        folder = tmp_path / "runs" / name
+        folder.mkdir(parents=True)
+        config = {"method": "feduv", "dataset": "synth-voices", "clients": 1000,
+                  "fraction": 0.1, "rounds": 800, "dp": "central", "clip_norm": 0.1,
+                  "dp_epsilon": 8.0, "dp_noise_cohort": 1000, "dp_population": 10**6}  # fmt: skip
+        (folder / "config.json").write_text(json.dumps(config))
+        eer = {"test_known": 0.3, "enrollment_test_known": enrolled,
+               "enrollment_unknown": enrolled + 0.01}  # fmt: skip
+        (folder / "metrics.jsonl").write_text(json.dumps({"round": at_round, "eer": eer}) + "\n")
+
+    # seed 2 stopped after its round-800 evaluation counts; a run stopped at 700 would not
+    stopped("uv-e8-sim1000-s2", 800, 0.028)
+    stopped("uv-e8-sim5000", 700, 0.5)
+    stopped("uv-e8-sim5000-s1", 700, 0.5)
     entries = {e["run"]: e for e in table(tmp_path / "runs", tmp_path / "out")}
     assert entries["uv-e8-sim1000-s1"]["seed"] == 1
     assert entries["uv-e8-sim1000-s1"]["enrollment_change"] == pytest.approx(-0.004)
     assert entries["uv-e8-sim1000"]["enrollment_change"] == pytest.approx(0.002)
+    assert entries["uv-e8-sim1000-s2"]["partial"] and entries["uv-e8-sim5000"]["partial"]
     text = (tmp_path / "out" / "deployment-dp.md").read_text()
     assert "| 0, 1 | 0.035 (0.030–0.040) | 0.045 (0.040–0.050) |" in text
-    assert "-0.001: a tie (inside the seeds' spread)" in text
+    assert "| 0, 1, 2 | 0.032 (0.028–0.036) | 0.042 (0.038–0.046) |" in text
+    assert "-0.003: a tie (inside the seeds' spread)" in text
+    assert "noise of 5,000" not in text.split("Over seeds")[1]
 
 
 def test_dp_ftrl_tables_each_mechanism_over_seeds_against_no_dp_and_todays(
