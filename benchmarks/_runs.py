@@ -57,6 +57,7 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
             "build": {"speakers": 1250},
             "common": {
                 "server_optimizer": "sgd",
+                "server_lr": 1.0,  # the curve's runs and deployment_dp.py's: plain FedAvg
                 "clients": 1000,
                 "fraction": 0.1,
                 "batch_size": 16,
@@ -85,6 +86,7 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
             "dataset": "voxceleb1",
             "common": {
                 "server_optimizer": "sgd",
+                "server_lr": 1.0,  # the curve's runs and deployment_dp.py's: plain FedAvg
                 "clients": 1000,
                 "fraction": 0.01,
                 "batch_size": 16,
@@ -99,6 +101,7 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
             "dataset": "celeba",
             "common": {
                 "server_optimizer": "sgd",
+                "server_lr": 1.0,  # the curve's runs and deployment_dp.py's: plain FedAvg
                 "clients": 1000,
                 "fraction": 0.01,
                 "batch_size": 16,

@@ -415,3 +415,20 @@ def test_seeds_table_gives_each_number_its_mean_and_range(tmp_path: Path) -> Non
     missing = subprocess.run([*script, str(tmp_path / "none.md"), "--out", str(out)],
                              capture_output=True, text=True)  # fmt: skip
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_every_preset_keeps_plain_fedavg_whatever_the_method_default() -> None:
+    """Every scale's runs name the server step themselves (plain FedAvg, server lr 1), so FedUV's
+    own default (server lr 5 since 2026-11-26) cannot change a figure's recipe under it: the
+    privacy curve's FedUV seeds once ran at server lr 5 beside a seed 0 at 1."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from _runs import SCALES, settings
+
+    for scale, datasets in SCALES.items():
+        for dataset, preset in datasets.items():
+            for family in ("feduv", "embedding"):
+                if family not in preset:
+                    continue
+                values = settings(scale, dataset, family, "d.npz", method=family)
+                step = (values.get("server_optimizer"), values.get("server_lr"))
+                assert step == ("sgd", 1.0), (scale, dataset, family, step)
