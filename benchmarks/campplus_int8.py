@@ -124,6 +124,12 @@ def thread_ms(session, clip: np.ndarray, runs: int = 15) -> float:
     return 1e3 * float(np.median(times))
 
 
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit code 2 (as the project's commands do)."""
+    print(f"campplus_int8: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", type=Path, required=True, help="a float32 CAM++ bundle")
@@ -143,17 +149,28 @@ def main() -> int:
         quantize_static,
     )
 
-    with zipfile.ZipFile(args.bundle) as bundle:
-        fp32 = bundle.read("model.onnx")
-        manifest = json.loads(bundle.read("manifest.json"))
-        if args.write_bundle and set(bundle.namelist()) != {"manifest.json", "model.onnx"}:
-            sys.exit(f"{args.bundle}: --write-bundle needs an uncalibrated, unsigned bundle")
+    try:
+        with zipfile.ZipFile(args.bundle) as bundle:
+            fp32 = bundle.read("model.onnx")
+            manifest = json.loads(bundle.read("manifest.json"))
+            members = set(bundle.namelist())
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        fail(f"--bundle {args.bundle}: not a readable bundle ({error})")
+    if args.write_bundle and members != {"manifest.json", "model.onnx"}:
+        fail(f"{args.bundle}: --write-bundle needs an uncalibrated, unsigned bundle")
+    if args.calibration != "real" and not Path(args.calibration).is_file():
+        fail(f"--calibration {args.calibration}: not a file (a synth-voices .npz, or 'real')")
     model = onnx.load_from_string(fp32)
-    if any(node.op_type in _QUANTIZED_OP_TYPES | {"DequantizeLinear"} for node in model.graph.node):
-        sys.exit(f"{args.bundle}: its model is already quantized; give a float32 CAM++ bundle")
+    stored = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.FLOAT16}
+    if any(
+        node.op_type in _QUANTIZED_OP_TYPES | {"DequantizeLinear"} for node in model.graph.node
+    ) or any(
+        init.data_type in stored for init in model.graph.initializer
+    ):  # int8 arithmetic, or weights stored as int8 or float16 (--quantize weights)
+        fail(f"{args.bundle}: its model is already quantized; give a float32 CAM++ bundle")
     names = {init.name for init in model.graph.initializer}
     if not any(name.startswith("backbone.xvector.") for name in names):
-        sys.exit(f"{args.bundle}: not a CAM++ model (no backbone.xvector weights)")
+        fail(f"{args.bundle}: not a CAM++ model (no backbone.xvector weights)")
 
     probes, owners, spare = clips(args)
     if args.calibration == "real":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from torch import nn
 
+from tests.processes import run_until_stalled
 from uvtrain.models import CAMPPlusEncoder
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -37,3 +38,22 @@ def test_every_layer_outside_the_frontend_is_in_exactly_one_group() -> None:
     assert sizes["D-TDNN bottlenecks (1×1)"] == sizes["D-TDNN context convolutions"]
     assert sizes["context-aware masks"] == 2 * sizes["D-TDNN context convolutions"]
     assert all(sizes.values())  # no group names nothing
+
+
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    """A missing bundle, a bundle whose weights are already stored as int8 (the shipped default)
+    and a missing calibration file are each refused in one line, exit code 2, nothing written."""
+    default = Path(__file__).resolve().parents[2] / "sdk" / "uvsdk" / "data" / "default.uvb"
+    out = tmp_path / "out"
+    script = [sys.executable, str(BENCHMARKS / "campplus_int8.py"), "--speakers", str(tmp_path)]
+    cases = {
+        "not a readable bundle": ["--bundle", str(tmp_path / "none.uvb"), "--calibration", "real"],
+        "already quantized": ["--bundle", str(default), "--calibration", "real"],
+        "--calibration": ["--bundle", str(default), "--calibration", str(tmp_path / "x.npz")],
+    }
+    for expected, args in cases.items():
+        done = run_until_stalled([*script, *args, "--out", str(out)], stall_seconds=300)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], done.stderr
+        assert not out.exists()
