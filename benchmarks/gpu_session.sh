@@ -3,11 +3,14 @@
 # bare image with torch; nothing can be downloaded there) as one prepared command:
 #
 #   1. pytest -m gpu: every training path on CUDA computes what it computes on the CPU;
-#   2. issue 45: the deployment-scale DP curve's ε 8 rows and their no-DP baselines for seeds
-#      1 and 2 (seed 0 is in docs/figures/privacy-deployment.json), benchmarks/deployment_dp.py;
-#   3. issue 44: CAM++ fine-tuned on synth-voices (1,000 training users of the 1,250-speaker set,
-#      50 a round): the pretrained start (0 rounds), FedHide and FedUV on the residual adapter and
-#      FedHide on the whole network (--train-pretrained, batch-norm statistics frozen), 3 seeds.
+#   2. issue 45: the privacy curve's FedUV at ε 8, 4 and 2, seeds 1 and 2 (1,000 users, cohorts
+#      of 100, 800 rounds; seed 0 and ε 16's three seeds are in docs/privacy.md §5), one
+#      benchmarks/privacy_curve.py process a run, their cache results/curve-runs;
+#   3. issue 44 (only with CAMPPLUS="NAME ...", measured on an earlier device: model-card.md,
+#      "Federated adaptation"): CAM++ fine-tuned on synth-voices (1,000 training users of the
+#      1,250-speaker set, 50 a round): the pretrained start (0 rounds), FedHide and FedUV on the
+#      residual adapter and FedHide on the whole network (--train-pretrained, batch-norm
+#      statistics frozen), 3 seeds.
 #
 # What it needs beside the working tree (each an ignored folder named in the tool's carry):
 #   .whl/  the trainer's dependencies the image lacks, as cp312 wheels (galois, dp-accounting,
@@ -45,12 +48,17 @@ print(build_dataset('synth-voices', seed=0, speakers=1250))" 2> results/build.lo
 echo "data $data after $((SECONDS - start)) s"
 left=$((budget - (SECONDS - start) - 40))
 
-# 2. issue 45: seeds 1 and 2 of the ε 8 (M = 1,000) rows and their baselines
-python3 benchmarks/deployment_dp.py --train --device cuda --parallel 8 --deadline $left \
-    --runs results/deployment-dp \
-    --only uv-off-m100-s1,uv-off-m100-s2,uv-e8-sim1000-s1,uv-e8-sim1000-s2,hide-off-m100-s1,hide-off-m100-s2,hide-e8-sim1000-s1,hide-e8-sim1000-s2 \
-    > results/deployment-dp.log 2>&1 &
-dp=$!
+# 2. issue 45: the privacy curve's FedUV under DP, seeds 1 and 2 of ε 8, 4 and 2. Untried on a
+# device (written 2026-11-29 on the CPU: 31-35 min a run there). A run killed by the budget
+# leaves no report (privacy_curve.py evaluates at the end only); read the logs' ETA first.
+mkdir -p results/curve-runs
+for eps in 8 4 2; do
+    for seed in 1 2; do
+        timeout -s KILL $left python3 benchmarks/privacy_curve.py --methods feduv \
+            --epsilons $eps --seeds $seed --out results/curve-e$eps-s$seed \
+            --cache results/curve-runs > results/curve-e$eps-s$seed.log 2>&1 &
+    done
+done
 
 # 3. issue 44: CAM++ fine-tuning
 campplus() {  # NAME, then uvtrain run's options
@@ -61,8 +69,8 @@ campplus() {  # NAME, then uvtrain run's options
         > "results/campplus-$name.log" 2>&1
 }
 mkdir -p results/campplus
-# CAMPPLUS="NAME ...": these runs alone (a rerun of those a first session lost)
-want() { [ -z "${CAMPPLUS:-}" ] || [[ " $CAMPPLUS " == *" $1 "* ]]; }
+# CAMPPLUS="NAME ...": these runs (none without it: measured on an earlier device)
+want() { [[ " ${CAMPPLUS:-} " == *" $1 "* ]]; }
 want start && campplus start --method fedhide --rounds 0 --seed 0 &
 for seed in 0 1 2; do
     want hide-adapter-s$seed && campplus hide-adapter-s$seed --method fedhide --rounds 60 --seed $seed &
@@ -76,6 +84,6 @@ if [ -n "$tests" ]; then
 fi
 wait
 echo "all done after $((SECONDS - start)) s"
-cat results/deployment-dp.log
+for f in results/curve-e*.log; do echo "== $f"; tr '\r' '\n' < "$f" | grep -E "^\| feduv|Error|error" | tail -2; done
 for f in results/campplus-*.log; do echo "== $f"; tr '\r' '\n' < "$f" | grep -E "EER|Error|error" | tail -4; done
 tar czf "$OUT/results.tgz" --exclude='*.pt' --exclude='*.npz' results
