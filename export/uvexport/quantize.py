@@ -182,6 +182,20 @@ def _frontend_nodes(model: Any) -> list[str]:
     ]
 
 
+def _excluded_nodes(model: Any, only: Callable[[str], bool] | None) -> list[str]:
+    """The nodes the quantizer must leave float32: the frontend's, and with ``only`` every
+    layer whose weight (its second input) it does not accept."""
+    excluded = _frontend_nodes(model)
+    if only is not None:
+        excluded += [
+            node.name
+            for node in model.graph.node
+            if node.op_type in QUANTIZED_OPS and node.name not in excluded
+            and (len(node.input) < 2 or not only(node.input[1]))
+        ]  # fmt: skip
+    return excluded
+
+
 _QUANTIZED_OP_TYPES = {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"}
 
 
@@ -425,9 +439,13 @@ def _quantize(
     folder: Path,
     calibration: Sequence[np.ndarray],
     half: Sequence[str] = (),
+    only: Callable[[str], bool] | None = None,
 ) -> bytes:
     """``fp32`` quantized with ``scheme``; the frontend's nodes stay float32 (``half``, and
-    ``calibration`` for the bias correction of :data:`WEIGHT_SCHEME`: see :func:`int8_weights`)."""
+    ``calibration`` for the bias correction of :data:`WEIGHT_SCHEME`: see :func:`int8_weights`).
+    ``only``: which layers may be quantized, by their weight's name as the quantizer's prepared
+    graph names it (default: every layer; benchmarks/campplus_int8.py measures the network a
+    part at a time)."""
     import onnx
 
     if scheme == WEIGHT_SCHEME:
@@ -454,7 +472,7 @@ def _quantize(
             op_types_to_quantize=ops,
             per_channel=False,
             weight_type=QuantType.QInt8,
-            nodes_to_exclude=_frontend_nodes(model),
+            nodes_to_exclude=_excluded_nodes(model, only),
         )
     else:
         prepared = folder / f"{scheme}.pre.onnx"
@@ -480,7 +498,7 @@ def _quantize(
             per_channel=True,
             activation_type=activations,
             weight_type=QuantType.QInt8,
-            nodes_to_exclude=_frontend_nodes(onnx.load(prepared)),
+            nodes_to_exclude=_excluded_nodes(onnx.load(prepared), only),
         )
     result = target.read_bytes()
     quantized = onnx.load_from_string(result)
