@@ -480,6 +480,111 @@ def test_fotaq_lines_go_to_the_credited_actor_of_their_dialogue(
         fetch_real_speech(tmp_path / "out2", progress=False, debs=debs)
 
 
+def _pcm8(seconds: float, pitch: float) -> bytes:
+    """Unsigned 8-bit mono PCM at 11,025 Hz, as Beneath a Steel Sky stores its speech."""
+    t = np.arange(int(seconds * 11025)) / 11025
+    return (128 + 80 * np.sin(2 * np.pi * pitch * t)).astype(np.uint8).tobytes()
+
+
+def _sky(speech: dict[int, bytes], calls: list[tuple[int, str]], pack: set[int]) -> dict:
+    """sky.dnr, sky.dsk and sky.cpt (the files of the beneath-a-steel-sky package) holding
+    ``speech`` (text number -> PCM), and a script making ``calls`` (text, talk animation name):
+    ``push 0; push text; push animation; call_mcode 3, 35*4`` each. The texts in ``pack`` are
+    stored RNC-compressed, the others plain."""
+    import propack
+
+    s = real_speech_sources
+    animations = sorted({name for _, name in calls})
+    compacts = {s.BASS_TALK_TABLE: ("talk_table", [i + 1 for i in range(len(animations))])}
+    compacts.update({i + 1: (name, [0]) for i, name in enumerate(animations)})
+    words: list[int] = []
+    names = b""
+    for element in range(s.BASS_TALK_TABLE + 1):
+        name, data = compacts.get(element, ("", []))
+        words += [len(data), 0, *data] if data else [0]
+        names += (name.encode() + b"\0") if data else b""
+    cpt = struct.pack("<HHHII", 0, 1, s.BASS_TALK_TABLE + 1, 0, len(words))
+    cpt += struct.pack(f"<{len(words)}H", *words) + struct.pack("<I", len(names)) + names
+    cpt += struct.pack("<H", 0)  # no aliases
+    script = []
+    for text, name in calls:
+        animation = animations.index(name)
+        script += [s.BASS_PUSH_NUMBER, 0, s.BASS_PUSH_NUMBER, text]
+        script += [s.BASS_PUSH_NUMBER, animation, s.BASS_CALL_MCODE, 3, 35 * 4]
+    files = {module: bytes(22) for module in s.BASS_SCRIPTS}
+    files[s.BASS_SCRIPTS[0]] = bytes(22) + struct.pack(f"<{len(script)}H", *script)
+    packed = set()
+    for text, pcm in speech.items():
+        number = s.BASS_SPEECH + s.BASS_SECTIONS[text >> 12] + (text & 0xFFF)
+        if text in pack:
+            files[number] = struct.pack("<H", 0x80) + bytes(20) + propack.pack(pcm)
+            packed.add(number)
+        else:
+            files[number] = bytes(22) + pcm
+    disk, index = b"", struct.pack("<I", len(files))
+    for number, data in files.items():
+        flags = len(data) | (0 if number in packed else 1 << 23)
+        index += struct.pack("<H", number) + len(disk).to_bytes(3, "little")
+        index += flags.to_bytes(3, "little")
+        disk += data
+    root = s.BASS_ROOT
+    return {f"{root}/sky.dnr": index, f"{root}/sky.dsk": disk, f"{root}/sky.cpt": cpt}
+
+
+def test_bass_lines_go_to_the_character_of_their_talk_animation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line's speaker is the kept character whose talk animation the script's fnSpeak* call
+    names; a line another character's animation also claims, a left-out character's line and a
+    line under 2 s are not written; RNC-compressed speech decodes (propack) to the same audio.
+    A container that ends early is one error naming sky.dsk."""
+    speech = {
+        1: _pcm8(2.5, 130),
+        0x1002: _pcm8(2.3, 140),  # text section 1: file 50000 + 600 + 2
+        2: _pcm8(2.4, 200),
+        3: _pcm8(2.6, 150),  # claimed by Foster and by Joey: left out
+        4: _pcm8(2.2, 160),  # Joey (a processed voice): left out
+        5: _pcm8(1.0, 135),  # under 2 s
+        6: _pcm8(2.1, 210),
+    }
+    calls = [
+        (1, "smlfost_conv"),
+        (0x1002, "smlfost_conv"),
+        (2, "lamb_normal"),
+        (3, "smlfost_conv"),
+        (3, "joey_talk_up"),
+        (4, "joey_talk_up"),
+        (5, "smlfost_conv"),
+        (2, "lamb_talk_right"),  # the same character under another animation
+        (6, "lamb_talk_right"),
+    ]
+    debs = {"beneath-a-steel-sky": make_deb(tmp_path / "s.deb", _sky(speech, calls, {0x1002}))}
+    source = _pinned_to(real_speech_sources.SOURCES["bass"], debs)
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"bass": source})
+    speakers = fetch_real_speech(tmp_path / "out", progress=False, debs=debs)
+    folders = {
+        p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()
+    }
+    assert folders == {
+        "bass-foster": ["00001.wav", "04098.wav"],
+        "bass-lamb": ["00002.wav", "00006.wav"],
+    }
+    audio, rate = sf.read(str(speakers / "bass-foster" / "04098.wav"), dtype="int16")
+    assert rate == 11025
+    expected = (np.frombuffer(speech[0x1002], np.uint8).astype(np.int16) - 128) * 256
+    np.testing.assert_allclose(audio, expected, atol=1)  # unpacked exactly (the int16 rounding)
+
+    broken = _sky(speech, calls, {0x1002})
+    dsk = f"{real_speech_sources.BASS_ROOT}/sky.dsk"
+    broken[dsk] = broken[dsk][:-3000]
+    debs = {"beneath-a-steel-sky": make_deb(tmp_path / "b.deb", broken)}
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {"bass": _pinned_to(source, debs)})
+    with pytest.raises(
+        DatasetError, match=r"^sky.dsk: file \d+ runs past the end of the container$"
+    ):
+        fetch_real_speech(tmp_path / "out2", progress=False, debs=debs)
+
+
 def _table_speakers() -> dict[str, set[str]]:
     """Every speaker each pinned source's ``clips`` can name, from the sources' own tables."""
     s = real_speech_sources
@@ -492,6 +597,7 @@ def _table_speakers() -> dict[str, set[str]]:
         "tuxpaint": set(s.TUXPAINT_SPEAKERS),
         "fillets": set(s.FILLETS_SPEAKERS),
         "fotaq": {*s.FOTAQ_SPEAKERS.values(), s.FOTAQ_JOE},
+        "bass": set(s.BASS_SPEAKERS.values()),
     }
 
 
@@ -517,8 +623,8 @@ def test_every_speaker_has_a_gender_and_a_language_and_says_how() -> None:
                 or "nickname" in (label["gender_from"])
             ):
                 assert label["gender"] == measured, where
-            elif label["gender"] != "unknown":
-                assert "credits" in label["gender_from"], where
+            elif label["gender"] != "unknown":  # a credit, or the game's text, names them
+                assert "credits" in label["gender_from"] or "game's text" in label["gender_from"]
                 assert measured in (label["gender"], "unknown"), where  # never contradicted
     assert len(real_speech.folder_labels()) == sum(len(v) for v in expected.values())
 

@@ -345,7 +345,8 @@ def data_real_speech(
     ] = None,
 ) -> None:
     """Real recorded speakers from Debian packages (pinned, hash-checked), one folder each: words
-    and phrases, and sentence-length dialogue (Fish Fillets NG, 2 s and more)."""
+    and phrases, and sentence-length dialogue of 2 s and more (Fish Fillets NG, Flight of the
+    Amazon Queen, Beneath a Steel Sky)."""
     from .data.real_speech import fetch_real_speech, summary_text, written_summary
     from .data.real_speech.sources import SOURCES
     from .errors import DatasetError
