@@ -115,7 +115,8 @@ def build_default_voice(
             band=recipe["band"],
         )
     )
-    run = train(config, work / "run")
+    run = work / "run"
+    train(config, run)  # returns the report; the bundle is exported from the folder
     about = None  # a folder of the user's: calibrate() names it
     if calibrate is None:
         from uvtrain.data.real_speech import describe_sources, fetch_real_speech

@@ -362,6 +362,58 @@ def test_the_default_voice_names_its_encoder(tmp_path: Path, capsys) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_default_voice_command_builds_a_calibrated_bundle_end_to_end(
+    voice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``uvexport default-voice`` runs its five steps and writes a calibrated bundle: here on
+    a fake GE2E wheel (random weights, nothing downloaded), 12 synthetic training voices, the
+    test voices to calibrate on and two recording conditions, to stay fast. (Training came to
+    return its report, not its folder, and the command failed at its last step: this catches
+    that.)"""
+    import dataclasses
+    import functools
+    import hashlib
+    import io
+    import zipfile
+
+    import torch
+    import uvexport.calibrate
+    from uvtrain import pretrained
+    from uvtrain.models.ge2e import GE2ESpeakerEncoder
+
+    torch.manual_seed(0)
+    buffer = io.BytesIO()
+    torch.save(GE2ESpeakerEncoder().state_dict(), buffer)
+    wheel = tmp_path / "Fake-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("fake/pretrained.pt", buffer.getvalue())
+    fake = dataclasses.replace(
+        pretrained.WEIGHTS["ge2e"],
+        wheel=wheel.name,
+        member="fake/pretrained.pt",
+        wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        sha256=hashlib.sha256(buffer.getvalue()).hexdigest(),
+    )
+    monkeypatch.setitem(pretrained.WEIGHTS, "ge2e", fake)
+    monkeypatch.setenv("UVTRAIN_DATA", str(tmp_path / "data"))
+    monkeypatch.setattr(
+        uvexport.calibrate,
+        "calibrate",
+        functools.partial(uvexport.calibrate.calibrate, conditions=("clean", "telephone-gsm")),
+    )
+    out = tmp_path / "voice.uvb"
+    args = ["default-voice", "--out", str(out), "--work", str(tmp_path / "w"), "--wheel",
+            str(wheel), "--encoder", "ge2e", "--quantize", "none", "--speakers", "12",
+            "--calibrate", str(voice_dir)]  # fmt: skip
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "5/5 export to" in printed
+    manifest = Bundle(out).manifest
+    assert manifest.method == "reference" and manifest.calibration is not None
+    assert manifest.extra["description"].startswith("The pretrained GE2E speaker encoder")
+    assert (tmp_path / "w" / "run" / "report.json").is_file()
+
+
 #: model.onnx of the shipped default bundle (`uvexport default-voice`, 2026-11-28: CAM++, int8 weights).
 SHIPPED_MODEL_SHA256 = "7381972e9073d22dd935641500d50cfed5766ef81c0ae8e24f384d2d4598a23b"
 
