@@ -16,6 +16,9 @@ rule is evaluated on the same scores:
   that resolve the FAR (a bucket none resolves keeps the global threshold);
 - ``qmf``: a duration quality measure function, the score plus ``w × ln(seconds)`` with ``w``
   fitted by logistic regression on the calibration trials only, then one table as ``global``;
+- ``chain``: ``global`` with the threshold raised to the worst calibration **source** (its own
+  same-chain impostor trials) and condition that resolves the FAR: the stated FAR then holds on
+  every chain calibrated on, not only pooled over them;
 - ``oracle`` -- **not a rule, a bound**: per fold and condition, the one threshold that gives
   an observed FAR of 2 × ``--far`` on the held-out trials themselves. No rule calibrated
   elsewhere can do better at that FAR.
@@ -92,6 +95,8 @@ class Trials:
     owners: np.ndarray
     impostor_owners: np.ndarray
     warmup: dict[str, np.ndarray]
+    #: whose clip each impostor trial is
+    impostor_people: np.ndarray | None = None
 
 
 def condition_trials(
@@ -110,6 +115,9 @@ def condition_trials(
         return None
     names = [name for name, v in vectors.items() if len(v)]
     impostor_seconds = [np.concatenate([seconds[o] for o in names if o != n]) for n in genuine]
+    impostor_people = [
+        np.concatenate([np.repeat(o, len(seconds[o])) for o in names if o != n]) for n in genuine
+    ]
     return Trials(
         genuine=np.concatenate(list(genuine.values())),
         impostor=np.concatenate(list(impostor.values())),
@@ -118,6 +126,7 @@ def condition_trials(
         owners=np.repeat(list(genuine), [scores.size for scores in genuine.values()]),
         impostor_owners=np.repeat(list(impostor), [scores.size for scores in impostor.values()]),
         warmup=warmup,
+        impostor_people=np.concatenate(impostor_people),
     )
 
 
@@ -205,6 +214,29 @@ def fit_buckets(
     return thresholds
 
 
+def fit_chain(calibration: dict[str, Trials], calibrated: Calibrated, far: float) -> Thresholds:
+    """The worst chain deciding: each user's threshold as ``global``'s, raised to the highest
+    of the thresholds at ``far`` over each calibration source's own (same-chain) impostor trials
+    in each condition, among those that resolve it, so that the stated FAR holds on every chain
+    the calibration saw, not only pooled over them."""
+    worst = -math.inf
+    for trials in calibration.values():
+        assert trials.impostor_people is not None
+        owner_chain = np.array([source_of(str(p)) for p in trials.impostor_owners])
+        impostor_chain = np.array([source_of(str(p)) for p in trials.impostor_people])
+        for chain in np.unique(owner_chain):
+            impostor = trials.impostor[(owner_chain == chain) & (impostor_chain == chain)]
+            if far * impostor.size >= MIN_FALSE_ACCEPTS - 1e-9:
+                worst = max(worst, far_threshold(impostor, far))
+    per_user = fit_global(calibrated, far)
+
+    def thresholds(trials: Trials) -> tuple[np.ndarray, np.ndarray]:
+        genuine, impostor = per_user(trials)
+        return np.maximum(genuine, worst), np.maximum(impostor, worst)
+
+    return thresholds
+
+
 def log_seconds(seconds: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(seconds, SHORTEST_SECONDS))
 
@@ -240,6 +272,7 @@ def with_quality(trials: Trials, weight: float) -> Trials:
         trials.owners,
         trials.impostor_owners,
         trials.warmup,
+        trials.impostor_people,
     )
 
 
@@ -316,6 +349,7 @@ def evaluate_fold(
         "global": fit_global(calibrated, far),
         "buckets": fit_buckets(calibration, calibrated, far, args.buckets),
         "qmf": qmf,
+        "chain": fit_chain(calibration, calibrated, far),
     }
     rows: dict[str, list[dict]] = {name: [] for name in (*rules, "oracle")}
     for condition, trials in test.items():
