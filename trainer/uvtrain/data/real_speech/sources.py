@@ -450,7 +450,7 @@ BASS_TALK_TABLE = 0xBC
 #: The mcodes that speak a text (``fnSpeakMe``, ``fnSpeakMeDir``, ``fnSpeakWait``,
 #: ``fnSpeakWaitDir``), called as ``push target; push text; push animation; call_mcode 3, n*4``.
 BASS_SPEAK_MCODES = frozenset({35, 36, 37, 38})
-BASS_CALL_MCODE, BASS_PUSH_VARIABLE, BASS_PUSH_NUMBER = 11, 0, 2
+BASS_CALL_MCODE, BASS_PUSH_NUMBER = 11, 2
 #: The kept characters' talk animations (compact names in sky.cpt), one character per voice. The
 #: credits name four actors ("W Marsh, H Ellerby, C Daish, H Ormrod", cut short in the data) and
 #: no actor per character, so the voices are told apart by measurement: taking the characters by
