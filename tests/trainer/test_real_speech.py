@@ -9,6 +9,7 @@ import io
 import json
 import re
 import struct
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -573,6 +574,12 @@ def test_bass_lines_go_to_the_character_of_their_talk_animation(
     assert rate == 11025
     expected = (np.frombuffer(speech[0x1002], np.uint8).astype(np.int16) - 128) * 256
     np.testing.assert_allclose(audio, expected, atol=1)  # unpacked exactly (the int16 rounding)
+
+    # without its decompressor installed: one line saying what to install
+    monkeypatch.setitem(sys.modules, "propack", None)
+    with pytest.raises(DatasetError, match=r"^Beneath a Steel Sky's speech needs the propack"):
+        fetch_real_speech(tmp_path / "out3", progress=False, debs=debs)
+    monkeypatch.delitem(sys.modules, "propack")
 
     broken = _sky(speech, calls, {0x1002})
     dsk = f"{real_speech_sources.BASS_ROOT}/sky.dsk"

@@ -503,7 +503,13 @@ class _Bass:
 
     def file(self, number: int) -> bytes:
         """File ``number`` with its 22-byte header, decompressed."""
-        import propack
+        try:
+            import propack
+        except ImportError:
+            raise DatasetError(
+                "Beneath a Steel Sky's speech needs the propack package: pip install propack "
+                "(part of the train extra)"
+            ) from None
 
         if number not in self.entries:
             raise DatasetError(f"sky.dnr: no file {number}")
