@@ -592,6 +592,25 @@ def test_bass_lines_go_to_the_character_of_their_talk_animation(
         fetch_real_speech(tmp_path / "out2", progress=False, debs=debs)
 
 
+def test_the_voice_measurement_and_the_source_name_the_same_characters() -> None:
+    """benchmarks/bass_voices.py (the measurement that chose the kept characters) attributes
+    every animation the source keeps to the same character, and its pair EER is the EER."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bass_voices.py"
+    spec = importlib.util.spec_from_file_location("bass_voices", path)
+    assert spec is not None and spec.loader is not None
+    bass_voices = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bass_voices)
+    for animation, name in real_speech_sources.BASS_SPEAKERS.items():
+        assert bass_voices.character(animation) == name, animation
+    assert bass_voices.character("dad_to_foster") == "dad"  # not Foster's
+    assert not set(real_speech_sources.BASS_SPEAKERS.values()) & bass_voices.PROCESSED
+    genuine, impostor = np.array([0.9, 0.8, 0.7, 0.4]), np.array([0.5, 0.3, 0.2, 0.1])
+    assert bass_voices.eer(genuine, impostor) == pytest.approx(0.25)
+    assert bass_voices.eer(genuine, impostor - 1) == 0.0
+
+
 def _table_speakers() -> dict[str, set[str]]:
     """Every speaker each pinned source's ``clips`` can name, from the sources' own tables."""
     s = real_speech_sources

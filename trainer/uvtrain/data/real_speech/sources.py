@@ -457,8 +457,8 @@ BASS_CALL_MCODE, BASS_PUSH_NUMBER = 11, 2
 #: their number of lines of 2 s or more, each is kept when both CAM++ and GE2E keep it apart from
 #: every character kept before it (pairwise EER under 0.20 and 0.25: Flight of the Amazon Queen's
 #: credited actors reach 0.26 under GE2E, one actor's characters there 0.31-0.40). The seven kept
-#: score at most 0.18 and 0.23 (median 0.04 and 0.14). ``dad_to_foster`` and ``son_to_foster``
-#: are the father's and son's animations, not Foster's.
+#: score at most 0.18 and 0.23 (median 0.04 and 0.14): ``benchmarks/bass_voices.py`` measures it.
+#: ``dad_to_foster`` and ``son_to_foster`` are the father's and son's animations, not Foster's.
 BASS_SPEAKERS = {
     "smlfost_conv": "foster",
     "lamb_normal": "lamb",
