@@ -32,6 +32,7 @@ import numpy as np
 from uvsdk.verifier import Verifier, default_bundle_path
 from uvtrain.data.real_speech import extract_deb
 from uvtrain.data.real_speech import sources as S
+from uvtrain.evaluation.metrics import equal_error_rate
 
 #: Talk animation (compact name in sky.cpt) -> character, first match wins. The father's and
 #: son's animations towards Foster come before Foster's own, the judge's towards Hobbins before
@@ -99,22 +100,12 @@ def clips(game: S._Bass, texts: list[int], folder: Path) -> list[Path]:
     return kept
 
 
-def eer(genuine: np.ndarray, impostor: np.ndarray) -> float:
-    scores = np.concatenate([genuine, impostor])
-    labels = np.r_[np.ones(genuine.size), np.zeros(impostor.size)][
-        np.argsort(-scores, kind="stable")
-    ]
-    tpr, fpr = np.cumsum(labels) / genuine.size, np.cumsum(1 - labels) / impostor.size
-    k = int(np.argmin(np.abs((1 - tpr) - fpr)))
-    return float(((1 - tpr[k]) + fpr[k]) / 2)
-
-
 def pair_eers(vectors: dict[str, np.ndarray]) -> dict[tuple[str, str], float]:
     def within(x: np.ndarray) -> np.ndarray:
         return (x @ x.T)[np.triu_indices(len(x), 1)]
 
     return {
-        (a, b): eer(np.r_[within(vectors[a]), within(vectors[b])], (vectors[a] @ vectors[b].T).ravel())
+        (a, b): equal_error_rate(np.r_[within(vectors[a]), within(vectors[b])], (vectors[a] @ vectors[b].T).ravel())
         for a, b in itertools.combinations(sorted(vectors), 2)
     }  # fmt: skip
 
