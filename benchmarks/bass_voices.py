@@ -1,15 +1,15 @@
 """Which Beneath a Steel Sky characters are different people? The measurement behind the ``bass``
-real-speech source's ``BASS_SPEAKERS`` (docs/trainer.md, "Beneath a Steel Sky").
+real-speech source's ``SPEAKERS`` (docs/trainer.md, "Beneath a Steel Sky").
 
 The game's credits name four actors and no actor per character, and about 34 characters speak.
 This script attributes every scripted line to its character by its talk animation (as
-``uvtrain.data.real_speech.sources`` does for the kept ones, here for all of them), embeds up to
+``uvtrain.data.real_speech.bass`` does for the kept ones, here for all of them), embeds up to
 ``--clips`` lines of 2 s or more of each character with two encoders (the shipped CAM++ bundle and
 a GE2E bundle), and computes each pair of characters' EER (a pair's within-character clip pairs
 against its cross-character ones). Taking the characters by their number of lines of 2 s or
 more, it keeps each one that both encoders keep apart from every character kept before it
 (pairwise EER under ``--eer`` and ``--second-eer``), and says whether the kept set is the one
-``BASS_SPEAKERS`` names.
+``uvtrain.data.real_speech.bass.SPEAKERS`` names.
 
     uvexport default-voice --encoder ge2e --quantize none --out ge2e.uvb
     python benchmarks/bass_voices.py --deb beneath-a-steel-sky_0.0372-8_all.deb \\
@@ -24,14 +24,12 @@ import random
 import re
 import sys
 import tempfile
-import wave
 from pathlib import Path
 
 import numpy as np
 
 from uvsdk.verifier import Verifier, default_bundle_path
-from uvtrain.data.real_speech import extract_deb
-from uvtrain.data.real_speech import sources as S
+from uvtrain.data.real_speech import bass, extract_deb
 from uvtrain.evaluation.metrics import equal_error_rate
 
 #: Talk animation (compact name in sky.cpt) -> character, first match wins. The father's and
@@ -57,47 +55,22 @@ PROCESSED = {"joey", "medi", "monitor", "spec_dat", "jukebox", "android", "big_s
 MIN_SECONDS = 2.0
 
 
-def character(animation: str) -> str:
+def character(animation: str) -> str | None:
+    """The character a talk animation is named for (``None``: none of :data:`CHARACTERS`)."""
     for pattern, name in CHARACTERS:
         if re.search(pattern, animation):
             return name
-    return "other:" + animation
+    return None
 
 
-def lines(tree: Path) -> tuple[S._Bass, dict[str, list[int]]]:
-    """Each character's texts: those only its talk animations speak (as the source keeps)."""
-    game = S._Bass(tree)
-    claims: dict[int, set[str]] = {}
-    for text, animation, target in game.speech_calls():
-        if animation is not None:
-            claims.setdefault(text, set()).add(character(animation))
-        elif target is not None:
-            claims.setdefault(text, set()).add("other")
-    by_character: dict[str, list[int]] = {}
-    for text, (who, *others) in sorted(claims.items()):
-        if not others:
-            by_character.setdefault(who, []).append(text)
-    return game, by_character
-
-
-def clips(game: S._Bass, texts: list[int], folder: Path) -> list[Path]:
-    """The texts' speech as WAV files under ``folder``, those of at least 2 s."""
-    kept = []
-    for text in texts:
-        number = S.BASS_SPEECH + S.BASS_SECTIONS[text >> 12 & 7] + (text & 0xFFF)
-        if number not in game.entries:
-            continue
-        pcm = game.file(number)[22:]
-        if len(pcm) < MIN_SECONDS * S.BASS_RATE:
-            continue
-        path = folder / f"{text:05d}.wav"
-        with wave.open(str(path), "wb") as out:
-            out.setnchannels(1)
-            out.setsampwidth(1)
-            out.setframerate(S.BASS_RATE)
-            out.writeframes(pcm)
-        kept.append(path)
-    return kept
+def clips(game: bass.Game, texts: list[int], folder: Path) -> list[Path]:
+    """The texts' speech of at least 2 s, as WAV files under ``folder``."""
+    speech = {text: game.speech(text) for text in texts}
+    return [
+        bass.write_wav(folder / f"{text:05d}.wav", pcm)
+        for text, pcm in speech.items()
+        if pcm is not None and len(pcm) >= MIN_SECONDS * bass.RATE
+    ]
 
 
 def pair_eers(vectors: dict[str, np.ndarray]) -> dict[tuple[str, str], float]:
@@ -128,11 +101,11 @@ def main() -> int:
         tree = args.tree
         if tree is None:
             tree = Path(scratch) / "tree"
-            extract_deb(args.deb, tree, S.SOURCES["bass"].members)
-        game, texts = lines(tree)
+            extract_deb(args.deb, tree, bass.MEMBERS)
+        game = bass.Game(tree)
         audio: dict[str, list[Path]] = {}
-        for name, its_texts in sorted(texts.items()):
-            if name in PROCESSED or name.startswith("other"):
+        for name, its_texts in sorted(bass.lines(game, character).items()):
+            if name in PROCESSED:
                 continue
             folder = Path(scratch) / name
             folder.mkdir()
@@ -173,10 +146,9 @@ def main() -> int:
         print(
             f"kept pairs, {label} encoder: EER median {np.median(values):.3f}, max {max(values):.3f}"
         )
-    named = set(S.BASS_SPEAKERS.values())
-    print(
-        f"kept: {', '.join(kept)}; BASS_SPEAKERS names {'the same' if set(kept) == named else 'another'} set"
-    )
+    named = set(bass.SPEAKERS.values())
+    same = "the same" if set(kept) == named else "another"
+    print(f"kept: {', '.join(kept)}; bass.SPEAKERS names {same} set")
     return 0
 
 

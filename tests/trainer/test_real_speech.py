@@ -24,6 +24,7 @@ from uvtrain.data import real_speech
 from uvtrain.data.real_speech import (
     MIN_SECONDS,
     Source,
+    bass,
     extract_deb,
     fetch_real_speech,
 )
@@ -288,16 +289,25 @@ def _pinned_to(source: Source, debs: dict[str, Path]) -> Source:
     return dataclasses.replace(source, sha256=digest(source.package), extra=extra)
 
 
+def _fetch_pinned(
+    name: str, debs: dict[str, Path], out: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, dict[str, list[str]]]:
+    """Source ``name`` alone, pinned to the given fake .debs, fetched into ``out``: the speakers
+    folder, and each speaker folder's file names."""
+    source = _pinned_to(real_speech_sources.SOURCES[name], debs)
+    monkeypatch.setattr(real_speech_sources, "SOURCES", {name: source})
+    speakers = fetch_real_speech(out, progress=False, debs=debs)
+    folders = {
+        p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()
+    }
+    return speakers, folders
+
+
 def test_fillets_keeps_each_fish_per_language_by_its_dialog_font(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     debs = _fillets_debs(tmp_path)
-    source = _pinned_to(real_speech_sources.SOURCES["fillets"], debs)
-    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fillets": source})
-    speakers = fetch_real_speech(tmp_path / "out", progress=False, debs=debs)
-    folders = {
-        p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()
-    }
+    speakers, folders = _fetch_pinned("fillets", debs, tmp_path / "out", monkeypatch)
     # The fish's lines of 2 s or more, by their dialogs' fonts (any language's script names the
     # font), the shared jokes included; not the parrot, both fish at once, a dialog whose scripts
     # disagree on the font, a dialog of a file that is not a dialog script, an unscripted file,
@@ -461,12 +471,7 @@ def test_fotaq_lines_go_to_the_credited_actor_of_their_dialogue(
     }
     archive = real_speech_sources.FOTAQ_ARCHIVE
     debs = {"flight-of-the-amazon-queen": make_deb(tmp_path / "q.deb", {archive: _queen(entries)})}
-    source = _pinned_to(real_speech_sources.SOURCES["fotaq"], debs)
-    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fotaq": source})
-    speakers = fetch_real_speech(tmp_path / "out", progress=False, debs=debs)
-    folders = {
-        p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()
-    }
+    speakers, folders = _fetch_pinned("fotaq", debs, tmp_path / "out", monkeypatch)
     assert folders == {
         "fotaq-tom-hill": ["120001P1.wav", "12XXXXP2.wav"],
         "fotaq-brad-lavelle": ["130001J1.wav", "JOE00001.wav"],
@@ -476,9 +481,8 @@ def test_fotaq_lines_go_to_the_credited_actor_of_their_dialogue(
 
     broken = _queen(entries)[:-20_000]
     debs = {"flight-of-the-amazon-queen": make_deb(tmp_path / "b.deb", {archive: broken})}
-    monkeypatch.setattr(real_speech_sources, "SOURCES", {"fotaq": _pinned_to(source, debs)})
     with pytest.raises(DatasetError, match=r"^queen.1c: entry .* runs past the end of the file$"):
-        fetch_real_speech(tmp_path / "out2", progress=False, debs=debs)
+        _fetch_pinned("fotaq", debs, tmp_path / "out2", monkeypatch)
 
 
 def _pcm8(seconds: float, pitch: float) -> bytes:
@@ -494,29 +498,29 @@ def _sky(speech: dict[int, bytes], calls: list[tuple[int, str]], pack: set[int])
     stored RNC-compressed, the others plain."""
     import propack
 
-    s = real_speech_sources
+    s = bass
     animations = sorted({name for _, name in calls})
-    compacts = {s.BASS_TALK_TABLE: ("talk_table", [i + 1 for i in range(len(animations))])}
+    compacts = {s.TALK_TABLE: ("talk_table", [i + 1 for i in range(len(animations))])}
     compacts.update({i + 1: (name, [0]) for i, name in enumerate(animations)})
     words: list[int] = []
     names = b""
-    for element in range(s.BASS_TALK_TABLE + 1):
+    for element in range(s.TALK_TABLE + 1):
         name, data = compacts.get(element, ("", []))
         words += [len(data), 0, *data] if data else [0]
         names += (name.encode() + b"\0") if data else b""
-    cpt = struct.pack("<HHHII", 0, 1, s.BASS_TALK_TABLE + 1, 0, len(words))
+    cpt = struct.pack("<HHHII", 0, 1, s.TALK_TABLE + 1, 0, len(words))
     cpt += struct.pack(f"<{len(words)}H", *words) + struct.pack("<I", len(names)) + names
     cpt += struct.pack("<H", 0)  # no aliases
     script = []
     for text, name in calls:
         animation = animations.index(name)
-        script += [s.BASS_PUSH_NUMBER, 0, s.BASS_PUSH_NUMBER, text]
-        script += [s.BASS_PUSH_NUMBER, animation, s.BASS_CALL_MCODE, 3, 35 * 4]
-    files = {module: bytes(22) for module in s.BASS_SCRIPTS}
-    files[s.BASS_SCRIPTS[0]] = bytes(22) + struct.pack(f"<{len(script)}H", *script)
+        script += [s.PUSH_NUMBER, 0, s.PUSH_NUMBER, text]
+        script += [s.PUSH_NUMBER, animation, s.CALL_MCODE, 3, 35 * 4]
+    files = {module: bytes(22) for module in s.SCRIPTS}
+    files[s.SCRIPTS[0]] = bytes(22) + struct.pack(f"<{len(script)}H", *script)
     packed = set()
     for text, pcm in speech.items():
-        number = s.BASS_SPEECH + s.BASS_SECTIONS[text >> 12] + (text & 0xFFF)
+        number = s.SPEECH + s.SECTIONS[text >> 12] + (text & 0xFFF)
         if text in pack:
             files[number] = struct.pack("<H", 0x80) + bytes(20) + propack.pack(pcm)
             packed.add(number)
@@ -528,7 +532,7 @@ def _sky(speech: dict[int, bytes], calls: list[tuple[int, str]], pack: set[int])
         index += struct.pack("<H", number) + len(disk).to_bytes(3, "little")
         index += flags.to_bytes(3, "little")
         disk += data
-    root = s.BASS_ROOT
+    root = s.ROOT
     return {f"{root}/sky.dnr": index, f"{root}/sky.dsk": disk, f"{root}/sky.cpt": cpt}
 
 
@@ -560,12 +564,7 @@ def test_bass_lines_go_to_the_character_of_their_talk_animation(
         (6, "lamb_talk_right"),
     ]
     debs = {"beneath-a-steel-sky": make_deb(tmp_path / "s.deb", _sky(speech, calls, {0x1002}))}
-    source = _pinned_to(real_speech_sources.SOURCES["bass"], debs)
-    monkeypatch.setattr(real_speech_sources, "SOURCES", {"bass": source})
-    speakers = fetch_real_speech(tmp_path / "out", progress=False, debs=debs)
-    folders = {
-        p.name: sorted(q.name for q in p.iterdir()) for p in speakers.iterdir() if p.is_dir()
-    }
+    speakers, folders = _fetch_pinned("bass", debs, tmp_path / "out", monkeypatch)
     assert folders == {
         "bass-foster": ["00001.wav", "04098.wav"],
         "bass-lamb": ["00002.wav", "00006.wav"],
@@ -582,14 +581,13 @@ def test_bass_lines_go_to_the_character_of_their_talk_animation(
     monkeypatch.delitem(sys.modules, "propack")
 
     broken = _sky(speech, calls, {0x1002})
-    dsk = f"{real_speech_sources.BASS_ROOT}/sky.dsk"
+    dsk = f"{bass.ROOT}/sky.dsk"
     broken[dsk] = broken[dsk][:-3000]
     debs = {"beneath-a-steel-sky": make_deb(tmp_path / "b.deb", broken)}
-    monkeypatch.setattr(real_speech_sources, "SOURCES", {"bass": _pinned_to(source, debs)})
     with pytest.raises(
         DatasetError, match=r"^sky.dsk: file \d+ runs past the end of the container$"
     ):
-        fetch_real_speech(tmp_path / "out2", progress=False, debs=debs)
+        _fetch_pinned("bass", debs, tmp_path / "out2", monkeypatch)
 
 
 def test_the_voice_measurement_and_the_source_name_the_same_characters() -> None:
@@ -603,10 +601,10 @@ def test_the_voice_measurement_and_the_source_name_the_same_characters() -> None
     assert spec is not None and spec.loader is not None
     bass_voices = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bass_voices)
-    for animation, name in real_speech_sources.BASS_SPEAKERS.items():
+    for animation, name in bass.SPEAKERS.items():
         assert bass_voices.character(animation) == name, animation
     assert bass_voices.character("dad_to_foster") == "dad"  # not Foster's
-    assert not set(real_speech_sources.BASS_SPEAKERS.values()) & bass_voices.PROCESSED
+    assert not set(bass.SPEAKERS.values()) & bass_voices.PROCESSED
     apart = {"a": np.eye(3)[[0, 0, 0]], "b": np.eye(3)[[1, 1, 1]], "c": np.eye(3)[[1, 1, 1]]}
     eers = bass_voices.pair_eers(apart)
     assert eers[("a", "b")] == 0.0 and eers[("a", "c")] == 0.0  # told apart
@@ -625,7 +623,7 @@ def _table_speakers() -> dict[str, set[str]]:
         "tuxpaint": set(s.TUXPAINT_SPEAKERS),
         "fillets": set(s.FILLETS_SPEAKERS),
         "fotaq": {*s.FOTAQ_SPEAKERS.values(), s.FOTAQ_JOE},
-        "bass": set(s.BASS_SPEAKERS.values()),
+        "bass": set(bass.SPEAKERS.values()),
     }
 
 
