@@ -96,7 +96,7 @@ class Trials:
     impostor_owners: np.ndarray
     warmup: dict[str, np.ndarray]
     #: whose clip each impostor trial is
-    impostor_people: np.ndarray | None = None
+    impostor_people: np.ndarray
 
 
 def condition_trials(
@@ -219,11 +219,15 @@ def fit_chain(calibration: dict[str, Trials], calibrated: Calibrated, far: float
     of the thresholds at ``far`` over each calibration source's own (same-chain) impostor trials
     in each condition, among those that resolve it, so that the stated FAR holds on every chain
     the calibration saw, not only pooled over them."""
+
+    def sources_of(people: np.ndarray) -> np.ndarray:  # each source named once per person
+        names, index = np.unique(people, return_inverse=True)
+        return np.array([source_of(str(name)) for name in names])[index]
+
     worst = -math.inf
     for trials in calibration.values():
-        assert trials.impostor_people is not None
-        owner_chain = np.array([source_of(str(p)) for p in trials.impostor_owners])
-        impostor_chain = np.array([source_of(str(p)) for p in trials.impostor_people])
+        owner_chain = sources_of(trials.impostor_owners)
+        impostor_chain = sources_of(trials.impostor_people)
         for chain in np.unique(owner_chain):
             impostor = trials.impostor[(owner_chain == chain) & (impostor_chain == chain)]
             if far * impostor.size >= MIN_FALSE_ACCEPTS - 1e-9:
