@@ -4,12 +4,13 @@ the golden file was written (issue 48: a change to the shell around the round ke
 ``tests/trainer/before_after.json`` holds, per run, a fingerprint of every checkpoint tensor and
 the run's figures. Every run trains on one math thread (how many threads share a sum changes its
 last bits). On a machine of the torch, CPU capability and CPU vendor that wrote a set, the
-tensors are compared bit for bit (the SHA-256 of each one's bytes) and the figures at a relative 1e-12 (the accountant's
-numpy sums follow the process's BLAS threads, which pytest's workers set to one). Elsewhere a
-different CPU may round differently in the last bits, and training carries them forward, so each
+tensors are compared bit for bit (the SHA-256 of each one's bytes) and the figures at a relative
+1e-12 (the accountant's numpy sums follow the process's BLAS threads, which pytest's workers set
+to one). The golden file holds one set of runs per such machine. A CPU with no set of its own
+may round differently in the last bits, and training carries them forward, so there each
 tensor's float64 absolute sum is compared at a relative :data:`ANOTHER_CPU`, its sum within that
 fraction of its absolute sum, and the figures at :data:`ANOTHER_CPU_FIGURES`: a changed draw,
-order or formula moves them by far more. The golden file holds one set of runs per machine.
+order or formula moves them by far more.
 
 ``UVTRAIN_WRITE_BEFORE_AFTER=1 pytest tests/trainer/test_before_after.py -n 0`` writes this
 machine's set (another machine's set is added beside the others so). For a change that is meant
