@@ -239,20 +239,22 @@ def test_a_run_gives_what_it_gave_before(
     if name in mine:  # a machine like the one that wrote it: every bit of every tensor
         expected = mine[name]
         tensors = close(ours.get("tensors"), expected.get("tensors"), name, rel=0.0)
-        figures_ = {key: value for key, value in ours.items() if key != "tensors"}
-        golden_figures = {key: value for key, value in expected.items() if key != "tensors"}
-        assert tensors + close(figures_, golden_figures, name, rel=1e-12) == []
+        assert tensors + close(untensored(ours), untensored(expected), name, rel=1e-12) == []
         return
     written = [runs[name] for runs in golden["machines"].values() if name in runs]
     assert written, f"no golden for {name}: write it (module docstring)"
     # another CPU: the bits may differ, and what counts outcomes may flip a borderline one
-    figures_ = {key: value for key, value in ours.items() if key != "tensors"}
-    golden_figures = {key: value for key, value in written[0].items() if key != "tensors"}
+    expected = written[0]
     assert (
-        sums_differ(ours, written[0], name)
-        + close(figures_, golden_figures, name, rel=ANOTHER_CPU_FIGURES)
+        sums_differ(ours, expected, name)
+        + close(untensored(ours), untensored(expected), name, rel=ANOTHER_CPU_FIGURES)
         == []
     )
+
+
+def untensored(fingerprint_: dict[str, Any]) -> dict[str, Any]:
+    """A run's fingerprint less its tensors: its metrics and report."""
+    return {key: value for key, value in fingerprint_.items() if key != "tensors"}
 
 
 def sums_differ(ours: dict[str, Any], golden: dict[str, Any], name: str) -> list[str]:
