@@ -166,8 +166,8 @@ class LocalFederation:
             # How often each SuperExec (the SuperLink's and every SuperNode's) asks for a new app
             # task, each time a request to its HTTP API. Measured on the 2-core machine with four
             # devices (docs/deploy.md): an idle federation uses 0.41 cores at 0.1 s, 0.14 at
-            # 0.5 s and 0.09 at Flower's 1 s; a SecAgg+ round took 29-32 s at 0.1 s and at 0.5 s,
-            # 32-34 s at 1 s (most of a stage is the SuperNode's own 3 s wait for messages)
+            # 0.5 s and 0.09 at Flower's 1 s; a SecAgg+ round took 31-38 s at 0.1 s, 32 s at 0.5 s
+            # and 32-34 s at 1 s (most of a stage is the SuperNode's own 3 s wait for messages)
             "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.5",
         }
         self.port = 0
