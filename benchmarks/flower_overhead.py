@@ -70,7 +70,9 @@ def main() -> None:
         flower = float(np.mean([m["seconds"] for m in metrics]))
         settings = DeploySettings.from_run_config({**values, "out": str(out)})
         samples = [
-            Device({"data": str(d / "samples"), "store": str(d / "store")}, settings).samples()
+            Device(
+                {"data": str(d / "samples"), "store": str(d / "store")}, settings.input
+            ).samples()
             for d in sorted(devices.iterdir())
         ]
         simulated = simulator_seconds(settings, samples, args.rounds)

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from typing import Any
 
-# Only Flower at import: the SuperNode starts a fresh app process for every message, and SecAgg+'s
-# key-exchange stages never reach the training code, so torch is imported only when needed.
+# Only Flower at import: the SuperNode starts a fresh app process for every message. SecAgg+'s
+# key-exchange stages never reach the training code, and registration and enrollment are the
+# SDK's work (uvdeploy.device, uvdeploy.inputs): torch is imported by a round's training only.
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
@@ -48,17 +49,27 @@ app = ClientApp(mods=[_secure_when_asked])
 
 
 def _device(context: Context) -> Any:
+    """The device for registration and enrollment: only the run's input keys, no torch."""
     from .device import Device
+    from .inputs import InputSettings
+
+    source = InputSettings.from_run_config(context.run_config).input
+    return Device(dict(context.node_config), source)
+
+
+def _training_device(context: Context) -> Any:
+    """The device for a round: the run's whole settings (the method, its model: torch)."""
     from .settings import DeploySettings
+    from .training import TrainingDevice
 
     settings = DeploySettings.from_run_config(context.run_config)
-    return Device(dict(context.node_config), settings)
+    return TrainingDevice(dict(context.node_config), settings)
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """A round: the local update (θ_k − θ) as a legacy FitRes, which SecAgg+'s mod can mask."""
-    me = _device(context)
+    me = _training_device(context)
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     secure = RECORD_KEY_CONFIGS in msg.content.config_records
     me.check_round(secure, str(fitins.config.get("dp", "off")))

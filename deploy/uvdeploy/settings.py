@@ -24,20 +24,23 @@ from torch import nn
 
 from uvsdk.archive import read_zip_members
 from uvsdk.errors import BundleError, printable
-from uvsdk.inputs import ModelInput, input_class, input_spec, model_input
+from uvsdk.inputs import input_spec
 from uvtrain.algorithms.base import FedAvg, Tensors, overrides
 from uvtrain.config import RunConfig, flower_keys
 from uvtrain.errors import ConfigError
 
 from .errors import DeploymentError
+from .inputs import InputSettings
 
 #: The deployment's ``dp`` values (``auto``: distributed under SecAgg+, off otherwise).
 DP_CHOICES = ("auto", "off", "central", "distributed")
 
 
-@dataclass(frozen=True)
-class DeploySettings:
-    """A Flower run's settings: the trainer's :class:`RunConfig` and the deployment's own keys.
+@dataclass(frozen=True, kw_only=True)
+class DeploySettings(InputSettings):
+    """A Flower run's settings: the trainer's :class:`RunConfig` and the deployment's own keys,
+    the input keys (:class:`~uvdeploy.inputs.InputSettings`, all a device's registration and
+    enrollment read) among them.
 
     ``secagg``: ``"auto"`` (SecAgg+ for a method whose plain update reveals a secret,
     :attr:`~uvtrain.algorithms.base.FedAvg.update_reveals_secret` — FedUV's codeword; plain
@@ -61,12 +64,6 @@ class DeploySettings:
     """
 
     run: RunConfig
-    modality: str = "audio"
-    sample_rate: int = 16000
-    window_seconds: float = 2.0
-    hop_seconds: float = 1.0
-    min_seconds: float = 0.5
-    image_size: str = "64x64x1"
     secagg: str = "auto"
     dp: str = "auto"
     min_devices: int = 2
@@ -83,12 +80,7 @@ class DeploySettings:
         problem = self.run.method.deployment_problem()
         if problem is not None:
             raise ConfigError(f"method {self.run.method.name!r} does not run on Flower: {problem}")
-        try:
-            input_class(self.modality)
-        except ValueError:
-            raise ConfigError(
-                f"modality must be 'audio' or 'image', not {self.modality!r}"
-            ) from None
+        super().__post_init__()  # the input keys
         if self.secagg not in ("auto", "on", "off"):
             raise ConfigError(f"secagg must be auto, on or off, not {self.secagg!r}")
         if self.dp not in DP_CHOICES:
@@ -99,7 +91,6 @@ class DeploySettings:
             raise ConfigError("wait_seconds and round_seconds must be positive")
         if not 0 < self.reconstruction_threshold <= max(1.0, self.num_shares):
             raise ConfigError("reconstruction_threshold must be positive (and <= num_shares)")
-        _ = self.input  # validates image_size
         self._check_privacy()
 
     def _check_privacy(self) -> None:
@@ -172,30 +163,6 @@ class DeploySettings:
         if self.secure:
             count = max(count, self.min_cohort)
         return min(count, devices)
-
-    @property
-    def input(self) -> ModelInput:
-        """The model's input (:mod:`uvsdk.inputs`) the devices' files are decoded to: the
-        audio keys, or ``image_size`` read as ``HxWxC``."""
-        keys: dict[str, Any] = {
-            "sample_rate": self.sample_rate,
-            "window_seconds": self.window_seconds,
-            "hop_seconds": self.hop_seconds,
-            "min_seconds": self.min_seconds,
-        }
-        try:
-            size = [int(part) for part in self.image_size.split("x")]
-            keys.update(zip(("height", "width", "channels"), size, strict=True))
-        except ValueError:
-            pass  # refused below when the input is an image
-        try:
-            return model_input(self.modality, keys)
-        except KeyError:
-            raise ConfigError(
-                f"image_size must be HxWxC (e.g. 64x64x1), not {self.image_size!r}"
-            ) from None
-        except BundleError as error:  # implausible values, refused as a bundle would be
-            raise ConfigError(str(error)) from None
 
     @property
     def spec(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ the server's round (plain, secure, under DP). A real federation on loopback: ``t
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from uvdeploy.settings import (  # noqa: E402
     pack,
     to_arrays,
 )
+from uvdeploy.training import TrainingDevice  # noqa: E402
 from uvtrain.batches import draw_batches  # noqa: E402
 from uvtrain.config import ConfigError  # noqa: E402
 from uvtrain.engine import EngineConfig, Simulation, split_parameters  # noqa: E402
@@ -153,7 +155,9 @@ def test_a_devices_update_is_the_simulators(
         {"method": method, "local_steps": 2, "batch_size": 4, "lr": 0.05}
     )
     folder = device_folder(voice_dir, 1, tmp_path)
-    device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
+    device = TrainingDevice(
+        {"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings
+    )
     samples = device.samples()
     assert samples.shape == (6 * 2, 32000)  # 2.5-s clips: two 2-s windows each
     model = build_model(settings, 2)
@@ -186,7 +190,7 @@ def test_a_device_with_local_epochs_passes_over_its_samples_once_an_epoch(
     """``local_epochs`` (the FedUV paper's "1 local epoch") reaches the devices: each epoch is
     one pass over the device's own samples in batches of B, the last one smaller, instead of
     ``local_steps`` batches drawn with replacement."""
-    import uvdeploy.device
+    import uvdeploy.training
 
     monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
     settings = DeploySettings.from_run_config(
@@ -194,16 +198,18 @@ def test_a_device_with_local_epochs_passes_over_its_samples_once_an_epoch(
     )
     assert settings.to_dict()["local_epochs"] == 2
     folder = device_folder(voice_dir, 1, tmp_path)
-    device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
+    device = TrainingDevice(
+        {"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings
+    )
     samples = torch.as_tensor(device.samples())  # 12 windows
     seen: list = []
-    real = uvdeploy.device.local_update
+    real = uvdeploy.training.local_update
 
     def spy(*args, **kwargs):
         seen.append(args[7])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(uvdeploy.device, "local_update", spy)
+    monkeypatch.setattr(uvdeploy.training, "local_update", spy)
     model = build_model(settings, 2)
     params, _ = split_parameters(model)
     dim = int(model.backbone.embedding_dim)
@@ -273,7 +279,9 @@ def test_a_device_draws_its_noise_from_a_secret_seed_it_never_sends(
     monkeypatch.setenv("UVSDK_PASSPHRASE", PASSPHRASE)
     settings = DeploySettings.from_run_config({"method": "fedhide", "dp": "distributed"})
     folder = device_folder(voice_dir, 1, tmp_path)
-    device = Device({"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings)
+    device = TrainingDevice(
+        {"data": str(folder / "samples"), "store": str(tmp_path / "store")}, settings
+    )
     seeds: list[int] = []
     draw = uvtrain.privacy.noise.secrets.randbits
 
@@ -310,13 +318,14 @@ def test_a_device_keeps_its_codeword_encrypted_and_refuses_a_plain_feduv_round(
     folder = device_folder(voice_dir, 2, tmp_path)
     node = {"data": str(folder / "samples"), "store": str(tmp_path / "store")}
     settings = DeploySettings.from_run_config({"method": "feduv"})
-    device = Device(node, settings)
+    device = Device(node, settings.input)  # registration: the SDK's work, no torch
     assert device.status(bch127.fingerprint) == {"user_id": -1, "codeword": False, "samples": 12}
     device.assign(123456, bch127)
     assert device.status(bch127.fingerprint) == {"user_id": 123456, "codeword": True, "samples": 12}
     stored = b"".join(p.read_bytes() for p in (tmp_path / "store").iterdir() if p.is_file())
     bits = np.packbits(device.template().codeword).tobytes()
     assert bits not in stored and b"123456" not in stored  # encrypted at rest
+    device = TrainingDevice(node, settings)
     with pytest.raises(DeviceError, match="another code"):
         device.constants(0, "0" * 64)
 
@@ -326,7 +335,44 @@ def test_a_device_keeps_its_codeword_encrypted_and_refuses_a_plain_feduv_round(
     with pytest.raises(DeviceError, match="the round asks for dp 'off'"):
         device.check_round(secure=True, dp="off")
     plain = DeploySettings.from_run_config({"method": "feduv", "secagg": "off"})
-    Device({**node, "allow_plain_feduv": "true"}, plain).check_round(secure=False)
+    TrainingDevice({**node, "allow_plain_feduv": "true"}, plain).check_round(secure=False)
+
+
+def test_registration_and_enrollment_load_no_torch(voice_dir: Path, tmp_path: Path) -> None:
+    """A SuperNode starts a process per message: the ClientApp's registration (``status``,
+    ``assign``) and enrollment are the SDK's work and must not load torch (about 2 s of CPU a
+    process). In a fresh interpreter, as the SuperNode's app process is: the device the query
+    handler builds registers, takes its user id and enrolls with the shipped bundle."""
+    import subprocess
+    import textwrap
+
+    from uvsdk.verifier import default_bundle_path
+
+    folder = device_folder(voice_dir, 1, tmp_path)
+    node = {"data": str(folder / "samples"), "store": str(tmp_path / "store")}
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from flwr.app import Context, RecordDict
+        import uvdeploy.client as client
+        context = Context(1, 1, {node!r}, RecordDict(), {{"method": "fedhide", "rounds": 2}})
+        me = client._device(context)
+        assert me.status(None) == {{"user_id": -1, "codeword": False, "samples": 12}}
+        me.assign(7, None)
+        assert me.status(None)["user_id"] == 7
+        reply = me.enroll(open({str(default_bundle_path())!r}, "rb").read(), 0.95)
+        assert reply["enrolled"] and reply["samples"] == 6, reply
+        print("torch" in sys.modules, sorted(m for m in sys.modules if m.startswith("uvtrain.")))
+        """
+    )
+    env = {**os.environ, "UVSDK_PASSPHRASE": PASSPHRASE}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    loaded, modules = done.stdout.strip().split(" ", 1)
+    assert loaded == "False", f"torch was imported; uvtrain modules loaded: {modules}"
+    assert (tmp_path / "store" / "model.uvb").exists()  # the bundle the device enrolled with
 
 
 # -- the server's round ----------------------------------------------------------------------------
