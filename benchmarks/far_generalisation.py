@@ -66,6 +66,7 @@ from uvexport.calibrate import (
     DEFAULT_CONDITIONS,
     DEFAULT_TOP_K,
     MAX_SAMPLES_PER_PERSON,
+    Embedded,
     audio_conditions,
     calibrate_vectors,
     embed_conditions,
@@ -236,19 +237,55 @@ def cross_source_trials(
 
 def embed(args: argparse.Namespace, bundle: Bundle) -> tuple[dict, dict]:
     """``vectors[condition][person]`` and ``seconds[condition][person]`` (``--cache`` keeps
-    them: the same cache ``uvexport calibrate --cache`` reads and writes)."""
+    them: the same cache ``uvexport calibrate --cache`` reads and writes). With ``--fuse``, each
+    vector is the bundle's and the second bundle's of the same clip fused (:func:`fuse`)."""
     conditions = audio_conditions(args.conditions.split(",")) if args.conditions else None
-    embedded = embed_conditions(
-        bundle,
-        people_folders(args.speakers),
-        conditions or DEFAULT_CONDITIONS,
-        max_samples=args.max_samples,
-        progress=print_progress,
-        label="embedding",
-        cache=args.cache,
-    )
-    print(file=sys.stderr)
-    return embedded.vectors, embedded.seconds
+
+    def vectors_of(model: Bundle, cache: str | None, label: str) -> Embedded:
+        embedded = embed_conditions(
+            model,
+            people_folders(args.speakers),
+            conditions or DEFAULT_CONDITIONS,
+            max_samples=args.max_samples,
+            progress=print_progress,
+            label=label,
+            cache=cache,
+        )
+        print(file=sys.stderr)
+        return embedded
+
+    first = vectors_of(bundle, args.cache, "embedding")
+    if not args.fuse:
+        return first.vectors, first.seconds
+    if not 0 < args.fuse_weight < 1:
+        raise SystemExit(f"--fuse-weight must be between 0 and 1, not {args.fuse_weight}")
+    second = vectors_of(Bundle(args.fuse), args.fuse_cache, "embedding (--fuse)")
+    return fuse(first, second, args.fuse_weight), first.seconds
+
+
+def fuse(first: Embedded, second: Embedded, weight: float) -> dict:
+    """Score-level fusion of two encoders as one vector per clip: ``[√w · a/|a|, √(1−w) · b/|b|]``,
+    whose cosine with another such vector is ``w · cos(a, a') + (1 − w) · cos(b, b')`` (each half
+    unit length, the whole too), so calibration, AS-norm and enrollment run on it unchanged. The
+    two embeddings must be of the same clips (the same files, conditions and seeds)."""
+    fused: dict = {}
+    for condition, by_person in first.vectors.items():
+        fused[condition] = {}
+        for person, a in by_person.items():
+            b = second.vectors[condition][person]
+            if not np.array_equal(
+                first.seconds[condition][person], second.seconds[condition][person]
+            ):
+                raise SystemExit(f"--fuse: {person} ({condition}) is not the same clips in both")
+            fused[condition][person] = np.concatenate(
+                [math.sqrt(weight) * _unit(a), math.sqrt(1 - weight) * _unit(b)], axis=1
+            )
+    return fused
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float64)
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 def split(
@@ -471,6 +508,17 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
         help="clips per speaker at most (uvexport calibrate's)",
     )
     parser.add_argument("--cache", default=None, help="an .npz to keep the embeddings in")
+    parser.add_argument(
+        "--fuse",
+        type=Path,
+        default=None,
+        help="a second bundle whose embeddings are fused with --bundle's (the cosine a weighted "
+        "mean of the two encoders'; what a two-encoder model would do)",
+    )
+    parser.add_argument("--fuse-cache", default=None, help="--cache for the --fuse bundle")
+    parser.add_argument(
+        "--fuse-weight", type=float, default=0.5, help="--bundle's weight w in the fused cosine"
+    )
     parser.add_argument(
         "--impostors",
         choices=("chain", "all"),

@@ -395,3 +395,31 @@ def test_cross_source_trials_are_normalised_as_calibration_scores_its_people() -
     raw, _ = far.cross_source_trials(held_out, calibration, 5, None, None)
     _, _, plain = enrollment_trials({"t-0": held_out["t-0"], **calibration}, 5)
     np.testing.assert_allclose(raw["t-0"], plain["t-0"])
+
+
+def test_fused_vectors_score_the_weighted_mean_of_the_two_encoders_cosines() -> None:
+    """``--fuse``: one vector per clip from two encoders, whose cosine is ``w cos_a + (1 - w)
+    cos_b``, so calibration, AS-norm and enrollment score the fused model unchanged; clips that
+    differ between the two embeddings are refused."""
+    from uvexport.calibrate import Embedded
+
+    far = _benchmark_module()
+    rng = np.random.default_rng(3)
+    a = {"clean": {"x-1": rng.normal(size=(4, 5)) * 3, "x-2": rng.normal(size=(2, 5))}}
+    b = {"clean": {"x-1": rng.normal(size=(4, 7)), "x-2": rng.normal(size=(2, 7)) * 0.1}}
+    seconds = {"clean": {"x-1": np.array([1.0, 2, 3, 4]), "x-2": np.array([2.5, 1.5])}}
+    first, second = (Embedded(v, seconds, {}, 0) for v in (a, b))
+    fused = far.fuse(first, second, 0.7)["clean"]
+
+    def cos(u: np.ndarray, v: np.ndarray) -> float:
+        return float(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
+
+    assert fused["x-1"].shape == (4, 12)
+    assert np.allclose(np.linalg.norm(fused["x-2"], axis=1), 1.0)
+    for i, j in ((0, 1), (2, 3)):
+        expected = 0.7 * cos(a["clean"]["x-1"][i], a["clean"]["x-2"][j % 2])
+        expected += 0.3 * cos(b["clean"]["x-1"][i], b["clean"]["x-2"][j % 2])
+        assert cos(fused["x-1"][i], fused["x-2"][j % 2]) == pytest.approx(expected)
+    other = Embedded(b, {"clean": {"x-1": seconds["clean"]["x-1"] + 1, "x-2": [2.5, 1.5]}}, {}, 0)
+    with pytest.raises(SystemExit, match="not the same clips"):
+        far.fuse(first, other, 0.5)
