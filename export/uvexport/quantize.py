@@ -35,8 +35,8 @@ DRIFT_BOUND = 0.02
 #: QDQ (activations calibrated on training clips, weights per channel) with uint8 or int8
 #: activations.
 SCHEMES = ("dynamic-matmul", "dynamic-conv", "static-qdq-u8s8", "static-qdq-s8s8")
-#: The storage scheme of ``uvexport --quantize weights``: the weights of every convolution and
-#: fully connected layer (outside the frontend) stored as int8 in blocks of
+#: The storage scheme of ``uvexport --quantize weights``: the weights of every convolution, fully
+#: connected and recurrent (LSTM, GRU) layer (outside the frontend) stored as int8 in blocks of
 #: :data:`WEIGHT_BLOCK` values along each output channel, each block with its own range (an int8
 #: zero point and a scale: float16 where every scale of the weight is a normal float16, else
 #: float32), expanded to float32 in the graph (``Cast``, ``Sub``, ``Mul``, ``Reshape``,
@@ -290,9 +290,11 @@ def _int8_blocks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def int8_weights(
     fp32: bytes, half: Sequence[str] = (), calibration: Sequence[np.ndarray] = ()
 ) -> bytes:
-    """``fp32`` with the weights of its ``Conv`` and ``Gemm`` (``transB=1``) layers stored as int8
-    (:data:`WEIGHT_SCHEME`), or float16, and (with ``calibration``) each layer's bias corrected
-    for the change in its weight.
+    """``fp32`` with the weights of its ``Conv`` and ``Gemm`` (``transB=1``) layers, and the input
+    and recurrence weights of its ``LSTM`` and ``GRU`` layers (:func:`_recurrent_weights`), stored
+    as int8 (:data:`WEIGHT_SCHEME`), or float16, and (with ``calibration``) each ``Conv`` and
+    ``Gemm`` layer's bias corrected for the change in its weight (a recurrent layer's input is
+    its own state, so it has no fixed mean to correct for).
 
     Each weight ``W`` of at least :data:`WEIGHT_MIN_VALUES` values is flattened per output
     channel, zero-padded to whole blocks of :data:`WEIGHT_BLOCK`, and stored as int8 values
@@ -323,9 +325,10 @@ def int8_weights(
             name = node.input[1]
             if name in initializers and not name.startswith(FRONTEND_PREFIX):
                 layers.setdefault(name, node)
+    recurrent = {name for name in _recurrent_weights(graph) if not name.startswith(FRONTEND_PREFIX)}
     stored: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name: (original, as expanded)
     expand = []
-    for name in sorted(layers):
+    for name in sorted(set(layers) | recurrent):
         values = numpy_helper.to_array(initializers[name])
         if values.dtype != np.float32 or values.size < WEIGHT_MIN_VALUES:
             continue
@@ -372,12 +375,38 @@ def int8_weights(
     if not expand:
         raise ValueError("no weights to store as int8")
     if len(calibration):
-        _correct_biases(graph, {name: layers[name] for name in stored}, stored, fp32, calibration)
+        corrected = {name: layers[name] for name in stored if name in layers}
+        _correct_biases(graph, corrected, stored, fp32, calibration)
     nodes = expand + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
     onnx.checker.check_model(model)
     return model.SerializeToString()
+
+
+#: What may lie between a recurrent layer's weight initializer and the layer: the exporter
+#: reorders the gates (PyTorch's i, f, g, o to ONNX's i, o, f, c) and adds the direction axis.
+_WEIGHT_PATH_OPS = frozenset({"Split", "Slice", "Concat", "Unsqueeze", "Reshape", "Transpose"})
+
+
+def _recurrent_weights(graph: Any) -> set[str]:
+    """The initializers that are an ``LSTM``'s or ``GRU``'s input and recurrence weights (``W``,
+    ``R``: its inputs 1 and 2), directly or through the gate reordering between them
+    (:data:`_WEIGHT_PATH_OPS`); the bias (input 3) is left as it is."""
+    initializers = {tensor.name for tensor in graph.initializer}
+    producers = {output: node for node in graph.node for output in node.output}
+    found: set[str] = set()
+    for node in graph.node:
+        if node.op_type not in ("LSTM", "GRU"):
+            continue
+        pending = [name for name in node.input[1:3] if name]
+        while pending:
+            name = pending.pop()
+            if name in initializers:
+                found.add(name)
+            elif name in producers and producers[name].op_type in _WEIGHT_PATH_OPS:
+                pending.extend(i for i in producers[name].input if i)
+    return found
 
 
 def _correct_biases(

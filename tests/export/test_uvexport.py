@@ -552,6 +552,61 @@ def test_int8_weights_are_stored_in_blocks_and_expanded_in_the_graph() -> None:
         )
 
 
+def test_int8_weights_find_a_recurrent_layers_weights_through_the_gate_reordering() -> None:
+    """``--quantize weights`` stores an LSTM's input and recurrence weights too: torch's exporter
+    feeds them to the ``LSTM`` node through the gate reordering (Slice, Concat, Unsqueeze), and
+    the stored initializer keeps its name, so the graph computes on the expanded weights. As a
+    backbone's ``half_precision`` (GE2E's ``lstm.``: int8 moved its scores by 0.149, float16 by
+    0.0014) they are float16."""
+    import io
+
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from onnx import numpy_helper
+
+    from uvexport.quantize import int8_weights
+
+    torch.manual_seed(0)
+
+    class Recurrent(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(40, 64, 2, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lstm(x)[1][0][-1]
+
+    model = Recurrent().eval()
+    x = torch.randn(3, 50, 40)
+    buffer = io.BytesIO()
+    torch.onnx.export(model, (x,), buffer, input_names=["x"], dynamo=True, verbose=False)
+    fp32 = buffer.getvalue()
+    weights = {f"lstm.weight_{kind}_l{layer}" for kind in ("ih", "hh") for layer in (0, 1)}
+    assert weights <= {t.name for t in onnx.load_from_string(fp32).graph.initializer}
+
+    def run(data: bytes) -> np.ndarray:
+        session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x.numpy()})[0]
+
+    reference = model(x).detach().numpy()
+    assert np.allclose(run(fp32), reference, atol=1e-5)
+    for half, suffix, kind, bound in (
+        ((), "int8", np.int8, 0.05),
+        (("lstm.",), "f16", np.float16, 2e-3),
+    ):
+        stored_bytes = int8_weights(fp32, half=half)
+        stored = {
+            t.name: numpy_helper.to_array(t)
+            for t in onnx.load_from_string(stored_bytes).graph.initializer
+        }
+        assert not weights & set(stored)  # each replaced by its stored form, expanded in the graph
+        assert all(stored[f"{name}.{suffix}"].dtype == kind for name in weights)
+        assert len(stored_bytes) < 0.6 * len(fp32)
+        error = np.abs(run(stored_bytes) - reference).max()
+        assert 0 < error < bound, error
+
+
 def test_int8_weights_bias_correction_keeps_a_small_model_close() -> None:
     """A small network (Conv, ReLU, dilated Conv with a bias, ReLU, mean over time, Gemm) as
     ``--quantize weights`` stores it: under 0.35 of float32's bytes, and with calibration batches
