@@ -4,6 +4,7 @@
                      [--calibrate DIR] [--ort]
     uvexport keygen --out KEY.pem
     uvexport calibrate BUNDLE.uvb PEOPLE_DIR --out CALIBRATED.uvb [--sign-key KEY.pem]
+    uvexport fuse FIRST.uvb SECOND.uvb --out FUSED.uvb [--weight W] [--sign-key KEY.pem]
     uvexport default-voice --out sdk/uvsdk/data/default.uvb [--work DIR] [--wheel WHEEL]
                            [--rounds N] [--speakers N] [--ort]
 
@@ -329,6 +330,36 @@ def calibrate_command(
     kept = " (model.ort kept)" if Bundle(path).ort_bytes is not None else ""
     typer.echo(f"wrote {path}{' (signed)' if key else ''}{kept}")
     _echo_calibration(path)
+
+
+@app.command("fuse")
+def fuse_command(
+    first: Annotated[Path, typer.Argument(help="An embedding bundle (.uvb).")],
+    second: Annotated[Path, typer.Argument(help="Another, taking the same input.")],
+    out: Annotated[Path, typer.Option("--out", help="The fused bundle to write.")],
+    weight: Annotated[
+        float,
+        typer.Option(
+            "--weight", help="The first model's weight w in the fused cosine (the second's 1 - w)."
+        ),
+    ] = 0.5,
+    sign_key: Annotated[
+        Path | None, typer.Option("--sign-key", help="Ed25519 private key (PEM) to sign with.")
+    ] = None,
+) -> None:
+    """Two embedding models as one: both run on each input, their unit embeddings joined so the
+    cosine is the weighted mean of theirs (docs/model-card.md, "A second encoder"). Calibrate
+    the result with uvexport calibrate."""
+    from .fuse import fuse
+
+    key = _load_key(sign_key)
+    path, difference = fuse(first, second, out, weight=weight, sign_key=key)
+    size = path.stat().st_size / 1e6
+    typer.echo(
+        f"wrote {path} ({size:.2f} MB){' (signed)' if key else ''}; its outputs match the two "
+        f"models' joined within {difference:.1e}; not calibrated: run uvexport calibrate {path} "
+        "PEOPLE --out CALIBRATED.uvb"
+    )
 
 
 @app.command("keygen")
