@@ -73,6 +73,7 @@ from uvexport.calibrate import (
     people_folders,
     print_progress,
 )
+from uvexport.fuse import join
 from uvsdk import Bundle
 from uvsdk.calibration import DEFAULT_FAR, user_threshold
 from uvsdk.cohort import Cohort, as_norm
@@ -264,28 +265,20 @@ def embed(args: argparse.Namespace, bundle: Bundle) -> tuple[dict, dict]:
 
 
 def fuse(first: Embedded, second: Embedded, weight: float) -> dict:
-    """Score-level fusion of two encoders as one vector per clip: ``[√w · a/|a|, √(1−w) · b/|b|]``,
-    whose cosine with another such vector is ``w · cos(a, a') + (1 − w) · cos(b, b')`` (each half
-    unit length, the whole too), so calibration, AS-norm and enrollment run on it unchanged. The
-    two embeddings must be of the same clips (the same files, conditions and seeds)."""
+    """Score-level fusion of two encoders as one vector per clip, as ``uvexport fuse``'s graph
+    makes it (:func:`uvexport.fuse.join`): its cosine is ``w · cos(a, a') + (1 − w) · cos(b,
+    b')``, so calibration, AS-norm and enrollment run on it unchanged. The two embeddings must
+    be of the same clips (the same files, conditions and seeds)."""
     fused: dict = {}
     for condition, by_person in first.vectors.items():
         fused[condition] = {}
         for person, a in by_person.items():
-            b = second.vectors[condition][person]
             if not np.array_equal(
                 first.seconds[condition][person], second.seconds[condition][person]
             ):
                 raise SystemExit(f"--fuse: {person} ({condition}) is not the same clips in both")
-            fused[condition][person] = np.concatenate(
-                [math.sqrt(weight) * _unit(a), math.sqrt(1 - weight) * _unit(b)], axis=1
-            )
+            fused[condition][person] = join(a, second.vectors[condition][person], weight)
     return fused
-
-
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float64)
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 def split(

@@ -24,6 +24,7 @@ import numpy as np
 
 from uvsdk.bundle import Bundle
 from uvsdk.errors import UvsdkError
+from uvsdk.scoring import rescale
 
 from .bundle import make_manifest, write_bundle
 from .errors import ExportError
@@ -119,9 +120,13 @@ def _probes(bundle: Bundle) -> np.ndarray:
     )
 
 
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float64)
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), NORM_FLOOR)
+def join(first: np.ndarray, second: np.ndarray, weight: float) -> np.ndarray:
+    """Two encoders' embeddings of the same inputs (rows) as the fused model's:
+    ``[√w · a/‖a‖, √(1 − w) · b/‖b‖]``, whose cosine with another such row is
+    ``w · cos(a, a') + (1 − w) · cos(b, b')`` (what :func:`fuse_models`' graph computes)."""
+    return np.concatenate(
+        [rescale(first, math.sqrt(weight)), rescale(second, math.sqrt(1 - weight))], axis=-1
+    )
 
 
 def _method(bundles: list[Bundle]) -> str:
@@ -185,13 +190,7 @@ def fuse(
     method = _method(bundles)
     model = fuse_models(bundles[0].model_bytes, bundles[1].model_bytes, weight)
     probes = _probes(bundles[0])
-    expected = np.concatenate(
-        [
-            math.sqrt(weight) * _unit(bundles[0].run(probes)),
-            math.sqrt(1 - weight) * _unit(bundles[1].run(probes)),
-        ],
-        axis=1,
-    )
+    expected = join(bundles[0].run(probes), bundles[1].run(probes), weight)
     import onnxruntime as ort
 
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
