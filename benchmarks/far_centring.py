@@ -1,0 +1,424 @@
+"""Does taking each recording chain's mean embedding out make the stated FAR hold on a chain the
+calibration never saw?
+
+People recorded on one chain (one studio, one app, one kind of device) share a component of
+their embeddings that is not their voice, so strangers on the chain score alike: the reason the
+stated 1 % became 35 % on Flight of the Amazon Queen (docs/model-card.md). A deployment can learn
+its chain's mean without labels and without any person's embedding leaving a device (a sum under
+secure aggregation). This measures what subtracting it would buy, before anything is built.
+
+The protocol is ``far_rules.py``'s (the same leave-one-source-out folds, cohort, enrollment and
+rules ``global`` and ``chain``, and the ``oracle`` bound), in two arms on the same people:
+
+- ``as shipped``: ``far_rules.py``'s rows exactly (its functions, no centring);
+- ``centred``: every vector is unit-normalised, has a mean subtracted and is normalised again.
+  **No trial is scored with a mean that holds either of its two people** (leave-two-out): each
+  pair of people of a source and condition is scored with the mean of that source's *other*
+  people in that condition (its unit vectors' mean), both the template's and the test clip's
+  vectors centred by it; a person's genuine trials are scored in their pair with the next
+  person by name. The calibration is centred the same way, source by source (a source of fewer
+  than :data:`MIN_CHAIN_PEOPLE` people by every other calibration person of the condition), and
+  its table is built from those scores (:func:`uvsdk.measurement.table_from_scores`, as
+  ``uvexport calibrate`` builds it); the cohort is the calibration's vectors, each centred by its
+  source's whole mean. A real deployment's mean would come from many more people than a source
+  holds here (4-23): ``--centre-people N`` takes the held-out side's mean from at most N of the
+  other people (a seeded draw), to see how the figures move with the people behind the mean.
+
+Prints both arms' pooled rows (FAR, FRR, FRR on clips >= 2 s, fold-conditions within 2 x of the
+stated FAR, worst ratio, owners with >= 95 % of their clips accepted), ``--detail`` every fold
+and condition; writes ``report.json`` and ``centring.png`` (FRR on clips >= 2 s against the
+worst ratio, per arm and rule) under ``--out``.
+
+    python benchmarks/far_centring.py --speakers real-speech/speakers --out eval-centring/ \\
+        [--bundle BUNDLE.uvb] [--cache emb.npz] [--conditions clean,telephone-gsm] [--detail]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+from far_generalisation import (
+    LONG_CLIP_SECONDS,
+    MIN_FOLD_SPEAKERS,
+    argument_parser,
+    chains,
+    embed,
+    source_of,
+    split,
+)
+from far_rules import (
+    Thresholds,
+    Trials,
+    condition_trials,
+    fit_chain,
+    fit_global,
+    fold_trials,
+    oracle_row,
+    pooled,
+    print_detail,
+    print_summary,
+    rule_row,
+)
+
+from uvexport.calibrate import (
+    DEFAULT_COHORT_SIZE,
+    Calibrated,
+    build_cohort,
+    calibrate_vectors,
+    print_progress,
+)
+from uvsdk import Bundle
+from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, MIN_FALSE_ACCEPTS, Calibration
+from uvsdk.cohort import Cohort
+from uvsdk.measurement import table_from_scores
+from uvsdk.verifier import default_bundle_path
+
+ARMS = ("as shipped", "centred")
+COUNTED = (
+    "impostor",
+    "genuine",
+    "false_accepts",
+    "false_rejects",
+    "long_genuine",
+    "long_false_rejects",
+)
+"""The counts of a row (:func:`far_rules.rule_row`'s), summed over pairs."""
+RULES = ("global", "chain")
+MIN_CHAIN_PEOPLE = 3
+"""A calibration source with fewer people is centred by every other calibration person of the
+condition: with two people, the mean of the other would be one voice."""
+
+Vectors = Mapping[str, np.ndarray]
+Centre = Callable[[tuple[str, str]], np.ndarray]
+"""The mean a pair of people is scored with."""
+
+
+def unit(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float64)
+    return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)
+
+
+def centred(vectors: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """``vectors`` unit-normalised, ``mean`` taken out, normalised again (float32, as embedded)."""
+    return unit(unit(vectors) - mean).astype(np.float32)
+
+
+def mean_of(by_person: Vectors, names: list[str]) -> np.ndarray:
+    """The mean of the unit vectors of ``names`` (each clip weighs the same)."""
+    return np.concatenate([unit(by_person[name]) for name in names if len(by_person[name])]).mean(0)
+
+
+def others_mean(by_person: Vectors, pool: Vectors | None = None) -> Centre:
+    """Leave-two-out: a pair is scored with the mean of every other person of ``by_person``
+    (``pool``: of ``pool`` instead, a wider set the pair is also left out of)."""
+    pool = by_person if pool is None else pool
+
+    def centre(pair: tuple[str, str]) -> np.ndarray:
+        return mean_of(pool, [name for name in pool if name not in pair])
+
+    return centre
+
+
+def pair_trials(
+    by_person: Vectors,
+    seconds: Vectors,
+    enroll: int,
+    cohort: Cohort | None,
+    centre: Centre,
+    cohort_people: np.ndarray | None = None,
+) -> list[tuple[Trials, set[str]]]:
+    """One condition's trials, pair by pair: each unordered pair of enrolled people scored with
+    both their vectors centred by ``centre(pair)`` (both directions of impostor trials, and the
+    genuine trials of each person whose partner is the pair's other: the next person by name).
+    Each element is one pair's :class:`far_rules.Trials`, consistent in itself (its warm-up
+    scores under its mean), with the people whose genuine trials it holds."""
+    names = sorted(name for name, vectors in by_person.items() if len(vectors) > enroll)
+    partner = {name: names[(i + 1) % len(names)] for i, name in enumerate(names)}
+    out = []
+    for pair in itertools.combinations(names, 2):
+        mean = centre(pair)
+        vectors = {name: centred(by_person[name], mean) for name in pair}
+        trials = condition_trials(vectors, seconds, enroll, cohort, cohort_people)
+        assert trials is not None
+        keep = {name for name in pair if partner[name] in pair}
+        mine = np.isin(trials.owners, list(keep))
+        trials = dataclasses.replace(
+            trials,
+            genuine=trials.genuine[mine],
+            genuine_seconds=trials.genuine_seconds[mine],
+            owners=trials.owners[mine],
+        )
+        out.append((trials, keep))
+    return out
+
+
+def joined(parts: list[tuple[Trials, set[str]]]) -> Trials:
+    """The pairs' trials as one (their warm-up scores differ pair to pair: dropped)."""
+
+    def joined_field(name: str) -> np.ndarray:
+        return np.concatenate([getattr(trials, name) for trials, _ in parts])
+
+    fields = ("genuine", "impostor", "genuine_seconds", "impostor_seconds", "owners")
+    first = {name: joined_field(name) for name in fields}
+    return Trials(
+        **first,
+        impostor_owners=joined_field("impostor_owners"),
+        warmup={},
+        impostor_people=joined_field("impostor_people"),
+    )
+
+
+def by_source(by_person: Vectors) -> dict[str, dict[str, np.ndarray]]:
+    groups: dict[str, dict[str, np.ndarray]] = {}
+    for name, vectors in by_person.items():
+        groups.setdefault(source_of(name), {})[name] = vectors
+    return groups
+
+
+def centred_by_source(vectors: Mapping[str, Vectors]) -> dict[str, dict[str, np.ndarray]]:
+    """Every calibration vector centred by its source's whole mean in its condition (a source
+    of fewer than :data:`MIN_CHAIN_PEOPLE` people by the condition's): the cohort's vectors."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for condition, by_person in vectors.items():
+        everyone = mean_of(by_person, list(by_person))
+        out[condition] = {}
+        for members in by_source(by_person).values():
+            mean = mean_of(members, list(members)) if len(members) >= MIN_CHAIN_PEOPLE else everyone
+            out[condition].update({name: centred(v, mean) for name, v in members.items()})
+    return out
+
+
+def centred_calibration(
+    vectors: Mapping[str, Vectors], seconds: Mapping[str, Vectors], rest: set[str], impostors: str
+) -> tuple[Calibrated, dict[str, Trials]]:
+    """The centred arm's calibration: the cohort from :func:`centred_by_source`'s vectors (as
+    :func:`uvexport.calibrate.calibrate_vectors` draws it), the table from the leave-two-out
+    scores of each source's own pairs (the calibration's impostors are same-chain ones, as
+    ``uvexport calibrate``'s), and those trials per condition (for the ``chain`` rule)."""
+    whole = centred_by_source(vectors)
+    calibrated = calibrate_vectors(whole, data="centred", groups=chains(rest, impostors))
+    cohort = calibrated.normaliser()
+    table = calibrated.calibration.tables["prototype"]
+    usable = {condition: whole[condition] for condition in table.conditions}
+    _, cohort_people = build_cohort(usable, DEFAULT_COHORT_SIZE)
+    trials = {}
+    for condition in usable:
+        by_person = vectors[condition]
+        parts = []
+        for members in by_source(by_person).values():
+            pool = members if len(members) >= MIN_CHAIN_PEOPLE else by_person
+            parts += pair_trials(
+                members,
+                seconds[condition],
+                DEFAULT_ENROLL_SAMPLES,
+                cohort,
+                others_mean(members, pool),
+                cohort_people,
+            )
+        trials[condition] = joined([part for part in parts if part[0].impostor.size])
+    scores = {condition: (t.genuine, t.impostor) for condition, t in trials.items()}
+    rebuilt = table_from_scores(
+        "prototype",
+        scores,
+        people=len(rest),
+        enroll_samples=DEFAULT_ENROLL_SAMPLES,
+        score=table.score,
+    )
+    calibration = Calibration("leave-two-out centred calibration", {"prototype": rebuilt})
+    return dataclasses.replace(calibrated, calibration=calibration), trials
+
+
+def centred_rows(
+    parts: list[tuple[Trials, set[str]]], thresholds: Thresholds, stated_far: float, condition: str
+) -> dict:
+    """A rule's row on one held-out condition, as :func:`far_rules.rule_row` counts it, summed
+    over the pairs (each pair judged under its own mean and warm-up scores; each owner's
+    acceptance from the pair that holds their genuine trials)."""
+    counts = dict.fromkeys(COUNTED, 0)
+    acceptance = []
+    for trials, keep in parts:
+        genuine_threshold, impostor_threshold = thresholds(trials)
+        rejected = trials.genuine < genuine_threshold
+        long = trials.genuine_seconds >= LONG_CLIP_SECONDS
+        counts["impostor"] += trials.impostor.size
+        counts["genuine"] += trials.genuine.size
+        counts["false_accepts"] += int(np.sum(trials.impostor >= impostor_threshold))
+        counts["false_rejects"] += int(rejected.sum())
+        counts["long_genuine"] += int(long.sum())
+        counts["long_false_rejects"] += int(rejected[long].sum())
+        acceptance += [float(np.mean(~rejected[trials.owners == p])) for p in sorted(keep)]
+    observed = counts["false_accepts"] / counts["impostor"]
+    return {
+        "condition": condition,
+        **counts,
+        "observed_far": observed,
+        "ratio": observed / stated_far,
+        "resolvable": stated_far * counts["impostor"] >= MIN_FALSE_ACCEPTS,
+        "owner_acceptance": acceptance,
+    }
+
+
+def shipped_fold(
+    vectors: dict, seconds: dict, rest: set[str], held_out: set[str], args: argparse.Namespace
+) -> dict[str, list[dict]]:
+    """The ``as shipped`` arm: ``far_rules.py``'s rows of this fold (rules, then the oracle)."""
+    calibration_vectors = split(vectors, rest)
+    calibrated = calibrate_vectors(
+        calibration_vectors, data="as shipped", groups=chains(rest, args.impostors)
+    )
+    calibration, test = fold_trials(
+        calibration_vectors,
+        split(seconds, rest),
+        split(vectors, held_out),
+        split(seconds, held_out),
+        calibrated,
+        args.enroll,
+    )
+    stated = calibrated.calibration.tables["prototype"].row_for(args.far).far
+    rules = {"global": fit_global(calibrated, args.far)}
+    rules["chain"] = fit_chain(calibration, calibrated, args.far)
+    rows: dict[str, list[dict]] = {name: [] for name in (*rules, "oracle")}
+    for condition, trials in test.items():
+        for name, thresholds in rules.items():
+            rows[name].append({"condition": condition, **rule_row(trials, thresholds, stated)})
+        rows["oracle"].append({"condition": condition, **oracle_row(trials, args.far)})
+    return rows
+
+
+def centred_fold(
+    vectors: dict,
+    seconds: dict,
+    rest: set[str],
+    held_out: set[str],
+    args: argparse.Namespace,
+    rng: np.random.Generator,
+) -> dict[str, list[dict]]:
+    """The ``centred`` arm's rows of this fold: calibration and held-out trials leave-two-out
+    centred (``args.centre_people``: the held-out side's mean from at most that many others)."""
+    calibrated, calibration = centred_calibration(
+        split(vectors, rest), seconds, rest, args.impostors
+    )
+    stated = calibrated.calibration.tables["prototype"].row_for(args.far).far
+    rules = {"global": fit_global(calibrated, args.far)}
+    rules["chain"] = fit_chain(calibration, calibrated, args.far)
+    cohort = calibrated.normaliser()
+    rows: dict[str, list[dict]] = {name: [] for name in (*rules, "oracle")}
+    for condition, by_person in split(vectors, held_out).items():
+        everyone = others_mean(by_person)
+
+        def centre(pair: tuple[str, str], everyone: Centre = everyone, by=by_person) -> np.ndarray:
+            if not args.centre_people:
+                return everyone(pair)
+            others = sorted(name for name in by if name not in pair and len(by[name]))
+            drawn = rng.choice(others, min(args.centre_people, len(others)), replace=False)
+            return mean_of(by, sorted(drawn))
+
+        parts = pair_trials(by_person, seconds[condition], args.enroll, cohort, centre)
+        if not parts:
+            continue
+        for name, thresholds in rules.items():
+            rows[name].append(centred_rows(parts, thresholds, stated, condition))
+        rows["oracle"].append({"condition": condition, **oracle_row(joined(parts), args.far)})
+    return rows
+
+
+def plot(report: dict, out: Path) -> None:
+    """``centring.png``: FRR on clips >= 2 s against the worst FAR ratio, per arm and rule."""
+    from matplotlib.figure import Figure
+
+    from uvtrain.io import save_figure
+
+    figure = Figure(figsize=(6.4, 4.5))
+    axis = figure.add_subplot()
+    for arm, marker in zip(ARMS, "os", strict=True):
+        for rule in RULES:
+            summary = report["summary"][arm][rule]
+            worst = summary["worst_ratio"]
+            axis.scatter(
+                math.nan if worst is None else worst,
+                summary["frr_long"],
+                marker=marker,
+                s=50,
+                label=f"{arm}, {rule}",
+            )
+        oracle = report["summary"][arm]["oracle"]["frr_long"]
+        axis.axhline(oracle, ls=":", lw=1, color="grey" if arm == ARMS[0] else "k")
+    axis.axvline(2, color="k", lw=1, ls="--", label="target: ratio <= 2")
+    axis.axhline(0.05, color="k", lw=1, label="target: FRR <= 5 %")
+    axis.set_xscale("log")
+    axis.set_xlabel("worst observed / stated FAR over resolvable fold-conditions")
+    axis.set_ylabel(f"FRR on clips >= {LONG_CLIP_SECONDS:g} s (pooled; dotted: the oracle)")
+    axis.set_title(f"each chain's mean taken out, leave-one-source-out, --far {report['far']:g}")
+    axis.legend(fontsize=8)
+    save_figure(figure, out / "centring.png")
+
+
+def main() -> int:
+    parser = argument_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--detail", action="store_true", help="print every fold and condition")
+    parser.add_argument(
+        "--centre-people",
+        type=int,
+        default=0,
+        help="the held-out side's mean from at most this many of the other people (0: all)",
+    )
+    args = parser.parse_args()
+    if args.centre_people < 0:
+        parser.error(f"--centre-people must be 0 or more, not {args.centre_people}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    vectors, seconds = embed(args, Bundle(args.bundle or default_bundle_path()))
+    people = sorted({p for by in vectors.values() for p in by})
+    sources: dict[str, set[str]] = {}
+    for person in people:
+        sources.setdefault(source_of(person), set()).add(person)
+    folds = [s for s, members in sources.items() if len(members) >= MIN_FOLD_SPEAKERS]
+    report: dict = {"far": args.far, "enroll": args.enroll, "folds": []}
+    report["centre_people"] = args.centre_people or "all"
+    rng = np.random.default_rng(0)
+    for number, fold in enumerate(folds, 1):
+        rest = set(people) - sources[fold]
+        arms = {
+            ARMS[0]: shipped_fold(vectors, seconds, rest, sources[fold], args),
+            ARMS[1]: centred_fold(vectors, seconds, rest, sources[fold], args, rng),
+        }
+        report["folds"].append({"source": fold, "arms": arms})
+        if args.detail:
+            for arm, rows in arms.items():
+                print(f"-- {arm}")
+                print_detail(fold, rows)
+        elapsed = time.perf_counter() - started
+        print_progress(
+            f"fold {number}/{len(folds)} ({fold}) done ({elapsed:.0f} s, about "
+            f"{elapsed / number * (len(folds) - number):.0f} s left)"
+        )
+    print(file=sys.stderr)
+    report["summary"] = {
+        arm: {
+            name: pooled([row for fold in report["folds"] for row in fold["arms"][arm][name]])
+            for name in (*RULES, "oracle")
+        }
+        for arm in ARMS
+    }
+    print(f"rule      FAR     FRR   FRR>=2s  <=2x    worst  owner>=95% (median)  --far {args.far}")
+    for arm in ARMS:
+        print(f"-- {arm}")
+        for name, summary in report["summary"][arm].items():
+            print_summary(name, summary)
+    (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(report, args.out)
+    print(f"wrote {args.out / 'report.json'}, centring.png ({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
