@@ -355,6 +355,9 @@ def plot(report: dict, out: Path) -> None:
     axis.axvline(2, color="k", lw=1, ls="--", label="target: ratio <= 2")
     axis.axhline(0.05, color="k", lw=1, label="target: FRR <= 5 %")
     axis.set_xscale("log")
+    ticks = [1, 2, 5, 10, 20, 50, 100]
+    axis.set_xticks(ticks, [f"{tick}x" for tick in ticks])
+    axis.set_xticks([], minor=True)
     axis.set_xlabel("worst observed / stated FAR over resolvable fold-conditions")
     axis.set_ylabel(f"FRR on clips >= {LONG_CLIP_SECONDS:g} s (pooled; dotted: the oracle)")
     axis.set_title(f"each chain's mean taken out, leave-one-source-out, --far {report['far']:g}")
