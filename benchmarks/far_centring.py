@@ -24,13 +24,17 @@ rules ``global`` and ``chain``, and the ``oracle`` bound), in two arms on the sa
   holds here (4-23): ``--centre-people N`` takes the held-out side's mean from at most N of the
   other people (a seeded draw), to see how the figures move with the people behind the mean.
 
+``--score-norm`` sets the score rule of both arms (``uvexport calibrate``'s choices; the
+shipped AS-norm by default).
+
 Prints both arms' pooled rows (FAR, FRR, FRR on clips >= 2 s, fold-conditions within 2 x of the
 stated FAR, worst ratio, owners with >= 95 % of their clips accepted), ``--detail`` every fold
 and condition; writes ``report.json`` and ``centring.png`` (FRR on clips >= 2 s against the
 worst ratio, per arm and rule) under ``--out``.
 
     python benchmarks/far_centring.py --speakers real-speech/speakers --out eval-centring/ \\
-        [--bundle BUNDLE.uvb] [--cache emb.npz] [--conditions clean,telephone-gsm] [--detail]
+        [--bundle BUNDLE.uvb] [--cache emb.npz] [--conditions clean,telephone-gsm] \\
+        [--score-norm as-norm|s-norm|none] [--centre-people N] [--detail]
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ from far_rules import (
 
 from uvexport.calibrate import (
     DEFAULT_COHORT_SIZE,
+    DEFAULT_SCORE_NORM,
+    SCORE_NORM_CHOICES,
     Calibrated,
     build_cohort,
     calibrate_vectors,
@@ -198,18 +204,26 @@ def centred_by_source(vectors: Mapping[str, Vectors]) -> dict[str, dict[str, np.
 
 
 def centred_calibration(
-    vectors: Mapping[str, Vectors], seconds: Mapping[str, Vectors], rest: set[str], impostors: str
+    vectors: Mapping[str, Vectors],
+    seconds: Mapping[str, Vectors],
+    rest: set[str],
+    impostors: str,
+    score_norm: str = DEFAULT_SCORE_NORM,
 ) -> tuple[Calibrated, dict[str, Trials]]:
     """The centred arm's calibration: the cohort from :func:`centred_by_source`'s vectors (as
     :func:`uvexport.calibrate.calibrate_vectors` draws it), the table from the leave-two-out
     scores of each source's own pairs (the calibration's impostors are same-chain ones, as
     ``uvexport calibrate``'s), and those trials per condition (for the ``chain`` rule)."""
     whole = centred_by_source(vectors)
-    calibrated = calibrate_vectors(whole, data="centred", groups=chains(rest, impostors))
+    calibrated = calibrate_vectors(
+        whole, data="centred", groups=chains(rest, impostors), score_norm=score_norm
+    )
     cohort = calibrated.normaliser()
     table = calibrated.calibration.tables["prototype"]
     usable = {condition: whole[condition] for condition in table.conditions}
-    _, cohort_people = build_cohort(usable, DEFAULT_COHORT_SIZE)
+    cohort_people = None
+    if cohort is not None:
+        _, cohort_people = build_cohort(usable, DEFAULT_COHORT_SIZE)
     trials = {}
     for condition in usable:
         by_person = vectors[condition]
@@ -273,7 +287,10 @@ def shipped_fold(
     """The ``as shipped`` arm: ``far_rules.py``'s rows of this fold (rules, then the oracle)."""
     calibration_vectors = split(vectors, rest)
     calibrated = calibrate_vectors(
-        calibration_vectors, data="as shipped", groups=chains(rest, args.impostors)
+        calibration_vectors,
+        data="as shipped",
+        groups=chains(rest, args.impostors),
+        score_norm=args.score_norm,
     )
     calibration, test = fold_trials(
         calibration_vectors,
@@ -305,7 +322,7 @@ def centred_fold(
     """The ``centred`` arm's rows of this fold: calibration and held-out trials leave-two-out
     centred (``args.centre_people``: the held-out side's mean from at most that many others)."""
     calibrated, calibration = centred_calibration(
-        split(vectors, rest), seconds, rest, args.impostors
+        split(vectors, rest), seconds, rest, args.impostors, args.score_norm
     )
     stated = calibrated.calibration.tables["prototype"].row_for(args.far).far
     rules = {"global": fit_global(calibrated, args.far)}
@@ -374,6 +391,13 @@ def main() -> int:
         default=0,
         help="the held-out side's mean from at most this many of the other people (0: all)",
     )
+    parser.add_argument(
+        "--score-norm",
+        choices=SCORE_NORM_CHOICES,
+        default=DEFAULT_SCORE_NORM,
+        help="the score rule in both arms, as uvexport calibrate --score-norm (default: the "
+        "shipped AS-norm; none: raw cosines)",
+    )
     args = parser.parse_args()
     if args.centre_people < 0:
         parser.error(f"--centre-people must be 0 or more, not {args.centre_people}")
@@ -387,6 +411,7 @@ def main() -> int:
     folds = [s for s, members in sources.items() if len(members) >= MIN_FOLD_SPEAKERS]
     report: dict = {"far": args.far, "enroll": args.enroll, "folds": []}
     report["centre_people"] = args.centre_people or "all"
+    report["score_norm"] = args.score_norm
     rng = np.random.default_rng(0)
     for number, fold in enumerate(folds, 1):
         rest = set(people) - sources[fold]

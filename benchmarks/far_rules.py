@@ -140,14 +140,16 @@ def fold_trials(
 ) -> tuple[dict[str, Trials], dict[str, Trials]]:
     """The calibration trials (the conditions and cohort :func:`calibrate_vectors` used, each
     person's own vectors out of their statistics, as :func:`uvsdk.measurement.measure`) and the
-    held-out trials (the SDK's user, not in the cohort)."""
+    held-out trials (the SDK's user, not in the cohort); raw cosines when ``calibrated`` has no
+    cohort."""
     table = calibrated.calibration.tables["prototype"]
     usable = {condition: calibration_vectors[condition] for condition in table.conditions}
-    cohort_vectors, cohort_people = build_cohort(usable, DEFAULT_COHORT_SIZE)
-    if cohort_vectors.astype("<f4").tobytes() != calibrated.cohort:
-        raise SystemExit("the cohort rebuilt here is not the one calibrate_vectors shipped")
-    cohort = calibrated.normaliser()
-    assert cohort is not None
+    cohort = calibrated.normaliser()  # None: raw cosines (score_norm "none")
+    cohort_people = None
+    if cohort is not None:
+        cohort_vectors, cohort_people = build_cohort(usable, DEFAULT_COHORT_SIZE)
+        if cohort_vectors.astype("<f4").tobytes() != calibrated.cohort:
+            raise SystemExit("the cohort rebuilt here is not the one calibrate_vectors shipped")
     calibration = {
         condition: condition_trials(
             by_person,
