@@ -146,7 +146,9 @@ def pair_trials(
     both their vectors centred by ``centre(pair)`` (both directions of impostor trials, and the
     genuine trials of each person whose partner is the pair's other: the next person by name).
     Each element is one pair's :class:`far_rules.Trials`, consistent in itself (its warm-up
-    scores under its mean), with the people whose genuine trials it holds."""
+    scores under its mean), with the people whose genuine trials it holds. A person alone in
+    ``by_person`` has no pair, so no trials: a calibration source of one person adds no genuine
+    trials to the centred table (``uvexport calibrate``'s table holds them)."""
     names = sorted(name for name, vectors in by_person.items() if len(vectors) > enroll)
     partner = {name: names[(i + 1) % len(names)] for i, name in enumerate(names)}
     out = []
@@ -173,14 +175,8 @@ def joined(parts: list[tuple[Trials, set[str]]]) -> Trials:
     def joined_field(name: str) -> np.ndarray:
         return np.concatenate([getattr(trials, name) for trials, _ in parts])
 
-    fields = ("genuine", "impostor", "genuine_seconds", "impostor_seconds", "owners")
-    first = {name: joined_field(name) for name in fields}
-    return Trials(
-        **first,
-        impostor_owners=joined_field("impostor_owners"),
-        warmup={},
-        impostor_people=joined_field("impostor_people"),
-    )
+    arrays = [f.name for f in dataclasses.fields(Trials) if f.name != "warmup"]
+    return Trials(warmup={}, **{name: joined_field(name) for name in arrays})
 
 
 def by_source(by_person: Vectors) -> dict[str, dict[str, np.ndarray]]:
