@@ -22,7 +22,8 @@ rules ``global`` and ``chain``, and the ``oracle`` bound), in two arms on the sa
   ``uvexport calibrate`` builds it); the cohort is the calibration's vectors, each centred by its
   source's whole mean. A real deployment's mean would come from many more people than a source
   holds here (4-23): ``--centre-people N`` takes the held-out side's mean from at most N of the
-  other people (a seeded draw), to see how the figures move with the people behind the mean.
+  other people (a draw seeded by ``--draw-seed``), to see how the figures move with the people
+  behind the mean.
 
 ``--score-norm`` sets the score rule of both arms (``uvexport calibrate``'s choices; the
 shipped AS-norm by default).
@@ -388,6 +389,9 @@ def main() -> int:
         help="the held-out side's mean from at most this many of the other people (0: all)",
     )
     parser.add_argument(
+        "--draw-seed", type=int, default=0, help="the seed of --centre-people's draws"
+    )
+    parser.add_argument(
         "--score-norm",
         choices=SCORE_NORM_CHOICES,
         default=DEFAULT_SCORE_NORM,
@@ -407,8 +411,9 @@ def main() -> int:
     folds = [s for s, members in sources.items() if len(members) >= MIN_FOLD_SPEAKERS]
     report: dict = {"far": args.far, "enroll": args.enroll, "folds": []}
     report["centre_people"] = args.centre_people or "all"
+    report["draw_seed"] = args.draw_seed
     report["score_norm"] = args.score_norm
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.draw_seed)
     for number, fold in enumerate(folds, 1):
         rest = set(people) - sources[fold]
         arms = {
