@@ -558,7 +558,6 @@ def test_int8_weights_find_a_recurrent_layers_weights_through_the_gate_reorderin
     the stored initializer keeps its name, so the graph computes on the expanded weights. As a
     backbone's ``half_precision`` (GE2E's ``lstm.``: int8 moved its scores by 0.149, float16 by
     0.0014) they are float16."""
-    import io
 
     import onnx
     import onnxruntime as ort
@@ -579,9 +578,8 @@ def test_int8_weights_find_a_recurrent_layers_weights_through_the_gate_reorderin
 
     model = Recurrent().eval()
     x = torch.randn(3, 50, 40)
-    buffer = io.BytesIO()
-    torch.onnx.export(model, (x,), buffer, input_names=["x"], dynamo=True, verbose=False)
-    fp32 = buffer.getvalue()
+    program = torch.onnx.export(model, (x,), None, input_names=["x"], dynamo=True, verbose=False)
+    fp32 = program.model_proto.SerializeToString()
     weights = {f"lstm.weight_{kind}_l{layer}" for kind in ("ih", "hh") for layer in (0, 1)}
     assert weights <= {t.name for t in onnx.load_from_string(fp32).graph.initializer}
 
