@@ -53,25 +53,26 @@ from pathlib import Path
 import numpy as np
 from far_generalisation import (
     LONG_CLIP_SECONDS,
-    MIN_FOLD_SPEAKERS,
     argument_parser,
     chains,
     embed,
+    source_folds,
     source_of,
     split,
 )
 from far_rules import (
     Thresholds,
     Trials,
+    calibrated_fold,
     condition_trials,
     fit_chain,
     fit_global,
-    fold_trials,
+    fold_done,
     oracle_row,
     pooled,
     print_detail,
     print_summary,
-    rule_row,
+    rule_rows,
 )
 
 from uvexport.calibrate import (
@@ -81,7 +82,6 @@ from uvexport.calibrate import (
     Calibrated,
     build_cohort,
     calibrate_vectors,
-    print_progress,
 )
 from uvsdk import Bundle
 from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, MIN_FALSE_ACCEPTS, Calibration
@@ -279,33 +279,16 @@ def centred_rows(
 
 
 def shipped_fold(
-    vectors: dict, seconds: dict, rest: set[str], held_out: set[str], args: argparse.Namespace
+    vectors: dict, seconds: dict, held_out: set[str], args: argparse.Namespace
 ) -> dict[str, list[dict]]:
     """The ``as shipped`` arm: ``far_rules.py``'s rows of this fold (rules, then the oracle)."""
-    calibration_vectors = split(vectors, rest)
-    calibrated = calibrate_vectors(
-        calibration_vectors,
-        data="as shipped",
-        groups=chains(rest, args.impostors),
-        score_norm=args.score_norm,
-    )
-    calibration, test = fold_trials(
-        calibration_vectors,
-        split(seconds, rest),
-        split(vectors, held_out),
-        split(seconds, held_out),
-        calibrated,
-        args.enroll,
+    calibrated, calibration, test = calibrated_fold(
+        vectors, seconds, held_out, args, args.score_norm
     )
     stated = calibrated.calibration.tables["prototype"].row_for(args.far).far
     rules = {"global": fit_global(calibrated, args.far)}
     rules["chain"] = fit_chain(calibration, calibrated, args.far)
-    rows: dict[str, list[dict]] = {name: [] for name in (*rules, "oracle")}
-    for condition, trials in test.items():
-        for name, thresholds in rules.items():
-            rows[name].append({"condition": condition, **rule_row(trials, thresholds, stated)})
-        rows["oracle"].append({"condition": condition, **oracle_row(trials, args.far)})
-    return rows
+    return rule_rows(test, rules, stated, args.far)
 
 
 def centred_fold(
@@ -404,11 +387,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     vectors, seconds = embed(args, Bundle(args.bundle or default_bundle_path()))
-    people = sorted({p for by in vectors.values() for p in by})
-    sources: dict[str, set[str]] = {}
-    for person in people:
-        sources.setdefault(source_of(person), set()).add(person)
-    folds = [s for s, members in sources.items() if len(members) >= MIN_FOLD_SPEAKERS]
+    people, sources, folds = source_folds(vectors)
     report: dict = {"far": args.far, "enroll": args.enroll, "folds": []}
     report["centre_people"] = args.centre_people or "all"
     report["draw_seed"] = args.draw_seed
@@ -417,7 +396,7 @@ def main() -> int:
     for number, fold in enumerate(folds, 1):
         rest = set(people) - sources[fold]
         arms = {
-            ARMS[0]: shipped_fold(vectors, seconds, rest, sources[fold], args),
+            ARMS[0]: shipped_fold(vectors, seconds, sources[fold], args),
             ARMS[1]: centred_fold(vectors, seconds, rest, sources[fold], args, rng),
         }
         report["folds"].append({"source": fold, "arms": arms})
@@ -425,11 +404,7 @@ def main() -> int:
             for arm, rows in arms.items():
                 print(f"-- {arm}")
                 print_detail(fold, rows)
-        elapsed = time.perf_counter() - started
-        print_progress(
-            f"fold {number}/{len(folds)} ({fold}) done ({elapsed:.0f} s, about "
-            f"{elapsed / number * (len(folds) - number):.0f} s left)"
-        )
+        fold_done(number, folds, started)
     print(file=sys.stderr)
     report["summary"] = {
         arm: {

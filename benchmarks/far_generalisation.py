@@ -110,6 +110,17 @@ def source_of(person: str) -> str:
     return person.split("-", 1)[0]
 
 
+def source_folds(vectors: Mapping[str, Mapping[str, np.ndarray]]):
+    """Every person (sorted), each source's people, and the folds: the sources of at least
+    :data:`MIN_FOLD_SPEAKERS` people, each held out in turn."""
+    people = sorted({person for by_person in vectors.values() for person in by_person})
+    sources: dict[str, set[str]] = {}
+    for person in people:
+        sources.setdefault(source_of(person), set()).add(person)
+    folds = [s for s, members in sources.items() if len(members) >= MIN_FOLD_SPEAKERS]
+    return people, sources, folds
+
+
 def chains(people: set[str] | list[str], impostors: str = "chain") -> dict[str, str] | None:
     """Each person's recording chain, their source: the impostor groups ``uvexport calibrate``
     forms in the real-speech folder (:func:`uvexport.calibrate.recording_chains`); ``None``
@@ -550,11 +561,7 @@ def main() -> int:
     genders, genders_from = load_genders(args.genders)
     bundle = Bundle(args.bundle or default_bundle_path())
     vectors, seconds = embed(args, bundle)
-    people = sorted({p for by in vectors.values() for p in by})
-    sources: dict[str, set[str]] = {}
-    for person in people:
-        sources.setdefault(source_of(person), set()).add(person)
-    folds = [s for s, members in sources.items() if len(members) >= MIN_FOLD_SPEAKERS]
+    people, sources, folds = source_folds(vectors)
     small = sorted(set(sources) - set(folds))
     print(
         f"{len(people)} speakers in {len(sources)} sources; folds: {', '.join(folds)}; "

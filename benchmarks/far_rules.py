@@ -53,17 +53,18 @@ from pathlib import Path
 import numpy as np
 from far_generalisation import (
     LONG_CLIP_SECONDS,
-    MIN_FOLD_SPEAKERS,
     TARGET_TPR,
     argument_parser,
     chains,
     embed,
+    source_folds,
     source_of,
     split,
 )
 
 from uvexport.calibrate import (
     DEFAULT_COHORT_SIZE,
+    DEFAULT_SCORE_NORM,
     Calibrated,
     build_cohort,
     calibrate_vectors,
@@ -357,12 +358,56 @@ def evaluate_fold(
         "qmf": qmf,
         "chain": fit_chain(calibration, calibrated, far),
     }
+    return rule_rows(test, rules, stated, far), {"qmf_weight": weight, "stated_far": stated}
+
+
+def rule_rows(
+    test: dict[str, Trials], rules: dict[str, Thresholds], stated_far: float, far: float
+) -> dict[str, list[dict]]:
+    """Each rule's rows (one per test condition), then the oracle's."""
     rows: dict[str, list[dict]] = {name: [] for name in (*rules, "oracle")}
     for condition, trials in test.items():
         for name, thresholds in rules.items():
-            rows[name].append({"condition": condition, **rule_row(trials, thresholds, stated)})
+            rows[name].append({"condition": condition, **rule_row(trials, thresholds, stated_far)})
         rows["oracle"].append({"condition": condition, **oracle_row(trials, far)})
-    return rows, {"qmf_weight": weight, "stated_far": stated}
+    return rows
+
+
+def calibrated_fold(
+    vectors: dict,
+    seconds: dict,
+    held_out: set[str],
+    args: argparse.Namespace,
+    score_norm: str = DEFAULT_SCORE_NORM,
+) -> tuple[Calibrated, dict[str, Trials], dict[str, Trials]]:
+    """One fold: the calibration on everyone but ``held_out`` (as ``uvexport calibrate``, with
+    ``--impostors``' pairs) and :func:`fold_trials`' calibration and held-out trials."""
+    rest = {p for by_person in vectors.values() for p in by_person} - held_out
+    calibration_vectors = split(vectors, rest)
+    calibrated = calibrate_vectors(
+        calibration_vectors,
+        data="all but the held-out source",
+        groups=chains(rest, args.impostors),
+        score_norm=score_norm,
+    )
+    calibration, test = fold_trials(
+        calibration_vectors,
+        split(seconds, rest),
+        split(vectors, held_out),
+        split(seconds, held_out),
+        calibrated,
+        args.enroll,
+    )
+    return calibrated, calibration, test
+
+
+def fold_done(number: int, folds: list[str], started: float) -> None:
+    """The progress line after fold ``number`` (from 1) of ``folds``, with an ETA."""
+    elapsed = time.perf_counter() - started
+    print_progress(
+        f"fold {number}/{len(folds)} ({folds[number - 1]}) done ({elapsed:.0f} s, about "
+        f"{elapsed / number * (len(folds) - number):.0f} s left)"
+    )
 
 
 def pooled(rows: list[dict]) -> dict:
@@ -464,35 +509,15 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     vectors, seconds = embed(args, Bundle(args.bundle or default_bundle_path()))
-    people = sorted({p for by in vectors.values() for p in by})
-    sources: dict[str, set[str]] = {}
-    for person in people:
-        sources.setdefault(source_of(person), set()).add(person)
-    folds = [s for s, members in sources.items() if len(members) >= MIN_FOLD_SPEAKERS]
+    _, sources, folds = source_folds(vectors)
     report: dict = {"far": args.far, "enroll": args.enroll, "buckets": args.buckets, "folds": []}
     for number, fold in enumerate(folds, 1):
-        rest = set(people) - sources[fold]
-        calibration_vectors = split(vectors, rest)
-        calibrated = calibrate_vectors(
-            calibration_vectors, data=f"all but {fold}", groups=chains(rest, args.impostors)
-        )
-        calibration, test = fold_trials(
-            calibration_vectors,
-            split(seconds, rest),
-            split(vectors, sources[fold]),
-            split(seconds, sources[fold]),
-            calibrated,
-            args.enroll,
-        )
+        calibrated, calibration, test = calibrated_fold(vectors, seconds, sources[fold], args)
         rows, fitted = evaluate_fold(calibration, test, calibrated, args)
         report["folds"].append({"source": fold, **fitted, "rules": rows})
         if args.detail:
             print_detail(fold, rows)
-        elapsed = time.perf_counter() - started
-        print_progress(
-            f"fold {number}/{len(folds)} ({fold}) done ({elapsed:.0f} s, about "
-            f"{elapsed / number * (len(folds) - number):.0f} s left)"
-        )
+        fold_done(number, folds, started)
     print(file=sys.stderr)
     names = report["folds"][0]["rules"]
     report["summary"] = {

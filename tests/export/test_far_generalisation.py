@@ -504,7 +504,7 @@ def test_taking_a_chains_mean_out_makes_its_stated_far_hold_where_it_did_not(
     )
     held_out = {name for name in vectors["clean"] if name.startswith("c-")}
     rest = set(vectors["clean"]) - held_out
-    shipped = centring.shipped_fold(vectors, seconds, rest, held_out, args)["global"][0]
+    shipped = centring.shipped_fold(vectors, seconds, held_out, args)["global"][0]
     draw = np.random.default_rng(0)
     centred = centring.centred_fold(vectors, seconds, rest, held_out, args, draw)["global"][0]
     assert shipped["impostor"] == centred["impostor"] == 8 * 7 * clips
