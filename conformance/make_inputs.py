@@ -16,6 +16,11 @@ vectors must be regenerated and committed with them.
   table on AS-norm scores; ``bundles/voice-embedding-s-norm.uvb`` the same cohort under S-norm
   (all 64) and its table on S-norm scores
   (spec §3.9, §6.7); signed.
+- ``bundles/voice-embedding-centre.uvb`` (spec version 9): the same model with a recording
+  chain's mean (``centre.f32``: the mean unit vector of the 24 calibration speakers' clips) under
+  ``score_norm`` ``{"method": "cosine", "centre": ...}``; ``bundles/voice-embedding-cohort-centre.uvb``
+  the same mean beside the cohort bundle's cohort under AS-norm (spec §6.8: the vectors centred
+  before the cohort's statistics); neither calibrated (the warm-up rule), both signed.
 - ``bundles/voice-codeword.uvb``: a stand-in for a FedUV model (BCH(127, 64), 32 id bits) that
   maps 4 known speakers to their codewords; calibrated (both tables), signed.
 - ``bundles/image-embedding.uvb``: a random 16-d convnet on 32×32 RGB pixels (the image contract).
@@ -34,6 +39,7 @@ bundle, only that a port checks signatures the way the SDK does.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import zipfile
@@ -54,6 +60,7 @@ from uvexport.reference import (
 from uvsdk import Verifier
 from uvsdk.bundle import Bundle, Code, Manifest
 from uvsdk.codeword import encode, unpack_generator
+from uvsdk.cohort import CentreSpec, ScoreNorm
 from uvsdk.inputs import AudioInput, ImageInput
 from uvtrain.data.formant import voice_corpus
 
@@ -143,6 +150,38 @@ def calibrate(
     )
 
 
+def centred(source: Path, target: Path) -> Path:
+    """``target``: the bundle ``source`` (its cohort and rule kept, without calibration) with the
+    mean unit vector of the calibration speakers' clips as its recording chain's mean, signed."""
+    bundle = Bundle(source)
+    people = calibration_vectors(source)
+    vectors = np.concatenate(list(people.values())).astype(np.float64)
+    units = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    centre = units.mean(axis=0).astype("<f4").tobytes()
+    spec = CentreSpec(len(people), hashlib.sha256(centre).hexdigest())
+    norm = bundle.manifest.score_norm
+    norm = ScoreNorm("cosine") if norm is None else norm
+    manifest = dataclasses.replace(
+        bundle.manifest, calibration=None, score_norm=dataclasses.replace(norm, centre=spec)
+    )
+    manifest = Manifest.from_dict(json.loads(json.dumps(manifest.to_dict())))
+    return write_bundle(
+        target,
+        bundle.model_bytes,
+        manifest,
+        sign_key=signing_key(),
+        cohort=bundle.cohort_bytes,
+        centre=centre,
+    )
+
+
+def centre_bundles() -> None:
+    """The two centre bundles from the committed embedding and cohort bundles."""
+    bundles = HERE / "bundles"
+    centred(bundles / "voice-embedding.uvb", bundles / "voice-embedding-centre.uvb")
+    centred(bundles / "voice-embedding-cohort.uvb", bundles / "voice-embedding-cohort-centre.uvb")
+
+
 def uncalibrated(source: Path, target: Path) -> Path:
     """``target``: the bundle ``source`` without its calibration and cohort (read without
     validating them: a calibration of an older version is refused by the SDK)."""
@@ -170,6 +209,7 @@ def recalibrate() -> None:
         CALIBRATION_DATA,
         generator=unpack_generator(spec["generator"], spec["k"], spec["n"]),
     )
+    centre_bundles()
 
 
 def voice_embedding() -> Path:
@@ -251,7 +291,13 @@ def main() -> None:
     parser.add_argument(
         "--calibrate", action="store_true", help="only re-calibrate the committed bundles"
     )
-    if parser.parse_args().calibrate:
+    parser.add_argument(
+        "--centre", action="store_true", help="only write the centre bundles (spec version 9)"
+    )
+    args = parser.parse_args()
+    if args.centre:
+        centre_bundles()
+    elif args.calibrate:
         recalibrate()
     else:
         (HERE / "bundles").mkdir(exist_ok=True)
@@ -260,6 +306,7 @@ def main() -> None:
         embedding = voice_embedding()
         voice_codeword(embedding)
         image_embedding()
+        centre_bundles()
     for path in sorted((HERE / "bundles").glob("*.uvb")):
         print(f"{path.relative_to(HERE)}: {path.stat().st_size} bytes")
 

@@ -45,6 +45,8 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
     with_cohort = {"cohort": cohort, "score_norm": norm, "calibration.prototype.score": "as-norm"}
     s_norm = {**with_cohort, "score_norm": {"method": "s-norm"},
               "calibration.prototype.score": "s-norm"}  # fmt: skip
+    centre = {"file": "centre.f32", "people": 12, "sha256": "0" * 64}
+    with_centre = {"score_norm": {"method": "cosine", "centre": centre}}
     conditions = "calibration.prototype.conditions"
     changes: list[tuple[str, Any]] = [
         ("valid", {}),
@@ -139,6 +141,34 @@ def _manifest_cases(base: dict[str, Any]) -> list[dict[str, Any]]:
         ("cohort-sha-short", {**with_cohort, "cohort.sha256": "ab" * 31}),
         ("cohort-sha-newline", {**with_cohort, "cohort.sha256": "ab" * 32 + "\n"}),
         ("cohort-unknown-key", {**with_cohort, "cohort.extra": 1}),
+        # spec version 9: a recording chain's mean in score_norm (its member is checked with the
+        # archives); without a cohort the rule is cosine, and only with a centre
+        ("centre-cosine", with_centre),
+        ("centre-as-norm", {**with_cohort, "score_norm.centre": centre}),
+        ("centre-s-norm", {**s_norm, "score_norm.centre": centre}),
+        (
+            "centre-cosine-with-cohort",
+            {**with_cohort, "score_norm": {"method": "cosine", "centre": centre}},
+        ),
+        (
+            "centre-as-norm-without-cohort",
+            {**with_centre, "score_norm.method": "as-norm", "score_norm.top_k": 10},
+        ),
+        ("centre-cosine-top-k", {**with_centre, "score_norm.top_k": 10}),
+        ("centre-cosine-without-centre", {**with_centre, "score_norm.centre": _DELETE}),
+        ("centre-method-missing", {**with_centre, "score_norm.method": _DELETE}),
+        ("centre-null", {**with_centre, "score_norm.centre": None}),
+        ("centre-not-an-object", {**with_centre, "score_norm.centre": "centre.f32"}),
+        ("centre-file", {**with_centre, "score_norm.centre.file": "mean.f32"}),
+        ("centre-people-0", {**with_centre, "score_norm.centre.people": 0}),
+        ("centre-people-1", {**with_centre, "score_norm.centre.people": 1}),
+        ("centre-people-max", {**with_centre, "score_norm.centre.people": 2**31 - 1}),
+        ("centre-people-above-max", {**with_centre, "score_norm.centre.people": 2**31}),
+        ("centre-people-float", {**with_centre, "score_norm.centre.people": 12.0}),
+        ("centre-people-missing", {**with_centre, "score_norm.centre.people": _DELETE}),
+        ("centre-sha-upper", {**with_centre, "score_norm.centre.sha256": "AB" * 32}),
+        ("centre-sha-missing", {**with_centre, "score_norm.centre.sha256": _DELETE}),
+        ("centre-unknown-key", {**with_centre, "score_norm.centre.weights": 1}),
         ("conditions-newline", {"calibration.prototype.conditions": ["clean\n"]}),
         *_training_changes(),
         *_held_out_changes(base),
@@ -353,6 +383,7 @@ def generate() -> dict[str, Any]:
         ("truncated", image[: len(image) // 2], []),
         ("not-a-zip", b"hello, world" * 10, []),
         *_cohort_archives(members, public),
+        *_centre_archives(members),
         *_ort_archives(members),
         *_lying_zip_archives(members),
         *_hostile_json_archives(members),
@@ -387,7 +418,9 @@ def generate() -> dict[str, Any]:
         "opened with: valid or the error code, and the signing key's fingerprint "
         "(first 16 hex digits of SHA-256 of the raw key); the cohort archives "
         "(cohort.f32 and the manifest's cohort, spec §3.9) are the image bundle given a small "
-        "cohort, signed with the conformance key or edited; the ort-* archives add a model.ort, "
+        "cohort, signed with the conformance key or edited; the centre-* archives (spec version 9: "
+        "centre.f32 and score_norm.centre, spec §3.9) give it a recording chain's mean, alone or "
+        "beside a cohort, then edited; the ort-* archives add a model.ort, "
         "the zip-* archives have zip entries that lie about their size, CRC or method, and the "
         "json-* archives hostile manifest JSON at and over the limits of spec §3.3 (spec §3).",
         base_manifest=base,
@@ -415,6 +448,17 @@ _COHORT_REFUSALS = {
     "cohort-top-k-above-count": "score_norm.top_k must be an integer in [2, 8]",
     "cohort-file-name": "cohort.file must be 'cohort.f32'",
     "cohort-member-edited-trusted-keys": "does not match the manifest's cohort.sha256",
+    "centre-member-without-manifest-key": "centre.f32 is not named in the manifest",
+    "centre-manifest-without-member": "there is no centre.f32",
+    "centre-member-edited": "does not match the manifest's score_norm.centre.sha256",
+    "centre-short": "not dim x 4",
+    "centre-long": "not dim x 4",
+    "centre-nan": "holds a non-finite value",
+    "centre-infinity": "holds a non-finite value",
+    "centre-norm-1": "not a mean of unit vectors",
+    "centre-norm-above-1": "not a mean of unit vectors",
+    "centre-too-large": "more than the 262144 accepted",
+    "centre-with-cohort-member-edited": "does not match the manifest's score_norm.centre.sha256",
 }
 
 
@@ -508,6 +552,72 @@ def _cohort_archives(image: dict[str, bytes], public: str) -> list[tuple[str, by
         ("cohort-top-k-above-count", edited(None, {"top_k": count + 1}), []),
         ("cohort-file-name", edited(None, file="cohort.bin"), []),
     ]
+
+
+def _centre_archives(image: dict[str, bytes]) -> list[tuple[str, bytes, list[str]]]:
+    """The image bundle given a recording chain's mean (spec version 9): valid without a cohort
+    (rule cosine) and beside the small cohort of :func:`_cohort_archives`, then with the member
+    or the manifest edited (each manifest naming the member's digest, so that only the edit is
+    wrong; unsigned)."""
+    manifest = json.loads(image["manifest.json"])
+    dim = manifest["output"]["dim"]
+    direction = np.random.default_rng(9).normal(size=dim)
+    data = (direction / np.linalg.norm(direction) * 0.5).astype("<f4").tobytes()
+
+    def with_centre(centre: bytes, cohort: bytes | None = None) -> bytes:
+        changed = json.loads(json.dumps(manifest))
+        spec = {"file": "centre.f32", "people": 12, "sha256": hashlib.sha256(centre).hexdigest()}
+        changed["score_norm"] = {"method": "cosine", "centre": spec}
+        members: dict[str, bytes | None] = {"centre.f32": centre, "signature.ed25519": None}
+        if cohort is not None:
+            count = len(cohort) // (4 * dim)
+            digest = hashlib.sha256(cohort).hexdigest()
+            changed["cohort"] = {"file": "cohort.f32", "count": count, "sha256": digest}
+            changed["score_norm"] = {"method": "as-norm", "top_k": 4, "centre": spec}
+            members["cohort.f32"] = cohort
+        members["manifest.json"] = (json.dumps(changed, indent=2) + "\n").encode()
+        return _zip(image, members)
+
+    def values(*head: float) -> bytes:
+        return np.array([*head] + [0.0] * (dim - len(head)), "<f4").tobytes()
+
+    cohort = np.random.default_rng(7).normal(size=(8, dim)).astype("<f4").tobytes()
+    valid = with_centre(data)
+    flipped = bytearray(data)
+    flipped[12] ^= 0x01
+    with_cohort = with_centre(data, cohort)
+    return [
+        ("centre-cosine", valid, []),
+        ("centre-with-cohort", with_cohort, []),
+        ("centre-member-without-manifest-key", _zip(image, {"centre.f32": data}), []),
+        ("centre-member-in-a-folder", _zip(image, {"x/centre.f32": data}), []),
+        ("centre-manifest-without-member", _without(valid, "centre.f32"), []),
+        ("centre-member-edited", _with_member(valid, "centre.f32", bytes(flipped)), []),
+        ("centre-with-cohort-member-edited",
+         _with_member(with_cohort, "centre.f32", bytes(flipped)), []),
+        ("centre-short", with_centre(data[:-4]), []),
+        ("centre-long", with_centre(data + bytes(4)), []),
+        ("centre-nan", with_centre(values(0.1, float("nan"))), []),
+        ("centre-infinity", with_centre(values(float("-inf"))), []),
+        ("centre-norm-1", with_centre(values(1.0)), []),
+        ("centre-norm-above-1", with_centre(values(0.8, 0.8)), []),
+        ("centre-zero", with_centre(values()), []),
+        ("centre-too-large", _zip(image, {"centre.f32": bytes(262144 + 4)}), []),
+    ]  # fmt: skip
+
+
+def _without(blob: bytes, name: str) -> bytes:
+    """The archive ``blob`` without the member ``name``."""
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        members = {member: archive.read(member) for member in archive.namelist()}
+    return _zip(members, {name: None})
+
+
+def _with_member(blob: bytes, name: str, content: bytes) -> bytes:
+    """The archive ``blob`` with ``content`` as its member ``name`` (the manifest unchanged)."""
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        members = {member: archive.read(member) for member in archive.namelist()}
+    return _zip(members, {name: content})
 
 
 def _signing_key() -> Any:

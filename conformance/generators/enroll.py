@@ -25,6 +25,8 @@ from .shared import CONFORMANCE, DEFAULT_BUNDLE, bits, document, f32, outcome, v
 
 COHORT = "bundles/voice-embedding-cohort.uvb"
 S_NORM = "bundles/voice-embedding-s-norm.uvb"
+CENTRE = "bundles/voice-embedding-centre.uvb"
+COHORT_CENTRE = "bundles/voice-embedding-cohort-centre.uvb"
 MIXED = [
     "speaker0-0.wav",
     "speaker1-0.wav",
@@ -33,6 +35,13 @@ MIXED = [
     "speaker1-1.wav",
     "speaker2-1.wav",
 ]
+
+
+def _centred(outputs: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Spec §6.8 written out: each output unit-normalised, the mean out, normalised again."""
+    wide = outputs.astype(np.float64)
+    units = wide / np.linalg.norm(wide, axis=1, keepdims=True)
+    return (units - mean) / np.linalg.norm(units - mean, axis=1, keepdims=True)
 
 
 def _mode_cases() -> list[dict[str, Any]]:
@@ -128,6 +137,13 @@ def generate() -> dict[str, Any]:
         (S_NORM, "prototype", [f"speaker0-{j}.wav" for j in range(6)], 0.95, 0.01),
         (S_NORM, "prototype", [f"speaker1-{j}.wav" for j in range(8)], 0.75, 0.05),
         (S_NORM, "prototype", MIXED, 0.95, 0.01),
+        # spec version 9: a recording chain's mean taken out of every vector first (§6.8),
+        # alone (raw cosines of centred vectors) and before a cohort's statistics; no tables
+        (CENTRE, "prototype", [f"speaker0-{j}.wav" for j in range(6)], 0.95, None),
+        (CENTRE, "prototype", [f"speaker1-{j}.wav" for j in range(8)], 0.75, None),
+        (CENTRE, "prototype", MIXED, 0.95, None),
+        (COHORT_CENTRE, "prototype", [f"speaker0-{j}.wav" for j in range(6)], 0.95, None),
+        (COHORT_CENTRE, "prototype", [f"speaker2-{j}.wav" for j in range(5)], 0.9, None),
         (
             "bundles/voice-codeword.uvb",
             "codeword",
@@ -156,15 +172,17 @@ def generate() -> dict[str, Any]:
         v = verifier(bundle)
         manifest = v.bundle.manifest
         cohort = v.bundle.cohort if mode == "prototype" else None
-        outputs = np.stack([v.embed(wav(c)) for c in clips])
+        centre = v.bundle.centre if mode == "prototype" else None
+        raw = np.stack([v.embed(wav(c)) for c in clips])
         case: dict[str, Any] = {
             "bundle": bundle,
             "mode": mode,
             "target_tpr": tpr,
             "far": far,
-            "cohort": None if cohort is None else manifest.score_scale,
-            "enrollment_outputs": [f32(o) for o in outputs],
+            "cohort": manifest.score_scale if mode == "prototype" else None,
+            "enrollment_outputs": [f32(o) for o in raw],
         }
+        outputs = raw if centre is None else _centred(raw, centre.mean)
         if mode == "codeword":
             codeword = encode(
                 np.array([int(b) for b in known["0"]], np.uint8), manifest.code.generator
@@ -198,7 +216,8 @@ def generate() -> dict[str, Any]:
         )
         verify = []
         for clip in trials:
-            vector = v.embed(wav(clip))
+            output = v.embed(wav(clip))
+            vector = output if centre is None else _centred(output[None], centre.mean)[0]
             if mode == "codeword":
                 score = float(codeword_scores(reference, vector[None])[0])
             else:
@@ -207,7 +226,7 @@ def generate() -> dict[str, Any]:
                     score = float(
                         as_norm(score, cohort.statistics(reference), cohort.statistics(vector))[0]
                     )
-            verify.append({"output": f32(vector), "score": score, "accepted": score >= threshold})
+            verify.append({"output": f32(output), "score": score, "accepted": score >= threshold})
         case["verify"] = verify
         cases.append(case)
     too_few = verifier("bundles/voice-embedding.uvb")
@@ -232,7 +251,9 @@ def generate() -> dict[str, Any]:
         "Enrollment from the model's outputs (the enrollment_outputs stand in for embedding the "
         "clips): the reference (prototype mode) or the codeword's scores, the warm-up scores "
         "(normalised by the bundle's score_norm against its cohort in prototype mode when it "
-        "has one: `cohort` is then its score scale, spec §3.9, what the template records) and "
+        "has one; a bundle whose score_norm has a centre takes it out of every output first, "
+        "spec §6.8; `cohort` is the score scale in prototype mode, spec §3.9, what the template "
+        "records, null without a score_norm) and "
         "threshold, the "
         "calibration row and the final threshold (the row's for a table with genuine trials, "
         "max(warm-up, row) for one without), the own samples it rejects and whether the "

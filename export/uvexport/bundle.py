@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from uvsdk.bundle import (
+    CENTRE_FILE,
     COHORT_FILE,
     FORMAT,
     MANIFEST_FILE,
@@ -62,10 +63,12 @@ def write_bundle(
     directory: bool = False,
     ort: bytes | None = None,
     cohort: bytes | None = None,
+    centre: bytes | None = None,
 ) -> Path:
     """Write a bundle (zip ``.uvb``, or a folder with ``directory=True``), optionally signed, with
-    ``model.ort`` when ``ort`` is given (the manifest's ``ort.sha256`` must name it) and
-    ``cohort.f32`` when ``cohort`` is (the manifest's ``cohort.sha256`` must name it).
+    ``model.ort`` when ``ort`` is given (the manifest's ``ort.sha256`` must name it),
+    ``cohort.f32`` when ``cohort`` is (the manifest's ``cohort.sha256`` must name it) and
+    ``centre.f32`` when ``centre`` is (its ``score_norm.centre.sha256`` must name it).
 
     The zip is written atomically (:func:`uvtrain.io.atomic_write`: a temporary file beside
     ``path``, fsync, moved into place), so an interrupted export never leaves a half-written
@@ -83,6 +86,11 @@ def write_bundle(
         cohort is not None and hashlib.sha256(cohort).hexdigest() != spec.sha256
     ):
         raise ValueError("the manifest's cohort.sha256 does not match cohort.f32")
+    named_centre = None if manifest.score_norm is None else manifest.score_norm.centre
+    if (centre is None) != (named_centre is None) or (
+        centre is not None and hashlib.sha256(centre).hexdigest() != named_centre.sha256
+    ):
+        raise ValueError("the manifest's score_norm.centre.sha256 does not match centre.f32")
     data = manifest.to_dict()
     assert data["format"] == FORMAT
     manifest_bytes = (json.dumps(data, indent=2) + "\n").encode("utf-8")
@@ -91,6 +99,8 @@ def write_bundle(
         members[ORT_FILE] = ort
     if cohort is not None:
         members[COHORT_FILE] = cohort
+    if centre is not None:
+        members[CENTRE_FILE] = centre
     if sign_key is not None:
         members[SIGNATURE_FILE] = sign_key.sign(manifest_bytes)
     path = Path(path)

@@ -14,11 +14,14 @@ import { readZipMembers } from "./archive.js";
 import { ab, hex, webCrypto } from "./bytes.js";
 import { canonicalJson, isInt, isNumber, isObject, parseJson, toPlain, type JsonObject, type JsonValue } from "./json.js";
 import { num, quote, shown } from "./text.js";
-import { roundHalfEven } from "./scoring.js";
+import { roundHalfEven, type Vector } from "./scoring.js";
 import { parseCalibration, type Calibration, type PrototypeScore } from "./calibration.js";
 import {
+  CENTRE_FILE,
   COHORT_FILE,
+  Centre,
   Cohort,
+  MAX_CENTRE_BYTES,
   MAX_COHORT_BYTES,
   parseCohortSpec,
   parseScoreNorm,
@@ -44,6 +47,7 @@ const MEMBER_LIMITS: Record<string, number> = {
   [MANIFEST_FILE]: MAX_MANIFEST_BYTES,
   [SIGNATURE_FILE]: MAX_SIGNATURE_BYTES,
   [COHORT_FILE]: MAX_COHORT_BYTES,
+  [CENTRE_FILE]: MAX_CENTRE_BYTES,
 };
 export const WINDOW_SECONDS_RANGE = [0.1, 30.0] as const;
 export const MIN_HOP_SECONDS = 0.05;
@@ -101,7 +105,7 @@ export interface Manifest {
   calibration: Calibration | null;
   /** The manifest's `cohort` (null: none; prototype scores are raw cosines). */
   cohort: CohortSpec | null;
-  /** The manifest's `score_norm`: how prototype scores are normalised against the cohort (null iff no cohort). */
+  /** The manifest's `score_norm`: how prototype scores are normalised against the cohort, and the recording chain's mean taken out first (null: neither). */
   scoreNorm: ScoreNorm | null;
   /** How the model was trained and the default enrollment mode (null: not stated). */
   training: Training | null;
@@ -120,6 +124,8 @@ export interface Bundle {
   signature: Uint8Array | null;
   /** The cohort under its score_norm (cohort.f32, checked against the manifest), or null. */
   cohort: Cohort | null;
+  /** The recording chain's mean (centre.f32, checked against `score_norm.centre`), or null. */
+  centre: Centre | null;
   /** First 16 hex digits of the SHA-256 of the raw public key that verified it, or null. */
   signedBy: string | null;
 }
@@ -313,12 +319,30 @@ export function prototypeScore(scoreNorm: ScoreNorm | null): PrototypeScore {
 /**
  * `Manifest.score_scale`: the scale prototype scores (and a user's threshold) are on: null for
  * raw cosines, else the hex SHA-256 of the RFC 8785 form of `{cohort: <cohort.sha256>,
- * score_norm: <score_norm>}` (spec §3.9). A template records it.
+ * score_norm: <score_norm>}` (`cohort` absent without one: a centre alone; spec §3.9). A
+ * template records it.
  */
 export function scoreScale(manifest: Manifest): string | null {
-  if (manifest.cohort === null || manifest.scoreNorm === null) return null;
-  const scale = { cohort: manifest.cohort.sha256, score_norm: scoreNormToDict(manifest.scoreNorm) };
+  if (manifest.scoreNorm === null) return null;
+  const scale: Record<string, unknown> = { score_norm: scoreNormToDict(manifest.scoreNorm) };
+  if (manifest.cohort !== null) scale["cohort"] = manifest.cohort.sha256;
   return hex(sha256(new TextEncoder().encode(canonicalJson(scale))));
+}
+
+/** `Bundle._load_centre`: centre.f32 checked against the manifest's `score_norm.centre`, both or neither. */
+function loadCentre(manifest: Manifest, data: Uint8Array | undefined, name: string): Centre | null {
+  const spec = manifest.scoreNorm?.centre ?? null;
+  if (spec === null && data === undefined) return null;
+  if (spec === null) {
+    throw new BundleError(`${name}: centre.f32 is not named in the manifest (no score_norm.centre)`, "bundle.member-unexpected");
+  }
+  if (data === undefined) throw new BundleError(`${name}: the manifest names a centre and there is no ${CENTRE_FILE}`, "bundle.member-missing");
+  return Centre.fromMember(data, spec, manifest.dim, name);
+}
+
+/** `Bundle.centred`: prototype-mode vectors as the bundle scores them (its chain's mean out, spec §6.8), or unchanged. */
+export function centred(bundle: Bundle, vector: Vector): Vector {
+  return bundle.centre === null ? vector : bundle.centre.apply(vector);
 }
 
 /** `Bundle._load_cohort`: cohort.f32 checked against the manifest's `cohort`, both or neither. */
@@ -367,7 +391,7 @@ async function ed25519Verify(key: Uint8Array, signature: Uint8Array, message: Ui
 /**
  * Load and check a `.uvb` bundle (bundle.Bundle.__init__): unzip (refusing members over their
  * limits), require model.onnx and manifest.json, parse and validate the manifest, check the
- * model's SHA-256, the cohort (cohort.f32 against the manifest's `cohort`), and with trusted keys the Ed25519 signature of the exact manifest bytes.
+ * model's SHA-256, the cohort (cohort.f32 against the manifest's `cohort`), the centre (centre.f32 against `score_norm.centre`), and with trusted keys the Ed25519 signature of the exact manifest bytes.
  */
 export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions = {}): Promise<Bundle> {
   const name = options.name ?? "bundle.uvb";
@@ -393,6 +417,7 @@ export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions =
   }
   await checkOrtMember(manifest, members[ORT_FILE], name);
   const cohort = loadCohort(manifest, members[COHORT_FILE], name);
+  const centre = loadCentre(manifest, members[CENTRE_FILE], name);
   const signature = members[SIGNATURE_FILE] ?? null;
   let signedBy: string | null = null;
   const keys = options.trustedKeys ?? [];
@@ -406,7 +431,7 @@ export async function loadBundle(bytes: Uint8Array, options: LoadBundleOptions =
     }
     if (signedBy === null) throw new SignatureError(`${name}: the signature does not verify with any trusted key`);
   }
-  return { name, manifest, manifestBytes, modelBytes, signature, cohort, signedBy };
+  return { name, manifest, manifestBytes, modelBytes, signature, cohort, centre, signedBy };
 }
 
 /** A raw 32-byte Ed25519 public key from a PEM SubjectPublicKeyInfo (`.pub.pem`) text. */

@@ -10,6 +10,11 @@
  * the population standard deviation `σ(x)` (floored at 1e-6) of those cosines with the cohort;
  * the normalised score of a test vector `t` against a prototype `p` is
  * `½ · ((s − μ(p)) / σ(p) + (s − μ(t)) / σ(t))`, `s = cos(p, t)`.
+ *
+ * `score_norm` may also carry a `centre` (spec version 9, §3.9 and §6.8): the mean unit
+ * embedding of the people of the recording chain the bundle is deployed on (`centre.f32`),
+ * taken out of every prototype-mode vector first: `c(z) = rescale(rescale(z, 1) − m, 1)`.
+ * Without a cohort the rule is then `{method: "cosine", centre: {file, people, sha256}}`.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import { BundleError } from "./errors.js";
@@ -19,6 +24,10 @@ import { quote } from "./text.js";
 import { leaveOneOutPairs, leaveOneOutScores, rescale, type Vector } from "./scoring.js";
 
 export const COHORT_FILE = "cohort.f32";
+export const CENTRE_FILE = "centre.f32";
+/** `centre.f32`'s size limit (one vector of at most 65,536 float32 values), checked before it is read. */
+export const MAX_CENTRE_BYTES = 4 * 65536;
+export const MAX_CENTRE_PEOPLE = 2 ** 31 - 1;
 /** At most this many cohort vectors. */
 export const MAX_COHORT_COUNT = 16384;
 /** The member's size limit (16 MiB), checked before it is read. */
@@ -116,10 +125,21 @@ export interface CohortSpec {
   sha256: string;
 }
 
-/** The manifest's `score_norm` (cohort.ScoreNorm): `topK` null for s-norm (all vectors). */
+/** `score_norm.centre` (cohort.CentreSpec): the member's digest and how many people its mean is of. */
+export interface CentreSpec {
+  people: number;
+  /** Hex SHA-256 of the member centre.f32. */
+  sha256: string;
+}
+
+/**
+ * The manifest's `score_norm` (cohort.ScoreNorm): `topK` null for s-norm (all vectors) and
+ * cosine; `cosine` (no cohort) only with a `centre`, which any rule may carry (null: none).
+ */
 export interface ScoreNorm {
-  method: ScoreNormMethod;
+  method: ScoreRuleName;
   topK: number | null;
+  centre: CentreSpec | null;
 }
 
 function integer(value: JsonValue | undefined, name: string, low: number, high: number): number {
@@ -155,30 +175,113 @@ export function cohortSpecToDict(spec: CohortSpec): Record<string, unknown> {
   return { file: COHORT_FILE, count: spec.count, sha256: spec.sha256 };
 }
 
-/** `ScoreNorm.from_dict`: the manifest's `score_norm`, validated against its `cohort`. */
+/**
+ * `ScoreNorm.from_dict`: the manifest's `score_norm`, validated against its `cohort`: with a
+ * cohort `as-norm` or `s-norm`, without one only `cosine` with a `centre`.
+ */
 export function parseScoreNorm(data: JsonValue | undefined, cohort: CohortSpec | null): ScoreNorm {
   if (!isObject(data)) throw new BundleError("manifest: score_norm must be an object");
-  if (cohort === null) throw new BundleError("manifest: score_norm needs a cohort to normalise against");
   const unknown = Object.keys(data)
-    .filter((key) => !["method", "top_k"].includes(key))
+    .filter((key) => !["method", "top_k", "centre"].includes(key))
     .sort();
   if (unknown.length > 0) throw new BundleError(`manifest: score_norm has an unknown key ${quote(unknown[0])}`);
+  const centre = "centre" in data ? parseCentreSpec(data["centre"]) : null;
   const method = data["method"];
+  if (cohort === null) {
+    if (centre === null) throw new BundleError("manifest: score_norm needs a cohort to normalise against");
+    if (method !== RAW_COSINE.name) {
+      throw new BundleError(`manifest: score_norm.method must be ${quote(RAW_COSINE.name)} without a cohort`);
+    }
+    if ("top_k" in data) throw new BundleError("manifest: score_norm.top_k is for as-norm (cosine has none)");
+    return { method: "cosine", topK: null, centre };
+  }
   if (!(typeof method === "string" && (SCORE_NORMS as readonly string[]).includes(method))) {
     throw new BundleError(`manifest: score_norm.method must be one of ${SCORE_NORMS.join(", ")}`);
   }
   const name = method as ScoreNormMethod;
-  return { method: name, topK: SCORE_RULES[name].topK(data, cohort.count) };
+  return { method: name, topK: SCORE_RULES[name].topK(data, cohort.count), centre };
+}
+
+/** `CentreSpec.from_dict`: `score_norm.centre`; a problem is a BundleError naming the key. */
+export function parseCentreSpec(data: JsonValue | undefined): CentreSpec {
+  if (!isObject(data)) throw new BundleError("manifest: score_norm.centre must be an object");
+  const unknown = Object.keys(data)
+    .filter((key) => !["file", "people", "sha256"].includes(key))
+    .sort();
+  if (unknown.length > 0) throw new BundleError(`manifest: score_norm.centre has an unknown key ${quote(unknown[0])}`);
+  if (data["file"] !== CENTRE_FILE) throw new BundleError(`manifest: score_norm.centre.file must be ${quote(CENTRE_FILE)}`);
+  const people = integer(data["people"], "score_norm.centre.people", 1, MAX_CENTRE_PEOPLE);
+  const sha = data["sha256"];
+  if (typeof sha !== "string" || !SHA256_HEX.test(sha)) {
+    throw new BundleError("manifest: score_norm.centre.sha256 is not 64 lowercase hex digits");
+  }
+  return { people, sha256: sha };
 }
 
 /** `ScoreNorm.to_dict`. */
 export function scoreNormToDict(norm: ScoreNorm): Record<string, unknown> {
-  return norm.topK === null ? { method: norm.method } : { method: norm.method, top_k: norm.topK };
+  const data: Record<string, unknown> = { method: norm.method };
+  if (norm.topK !== null) data["top_k"] = norm.topK;
+  if (norm.centre !== null) data["centre"] = { file: CENTRE_FILE, people: norm.centre.people, sha256: norm.centre.sha256 };
+  return data;
 }
 
 /** `ScoreNorm.k`: how many cohort vectors each statistic uses, of a cohort of `count`. */
 export function scoreNormK(norm: ScoreNorm, count: number): number {
   return norm.topK === null ? count : norm.topK;
+}
+
+/**
+ * A recording chain's mean unit embedding, taken out of prototype-mode vectors (cohort.Centre,
+ * spec §6.8): `c(z) = rescale(rescale(z, 1) − m, 1)`.
+ */
+export class Centre {
+  readonly mean: Float64Array;
+
+  constructor(mean: Float64Array) {
+    this.mean = mean;
+  }
+
+  /**
+   * `Centre.from_member`: check `centre.f32` against the manifest (digest first, then size and
+   * values): `dim` finite float32 values whose norm, in double, is below 1.
+   */
+  static fromMember(data: Uint8Array, spec: CentreSpec, dim: number, bundle: string): Centre {
+    if (hex(sha256(data)) !== spec.sha256) {
+      throw new BundleError(
+        `${bundle}: centre.f32 does not match the manifest's score_norm.centre.sha256 (the bundle was modified or damaged)`,
+        "bundle.digest-mismatch",
+      );
+    }
+    if (data.length !== 4 * dim) {
+      throw new BundleError(`${bundle}: centre.f32 is ${data.length} bytes, not dim x 4 = ${4 * dim}`, "bundle.member-invalid");
+    }
+    const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+    const mean = new Float64Array(dim);
+    let squares = 0;
+    for (let j = 0; j < dim; j++) {
+      const x = view.getFloat32(4 * j, true);
+      if (!Number.isFinite(x)) throw new BundleError(`${bundle}: centre.f32 holds a non-finite value`, "bundle.member-invalid");
+      squares += x * x;
+      mean[j] = x;
+    }
+    if (!(Math.sqrt(squares) < 1)) {
+      throw new BundleError(
+        `${bundle}: centre.f32 is not a mean of unit vectors (its norm is not below 1)`,
+        "bundle.member-invalid",
+      );
+    }
+    return new Centre(mean);
+  }
+
+  /** The vector unit-normalised, the mean taken out, normalised again. */
+  apply(vector: Vector): Float64Array {
+    if (vector.length !== this.mean.length) throw new RangeError(`vectors of length ${vector.length} and ${this.mean.length}`);
+    const unit = rescale(vector, 1);
+    const centred = new Float64Array(unit.length);
+    for (let j = 0; j < unit.length; j++) centred[j] = unit[j]! - this.mean[j]!;
+    return rescale(centred, 1);
+  }
 }
 
 /** `ScoreNorm.describe`: one plain phrase for `info`. */
@@ -242,7 +345,7 @@ export class Cohort {
       }
       vectors.push(row);
     }
-    return new Cohort(vectors, scoreNormK(norm, spec.count), norm.method);
+    return new Cohort(vectors, scoreNormK(norm, spec.count), norm.method as ScoreNormMethod);
   }
 
   /**

@@ -7,7 +7,7 @@
 import type { InferenceSession, Tensor } from "onnxruntime-common";
 import * as backoffRules from "./backoff.js";
 import { BackoffPolicy } from "./backoff.js";
-import { scoreScale, type Bundle, type AudioInput, type Code, type Manifest } from "./bundle.js";
+import { centred, scoreScale, type Bundle, type AudioInput, type Code, type Manifest } from "./bundle.js";
 import {
   DEFAULT_FAR,
   checkFar,
@@ -22,7 +22,7 @@ import {
   type Row,
 } from "./calibration.js";
 import { bipolar, encode, newMessage, randomUserId } from "./codeword.js";
-import { normalisedLeaveOneOut, type Cohort } from "./cohort.js";
+import { normalisedLeaveOneOut, type Centre, type Cohort } from "./cohort.js";
 import {
   AttemptNotRecordedError,
   BundleError,
@@ -174,8 +174,8 @@ export interface EnrollmentResult {
 
 /**
  * The arithmetic of `Verifier.enroll` once the samples are embedded: codeword mode when a
- * codeword is given, prototype mode otherwise (leave-one-out scores AS-norm normalised against
- * `cohort` when given); the user's threshold at `targetTpr` and `far` (spec §4.3, calibration.ts
+ * codeword is given, prototype mode otherwise (the vectors centred by `centre` when given, spec
+ * §6.8; leave-one-out scores AS-norm normalised against `cohort` when given); the user's threshold at `targetTpr` and `far` (spec §4.3, calibration.ts
  * userThreshold). Fewer than five vectors is an EnrollmentError.
  */
 export function computeEnrollment(
@@ -186,6 +186,7 @@ export function computeEnrollment(
     calibration?: Calibration | null;
     far?: number | null;
     cohort?: Cohort | null;
+    centre?: Centre | null;
     of?: number;
   },
 ): EnrollmentResult {
@@ -205,8 +206,10 @@ export function computeEnrollment(
     scores = Float64Array.from(vectors, (z) => codewordScore(v, z));
   } else {
     mode = "prototype";
-    reference = Float32Array.from(prototype(vectors));
-    scores = options.cohort ? normalisedLeaveOneOut(vectors, options.cohort) : leaveOneOutScores(vectors);
+    const centre = options.centre ?? null;
+    const rows = centre === null ? vectors : vectors.map((z) => centre.apply(z));
+    reference = Float32Array.from(prototype(rows));
+    scores = options.cohort ? normalisedLeaveOneOut(rows, options.cohort) : leaveOneOutScores(rows);
   }
   const warm = warmupThreshold(scores, targetTpr);
   const { threshold, row } = userThreshold(scores, targetTpr, options.calibration ?? null, mode, options.far ?? null);
@@ -551,6 +554,7 @@ export class Verifier {
         calibration,
         far,
         cohort: this.bundle.cohort,
+        centre: this.bundle.centre,
       });
       const { mode, threshold, row, floored, ownRejected, scores } = result;
       await this.templates.save({
@@ -638,9 +642,10 @@ export class Verifier {
       return codewordScore(bipolar(template.codeword), vector);
     }
     if (template.prototype === null) throw new NotEnrolledError(`user ${quote(template.user)}'s template has no prototype`);
-    const score = cosine(template.prototype, vector);
+    const test = centred(this.bundle, vector);
+    const score = cosine(template.prototype, test);
     const cohort = this.bundle.cohort;
-    return cohort === null ? score : cohort.normalised(score, template.prototype, vector);
+    return cohort === null ? score : cohort.normalised(score, template.prototype, test);
   }
 
   /** `score`: the user's score for one input, with no decision and no back-off bookkeeping. */

@@ -109,7 +109,7 @@ test("cohort.f32 against the manifest: digest, size, finite and non-zero vectors
   const rows = [[1, 0], [0, 1], [0.5, 0.5]];
   const data = f32Bytes(rows);
   const spec = { count: 3, sha256: hex(sha256(data)) };
-  const norm = { method: "as-norm" as const, topK: 2 };
+  const norm = { method: "as-norm" as const, topK: 2, centre: null };
   assert.equal(Cohort.fromMember(data, spec, norm, 2, "b.uvb").units.length, 3);
   const refused = (bytes: Uint8Array, pattern: RegExp, s = { ...spec, sha256: hex(sha256(bytes)) }) =>
     assert.throws(() => Cohort.fromMember(bytes, s, norm, 2, "b.uvb"), (e: unknown) => e instanceof BundleError && pattern.test(e.message));

@@ -209,16 +209,19 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         const b = await bundle(c.bundle);
         const outputs = c.enrollment_outputs.map((o) => Float32Array.from(o));
         const codeword = c.codeword ? bitsOf(c.codeword) : null;
-        // prototype mode normalises by the bundle's score_norm against its cohort when it has
-        // one: `cohort` is the score scale (what the template records, spec §3.9), null without
-        // one and in codeword mode
+        // prototype mode takes the bundle's recording-chain mean out of every output when its
+        // score_norm has a centre (spec §6.8), then normalises by the score_norm against its
+        // cohort when it has one: `cohort` is the score scale (what the template records, spec
+        // §3.9), null without a score_norm and in codeword mode
         const cohort = codeword ? null : b.cohort;
-        same(cohort === null ? null : uv.scoreScale(b.manifest), c.cohort, "cohort");
-        const options = { codeword, targetTpr: c.target_tpr, calibration: b.manifest.calibration, far: c.far, cohort };
-        if (c.prototype) close(Float32Array.from(uv.prototype(outputs)), c.prototype, 1e-6, "prototype");
+        const centre = codeword ? null : b.centre;
+        const rows = centre ? outputs.map((o) => centre.apply(o)) : outputs;
+        same(codeword ? null : uv.scoreScale(b.manifest), c.cohort, "cohort");
+        const options = { codeword, targetTpr: c.target_tpr, calibration: b.manifest.calibration, far: c.far, cohort, centre };
+        if (c.prototype) close(Float32Array.from(uv.prototype(rows)), c.prototype, 1e-6, "prototype");
         const scores = codeword
           ? outputs.map((o) => uv.codewordScore(uv.bipolar(codeword), o))
-          : Array.from(cohort ? uv.normalisedLeaveOneOut(outputs, cohort) : uv.leaveOneOutScores(outputs));
+          : Array.from(cohort ? uv.normalisedLeaveOneOut(rows, cohort) : uv.leaveOneOutScores(rows));
         close(scores, c.warmup_scores, 1e-9, "warmup_scores");
         ok(Math.abs(uv.warmupThreshold(scores, c.target_tpr) - c.warmup_threshold) <= 1e-9, "warmup_threshold");
         if (c.error) {
@@ -234,7 +237,7 @@ export async function runConformance({ uv, ort, readFile, only = FILES, onResult
         same(uv.rerecordAdvised(result.ownRejected, outputs.length, c.target_tpr, result.row), c.rerecord_advice, "rerecord_advice");
         const reference = codeword ? uv.bipolar(codeword) : result.prototype;
         for (const v of c.verify) {
-          const output = Float32Array.from(v.output);
+          const output = centre ? centre.apply(Float32Array.from(v.output)) : Float32Array.from(v.output);
           let score = codeword ? uv.codewordScore(reference, output) : uv.cosine(reference, output);
           if (cohort) score = cohort.normalised(score, reference, output);
           ok(Math.abs(score - v.score) <= 1e-9, `score ${score} vs ${v.score}`);

@@ -26,7 +26,16 @@ import numpy as np
 from .archive import read_zip_members, too_large
 from .calibration import Calibration, canonical_json
 from .codeword import code_fingerprint, pack_generator, unpack_generator
-from .cohort import COHORT_FILE, MAX_COHORT_BYTES, Cohort, CohortSpec, ScoreNorm
+from .cohort import (
+    CENTRE_FILE,
+    COHORT_FILE,
+    MAX_CENTRE_BYTES,
+    MAX_COHORT_BYTES,
+    Centre,
+    Cohort,
+    CohortSpec,
+    ScoreNorm,
+)
 from .errors import BundleError, SignatureError
 from .files import read_at_most
 from .inputs import INPUTS, ModelInput, input_fields, input_spec
@@ -48,6 +57,7 @@ _MEMBER_LIMITS = {
     "manifest.json": MAX_MANIFEST_BYTES,
     "signature.ed25519": MAX_SIGNATURE_BYTES,
     COHORT_FILE: MAX_COHORT_BYTES,
+    CENTRE_FILE: MAX_CENTRE_BYTES,
 }
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -100,11 +110,14 @@ class Manifest:
     def score_scale(self) -> str | None:
         """The scale prototype scores (and so a user's threshold) are on: ``None`` for raw
         cosines, else the SHA-256 of the RFC 8785 form of ``{"cohort": <cohort.sha256>,
-        "score_norm": <score_norm>}`` (docs/spec.md §3.9). A template records it, and a bundle
-        with another cohort or rule is another scale: re-enroll."""
-        if self.cohort is None or self.score_norm is None:
+        "score_norm": <score_norm>}`` (``cohort`` absent without one: a centre alone,
+        docs/spec.md §3.9). A template records it, and a bundle with another cohort, rule or
+        centre is another scale: re-enroll."""
+        if self.score_norm is None:
             return None
-        scale = {"cohort": self.cohort.sha256, "score_norm": self.score_norm.to_dict()}
+        scale: dict[str, Any] = {"score_norm": self.score_norm.to_dict()}
+        if self.cohort is not None:
+            scale["cohort"] = self.cohort.sha256
         return hashlib.sha256(canonical_json(scale).encode("utf-8")).hexdigest()
 
     @classmethod
@@ -266,7 +279,7 @@ def _parse_code(spec: Any, kind: str, dim: int) -> Code | None:
 
 def _read_members(path: Path) -> dict[str, bytes]:
     """The bundle's files, from a zip archive or a directory."""
-    names = (MODEL_FILE, MANIFEST_FILE, SIGNATURE_FILE, ORT_FILE, COHORT_FILE)
+    names = (MODEL_FILE, MANIFEST_FILE, SIGNATURE_FILE, ORT_FILE, COHORT_FILE, CENTRE_FILE)
     members: dict[str, bytes] = {}
     try:
         if path.is_dir():
@@ -416,6 +429,8 @@ class Bundle:
             )
         self.cohort_bytes = members.get(COHORT_FILE)
         self.cohort = self._load_cohort()
+        self.centre_bytes = members.get(CENTRE_FILE)
+        self.centre = self._load_centre()
         self.signature = members.get(SIGNATURE_FILE)
         self.signed_by: str | None = None
         if trusted_keys:
@@ -441,6 +456,29 @@ class Bundle:
         norm = self.manifest.score_norm
         assert norm is not None  # Manifest.from_dict: a cohort needs score_norm
         return Cohort.from_member(data, spec, norm, self.manifest.dim, self.path.name)
+
+    def _load_centre(self) -> Centre | None:
+        """``centre.f32`` checked against the manifest's ``score_norm.centre``: both or neither."""
+        norm, data = self.manifest.score_norm, self.centre_bytes
+        spec = None if norm is None else norm.centre
+        if spec is None and data is None:
+            return None
+        if spec is None:
+            raise BundleError(
+                f"{self.path.name}: centre.f32 is not named in the manifest (no score_norm.centre)",
+                code="bundle.member-unexpected",
+            )
+        if data is None:
+            raise BundleError(
+                f"{self.path.name}: the manifest names a centre and there is no {CENTRE_FILE}",
+                code="bundle.member-missing",
+            )
+        return Centre.from_member(data, spec, self.manifest.dim, self.path.name)
+
+    def centred(self, vectors: np.ndarray) -> np.ndarray:
+        """Prototype-mode vectors as the bundle scores them: its recording chain's mean taken
+        out (docs/spec.md §6.8), or unchanged without a centre."""
+        return vectors if self.centre is None else self.centre.apply(vectors)
 
     def _check_signature(self, manifest_bytes: bytes, trusted_keys: Sequence[Any]) -> str:
         from cryptography.exceptions import InvalidSignature

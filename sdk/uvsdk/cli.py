@@ -385,6 +385,12 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
             typer.echo(f"  score normalisation: {norm} (other people's, no secret)")
         else:
             typer.echo("  score normalisation: none (prototype scores are raw cosines)")
+        centre = None if manifest.score_norm is None else manifest.score_norm.centre
+        if centre is not None:
+            typer.echo(
+                f"  recording chain: its mean voice, from {centre.people:,} people, taken out of "
+                "every vector before scoring (a population average, no one's voice)"
+            )
         if loaded.signed_by:
             typer.echo(f"  signature: verified (key {loaded.signed_by})")
         elif loaded.signature is not None:

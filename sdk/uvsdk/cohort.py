@@ -27,6 +27,15 @@ names it) declares the rule, one of two::
 ``cohort.f32`` holds ``N × dim`` little-endian float32 values, row-major (one vector per row);
 the signature over the manifest covers it through ``sha256``, and the rule as a manifest field.
 A bundle has both or neither (docs/spec.md §3.9).
+
+``score_norm`` may also carry a **centre** (spec version 9, :class:`Centre`): the mean unit
+embedding of the people of the recording chain the bundle is deployed on, taken out of every
+prototype-mode vector before it is scored, so that strangers who share the chain no longer
+score alike for it (docs/model-card.md measured the stated FAR hold on every held-out chain
+with it). With a centre and no cohort the rule is ``{"method": "cosine", "centre": {...}}``::
+
+    "score_norm": {"method": "cosine", "centre": {"file": "centre.f32", "people": P,
+                                                  "sha256": "<hex of the member>"}}
 """
 
 from __future__ import annotations
@@ -42,6 +51,11 @@ import numpy as np
 from .errors import BundleError
 
 COHORT_FILE = "cohort.f32"
+CENTRE_FILE = "centre.f32"
+MAX_CENTRE_BYTES = 4 * 65536
+"""``centre.f32``'s size limit (one vector of at most 65,536 float32 values), checked before
+it is read."""
+MAX_CENTRE_PEOPLE = 2**31 - 1
 MAX_COHORT_COUNT = 16384
 """At most this many cohort vectors (a cohort of 16,384 × 256 is 16 MiB)."""
 MAX_COHORT_BYTES = 16 * 1024 * 1024
@@ -177,10 +191,13 @@ class ScoreNorm:
     """The manifest's ``score_norm``: how prototype scores are normalised against the cohort.
 
     ``as-norm`` takes each vector's ``top_k`` nearest cohort vectors, ``s-norm`` all of them
-    (``top_k`` is then absent from the manifest; :meth:`k` gives the count)."""
+    (``top_k`` is then absent from the manifest; :meth:`k` gives the count); ``cosine`` (no
+    cohort) only with a ``centre``, which any rule may carry."""
 
     method: str
     top_k: int | None = None
+    centre: CentreSpec | None = None
+    """The recording chain's mean taken out of every vector first (``None``: none)."""
 
     @property
     def rule(self) -> ScoreRule:
@@ -195,6 +212,8 @@ class ScoreNorm:
         data: dict[str, Any] = {"method": self.method}
         if self.top_k is not None:
             data["top_k"] = self.top_k
+        if self.centre is not None:
+            data["centre"] = self.centre.to_dict()
         return data
 
     def describe(self, count: int) -> str:
@@ -203,21 +222,102 @@ class ScoreNorm:
 
     @classmethod
     def from_dict(cls, data: Any, cohort: CohortSpec | None) -> ScoreNorm:
-        """Validate ``score_norm`` against the manifest's ``cohort`` (required with it)."""
+        """Validate ``score_norm`` against the manifest's ``cohort`` (required with it): with a
+        cohort, ``as-norm`` or ``s-norm``; without one, only ``cosine`` with a ``centre``."""
         if not isinstance(data, dict):
             raise BundleError("manifest: score_norm must be an object")
-        if cohort is None:
-            raise BundleError("manifest: score_norm needs a cohort to normalise against")
-        unknown = sorted(set(data) - {"method", "top_k"})
+        unknown = sorted(set(data) - {"method", "top_k", "centre"})
         if unknown:
             raise BundleError(f"manifest: score_norm has an unknown key {unknown[0]!r}")
+        centre = CentreSpec.from_dict(data["centre"]) if "centre" in data else None
         method = data.get("method")
+        if cohort is None:
+            if centre is None:
+                raise BundleError("manifest: score_norm needs a cohort to normalise against")
+            if method != RawCosine.name:
+                raise BundleError(
+                    f"manifest: score_norm.method must be {RawCosine.name!r} without a cohort, "
+                    f"not {method!r}"
+                )
+            if "top_k" in data:
+                raise BundleError("manifest: score_norm.top_k is for as-norm (cosine has none)")
+            return cls(method, None, centre)
         if method not in SCORE_NORMS:
             raise BundleError(
                 f"manifest: score_norm.method must be one of {', '.join(SCORE_NORMS)}, "
                 f"not {method!r}"
             )
-        return cls(method, SCORE_RULES[method].top_k(data, cohort.count))
+        return cls(method, SCORE_RULES[method].top_k(data, cohort.count), centre)
+
+
+@dataclass(frozen=True)
+class CentreSpec:
+    """``score_norm.centre``, validated: the member's digest and how many people its mean is of."""
+
+    people: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": CENTRE_FILE, "people": self.people, "sha256": self.sha256}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> CentreSpec:
+        if not isinstance(data, dict):
+            raise BundleError("manifest: score_norm.centre must be an object")
+        unknown = sorted(set(data) - {"file", "people", "sha256"})
+        if unknown:
+            raise BundleError(f"manifest: score_norm.centre has an unknown key {unknown[0]!r}")
+        if data.get("file") != CENTRE_FILE:
+            raise BundleError(f"manifest: score_norm.centre.file must be {CENTRE_FILE!r}")
+        people = _integer(data.get("people"), "score_norm.centre.people", 1, MAX_CENTRE_PEOPLE)
+        sha = data.get("sha256")
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+            raise BundleError("manifest: score_norm.centre.sha256 is not 64 lowercase hex digits")
+        return cls(people, sha)
+
+
+class Centre:
+    """A recording chain's mean unit embedding, taken out of prototype-mode vectors
+    (docs/spec.md §6.8): ``c(z) = rescale(rescale(z, 1) − m, 1)``."""
+
+    def __init__(self, mean: np.ndarray) -> None:
+        self.mean = np.asarray(mean, dtype=np.float64)
+
+    @classmethod
+    def from_member(cls, data: bytes, spec: CentreSpec, dim: int, bundle: str) -> Centre:
+        """Check ``centre.f32`` against the manifest (digest first, then size and values): ``dim``
+        finite float32 values whose norm, in double, is below 1 (a mean of unit vectors that is
+        not one vector repeated)."""
+        if hashlib.sha256(data).hexdigest() != spec.sha256:
+            raise BundleError(
+                f"{bundle}: centre.f32 does not match the manifest's score_norm.centre.sha256 "
+                "(the bundle was modified or damaged)",
+                code="bundle.digest-mismatch",
+            )
+        if len(data) != 4 * dim:
+            raise BundleError(
+                f"{bundle}: centre.f32 is {len(data)} bytes, not dim x 4 = {4 * dim}",
+                code="bundle.member-invalid",
+            )
+        mean = np.frombuffer(data, dtype="<f4").astype(np.float64)
+        if not np.all(np.isfinite(mean)):
+            raise BundleError(
+                f"{bundle}: centre.f32 holds a non-finite value", code="bundle.member-invalid"
+            )
+        if not np.linalg.norm(mean) < 1.0:
+            raise BundleError(
+                f"{bundle}: centre.f32 is not a mean of unit vectors (its norm is not below 1)",
+                code="bundle.member-invalid",
+            )
+        return cls(mean)
+
+    def apply(self, vectors: np.ndarray) -> np.ndarray:
+        """Each row (or the vector) unit-normalised, the mean taken out, normalised again."""
+        units = np.asarray(vectors, dtype=np.float64)
+        units = units / np.maximum(np.linalg.norm(units, axis=-1, keepdims=True), RESCALE_EPSILON)
+        centred = units - self.mean
+        lengths = np.linalg.norm(centred, axis=-1, keepdims=True)
+        return centred / np.maximum(lengths, RESCALE_EPSILON)
 
 
 def _integer(value: Any, name: str, low: int, high: int) -> int:

@@ -471,6 +471,7 @@ class Verifier:
                 reference = None
                 scores = codeword_scores(bipolar(base.codeword), matrix)
             else:
+                matrix = self.bundle.centred(matrix)
                 reference = prototype(matrix).astype(np.float32)
                 cohort = self.bundle.cohort
                 if cohort is None:
@@ -565,6 +566,7 @@ class Verifier:
         else:
             if template.prototype is None:
                 raise NotEnrolledError(f"user {template.user!r}'s template has no prototype")
+            vector = self.bundle.centred(vector)
             value = cosine_scores(template.prototype, vector[None])[0]
             cohort = self.bundle.cohort
             if cohort is not None:
