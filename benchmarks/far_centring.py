@@ -8,22 +8,24 @@ its chain's mean without labels and without any person's embedding leaving a dev
 secure aggregation). This measures what subtracting it would buy, before anything is built.
 
 The protocol is ``far_rules.py``'s (the same leave-one-source-out folds, cohort, enrollment and
-rules ``global`` and ``chain``, and the ``oracle`` bound), in two arms on the same people:
+rules ``global`` and ``chain``, and the ``oracle`` bound), in three arms on the same people:
 
 - ``as shipped``: ``far_rules.py``'s rows exactly (its functions, no centring);
-- ``centred``: every vector is unit-normalised, has a mean subtracted and is normalised again.
-  **No trial is scored with a mean that holds either of its two people** (leave-two-out): each
-  pair of people of a source and condition is scored with the mean of that source's *other*
-  people in that condition (its unit vectors' mean), both the template's and the test clip's
-  vectors centred by it; a person's genuine trials are scored in their pair with the next
-  person by name. The calibration is centred the same way, source by source (a source of fewer
-  than :data:`MIN_CHAIN_PEOPLE` people by every other calibration person of the condition), and
-  its table is built from those scores (:func:`uvsdk.measurement.table_from_scores`, as
-  ``uvexport calibrate`` builds it); the cohort is the calibration's vectors, each centred by its
-  source's whole mean. A real deployment's mean would come from many more people than a source
-  holds here (4-23): ``--centre-people N`` takes the held-out side's mean from at most N of the
-  other people (a draw seeded by ``--draw-seed``), to see how the figures move with the people
-  behind the mean.
+- ``centred``: the calibration is ``uvexport calibrate --centre``'s
+  (:func:`uvexport.calibrate.calibrate_vectors` with each source a recording chain: every
+  calibration trial centred by its chain's mean without its people,
+  :mod:`uvsdk.measurement`), and on the held-out source every vector is unit-normalised, has
+  a mean subtracted and is normalised again (docs/spec.md §6.8). **No held-out trial is
+  scored with a mean that holds either of its two people** (leave-two-out): each pair of
+  people of the source and condition is scored with the mean of that source's *other* people
+  in that condition (its unit vectors' mean), both the template's and the test clip's vectors
+  centred by it; a person's genuine trials are scored in their pair with the next person by
+  name. This is a deployment whose mean ``uvexport centre`` took from its own people. A real
+  deployment's mean would come from many more people than a source holds here (4-23):
+  ``--centre-people N`` takes the held-out side's mean from at most N of the other people (a
+  draw seeded by ``--draw-seed``), to see how the figures move with the people behind the mean;
+- ``calibration's mean``: the same calibration, the held-out source centred by the mean the
+  calibrated bundle ships (every calibration vector's): the bundle before ``uvexport centre``.
 
 ``--score-norm`` sets the score rule of both arms (``uvexport calibrate``'s choices; the
 shipped AS-norm by default).
@@ -57,7 +59,6 @@ from far_generalisation import (
     chains,
     embed,
     source_folds,
-    source_of,
     split,
 )
 from far_rules import (
@@ -82,14 +83,14 @@ from uvexport.calibrate import (
     Calibrated,
     build_cohort,
     calibrate_vectors,
+    centred_by_chain,
 )
 from uvsdk import Bundle
-from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, MIN_FALSE_ACCEPTS, Calibration
+from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, MIN_FALSE_ACCEPTS
 from uvsdk.cohort import Cohort
-from uvsdk.measurement import table_from_scores
 from uvsdk.verifier import default_bundle_path
 
-ARMS = ("as shipped", "centred")
+ARMS = ("as shipped", "centred", "calibration's mean")
 COUNTED = (
     "impostor",
     "genuine",
@@ -99,10 +100,12 @@ COUNTED = (
     "long_false_rejects",
 )
 """The counts of a row (:func:`far_rules.rule_row`'s), summed over pairs."""
-RULES = ("global", "chain")
-MIN_CHAIN_PEOPLE = 3
-"""A calibration source with fewer people is centred by every other calibration person of the
-condition: with two people, the mean of the other would be one voice."""
+RULES = ("global", "chain", "each chain")
+"""The rules of the centred arms: ``far_rules.py``'s ``global`` and ``chain``, and ``each
+chain``, the product's: every user's threshold from a table built with ``uvexport calibrate
+--each-chain`` (each row's threshold the worst chain's among those that resolve its FAR, and
+never below a laxer row's, :func:`uvsdk.measurement.table_from_scores`). The ``as shipped`` arm
+has the first two (``far_rules.py``'s rows)."""
 
 Vectors = Mapping[str, np.ndarray]
 Centre = Callable[[tuple[str, str]], np.ndarray]
@@ -180,26 +183,6 @@ def joined(parts: list[tuple[Trials, set[str]]]) -> Trials:
     return Trials(warmup={}, **{name: joined_field(name) for name in arrays})
 
 
-def by_source(by_person: Vectors) -> dict[str, dict[str, np.ndarray]]:
-    groups: dict[str, dict[str, np.ndarray]] = {}
-    for name, vectors in by_person.items():
-        groups.setdefault(source_of(name), {})[name] = vectors
-    return groups
-
-
-def centred_by_source(vectors: Mapping[str, Vectors]) -> dict[str, dict[str, np.ndarray]]:
-    """Every calibration vector centred by its source's whole mean in its condition (a source
-    of fewer than :data:`MIN_CHAIN_PEOPLE` people by the condition's): the cohort's vectors."""
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for condition, by_person in vectors.items():
-        everyone = mean_of(by_person, list(by_person))
-        out[condition] = {}
-        for members in by_source(by_person).values():
-            mean = mean_of(members, list(members)) if len(members) >= MIN_CHAIN_PEOPLE else everyone
-            out[condition].update({name: centred(v, mean) for name, v in members.items()})
-    return out
-
-
 def centred_calibration(
     vectors: Mapping[str, Vectors],
     seconds: Mapping[str, Vectors],
@@ -207,45 +190,35 @@ def centred_calibration(
     impostors: str,
     score_norm: str = DEFAULT_SCORE_NORM,
 ) -> tuple[Calibrated, dict[str, Trials]]:
-    """The centred arm's calibration: the cohort from :func:`centred_by_source`'s vectors (as
-    :func:`uvexport.calibrate.calibrate_vectors` draws it), the table from the leave-two-out
-    scores of each source's own pairs (the calibration's impostors are same-chain ones, as
-    ``uvexport calibrate``'s), and those trials per condition (for the ``chain`` rule)."""
-    whole = centred_by_source(vectors)
+    """The centred arm's calibration: ``uvexport calibrate --centre``'s
+    (:func:`uvexport.calibrate.calibrate_vectors` with each source as a recording chain: its
+    table of leave-two-out centred scores, its cohort centred by each chain's whole mean, its
+    mean of every calibration vector), and its trials per condition centred the same way (for
+    the ``chain`` rule)."""
+    sources = chains(rest, "chain")
+    assert sources is not None
     calibrated = calibrate_vectors(
-        whole, data="centred", groups=chains(rest, impostors), score_norm=score_norm
-    )
+        vectors, data="centred", groups=chains(rest, impostors), score_norm=score_norm,
+        centre=sources,
+    )  # fmt: skip
     cohort = calibrated.normaliser()
     table = calibrated.calibration.tables["prototype"]
-    usable = {condition: whole[condition] for condition in table.conditions}
     cohort_people = None
     if cohort is not None:
+        usable = {c: centred_by_chain(vectors[c], sources) for c in table.conditions}
         _, cohort_people = build_cohort(usable, DEFAULT_COHORT_SIZE)
-    trials = {}
-    for condition in usable:
-        by_person = vectors[condition]
-        parts = []
-        for members in by_source(by_person).values():
-            pool = members if len(members) >= MIN_CHAIN_PEOPLE else by_person
-            parts += pair_trials(
-                members,
-                seconds[condition],
-                DEFAULT_ENROLL_SAMPLES,
-                cohort,
-                others_mean(members, pool),
-                cohort_people,
-            )
-        trials[condition] = joined([part for part in parts if part[0].impostor.size])
-    scores = {condition: (t.genuine, t.impostor) for condition, t in trials.items()}
-    rebuilt = table_from_scores(
-        "prototype",
-        scores,
-        people=len(rest),
-        enroll_samples=DEFAULT_ENROLL_SAMPLES,
-        score=table.score,
-    )
-    calibration = Calibration("leave-two-out centred calibration", {"prototype": rebuilt})
-    return dataclasses.replace(calibrated, calibration=calibration), trials
+    trials = {
+        condition: condition_trials(
+            vectors[condition],
+            seconds[condition],
+            DEFAULT_ENROLL_SAMPLES,
+            cohort,
+            cohort_people,
+            centre=sources,
+        )
+        for condition in table.conditions
+    }
+    return calibrated, {c: t for c, t in trials.items() if t is not None}
 
 
 def centred_rows(
@@ -298,34 +271,49 @@ def centred_fold(
     held_out: set[str],
     args: argparse.Namespace,
     rng: np.random.Generator,
-) -> dict[str, list[dict]]:
-    """The ``centred`` arm's rows of this fold: calibration and held-out trials leave-two-out
-    centred (``args.centre_people``: the held-out side's mean from at most that many others)."""
+) -> dict[str, dict[str, list[dict]]]:
+    """The centred arms' rows of this fold, one calibration (``uvexport calibrate --centre``'s)
+    behind both: ``centred``, the held-out chain's trials leave-two-out centred by its own
+    people's mean (``args.centre_people``: from at most that many others), what ``uvexport
+    centre`` sets; and ``calibration's mean``, centred by the mean the calibrated bundle ships
+    (the bundle before ``uvexport centre``)."""
     calibrated, calibration = centred_calibration(
         split(vectors, rest), seconds, rest, args.impostors, args.score_norm
     )
+    assert calibrated.centre is not None
+    sources = chains(rest, "chain")
+    each = calibrate_vectors(
+        split(vectors, rest), data="centred, each chain", groups=chains(rest, args.impostors),
+        score_norm=args.score_norm, centre=sources, each_chain=args.impostors == "chain",
+    )  # fmt: skip
+    shipped = np.frombuffer(calibrated.centre, "<f4").astype(np.float64)
     stated = calibrated.calibration.tables["prototype"].row_for(args.far).far
     rules = {"global": fit_global(calibrated, args.far)}
     rules["chain"] = fit_chain(calibration, calibrated, args.far)
+    rules["each chain"] = fit_global(each, args.far)
     cohort = calibrated.normaliser()
-    rows: dict[str, list[dict]] = {name: [] for name in (*rules, "oracle")}
+    arms: dict[str, dict[str, list[dict]]] = {
+        arm: {name: [] for name in (*rules, "oracle")} for arm in ARMS[1:]
+    }
     for condition, by_person in split(vectors, held_out).items():
         everyone = others_mean(by_person)
 
-        def centre(pair: tuple[str, str], everyone: Centre = everyone, by=by_person) -> np.ndarray:
+        def own(pair: tuple[str, str], everyone: Centre = everyone, by=by_person) -> np.ndarray:
             if not args.centre_people:
                 return everyone(pair)
             others = sorted(name for name in by if name not in pair and len(by[name]))
             drawn = rng.choice(others, min(args.centre_people, len(others)), replace=False)
             return mean_of(by, sorted(drawn))
 
-        parts = pair_trials(by_person, seconds[condition], args.enroll, cohort, centre)
-        if not parts:
-            continue
-        for name, thresholds in rules.items():
-            rows[name].append(centred_rows(parts, thresholds, stated, condition))
-        rows["oracle"].append({"condition": condition, **oracle_row(joined(parts), args.far)})
-    return rows
+        for arm, centre in zip(ARMS[1:], (own, lambda pair: shipped), strict=True):
+            parts = pair_trials(by_person, seconds[condition], args.enroll, cohort, centre)
+            if not parts:
+                continue
+            rows = arms[arm]
+            for name, thresholds in rules.items():
+                rows[name].append(centred_rows(parts, thresholds, stated, condition))
+            rows["oracle"].append({"condition": condition, **oracle_row(joined(parts), args.far)})
+    return arms
 
 
 def plot(report: dict, out: Path) -> None:
@@ -336,8 +324,8 @@ def plot(report: dict, out: Path) -> None:
 
     figure = Figure(figsize=(6.4, 4.5))
     axis = figure.add_subplot()
-    for arm, marker in zip(ARMS, "os", strict=True):
-        for rule in RULES:
+    for arm, marker in zip(ARMS, "os^", strict=True):
+        for rule in RULES[:2] if arm == ARMS[0] else RULES:
             summary = report["summary"][arm][rule]
             worst = summary["worst_ratio"]
             axis.scatter(
@@ -348,7 +336,9 @@ def plot(report: dict, out: Path) -> None:
                 label=f"{arm}, {rule}",
             )
         oracle = report["summary"][arm]["oracle"]["frr_long"]
-        axis.axhline(oracle, ls=":", lw=1, color="grey" if arm == ARMS[0] else "k")
+        axis.axhline(
+            oracle, ls=":", lw=1, color={ARMS[0]: "grey", ARMS[1]: "k"}.get(arm, "tab:red")
+        )
     axis.axvline(2, color="k", lw=1, ls="--", label="target: ratio <= 2")
     axis.axhline(0.05, color="k", lw=1, label="target: FRR <= 5 %")
     axis.set_xscale("log")
@@ -397,7 +387,7 @@ def main() -> int:
         rest = set(people) - sources[fold]
         arms = {
             ARMS[0]: shipped_fold(vectors, seconds, sources[fold], args),
-            ARMS[1]: centred_fold(vectors, seconds, rest, sources[fold], args, rng),
+            **centred_fold(vectors, seconds, rest, sources[fold], args, rng),
         }
         report["folds"].append({"source": fold, "arms": arms})
         if args.detail:
@@ -409,7 +399,7 @@ def main() -> int:
     report["summary"] = {
         arm: {
             name: pooled([row for fold in report["folds"] for row in fold["arms"][arm][name]])
-            for name in (*RULES, "oracle")
+            for name in (*(RULES[:2] if arm == ARMS[0] else RULES), "oracle")
         }
         for arm in ARMS
     }

@@ -106,11 +106,13 @@ def condition_trials(
     enroll: int,
     cohort: Cohort,
     cohort_people: np.ndarray | None = None,
+    centre: Mapping[str, str] | None = None,
 ) -> Trials | None:
-    """The trials of one condition, in :func:`uvsdk.measurement.enrollment_trials`' order;
+    """The trials of one condition, in :func:`uvsdk.measurement.enrollment_trials`' order
+    (``centre``: centred by leave-out chain means, as ``uvexport calibrate --centre``);
     ``None`` when fewer than 2 people are enrolled."""
     warmup, genuine, impostor = enrollment_trials(
-        vectors, enroll, cohort=cohort, cohort_people=cohort_people
+        vectors, enroll, cohort=cohort, cohort_people=cohort_people, centre=centre
     )
     if len(genuine) < 2:
         return None

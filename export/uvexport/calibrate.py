@@ -29,10 +29,10 @@ import numpy as np
 
 from uvsdk.bundle import Bundle, Manifest
 from uvsdk.calibration import DEFAULT_ENROLL_SAMPLES, Calibration
-from uvsdk.cohort import SCORE_NORMS, Cohort, CohortSpec, ScoreNorm
+from uvsdk.cohort import SCORE_NORMS, CentreSpec, Cohort, CohortSpec, ScoreNorm
 from uvsdk.errors import MediaError, UvsdkError, printable
 from uvsdk.inputs import RECORDING_CONDITIONS, AudioInput, ModelInput
-from uvsdk.measurement import measure
+from uvsdk.measurement import ChainMeans, measure
 
 from .bundle import write_bundle
 from .conditions import CONDITIONS, apply_condition, concatenate_clips, resample
@@ -372,6 +372,9 @@ class Calibrated:
     cohort: bytes | None = None
     cohort_spec: CohortSpec | None = None
     score_norm: ScoreNorm | None = None
+    centre: bytes | None = None
+    """``centre.f32`` (its spec is ``score_norm.centre``): the calibration people's mean, the
+    place of the deployment's own (``uvexport centre``)."""
 
     def normaliser(self) -> Cohort | None:
         """The shipped cohort under its rule, as the SDK loads it (``None``: raw cosines)."""
@@ -404,6 +407,8 @@ def calibrate_vectors(
     groups: Mapping[str, str] | None = None,
     score_norm: str = DEFAULT_SCORE_NORM,
     seconds: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    centre: Mapping[str, str] | None = None,
+    each_chain: bool = False,
 ) -> Calibrated:
     """The calibration (and cohort, unless ``cohort_size`` is 0 or ``score_norm`` is
     ``none``) of vectors already embedded per condition; conditions where fewer than 2 people
@@ -412,7 +417,15 @@ def calibrate_vectors(
     (:func:`uvsdk.measurement.measure`), said in ``data``. ``score_norm``: ``as-norm`` over the
     ``top_k`` nearest cohort vectors (at most half the cohort), ``s-norm`` over all of them.
     With ``seconds`` (the audio behind each vector) and several chains, the prototype table
-    carries its leave-one-chain-out figures (:func:`uvsdk.measurement.held_out_figures`)."""
+    carries its leave-one-chain-out figures (:func:`uvsdk.measurement.held_out_figures`).
+
+    ``centre`` (person → recording chain): the table is of scores with each chain's mean taken
+    out (:mod:`uvsdk.measurement`'s leave-two-out rule), the cohort's vectors are centred by
+    their chain's whole mean, and ``centre`` holds the mean of every calibration vector here
+    (``score_norm.centre`` names it): what benchmarks/far_centring.py measures a bundle without
+    its deployment's mean against (:func:`calibrate_bundle` ships the deployment's instead).
+    ``each_chain`` (with ``groups``): each prototype row's threshold holds
+    on every chain that resolves its FAR, not only pooled (:func:`uvsdk.measurement.measure`)."""
     if score_norm not in SCORE_NORM_CHOICES:
         raise ValueError(f"score_norm {score_norm!r}: one of {', '.join(SCORE_NORM_CHOICES)}")
     usable = {
@@ -429,9 +442,18 @@ def calibrate_vectors(
         data = f"{data}; too few samples for condition(s) {', '.join(left_out)}"
     if groups is not None and len(set(groups.values())) > 1:  # one chain: every pair
         data = f"{data}; {impostor_basis(groups)}"
+    if each_chain:
+        data = f"{data}; each FAR's threshold holds on every chain that resolves it"
     cohort = cohort_people = cohort_bytes = spec = norm = None
+    pool = usable
+    if centre is not None:
+        data = f"{data}; {CENTRED}"
+        pool = {
+            condition: centred_by_chain(by_person, centre)
+            for condition, by_person in usable.items()
+        }
     if cohort_size and score_norm != "none":
-        vectors, cohort_people = build_cohort(usable, cohort_size)
+        vectors, cohort_people = build_cohort(pool, cohort_size)
         if len(set(cohort_people)) < 3:
             raise ValueError("a cohort needs vectors of at least 3 people")
         k = max(2, min(top_k, len(vectors) // 2))
@@ -448,8 +470,47 @@ def calibrate_vectors(
         cohort_people=cohort_people,
         groups=groups,
         seconds=None if seconds is None else {c: seconds[c] for c in usable},
+        centre=centre,
+        each_chain=each_chain,
     )
-    return Calibrated(calibration, cohort_bytes, spec, norm)
+    if centre is None:
+        return Calibrated(calibration, cohort_bytes, spec, norm)
+    mean = calibration_mean(usable)
+    people = {name for by_person in usable.values() for name, v in by_person.items() if len(v)}
+    centre_spec = CentreSpec(len(people), hashlib.sha256(mean).hexdigest())
+    norm = ScoreNorm("cosine") if norm is None else norm
+    norm = dataclasses.replace(norm, centre=centre_spec)
+    return Calibrated(calibration, cohort_bytes, spec, norm, mean)
+
+
+CENTRED = (
+    "every trial centred by its recording chain's mean without its people (spec §6.8); the "
+    "bundle takes out its deployment's mean (uvexport centre)"
+)
+"""What ``calibration.data`` says of a table measured on centred scores."""
+
+
+def centred_by_chain(
+    by_person: Mapping[str, np.ndarray], chains: Mapping[str, str]
+) -> dict[str, np.ndarray]:
+    """Each person's vectors centred by their chain's whole mean (the cohort's vectors;
+    :class:`uvsdk.measurement.ChainMeans` pools a small chain with the condition)."""
+    means = ChainMeans.whole(by_person, chains)
+    return {
+        name: means[name].apply(vectors).astype(np.float32)
+        for name, vectors in by_person.items()
+        if len(vectors)
+    }
+
+
+def calibration_mean(embedded: Mapping[str, Mapping[str, np.ndarray]]) -> bytes:
+    """``centre.f32`` of the mean unit vector of every vector given (each clip weighing the
+    same)."""
+    rows = np.concatenate(
+        [np.asarray(v, np.float64) for by in embedded.values() for v in by.values() if len(v)]
+    )
+    units = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return units.mean(axis=0).astype("<f4").tobytes()
 
 
 def impostor_basis(groups: Mapping[str, str]) -> str:
@@ -491,6 +552,8 @@ def calibrate(
     impostors: str = "chain",
     score_norm: str = DEFAULT_SCORE_NORM,
     top_k: int = DEFAULT_TOP_K,
+    centre: bool = False,
+    each_chain: bool = False,
 ) -> Calibrated:
     """Measure ``bundle`` on the people under ``root`` in each recording condition; ``data``
     describes them (default: the folder's name and counts); ``cache`` keeps the embeddings
@@ -502,7 +565,10 @@ def calibrate(
     together: an app's own people recorded through its chain beside the shipped real speech
     (docs/model-card.md measures that recipe). A person's folder name must be unique across
     them; ``warn`` hears of each of several folders with fewer than :data:`CHAIN_PEOPLE`
-    people."""
+    people. ``centre``: scores with each recording chain's mean taken out; ``each_chain``: each
+    threshold holds on every chain (:func:`calibrate_vectors`)."""
+    if each_chain and impostors != "chain":
+        raise ExportError("--each-chain needs --impostors chain (the chains' own impostor pairs)")
     if impostors not in IMPOSTORS:
         raise ExportError(f"--impostors {impostors}: choose {' or '.join(IMPOSTORS)}")
     manifest = bundle.manifest
@@ -534,6 +600,8 @@ def calibrate(
             score_norm=score_norm,
             top_k=top_k,
             seconds=embedded.seconds,
+            centre=recording_chains(found_in) if centre else None,
+            each_chain=each_chain,
         )
     except ValueError as error:
         where = root if isinstance(root, str | Path) else ", ".join(map(str, root))
@@ -598,17 +666,24 @@ def calibrate_bundle(
     impostors: str = "chain",
     score_norm: str = DEFAULT_SCORE_NORM,
     top_k: int = DEFAULT_TOP_K,
+    centre: str | Path | None = None,
+    each_chain: bool = False,
 ) -> tuple[Path, Calibration]:
     """Write ``out``: the bundle ``source`` with the calibration measured on ``root`` in its
     manifest (re-signed with ``sign_key``; an old signature no longer covers the manifest and is
     dropped). A ``model.ort`` is kept, with its ``ort`` manifest key (the model is unchanged).
-    The cohort (``cohort.f32``) is replaced by the new one. ``out`` may be ``source``: the write
-    is atomic."""
+    The cohort (``cohort.f32``) and a centre (``centre.f32``) are replaced by the new ones (none:
+    removed). ``centre`` (a folder of the deployment's own people): scores measured with each
+    recording chain's mean taken out, and the bundle takes out the mean of those people
+    (:func:`deployment_mean`; the calibration people's mean held on 5 of 10 held-out chains,
+    so none is shipped in its place). ``out`` may be ``source``: the write is atomic."""
     try:
         bundle = Bundle(source)
         model = bundle.model_bytes
     except UvsdkError as error:
         raise ExportError(str(error)) from None
+    if centre is not None:
+        deployment_people(centre, type(bundle.manifest.input))  # refused before any work
     calibrated = calibrate(
         bundle,
         root,
@@ -622,8 +697,14 @@ def calibrate_bundle(
         impostors=impostors,
         score_norm=score_norm,
         top_k=top_k,
+        centre=centre is not None,
+        each_chain=each_chain,
     )
     manifest = calibrated.manifest(bundle.manifest)
+    mean = None
+    if centre is not None:
+        mean, people, _ = deployment_mean(bundle, centre, progress=progress)
+        manifest = with_centre(manifest, mean, people)
     if bundle.ort_bytes is None:  # a model.ort taken out of the bundle: its key goes too
         manifest.extra.pop("ort", None)
     written = write_bundle(
@@ -633,8 +714,100 @@ def calibrate_bundle(
         sign_key=sign_key,
         ort=bundle.ort_bytes,
         cohort=calibrated.cohort,
+        centre=mean,
     )
     return written, calibrated.calibration
+
+
+MIN_DEPLOYMENT_PEOPLE = 5
+"""The fewest people a deployment's mean is taken from: from 5 of a held-out chain's people the
+stated FAR held on every held-out chain in three draws, from 2 on 4 to 7 of 10
+(docs/model-card.md, benchmarks/far_centring.py --centre-people)."""
+
+
+def deployment_mean(
+    bundle: Bundle,
+    root: str | Path,
+    *,
+    max_samples: int = MAX_SAMPLES_PER_PERSON,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[bytes, int, int]:
+    """The mean ``centre.f32`` of the people under ``root`` (at least
+    :data:`MIN_DEPLOYMENT_PEOPLE`): their clips as recorded (condition ``clean``: recorded
+    through the deployment's chain already), each clip's unit vector weighing the same; with
+    the people and the clips behind it."""
+    people = deployment_people(root, type(bundle.manifest.input))
+    embedded = embed_conditions(
+        bundle, people, ("clean",), max_samples=max_samples, progress=progress
+    )
+    used = {name: v for name, v in embedded.vectors["clean"].items() if len(v)}
+    if len(used) < MIN_DEPLOYMENT_PEOPLE:
+        raise ExportError(
+            f"--centre {root}: only {len(used)} people have a usable clip; a recording chain's "
+            f"mean needs at least {MIN_DEPLOYMENT_PEOPLE}"
+        )
+    return calibration_mean({"clean": used}), len(used), sum(len(v) for v in used.values())
+
+
+def deployment_people(root: str | Path, kind: type[ModelInput]) -> dict[str, list[Path]]:
+    """The people of a deployment's folder, refused (before any work) below
+    :data:`MIN_DEPLOYMENT_PEOPLE`."""
+    people, _, _ = _gather_people(root, kind)
+    if len(people) < MIN_DEPLOYMENT_PEOPLE:
+        raise ExportError(
+            f"--centre {root}: {len(people)} people; a recording chain's mean needs at least "
+            f"{MIN_DEPLOYMENT_PEOPLE} (a mean of fewer carries their voices, and the FAR "
+            "among their strangers is not the one stated: docs/model-card.md)"
+        )
+    return people
+
+
+def with_centre(manifest: Manifest, mean: bytes, people: int) -> Manifest:
+    """``manifest`` (whose ``score_norm`` has a centre) naming ``mean`` of ``people``."""
+    norm = manifest.score_norm
+    assert norm is not None and norm.centre is not None
+    spec = CentreSpec(people, hashlib.sha256(mean).hexdigest())
+    changed = dataclasses.replace(manifest, score_norm=dataclasses.replace(norm, centre=spec))
+    return Manifest.from_dict(json.loads(json.dumps(changed.to_dict())))
+
+
+def set_centre(
+    source: str | Path,
+    root: str | Path,
+    out: str | Path,
+    *,
+    sign_key: Any | None = None,
+    max_samples: int = MAX_SAMPLES_PER_PERSON,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Path, int, int]:
+    """Write ``out``: the bundle ``source`` (calibrated with ``--centre``) with the mean of the
+    people under ``root`` as its recording chain's mean (:func:`deployment_mean`). Everything
+    else is kept (calibration, cohort, ``model.ort``); re-signed with ``sign_key``. Returns the
+    path, the people and the clips behind the mean."""
+    try:
+        bundle = Bundle(source)
+    except UvsdkError as error:
+        raise ExportError(str(error)) from None
+    norm = bundle.manifest.score_norm
+    if norm is None or norm.centre is None:
+        raise ExportError(
+            f"{Path(source).name} takes no recording chain's mean out: its table was measured "
+            "on uncentred scores; calibrate it with uvexport calibrate --centre PEOPLE instead"
+        )
+    mean, people, clips = deployment_mean(bundle, root, max_samples=max_samples, progress=progress)
+    manifest = with_centre(bundle.manifest, mean, people)
+    if bundle.ort_bytes is None:
+        manifest.extra.pop("ort", None)
+    written = write_bundle(
+        out,
+        bundle.model_bytes,
+        manifest,
+        sign_key=sign_key,
+        ort=bundle.ort_bytes,
+        cohort=bundle.cohort_bytes,
+        centre=mean,
+    )
+    return written, people, clips
 
 
 def print_progress(message: str) -> None:

@@ -300,6 +300,24 @@ def calibrate_command(
             "all: over every pair (people of other chains are easier to tell apart).",
         ),
     ] = Impostors.chain,
+    centre: Annotated[
+        Path | None,
+        typer.Option(
+            "--centre",
+            help="A folder of at least 5 of your own people, recorded as your app records "
+            "(one sub-folder each): the bundle takes their mean voice out of every vector, and "
+            "the calibration is measured with each recording chain's mean taken out the same "
+            "way (no trial helped by a mean holding its own people).",
+        ),
+    ] = None,
+    each_chain: Annotated[
+        bool,
+        typer.Option(
+            "--each-chain",
+            help="Each FAR's threshold holds on every recording chain that resolves it, not "
+            "only pooled over them (with --impostors chain).",
+        ),
+    ] = False,
 ) -> None:
     """Calibrate an existing bundle on real people (a new manifest and cohort; the model is
     unchanged)."""
@@ -325,11 +343,50 @@ def calibrate_command(
         impostors=impostors.value,
         score_norm=score_norm.value,
         top_k=top_k,
+        centre=centre,
+        each_chain=each_chain,
     )
     print(file=sys.stderr)
     kept = " (model.ort kept)" if Bundle(path).ort_bytes is not None else ""
     typer.echo(f"wrote {path}{' (signed)' if key else ''}{kept}")
     _echo_calibration(path)
+    spec = Bundle(path).manifest.score_norm
+    if spec is not None and spec.centre is not None:
+        typer.echo(
+            f"recording chain: the mean voice of {spec.centre.people} people of {centre} is "
+            "taken out of every vector (uvexport centre replaces it)"
+        )
+
+
+@app.command("centre")
+def centre_command(
+    bundle: Annotated[
+        Path, typer.Argument(help="A bundle calibrated with uvexport calibrate --centre (.uvb).")
+    ],
+    people: Annotated[
+        Path,
+        typer.Argument(
+            help="Folder with one sub-folder per person: at least 5 people recorded through "
+            "your deployment's chain (your app, your devices); only their mean is kept."
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The bundle to write.")],
+    sign_key: Annotated[
+        Path | None, typer.Option("--sign-key", help="Ed25519 private key (PEM) to sign with.")
+    ] = None,
+) -> None:
+    """Set the recording chain's mean a bundle takes out of every vector: the mean voice of
+    your own people, so that the stated FAR holds among strangers who record as they do."""
+    from .calibrate import print_progress, set_centre
+
+    key = _load_key(sign_key)
+    path, count, clips = set_centre(bundle, people, out, sign_key=key, progress=print_progress)
+    print(file=sys.stderr)
+    typer.echo(
+        f"wrote {path}{' (signed)' if key else ''}: the mean of {count} people's {clips} clips "
+        "is taken out of every vector (calibration, cohort and model unchanged); users enrolled "
+        "under the old mean enroll again"
+    )
 
 
 @app.command("fuse")

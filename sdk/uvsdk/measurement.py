@@ -4,6 +4,14 @@ and the other people's (of their recording chain) impostor trials, under every r
 condition; each FAR's threshold the worst condition's (:func:`measure`); and, with several
 recording chains, what the rows do on a chain they were not fitted on (:func:`held_out_figures`).
 The exporter runs it (``uvexport calibrate``); a device only reads the result.
+
+With ``centre`` (person → recording chain) every trial is scored as a bundle with a recording
+chain's mean scores it (docs/spec.md §6.8), the mean being of the chain's **other** people:
+a person's enrollment and genuine clips are centred by the mean of their chain without them,
+and each impostor trial by the mean without either of its two people (leave-two-out), so that
+no trial is helped by a mean that holds its own voices (a deployment's mean holds its people,
+but among thousands). A chain of fewer than :data:`MIN_CENTRE_PEOPLE` people in a condition
+takes the mean of every other person of the condition instead.
 """
 
 from __future__ import annotations
@@ -28,8 +36,62 @@ from .calibration import (
     Table,
     normalised_leave_one_out,
 )
-from .cohort import Cohort
+from .cohort import Centre, Cohort
 from .scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
+
+MIN_CENTRE_PEOPLE = 3
+"""A chain of fewer people in a condition is centred by the whole condition's other people
+(a mean of one or two voices carries them: benchmarks/far_centring.py)."""
+
+
+class ChainMeans:
+    """The sums behind leave-out chain means of one condition's vectors: each person's pool
+    (their chain, or ``*``, the whole condition, for a chain of fewer than
+    :data:`MIN_CENTRE_PEOPLE` people), each pool's sum and count of unit vectors and each
+    person's own."""
+
+    def __init__(self, vectors: Mapping[str, np.ndarray], chains: Mapping[str, str]) -> None:
+        names = [name for name, v in vectors.items() if len(v)]
+        sizes: dict[str, int] = {}
+        for name in names:
+            sizes[chains[name]] = sizes.get(chains[name], 0) + 1
+        self.pool = {
+            name: chains[name] if sizes[chains[name]] >= MIN_CENTRE_PEOPLE else "*"
+            for name in names
+        }
+        self.own = {name: _units(vectors[name]).sum(axis=0) for name in names}
+        self.count = {name: len(vectors[name]) for name in names}
+        self.sums: dict[str, np.ndarray] = {}
+        self.counts: dict[str, int] = {}
+        for name in names:
+            for pool in {self.pool[name], "*"}:
+                self.sums[pool] = self.sums.get(pool, 0.0) + self.own[name]
+                self.counts[pool] = self.counts.get(pool, 0) + self.count[name]
+
+    def without(self, *people: str) -> Centre:
+        """The mean of the first person's pool without ``people`` (their unit vectors' mean)."""
+        pool = self.pool[people[0]]
+        total, count = self.sums[pool].copy(), self.counts[pool]
+        for name in set(people):
+            if pool == "*" or self.pool[name] == pool:
+                total -= self.own[name]
+                count -= self.count[name]
+        if count < 1:
+            raise ValueError("no other person's vectors to take a chain's mean from")
+        return Centre(total / count)
+
+    @staticmethod
+    def whole(vectors: Mapping[str, np.ndarray], chains: Mapping[str, str]) -> dict[str, Centre]:
+        """Each person's pool mean over everyone in it (the cohort's centring)."""
+        means = ChainMeans(vectors, chains)
+        return {
+            name: Centre(means.sums[pool] / means.counts[pool]) for name, pool in means.pool.items()
+        }
+
+
+def _units(vectors: np.ndarray) -> np.ndarray:
+    rows = np.asarray(vectors, dtype=np.float64)
+    return rows / np.maximum(np.linalg.norm(rows, axis=-1, keepdims=True), 1e-12)
 
 
 def far_threshold(impostor: np.ndarray, far: float) -> float:
@@ -49,11 +111,14 @@ def table_from_scores(
     enroll_samples: int,
     score: str,
     grid: Sequence[float] = FAR_GRID,
+    each_chain: Mapping[str, np.ndarray] | None = None,
 ) -> Table:
     """A table from each condition's ``(genuine, impostor)`` trial scores: for each FAR that
     every condition's trials resolve, the smallest threshold that accepts at most ``far`` of
     the impostor trials in **every** condition (the worst condition decides); the false accepts
-    and the FRR there are pooled over the conditions."""
+    and the FRR there are pooled over the conditions. ``each_chain`` (impostor scores of each
+    recording chain in each condition): the threshold also accepts at most ``far`` of each of
+    them that resolves the FAR, so that it holds on every chain, not only pooled over them."""
     scores = {
         name: (np.asarray(g, np.float64).ravel(), np.asarray(i, np.float64).ravel())
         for name, (g, i) in trials.items()
@@ -69,6 +134,9 @@ def table_from_scores(
         if far > MAX_FAR or far * fewest < MIN_FALSE_ACCEPTS:
             continue
         threshold = max(far_threshold(i, far) for _, i in scores.values())
+        for impostor_chain in (each_chain or {}).values():
+            if far * impostor_chain.size >= MIN_FALSE_ACCEPTS - 1e-9:
+                threshold = max(threshold, far_threshold(impostor_chain, far))
         if rows:  # identical scores can only make a stricter FAR need a higher threshold
             threshold = max(threshold, rows[-1].threshold)
         accepts = int(np.count_nonzero(impostor >= threshold))
@@ -101,6 +169,7 @@ def enrollment_trials(
     cohort: Cohort | None = None,
     cohort_people: np.ndarray | None = None,
     groups: Mapping[str, str] | None = None,
+    centre: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Enroll every person with more than ``enroll_samples`` vectors on their first ones, as
     :meth:`uvsdk.Verifier.enroll` does in prototype mode.
@@ -113,12 +182,14 @@ def enrollment_trials(
     With a ``cohort`` every score is AS-norm normalised, as the SDK does; ``cohort_people``
     names the person of each cohort vector, and a person's own vectors never take part in the
     statistics of their enrollment or of their samples (calibration people are in the cohort;
-    users are not).
+    users are not). With ``centre`` (person → recording chain) every vector is centred by its
+    chain's mean without the trial's people first (the module's leave-two-out rule).
     """
     names = [name for name, v in vectors.items() if len(v)]
     everyone = np.concatenate([np.asarray(vectors[name]) for name in names])
     owners = np.repeat(np.array(names, dtype=object), [len(vectors[name]) for name in names])
     chain_of = None if groups is None else np.array([groups[o] for o in owners], dtype=object)
+    means = None if centre is None else ChainMeans(vectors, centre)
     warmup, genuine, impostor = {}, {}, {}
     for name in names:
         own = np.asarray(vectors[name])
@@ -129,28 +200,42 @@ def enrollment_trials(
         if chain_of is not None:
             strangers &= chain_of == groups[name]
         others, other_owners = everyone[strangers], owners[strangers]
-        reference = prototype(enrolled)
-        warmup[name] = leave_one_out_scores(enrolled)
-        genuine[name] = cosine_scores(reference, tests)
-        impostor[name] = cosine_scores(reference, others)
-        if cohort is not None:
 
-            def exclude(test_owners: np.ndarray | None, person: str = name) -> np.ndarray | None:
-                if cohort_people is None:
-                    return None
-                mask = np.asarray(cohort_people == person)[None, :]
-                if test_owners is not None:
-                    mask = mask | (cohort_people[None, :] == test_owners[:, None])
-                return mask
+        def exclude(test_owners: np.ndarray | None, person: str = name) -> np.ndarray | None:
+            if cohort_people is None:
+                return None
+            mask = np.asarray(cohort_people == person)[None, :]
+            if test_owners is not None:
+                mask = mask | (cohort_people[None, :] == test_owners[:, None])
+            return mask
 
+        def scored(
+            enrolled: np.ndarray, tests: np.ndarray, test_owners: np.ndarray | None
+        ) -> tuple[np.ndarray, np.ndarray]:
+            """Warm-up and test scores of one enrollment, as the SDK computes them."""
+            reference = prototype(enrolled)
+            scores = cosine_scores(reference, tests)
+            if cohort is None:
+                return leave_one_out_scores(enrolled), scores
             enrolled_stats = cohort.statistics(reference[None], exclude(None))
-            warmup[name] = normalised_leave_one_out(enrolled, cohort, exclude(None))
-            genuine[name] = cohort.rule.normalise(
-                genuine[name], enrolled_stats, cohort.statistics(tests, exclude(None))
+            return normalised_leave_one_out(enrolled, cohort, exclude(None)), cohort.rule.normalise(
+                scores, enrolled_stats, cohort.statistics(tests, exclude(test_owners))
             )
-            impostor[name] = cohort.rule.normalise(
-                impostor[name], enrolled_stats, cohort.statistics(others, exclude(other_owners))
+
+        if means is None:
+            warmup[name], genuine[name] = scored(enrolled, tests, None)
+            impostor[name] = scored(enrolled, others, other_owners)[1]
+            continue
+        mean = means.without(name)
+        warmup[name], genuine[name] = scored(mean.apply(enrolled), mean.apply(tests), None)
+        parts = []
+        for stranger in dict.fromkeys(other_owners):
+            mine = other_owners == stranger
+            mean = means.without(name, stranger)
+            parts.append(
+                scored(mean.apply(enrolled), mean.apply(others[mine]), other_owners[mine])[1]
             )
+        impostor[name] = np.concatenate(parts) if parts else np.zeros(0)
     return warmup, genuine, impostor
 
 
@@ -165,6 +250,8 @@ def measure(
     cohort_people: np.ndarray | None = None,
     groups: Mapping[str, str] | None = None,
     seconds: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    centre: Mapping[str, str] | None = None,
+    each_chain: bool = False,
 ) -> Calibration:
     """The calibration of a bundle from its vectors of a calibration set under each recording
     condition (``{condition: {person: [N, dim]}}``, e.g. from :meth:`uvsdk.Verifier.embed` of
@@ -177,12 +264,24 @@ def measure(
     generator (they are the calibration's, not anyone's secret). ``groups`` (person →
     recording chain) keeps the impostor trials within each chain (:func:`enrollment_trials`);
     with ``seconds`` (the audio behind each vector, as ``conditions``) and at least two chains
-    of several people, the prototype table carries its :func:`held_out_figures`.
+    of several people, the prototype table carries its :func:`held_out_figures`. ``centre``
+    (person → recording chain): every prototype trial centred by a leave-out chain mean (the
+    module's rule), as a bundle with a recording chain's mean scores. ``each_chain`` (with
+    ``groups``): each prototype row's threshold holds on every chain that resolves its FAR
+    (:func:`table_from_scores`).
     """
+    if each_chain and groups is None:
+        raise ValueError("each_chain needs the recording chains (groups)")
+    per_chain: dict[str, np.ndarray] = {}
     trials, people = {}, set()
     for condition, vectors in conditions.items():
         _, genuine, impostor = enrollment_trials(
-            vectors, enroll_samples, cohort=cohort, cohort_people=cohort_people, groups=groups
+            vectors,
+            enroll_samples,
+            cohort=cohort,
+            cohort_people=cohort_people,
+            groups=groups,
+            centre=centre,
         )
         if len(genuine) < 2:
             raise ValueError(
@@ -190,6 +289,11 @@ def measure(
                 f"samples in each condition; {len(genuine)} have in {condition}"
             )
         people |= set(genuine)
+        if each_chain:
+            assert groups is not None
+            for chain in sorted({groups[name] for name in impostor}):
+                parts = [scores for name, scores in impostor.items() if groups[name] == chain]
+                per_chain[f"{condition}/{chain}"] = np.concatenate(parts)
         trials[condition] = (
             np.concatenate(list(genuine.values())),
             np.concatenate(list(impostor.values())),
@@ -201,6 +305,7 @@ def measure(
             people=len(people),
             enroll_samples=enroll_samples,
             score="cosine" if cohort is None else cohort.method,
+            each_chain=per_chain if each_chain else None,
         )
     }
     if seconds is not None and groups is not None:
@@ -212,6 +317,8 @@ def measure(
             groups=groups,
             cohort=cohort,
             cohort_people=cohort_people,
+            centre=centre,
+            each_chain=each_chain,
         )
         if held_out is not None:
             tables["prototype"] = dataclasses.replace(tables["prototype"], held_out=held_out)
@@ -235,6 +342,8 @@ def held_out_figures(
     cohort: Cohort | None = None,
     cohort_people: np.ndarray | None = None,
     min_seconds: float = HELD_OUT_MIN_SECONDS,
+    centre: Mapping[str, str] | None = None,
+    each_chain: bool = False,
 ) -> HeldOut | None:
     """Leave-one-chain-out figures of ``table``'s rows: for each recording chain with several
     people, the thresholds are fitted as :func:`measure` fits them on the other chains alone
@@ -244,7 +353,9 @@ def held_out_figures(
     left, as :func:`uvexport.calibrate.calibrate_vectors` chooses it). Counts are pooled over the
     chains; the range is the lowest and highest single chain; a chain whose fold leaves too
     small a cohort to normalise is skipped. ``None`` when fewer than two chains can be held out
-    (nothing to hold out)."""
+    (nothing to hold out). ``centre``: every trial centred as :func:`measure` centres it, each
+    side's means from its own people (the held-out chain's from its own); ``each_chain``: the
+    fold's thresholds fitted as :func:`measure` fits them with it."""
     chains = sorted({groups[p] for p in groups})
     members = {c: {p for p in groups if groups[p] == c} for c in chains}
     testable = [c for c in chains if len(members[c]) >= 2]
@@ -256,14 +367,14 @@ def held_out_figures(
     folds = 0
     for chain in testable:
         options: dict[str, Any] = {"cohort": cohort, "cohort_people": cohort_people,
-                                   "groups": groups}  # fmt: skip
+                                   "groups": groups, "centre": centre}  # fmt: skip
         if cohort is not None and cohort_people is not None:  # the chain is in no cohort
             keep = np.array([groups.get(p) != chain for p in cohort_people], dtype=bool)
             options["cohort_people"] = cohort_people[keep]
             options["cohort"] = Cohort(
                 cohort.vectors[keep], max(2, min(cohort.top_k, int(keep.sum()) // 2)), cohort.method
             )
-        fit, test, long_enough = {}, {}, {}
+        fit, test, long_enough, fit_chains = {}, {}, {}, {}
         try:  # the other chains' cohort may be too small to normalise: no fold
             for condition, vectors in conditions.items():
                 inside = {p: v for p, v in vectors.items() if p in members[chain]}
@@ -274,6 +385,9 @@ def held_out_figures(
                         np.concatenate(list(genuine.values())),
                         np.concatenate(list(impostor.values())),
                     )
+                    for other in sorted({groups[name] for name in impostor}) if each_chain else ():
+                        parts = [v for name, v in impostor.items() if groups[name] == other]
+                        fit_chains[f"{condition}/{other}"] = np.concatenate(parts)
                 _, genuine, impostor = enrollment_trials(inside, enroll_samples, **options)
                 if genuine:
                     kept = [
@@ -289,7 +403,7 @@ def held_out_figures(
         try:
             fitted = table_from_scores(
                 "prototype", fit, people=2, enroll_samples=enroll_samples, score=table.score,
-                grid=fars,
+                grid=fars, each_chain=fit_chains or None,
             )  # fmt: skip
         except ValueError:  # the other chains resolve no FAR of the table
             continue
