@@ -347,7 +347,11 @@ def plot(report: dict, out: Path) -> None:
     axis.set_xticks([], minor=True)
     axis.set_xlabel("worst observed / stated FAR over resolvable fold-conditions")
     axis.set_ylabel(f"FRR on clips >= {LONG_CLIP_SECONDS:g} s (pooled; dotted: the oracle)")
-    axis.set_title(f"each chain's mean taken out, leave-one-source-out, --far {report['far']:g}")
+    axis.set_title(
+        f"each chain's mean taken out, leave-one-source-out, --far {report['far']:g}, "
+        f"--score-norm {report['score_norm']}",
+        fontsize=10,
+    )
     axis.legend(fontsize=8)
     save_figure(figure, out / "centring.png")
 

@@ -222,7 +222,7 @@ export function parseCentreSpec(data: JsonValue | undefined): CentreSpec {
 export function scoreNormToDict(norm: ScoreNorm): Record<string, unknown> {
   const data: Record<string, unknown> = { method: norm.method };
   if (norm.topK !== null) data["top_k"] = norm.topK;
-  if (norm.centre !== null) data["centre"] = { file: CENTRE_FILE, people: norm.centre.people, sha256: norm.centre.sha256 };
+  if (norm.centre) data["centre"] = { file: CENTRE_FILE, people: norm.centre.people, sha256: norm.centre.sha256 };
   return data;
 }
 

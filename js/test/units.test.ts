@@ -188,9 +188,9 @@ test("score rules: one object each; the tables' scores and ranges come from them
   assert.deepEqual(SCORE_RANGES["as-norm"], SCORE_RULES["as-norm"].thresholdRange);
   const spec = { count: 9, sha256: "0".repeat(64) };
   const asNorm = parseScoreNorm(parseJson('{"method": "as-norm", "top_k": 4}'), spec);
-  assert.deepEqual(asNorm, { method: "as-norm", topK: 4 });
+  assert.deepEqual(asNorm, { method: "as-norm", topK: 4, centre: null });
   assert.equal(describeScoreNorm(asNorm, 9), "AS-norm over the 4 nearest of 9 cohort vectors");
-  assert.deepEqual(parseScoreNorm(parseJson('{"method": "s-norm"}'), spec), { method: "s-norm", topK: null });
+  assert.deepEqual(parseScoreNorm(parseJson('{"method": "s-norm"}'), spec), { method: "s-norm", topK: null, centre: null });
   const vectors = Array.from({ length: 9 }, (_, i) => Float64Array.from({ length: 6 }, (_, j) => Math.sin(7 * i + j + 1)));
   const test = Float64Array.from({ length: 6 }, (_, j) => Math.cos(j));
   const all = new Cohort(vectors, 2, "s-norm");

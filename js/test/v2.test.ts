@@ -135,8 +135,8 @@ test("cohort.f32 against the manifest: digest, size, finite and non-zero vectors
   for (const [text, pattern] of bad) assert.throws(() => json(text), (e: unknown) => e instanceof BundleError && pattern.test(e.message), text);
   // the manifest's score_norm, against that cohort
   const rule = (text: string, cohort: typeof spec | null = spec) => parseScoreNorm(parseJson(text), cohort);
-  assert.deepEqual(rule(`{"method": "as-norm", "top_k": 3}`), { method: "as-norm", topK: 3 });
-  assert.deepEqual(rule(`{"method": "s-norm"}`), { method: "s-norm", topK: null });
+  assert.deepEqual(rule(`{"method": "as-norm", "top_k": 3}`), { method: "as-norm", topK: 3, centre: null });
+  assert.deepEqual(rule(`{"method": "s-norm"}`), { method: "s-norm", topK: null, centre: null });
   const badRules: [string, RegExp, (typeof spec | null)?][] = [
     [`"as-norm"`, /score_norm must be an object/],
     [`{"method": "as-norm", "top_k": 2}`, /score_norm needs a cohort/, null],
@@ -204,8 +204,8 @@ test("s-norm statistics take every cohort vector; the score scale names cohort a
   const manifest = (scoreNorm: object) =>
     ({ cohort: { count: 8, sha256: sha }, scoreNorm }) as unknown as Parameters<typeof scoreScale>[0];
   const expected = (text: string) => hex(sha256(new TextEncoder().encode(`{"cohort":"${sha}","score_norm":${text}}`)));
-  assert.equal(scoreScale(manifest({ method: "as-norm", topK: 3 })), expected(`{"method":"as-norm","top_k":3}`));
-  assert.equal(scoreScale(manifest({ method: "s-norm", topK: null })), expected(`{"method":"s-norm"}`));
+  assert.equal(scoreScale(manifest({ method: "as-norm", topK: 3, centre: null })), expected(`{"method":"as-norm","top_k":3}`));
+  assert.equal(scoreScale(manifest({ method: "s-norm", topK: null, centre: null })), expected(`{"method":"s-norm"}`));
   assert.equal(scoreScale({ cohort: null, scoreNorm: null } as unknown as Parameters<typeof scoreScale>[0]), null);
 });
 
@@ -394,7 +394,7 @@ test("verification refuses a prototype template enrolled against another cohort 
     // the same cohort under S-norm is another scale too: alice's AS-norm threshold is refused there
     const sNormBundle = await loadBundle(await bundleBytes("voice-embedding-s-norm.uvb"), { name: "s-norm.uvb" });
     assert.equal(sNormBundle.manifest.cohort!.sha256, withCohort.manifest.cohort!.sha256);
-    assert.deepEqual(sNormBundle.manifest.scoreNorm, { method: "s-norm", topK: null });
+    assert.deepEqual(sNormBundle.manifest.scoreNorm, { method: "s-norm", topK: null, centre: null });
     assert.equal(sNormBundle.cohort!.topK, sNormBundle.manifest.cohort!.count);
     assert.equal(sNormBundle.manifest.calibration?.tables.prototype?.score, "s-norm");
     const sNorm = await Verifier.create({ ...options, bundle: sNormBundle });

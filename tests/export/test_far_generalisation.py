@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 
 from tests.processes import run_until_stalled
 from uvexport.calibrate import embed_conditions, people_folders
@@ -515,3 +516,53 @@ def test_taking_a_chains_mean_out_makes_its_stated_far_hold_where_it_did_not(
     # people's own mean, in place of the chain's, does not (why the exporter ships none)
     assert arms["centred"]["each chain"][0]["observed_far"] <= 2 * args.far
     assert arms["calibration's mean"]["global"][0]["observed_far"] > 4 * args.far
+
+
+DEPLOYMENT = BENCHMARK.with_name("far_deployment.py")
+
+
+def test_the_deployment_benchmark_scores_as_verify_decides(
+    spectral_bundle: Path, people_dir: Path, tmp_path: Path
+) -> None:
+    """far_deployment.py: the two bundles uvexport calibrate writes (the held-out source's mean
+    in the second only), every stranger's file counted once per owner, and its shortcut (each
+    file embedded once, the verifier's own scoring) deciding as ``Verifier.verify`` does."""
+    from uvsdk import Verifier
+
+    speakers, out = tmp_path / "speakers", tmp_path / "deployment"
+    everyone = three_sources(people_dir, speakers)
+    (speakers / "sources.json").write_text("{}")
+    command = [sys.executable, str(DEPLOYMENT), "--speakers", str(speakers), "--source", "c"]
+    command += ["--out", str(out), "--bundle", str(spectral_bundle), "--conditions", "clean"]
+    command += ["--far", "0.05", "--each-chain"]
+    result = run_until_stalled(command, stall_seconds=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    held_out = sorted(name for name in everyone if name.startswith("c-"))
+    files = {name: sorted((speakers / name).iterdir()) for name in held_out}
+    plain, centred = (Bundle(out / row["bundle"]) for row in report["bundles"])
+    assert plain.centre is None and centred.manifest.score_norm.centre.people == len(held_out)
+    for row in report["bundles"]:
+        assert sorted(row["owners"]) == held_out
+        assert row["impostor_trials"] == sum(
+            sum(len(files[other]) for other in held_out if other != owner) for owner in held_out
+        )
+    owner = held_out[0]
+    verifier = Verifier(out / "own-mean.uvb", store=tmp_path / "s", passphrase="x" * 12, far=0.05)
+    verifier.enroll(files[owner][:5])
+    accepted = sum(
+        verifier.verify(file, backoff=False).accepted
+        for other in held_out[1:]
+        for file in files[other]
+    )
+    rejected = sum(
+        not verifier.verify(file, backoff=False).accepted
+        for file in files[owner][5:]
+        if sf.info(file).duration >= 2.0  # every clip here is 2.5 s, trimmed a little
+    )
+    mine = report["bundles"][1]["owners"][owner]
+    assert accepted == mine["false_accepts"] and rejected == mine["false_rejects"]
+    decided = [o for row in report["bundles"] for o in row["owners"].values()]
+    assert sum(o["false_accepts"] + o["false_rejects"] for o in decided)  # both outcomes seen
+    assert sum(o["impostor_trials"] - o["false_accepts"] for o in decided)
+    assert (out / "deployment.png").stat().st_size > 0
