@@ -89,7 +89,7 @@ def measure(bundle: Path, deployment: Path, clips: dict, args: argparse.Namespac
     accepts = trials = 0
     worst = 0.0
     owners: dict[str, dict[str, int]] = {}
-    bins = {label: [0, 0] for label in bin_labels()}
+    bins = {label: [0, 0] for label in bin_labels(args.enroll)}
     try:
         for person in sorted(clips):
             files = sorted(f for f in (deployment / person).iterdir() if f.is_file())
@@ -102,7 +102,7 @@ def measure(bundle: Path, deployment: Path, clips: dict, args: argparse.Namespac
                 if name in enrolled or seconds < HELD_OUT_MIN_SECONDS:
                     continue
                 rejected = verifier._score(template, vector) < template.threshold
-                counts = bins[bin_of(place[name])]
+                counts = bins[bin_of(place[name], args.enroll)]
                 counts[0] += rejected
                 counts[1] += 1
                 own[0] += rejected
@@ -134,13 +134,14 @@ def measure(bundle: Path, deployment: Path, clips: dict, args: argparse.Namespac
     }
 
 
-def bin_labels() -> list[str]:
-    edges = [0, *BINS]
+def bin_labels(enroll: int) -> list[str]:
+    """The places' labels: the first starts after the ``enroll`` enrollment files."""
+    edges = [enroll, *BINS]
     return [f"{a + 1}-{b}" for a, b in zip(edges, edges[1:], strict=False)] + [f"{BINS[-1] + 1}+"]
 
 
-def bin_of(place: int) -> str:
-    labels = bin_labels()
+def bin_of(place: int, enroll: int) -> str:
+    labels = bin_labels(enroll)
     for edge, label in zip(BINS, labels, strict=False):
         if place <= edge:
             return label
@@ -155,7 +156,7 @@ def plot(report: dict, out: Path) -> None:
 
     figure = Figure(figsize=(6.4, 4.2))
     axis = figure.add_subplot()
-    labels = bin_labels()
+    labels = bin_labels(report["enroll"])
     width = 0.8 / len(report["bundles"])
     for number, row in enumerate(report["bundles"]):
         values = [row["frr_by_place"][label][0] or 0.0 for label in labels]
