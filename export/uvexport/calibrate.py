@@ -373,8 +373,9 @@ class Calibrated:
     cohort_spec: CohortSpec | None = None
     score_norm: ScoreNorm | None = None
     centre: bytes | None = None
-    """``centre.f32`` (its spec is ``score_norm.centre``): the calibration people's mean, the
-    place of the deployment's own (``uvexport centre``)."""
+    """``centre.f32`` of a centred calibration (its spec is ``score_norm.centre``): the
+    calibration people's own mean, what benchmarks/far_centring.py measures a bundle without its
+    deployment's mean against; :func:`calibrate_bundle` never ships it (it fails there)."""
 
     def normaliser(self) -> Cohort | None:
         """The shipped cohort under its rule, as the SDK loads it (``None``: raw cosines)."""
@@ -424,8 +425,8 @@ def calibrate_vectors(
     their chain's whole mean, and ``centre`` holds the mean of every calibration vector here
     (``score_norm.centre`` names it): what benchmarks/far_centring.py measures a bundle without
     its deployment's mean against (:func:`calibrate_bundle` ships the deployment's instead).
-    ``each_chain`` (with ``groups``): each prototype row's threshold holds
-    on every chain that resolves its FAR, not only pooled (:func:`uvsdk.measurement.measure`)."""
+    ``each_chain`` (with ``groups``): each prototype row's threshold holds on every chain of
+    3 or more people that resolves its FAR, not only pooled (:func:`uvsdk.measurement.measure`)."""
     if score_norm not in SCORE_NORM_CHOICES:
         raise ValueError(f"score_norm {score_norm!r}: one of {', '.join(SCORE_NORM_CHOICES)}")
     usable = {
@@ -443,7 +444,7 @@ def calibrate_vectors(
     if groups is not None and len(set(groups.values())) > 1:  # one chain: every pair
         data = f"{data}; {impostor_basis(groups)}"
     if each_chain:
-        data = f"{data}; each FAR's threshold holds on every chain that resolves it"
+        data = f"{data}; each FAR's threshold holds on every chain of 3 or more people"
     cohort = cohort_people = cohort_bytes = spec = norm = None
     pool = usable
     if centre is not None:
@@ -743,7 +744,7 @@ def deployment_mean(
     used = {name: v for name, v in embedded.vectors["clean"].items() if len(v)}
     if len(used) < MIN_DEPLOYMENT_PEOPLE:
         raise ExportError(
-            f"--centre {root}: only {len(used)} people have a usable clip; a recording chain's "
+            f"{root}: only {len(used)} people have a usable clip; a recording chain's "
             f"mean needs at least {MIN_DEPLOYMENT_PEOPLE}"
         )
     return calibration_mean({"clean": used}), len(used), sum(len(v) for v in used.values())
@@ -755,7 +756,7 @@ def deployment_people(root: str | Path, kind: type[ModelInput]) -> dict[str, lis
     people, _, _ = _gather_people(root, kind)
     if len(people) < MIN_DEPLOYMENT_PEOPLE:
         raise ExportError(
-            f"--centre {root}: {len(people)} people; a recording chain's mean needs at least "
+            f"{root}: {len(people)} people; a recording chain's mean needs at least "
             f"{MIN_DEPLOYMENT_PEOPLE} (a mean of fewer carries their voices, and the FAR "
             "among their strangers is not the one stated: docs/model-card.md)"
         )

@@ -314,8 +314,8 @@ def calibrate_command(
         bool,
         typer.Option(
             "--each-chain",
-            help="Each FAR's threshold holds on every recording chain that resolves it, not "
-            "only pooled over them (with --impostors chain).",
+            help="Each FAR's threshold holds on every recording chain of 3 or more people "
+            "that resolves it, not only pooled over them (with --impostors chain).",
         ),
     ] = False,
 ) -> None:
@@ -352,9 +352,11 @@ def calibrate_command(
     _echo_calibration(path)
     spec = Bundle(path).manifest.score_norm
     if spec is not None and spec.centre is not None:
+        from uvsdk.errors import printable
+
         typer.echo(
-            f"recording chain: the mean voice of {spec.centre.people} people of {centre} is "
-            "taken out of every vector (uvexport centre replaces it)"
+            f"recording chain: the mean voice of {spec.centre.people} people of "
+            f"{printable(str(centre))} is taken out of every vector (uvexport centre replaces it)"
         )
 
 
@@ -382,8 +384,11 @@ def centre_command(
     key = _load_key(sign_key)
     path, count, clips = set_centre(bundle, people, out, sign_key=key, progress=print_progress)
     print(file=sys.stderr)
+    from uvsdk.errors import printable
+
     typer.echo(
-        f"wrote {path}{' (signed)' if key else ''}: the mean of {count} people's {clips} clips "
+        f"wrote {printable(str(path))}{' (signed)' if key else ''}: the mean of {count} people's "
+        f"{clips} clips "
         "is taken out of every vector (calibration, cohort and model unchanged); users enrolled "
         "under the old mean enroll again"
     )

@@ -10,7 +10,7 @@ chain's mean scores it (docs/spec.md §6.8), the mean being of the chain's **oth
 a person's enrollment and genuine clips are centred by the mean of their chain without them,
 and each impostor trial by the mean without either of its two people (leave-two-out), so that
 no trial is helped by a mean that holds its own voices (a deployment's mean holds its people,
-but among thousands). A chain of fewer than :data:`MIN_CENTRE_PEOPLE` people in a condition
+but among thousands). A chain of fewer than :data:`MIN_CHAIN_PEOPLE` people in a condition
 takes the mean of every other person of the condition instead.
 """
 
@@ -39,15 +39,18 @@ from .calibration import (
 from .cohort import Centre, Cohort
 from .scoring import codeword_scores, cosine_scores, leave_one_out_scores, prototype
 
-MIN_CENTRE_PEOPLE = 3
-"""A chain of fewer people in a condition is centred by the whole condition's other people
-(a mean of one or two voices carries them: benchmarks/far_centring.py)."""
+MIN_CHAIN_PEOPLE = 3
+"""A recording chain of fewer people in a condition is not a chain of its own: it is centred by
+the whole condition's other people (a mean of one or two voices carries them:
+benchmarks/far_centring.py), and ``each_chain`` does not hold it to its own FAR (its impostor
+trials are one pair's: one source of two actors set every row of the table from FAR 0.2 down,
+docs/model-card.md)."""
 
 
 class ChainMeans:
     """The sums behind leave-out chain means of one condition's vectors: each person's pool
     (their chain, or ``*``, the whole condition, for a chain of fewer than
-    :data:`MIN_CENTRE_PEOPLE` people), each pool's sum and count of unit vectors and each
+    :data:`MIN_CHAIN_PEOPLE` people), each pool's sum and count of unit vectors and each
     person's own."""
 
     def __init__(self, vectors: Mapping[str, np.ndarray], chains: Mapping[str, str]) -> None:
@@ -56,8 +59,7 @@ class ChainMeans:
         for name in names:
             sizes[chains[name]] = sizes.get(chains[name], 0) + 1
         self.pool = {
-            name: chains[name] if sizes[chains[name]] >= MIN_CENTRE_PEOPLE else "*"
-            for name in names
+            name: chains[name] if sizes[chains[name]] >= MIN_CHAIN_PEOPLE else "*" for name in names
         }
         self.own = {name: _units(vectors[name]).sum(axis=0) for name in names}
         self.count = {name: len(vectors[name]) for name in names}
@@ -87,6 +89,21 @@ class ChainMeans:
         return {
             name: Centre(means.sums[pool] / means.counts[pool]) for name, pool in means.pool.items()
         }
+
+
+def _by_chain(
+    impostor: Mapping[str, np.ndarray], groups: Mapping[str, str]
+) -> list[tuple[str, np.ndarray]]:
+    """Each chain's impostor scores (its people's, against its people), for the chains of at
+    least :data:`MIN_CHAIN_PEOPLE` enrolled people."""
+    members: dict[str, list[str]] = {}
+    for name in impostor:
+        members.setdefault(groups[name], []).append(name)
+    return [
+        (chain, np.concatenate([impostor[name] for name in names]))
+        for chain, names in sorted(members.items())
+        if len(names) >= MIN_CHAIN_PEOPLE
+    ]
 
 
 def _units(vectors: np.ndarray) -> np.ndarray:
@@ -267,7 +284,8 @@ def measure(
     of several people, the prototype table carries its :func:`held_out_figures`. ``centre``
     (person → recording chain): every prototype trial centred by a leave-out chain mean (the
     module's rule), as a bundle with a recording chain's mean scores. ``each_chain`` (with
-    ``groups``): each prototype row's threshold holds on every chain that resolves its FAR
+    ``groups``): each prototype row's threshold holds on every chain of at least
+    :data:`MIN_CHAIN_PEOPLE` people that resolves its FAR
     (:func:`table_from_scores`).
     """
     if each_chain and groups is None:
@@ -291,9 +309,9 @@ def measure(
         people |= set(genuine)
         if each_chain:
             assert groups is not None
-            for chain in sorted({groups[name] for name in impostor}):
-                parts = [scores for name, scores in impostor.items() if groups[name] == chain]
-                per_chain[f"{condition}/{chain}"] = np.concatenate(parts)
+            per_chain.update(
+                {f"{condition}/{chain}": scores for chain, scores in _by_chain(impostor, groups)}
+            )
         trials[condition] = (
             np.concatenate(list(genuine.values())),
             np.concatenate(list(impostor.values())),
@@ -385,9 +403,8 @@ def held_out_figures(
                         np.concatenate(list(genuine.values())),
                         np.concatenate(list(impostor.values())),
                     )
-                    for other in sorted({groups[name] for name in impostor}) if each_chain else ():
-                        parts = [v for name, v in impostor.items() if groups[name] == other]
-                        fit_chains[f"{condition}/{other}"] = np.concatenate(parts)
+                    for other, scores in _by_chain(impostor, groups) if each_chain else ():
+                        fit_chains[f"{condition}/{other}"] = scores
                 _, genuine, impostor = enrollment_trials(inside, enroll_samples, **options)
                 if genuine:
                     kept = [
