@@ -7,7 +7,7 @@ one runs what an app runs: ``uvexport calibrate`` on every source but ``--source
 options for both bundles: ``--conditions``, ``--score-norm``, ``--each-chain``), once as it is
 and once with ``--centre`` the held-out source's people (the bundle then takes their mean out);
 then each of those people enrolls through :class:`uvsdk.Verifier` on their first
-``--enroll`` files (by name) at ``--far``, their other files are their own attempts and every
+``--enroll`` files (by name) that enrollment can use at ``--far``, their other files are their own attempts and every
 file of the source's other people a stranger's. Each file is embedded once by the verifier and
 scored by the verifier's own scoring against each template (``verify`` would embed it again
 for every owner); the decision is ``score >= threshold``, as ``verify`` takes it.
@@ -93,9 +93,10 @@ def measure(bundle: Path, deployment: Path, clips: dict, args: argparse.Namespac
     try:
         for person in sorted(clips):
             files = sorted(f for f in (deployment / person).iterdir() if f.is_file())
-            verifier.enroll(files[: args.enroll], user="owner")
+            chosen = enrollment_files(verifier, files, args.enroll)
+            verifier.enroll(chosen, user="owner")
             template = verifier.store.load("owner")
-            enrolled = {f.name for f in files[: args.enroll]}
+            enrolled = {f.name for f in chosen}
             place = {f.name: number for number, f in enumerate(files, 1)}
             own = [0, 0]
             for name, vector, seconds in clips[person]:
@@ -132,6 +133,21 @@ def measure(bundle: Path, deployment: Path, clips: dict, args: argparse.Namespac
         "frr_by_place": {k: (r / n if n else None, n) for k, (r, n) in bins.items()},
         "owners": owners,
     }
+
+
+def enrollment_files(verifier: Verifier, files: list[Path], count: int) -> list[Path]:
+    """The first ``count`` files (by name) enrollment can use: a clipped, too short or silent
+    file is passed over, as an app would ask for another recording."""
+    chosen = []
+    for file in files:
+        try:
+            verifier.embed(file, allow_clipped=False)
+        except MediaError:
+            continue
+        chosen.append(file)
+        if len(chosen) == count:
+            return chosen
+    raise SystemExit(f"{files[0].parent.name}: fewer than {count} files enrollment can use")
 
 
 def bin_labels(enroll: int) -> list[str]:
