@@ -288,9 +288,8 @@ def centred_fold(
     )  # fmt: skip
     shipped = np.frombuffer(calibrated.centre, "<f4").astype(np.float64)
     stated = calibrated.calibration.tables["prototype"].row_for(args.far).far
-    rules = {"global": fit_global(calibrated, args.far)}
-    rules["chain"] = fit_chain(calibration, calibrated, args.far)
-    rules["each chain"] = fit_global(each, args.far)
+    fitted = (fit_global(calibrated, args.far), fit_chain(calibration, calibrated, args.far))
+    rules = dict(zip(RULES, (*fitted, fit_global(each, args.far)), strict=True))
     cohort = calibrated.normaliser()
     arms: dict[str, dict[str, list[dict]]] = {
         arm: {name: [] for name in (*rules, "oracle")} for arm in ARMS[1:]
@@ -325,7 +324,7 @@ def plot(report: dict, out: Path) -> None:
     figure = Figure(figsize=(6.4, 4.5))
     axis = figure.add_subplot()
     for arm, marker in zip(ARMS, "os^", strict=True):
-        for rule in RULES[:2] if arm == ARMS[0] else RULES:
+        for rule in [name for name in report["summary"][arm] if name != "oracle"]:
             summary = report["summary"][arm][rule]
             worst = summary["worst_ratio"]
             axis.scatter(
@@ -403,7 +402,7 @@ def main() -> int:
     report["summary"] = {
         arm: {
             name: pooled([row for fold in report["folds"] for row in fold["arms"][arm][name]])
-            for name in (*(RULES[:2] if arm == ARMS[0] else RULES), "oracle")
+            for name in report["folds"][0]["arms"][arm]
         }
         for arm in ARMS
     }

@@ -379,7 +379,8 @@ def centre_command(
 ) -> None:
     """Set the recording chain's mean a bundle takes out of every vector: the mean voice of
     your own people, so that the stated FAR holds among strangers who record as they do."""
-    from .calibrate import print_progress, set_centre
+    from .calibrate import print_progress
+    from .centre import set_centre
 
     key = _load_key(sign_key)
     path, count, clips = set_centre(bundle, people, out, sign_key=key, progress=print_progress)

@@ -441,39 +441,37 @@ class Bundle:
     def _load_cohort(self) -> Cohort | None:
         """``cohort.f32`` checked against the manifest's ``cohort``: both or neither."""
         spec, data = self.manifest.cohort, self.cohort_bytes
-        if spec is None and data is None:
+        if not self._named(spec, data, COHORT_FILE, "cohort", "cohort key"):
             return None
-        if spec is None:
-            raise BundleError(
-                f"{self.path.name}: cohort.f32 is not named in the manifest (no cohort key)",
-                code="bundle.member-unexpected",
-            )
-        if data is None:
-            raise BundleError(
-                f"{self.path.name}: the manifest names a cohort and there is no {COHORT_FILE}",
-                code="bundle.member-missing",
-            )
         norm = self.manifest.score_norm
-        assert norm is not None  # Manifest.from_dict: a cohort needs score_norm
+        assert norm is not None and spec is not None and data is not None  # a cohort needs a rule
         return Cohort.from_member(data, spec, norm, self.manifest.dim, self.path.name)
 
     def _load_centre(self) -> Centre | None:
         """``centre.f32`` checked against the manifest's ``score_norm.centre``: both or neither."""
         norm, data = self.manifest.score_norm, self.centre_bytes
         spec = None if norm is None else norm.centre
-        if spec is None and data is None:
+        if not self._named(spec, data, CENTRE_FILE, "centre", "score_norm.centre"):
             return None
+        assert spec is not None and data is not None
+        return Centre.from_member(data, spec, self.manifest.dim, self.path.name)
+
+    def _named(self, spec: Any, data: bytes | None, member: str, what: str, key: str) -> bool:
+        """Whether the optional ``member`` is there, refusing it without its manifest ``key``
+        (it would be unsigned) and the key without it."""
+        if spec is None and data is None:
+            return False
         if spec is None:
             raise BundleError(
-                f"{self.path.name}: centre.f32 is not named in the manifest (no score_norm.centre)",
+                f"{self.path.name}: {member} is not named in the manifest (no {key})",
                 code="bundle.member-unexpected",
             )
         if data is None:
             raise BundleError(
-                f"{self.path.name}: the manifest names a centre and there is no {CENTRE_FILE}",
+                f"{self.path.name}: the manifest names a {what} and there is no {member}",
                 code="bundle.member-missing",
             )
-        return Centre.from_member(data, spec, self.manifest.dim, self.path.name)
+        return True
 
     def centred(self, vectors: np.ndarray) -> np.ndarray:
         """Prototype-mode vectors as the bundle scores them: its recording chain's mean taken
