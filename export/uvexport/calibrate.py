@@ -573,7 +573,7 @@ def calibrate(
     if impostors not in IMPOSTORS:
         raise ExportError(f"--impostors {impostors}: choose {' or '.join(IMPOSTORS)}")
     manifest = bundle.manifest
-    people, named, found_in = gather_people(root, type(manifest.input), warn)
+    people, named, found_in = _gather_people(root, type(manifest.input), warn)
     groups = recording_chains(found_in) if impostors == "chain" else None
     if groups is not None and len(set(groups.values())) == len(groups):
         raise ExportError(
@@ -617,7 +617,7 @@ CHAIN_PEOPLE = 3
 3.4 % at a stated 1 % (one and two people: 18 % and 12 %; docs/model-card.md, far_chain.py)."""
 
 
-def gather_people(
+def _gather_people(
     roots: str | Path | Sequence[str | Path],
     kind: type[ModelInput],
     warn: Callable[[str], None] | None = None,
@@ -676,7 +676,7 @@ def calibrate_bundle(
     The cohort (``cohort.f32``) and a centre (``centre.f32``) are replaced by the new ones (none:
     removed). ``centre`` (a folder of the deployment's own people): scores measured with each
     recording chain's mean taken out, and the bundle takes out the mean of those people
-    (:func:`uvexport.centre.deployment_mean`; the calibration people's mean held on 5 of 10
+    (:func:`deployment_mean`; the calibration people's mean held on 5 of 10
     held-out chains, so none is shipped in its place). ``out`` may be ``source``: the write is
     atomic."""
     try:
@@ -686,8 +686,6 @@ def calibrate_bundle(
         raise ExportError(str(error)) from None
     deployment = None
     if centre is not None:  # refused before any work
-        from .centre import deployment_mean, deployment_people, with_centre
-
         deployment = deployment_people(centre, type(bundle.manifest.input))
     calibrated = calibrate(
         bundle,
@@ -723,6 +721,57 @@ def calibrate_bundle(
         centre=mean,
     )
     return written, calibrated.calibration
+
+
+MIN_DEPLOYMENT_PEOPLE = 5
+"""The fewest people a deployment's mean is taken from: from 5 of a held-out chain's people the
+stated FAR held on every held-out chain in three draws, from 2 on 4 to 7 of 10
+(docs/model-card.md, benchmarks/far_centring.py --centre-people)."""
+
+
+def deployment_mean(
+    bundle: Bundle,
+    people: dict[str, list[Path]],
+    root: str | Path,
+    *,
+    max_samples: int = MAX_SAMPLES_PER_PERSON,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[bytes, int, int]:
+    """The mean ``centre.f32`` of ``people`` (:func:`deployment_people` of ``root``): their
+    clips as recorded (condition ``clean``: recorded through the deployment's chain already),
+    each clip's unit vector weighing the same; with the people and the clips behind it."""
+    embedded = embed_conditions(
+        bundle, people, ("clean",), max_samples=max_samples, progress=progress
+    )
+    used = {name: v for name, v in embedded.vectors["clean"].items() if len(v)}
+    if len(used) < MIN_DEPLOYMENT_PEOPLE:
+        raise ExportError(
+            f"{root}: only {len(used)} people have a usable clip; a recording chain's "
+            f"mean needs at least {MIN_DEPLOYMENT_PEOPLE}"
+        )
+    return calibration_mean({"clean": used}), len(used), sum(len(v) for v in used.values())
+
+
+def deployment_people(root: str | Path, kind: type[ModelInput]) -> dict[str, list[Path]]:
+    """The people of a deployment's folder, refused (before any work) below
+    :data:`MIN_DEPLOYMENT_PEOPLE`."""
+    people, _, _ = _gather_people(root, kind)
+    if len(people) < MIN_DEPLOYMENT_PEOPLE:
+        raise ExportError(
+            f"{root}: {len(people)} people; a recording chain's mean needs at least "
+            f"{MIN_DEPLOYMENT_PEOPLE} (a mean of fewer carries their voices, and the FAR "
+            "among their strangers is not the one stated: docs/model-card.md)"
+        )
+    return people
+
+
+def with_centre(manifest: Manifest, mean: bytes, people: int) -> Manifest:
+    """``manifest`` (whose ``score_norm`` has a centre) naming ``mean`` of ``people``."""
+    norm = manifest.score_norm
+    assert norm is not None and norm.centre is not None
+    spec = CentreSpec(people, hashlib.sha256(mean).hexdigest())
+    changed = dataclasses.replace(manifest, score_norm=dataclasses.replace(norm, centre=spec))
+    return Manifest.from_dict(json.loads(json.dumps(changed.to_dict())))
 
 
 def print_progress(message: str) -> None:
