@@ -1,6 +1,8 @@
 """``uvexport centre``: a new recording-chain mean (docs/spec.md §6.8) for a bundle calibrated
 with ``uvexport calibrate --centre``, everything else kept. The mean itself, and the first one a
-bundle gets, are :mod:`uvexport.calibrate`'s (:func:`~uvexport.calibrate.deployment_mean`)."""
+bundle gets, are :mod:`uvexport.calibrate`'s (:func:`~uvexport.calibrate.deployment_mean`); a
+federation's devices measure it under SecAgg+ and DP (``uvdeploy.centre``), and
+:func:`write_centred` writes either into the bundle."""
 
 from __future__ import annotations
 
@@ -38,20 +40,34 @@ def set_centre(
         bundle = Bundle(source)
     except UvsdkError as error:
         raise ExportError(str(error)) from None
-    norm = bundle.manifest.score_norm
-    if norm is None or norm.centre is None:
-        raise ExportError(
-            f"{Path(source).name} takes no recording chain's mean out: its table was measured "
-            "on uncentred scores; calibrate it with uvexport calibrate --centre PEOPLE instead"
-        )
+    centred_spec(bundle, Path(source).name)
     found = deployment_people(root, type(bundle.manifest.input))
     mean, people, clips = deployment_mean(
         bundle, found, root, max_samples=max_samples, progress=progress
     )
+    return write_centred(bundle, mean, people, out, sign_key=sign_key), people, clips
+
+
+def centred_spec(bundle: Bundle, name: str) -> None:
+    """Refuse ``bundle`` (called ``name``) unless its score rule takes a chain's mean out."""
+    norm = bundle.manifest.score_norm
+    if norm is None or norm.centre is None:
+        raise ExportError(
+            f"{name} takes no recording chain's mean out: its table was measured "
+            "on uncentred scores; calibrate it with uvexport calibrate --centre PEOPLE instead"
+        )
+
+
+def write_centred(
+    bundle: Bundle, mean: bytes, people: int, out: str | Path, *, sign_key: Any | None = None
+) -> Path:
+    """Write ``out``: ``bundle`` (its score rule centred, :func:`centred_spec`) with ``mean``
+    (``centre.f32``) of ``people`` as its recording chain's mean; everything else kept
+    (calibration, cohort, ``model.ort``); re-signed with ``sign_key``."""
     manifest = with_centre(bundle.manifest, mean, people)
     if bundle.ort_bytes is None:
         manifest.extra.pop("ort", None)
-    written = write_bundle(
+    return write_bundle(
         out,
         bundle.model_bytes,
         manifest,
@@ -60,4 +76,3 @@ def set_centre(
         cohort=bundle.cohort_bytes,
         centre=mean,
     )
-    return written, people, clips
