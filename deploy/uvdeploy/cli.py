@@ -36,8 +36,18 @@ def deploy_devices(
 @errors_to_exit
 def deploy_local(
     devices: Annotated[Path, typer.Option(help="Folder of device folders (each with samples/).")],
-    method: Annotated[str, typer.Option(help="feduv, fedhide, fedaws, fedgn or fedcs.")],
     out: Annotated[Path, typer.Option(help="The server's run folder.")],
+    method: Annotated[
+        str | None,
+        typer.Option(help="feduv, fedhide, fedaws, fedgn or fedcs (a training run's)."),
+    ] = None,
+    centre_bundle: Annotated[
+        Path | None,
+        typer.Option(
+            help="No training: the devices measure their recording chain's mean voice for this "
+            "bundle (calibrated with uvexport calibrate --centre) under SecAgg+ and DP."
+        ),
+    ] = None,
     rounds: Annotated[int, typer.Option(help="Federated rounds.")] = 5,
     fraction: Annotated[float, typer.Option(help="The share of devices in a round.")] = 1.0,
     secagg: Annotated[
@@ -119,13 +129,15 @@ def deploy_local(
 
     from .local import run_local
 
-    values: dict[str, Any] = {
-        "method": method,
-        "rounds": rounds,
-        "fraction": fraction,
-        "secagg": secagg,
-        "dp": dp,
-    }
+    if (method is None) == (centre_bundle is None):
+        raise ConfigError("give --method (a training run) or --centre-bundle (a chain's mean)")
+    values: dict[str, Any] = {"secagg": secagg, "dp": dp}
+    if centre_bundle is not None:
+        if not centre_bundle.is_file():
+            raise ConfigError(f"--centre-bundle {centre_bundle}: no such file")
+        values.update(method="fedhide", centre_bundle=str(centre_bundle.resolve()))
+    else:
+        values.update(method=method, rounds=rounds, fraction=fraction)
     optional = {
         "dp_epsilon": dp_epsilon,
         "dp_delta": dp_delta,
@@ -153,8 +165,17 @@ def deploy_local(
         timeout=timeout,
         user=user,
     )
-    throughput = report["throughput"]
     privacy = report.get("privacy")
+    if report.get("task") == "centre":
+        spent = "no DP" if privacy is None else f"{privacy['mechanism']} DP at ε = "
+        if privacy is not None:
+            spent += f"{privacy['epsilon_release']:.3g} (the server's too)"
+        typer.echo(
+            f"the recording chain's mean voice of {report['devices']} devices ({spent}) is in "
+            f"{out / report['bundle']}; report: {out / 'report.json'}"
+        )
+        return
+    throughput = report["throughput"]
     spent = ""
     if privacy is not None:
         spent = (

@@ -31,7 +31,14 @@ from typing import Any
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
-from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common import (
+    Code,
+    FitIns,
+    FitRes,
+    Status,
+    ndarrays_to_parameters,
+    parameters_to_ndarrays,
+)
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.compat.common import recorddict_compat as compat
 
@@ -69,9 +76,11 @@ def _training_device(context: Context) -> Any:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """A round: the local update (θ_k − θ) as a legacy FitRes, which SecAgg+'s mod can mask."""
-    me = _training_device(context)
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
     secure = RECORD_KEY_CONFIGS in msg.content.config_records
+    if fitins.config.get("task") == "centre":  # no training: the chain's mean (uvdeploy.centre)
+        return _centre_reply(msg, context, fitins, secure)
+    me = _training_device(context)
     me.check_round(secure, str(fitins.config.get("dp", "off")))
     kept = context.state.array_records.get(_PRIVATE)
     state = dict(kept.to_torch_state_dict()) if kept else {}
@@ -83,6 +92,27 @@ def train(msg: Message, context: Context) -> Message:
             {k: v.detach().contiguous() for k, v in private.items()}
         )
     fitres = FitRes(Status(Code.OK, "ok"), ndarrays_to_parameters(update), count, metrics)
+    return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
+
+
+def _centre_reply(msg: Message, context: Context, fitins: FitIns, secure: bool) -> Message:
+    """A centre round: the device's chain vector (:meth:`~uvdeploy.device.Device.chain_vector`),
+    through the DP mechanism's user half when the run has DP, sent only inside SecAgg+."""
+    from .device import DeviceError
+
+    if not secure:
+        raise DeviceError("refusing to send this device's mean voice outside SecAgg+")
+    config = dict(fitins.config)
+    vector = _device(context).chain_vector(bytes(config["bundle"]), str(config["bundle_sha256"]))
+    if config.get("dp", "off") == "off":
+        arrays = [vector]
+    else:
+        import torch
+
+        from .dp import private_update
+
+        arrays = private_update({"centre": torch.from_numpy(vector)}, config)
+    fitres = FitRes(Status(Code.OK, "ok"), ndarrays_to_parameters(arrays), 1, {"loss": 0.0})
     return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
 
 

@@ -8,6 +8,7 @@ code."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ from .errors import DeviceError
 #: The device's record of the last round it sent an update in (the participation rule's half
 #: that the device keeps, :meth:`Device.take_part`), in its store folder.
 PARTICIPATION = "participation.json"
+#: The most files of a device's folder its chain vector is the mean of (as the exporter's
+#: :data:`uvexport.calibrate.MAX_SAMPLES_PER_PERSON` bounds a person's clips).
+CHAIN_FILES = 60
 
 
 class Device:
@@ -143,6 +147,39 @@ class Device:
                 )
         self.store_dir.mkdir(parents=True, exist_ok=True)
         write_json(path, {"round": round_number, "period": period})
+
+    def chain_vector(self, bundle: bytes, sha256: str) -> np.ndarray:
+        """What this device adds to its recording chain's mean (:mod:`uvdeploy.centre`): the
+        mean of the unit vectors ``bundle`` gives its usable files (at most
+        :data:`CHAIN_FILES`, in name order; each embedded as enrollment embeds it, raw, before
+        any centring), so its norm is at most 1 whatever the files hold. Every device weighs
+        the same in the chain's mean, however many files it has: one person's bound."""
+        import tempfile
+
+        from uvsdk import Verifier
+        from uvsdk.errors import MediaError, UvsdkError
+
+        if hashlib.sha256(bundle).hexdigest() != sha256:
+            raise DeviceError("the bundle sent for the chain's mean is not the one named")
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "centre.uvb"
+            path.write_bytes(bundle)
+            try:
+                verifier = Verifier(path, store=self.store)
+            except UvsdkError as error:
+                raise DeviceError(f"the bundle sent for the chain's mean: {error}") from None
+            units = []
+            for file in sorted(p for p in self.data.iterdir() if p.is_file()):
+                if file.name.startswith(".") or len(units) == CHAIN_FILES:
+                    continue
+                try:
+                    vector = verifier.embed(file).astype(np.float64)
+                except MediaError:
+                    continue
+                units.append(vector / max(float(np.linalg.norm(vector)), 1e-12))
+        if not units:
+            raise DeviceError(f"no usable file in {self.data} for the chain's mean")
+        return np.mean(units, axis=0).astype(np.float32)
 
     # -- the end of the run ---------------------------------------------------------------------
 

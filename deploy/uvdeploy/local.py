@@ -505,6 +505,10 @@ def run_local(
     from .dp import check_rounds, plan
 
     parsed = DeploySettings.from_run_config(settings)
+    if parsed.centre_bundle:  # one release, every device once
+        from .centre import single_release
+
+        parsed = single_release(parsed)
     plan(parsed, len(devices))
     if (out / CHECKPOINT).exists() and (out / CONFIG).exists():
         check_rounds(parsed, read_json(out / CONFIG), out)

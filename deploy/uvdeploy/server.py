@@ -765,7 +765,12 @@ def main(grid: Grid, context: Context) -> None:
     out = Path(str(context.run_config.get("out", "runs/flower"))).expanduser()
     try:
         settings = DeploySettings.from_run_config(context.run_config)
-        FederatedServer(settings, grid, context, echo=_echo).run()
+        if settings.centre_bundle:  # no training: the devices' chain mean (uvdeploy.centre)
+            from .centre import CentreServer
+
+            CentreServer(settings, grid, context, echo=_echo).run()
+        else:
+            FederatedServer(settings, grid, context, echo=_echo).run()
     except Exception as error:
         out.mkdir(parents=True, exist_ok=True)
         message = str(error) if isinstance(error, UvtrainError) else repr(error)

@@ -52,7 +52,9 @@ class DeploySettings(InputSettings):
     round's replies (each of SecAgg+'s four stages) before the devices that did not answer count
     as failed. ``export``: write ``model.uvb`` after the last round
     and send it to the devices, which enroll with it. ``sign_key``: an Ed25519 key (PEM) to sign
-    that bundle.
+    that bundle. ``centre_bundle``: no training; the devices measure their recording chain's
+    mean voice for this bundle under SecAgg+ (:mod:`uvdeploy.centre`), which the server writes
+    into ``model.uvb``.
 
     ``dp``: user-level differential privacy (:mod:`uvdeploy.dp`): ``"auto"`` (``distributed``
     whenever the rounds run under SecAgg+, ``off`` otherwise), ``"off"``, ``"central"`` (devices
@@ -75,6 +77,7 @@ class DeploySettings(InputSettings):
     out: str = "runs/flower"
     export: bool = True
     sign_key: str = ""
+    centre_bundle: str = ""
 
     def __post_init__(self) -> None:
         problem = self.run.method.deployment_problem()
@@ -83,6 +86,8 @@ class DeploySettings(InputSettings):
         super().__post_init__()  # the input keys
         if self.secagg not in ("auto", "on", "off"):
             raise ConfigError(f"secagg must be auto, on or off, not {self.secagg!r}")
+        if self.centre_bundle:
+            self._check_centre()
         if self.dp not in DP_CHOICES:
             raise ConfigError(f"dp must be one of {', '.join(DP_CHOICES)}, not {self.dp!r}")
         if self.min_devices < 1 or self.min_cohort < 2:
@@ -92,6 +97,21 @@ class DeploySettings(InputSettings):
         if not 0 < self.reconstruction_threshold <= max(1.0, self.num_shares):
             raise ConfigError("reconstruction_threshold must be positive (and <= num_shares)")
         self._check_privacy()
+
+    def _check_centre(self) -> None:
+        """A centre run (``centre_bundle``): each device's mean voice leaves it only inside
+        SecAgg+, and its DP is one release of a fixed clip norm."""
+        privacy = self.run.privacy
+        if self.secagg == "off":
+            raise ConfigError(
+                "centre_bundle: a device's mean voice leaves it only inside SecAgg+ (secagg "
+                "auto or on)"
+            )
+        if privacy.adaptive_clipping or privacy.dp_noise == "tree":
+            raise ConfigError(
+                "centre_bundle: one release of the devices' mean; adaptive clipping and tree "
+                "noise need rounds"
+            )
 
     def _check_privacy(self) -> None:
         mechanism, privacy = self.mechanism, self.run.privacy
@@ -146,7 +166,8 @@ class DeploySettings(InputSettings):
         """Whether the rounds run under SecAgg+ (``auto``: for a method whose plain update
         reveals a secret, and for distributed DP, whose noise shares must be summed unseen)."""
         if self.secagg == "auto":
-            return self.run.method.update_reveals_secret or self.dp == "distributed"
+            reveals = self.run.method.update_reveals_secret or bool(self.centre_bundle)
+            return reveals or self.dp == "distributed"
         return self.secagg == "on"
 
     @property

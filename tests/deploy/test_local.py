@@ -273,6 +273,53 @@ def test_a_round_that_secagg_cannot_finish_stops_the_run(federation) -> None:
     assert not (out / "metrics.jsonl").read_text().strip()  # no round was logged as done
 
 
+@pytest.mark.slow
+def test_the_devices_measure_their_chains_mean_under_secagg_and_dp_and_enroll_with_it(
+    federation,
+) -> None:
+    """``centre_bundle``: no training; each device's chain vector (the SDK's unit vectors of its
+    files, averaged) goes through the DP mechanism's user half and SecAgg+, the server releases
+    the noisy sum over the four devices into ``model.uvb`` and every device enrolls with it.
+    The released mean differs from the exact one (computed here with the SDK) by the noise the
+    shares add up to: z·C·√(m′/m_min)/N per entry; its ε is one Gaussian's, by hand."""
+    from tests.trainer.test_privacy import _analytic_gaussian_epsilon
+    from uvsdk import Verifier
+    from uvsdk.bundle import Bundle
+
+    _, root, devices = federation
+    out = root / "centre"
+    source = Path(__file__).resolve().parents[2] / "conformance" / "bundles"
+    bundle = source / "voice-embedding-centre.uvb"
+    values = {"centre_bundle": str(bundle), "dp_noise_multiplier": 0.05}
+    result = _run(federation, out, method="fedhide", **values)
+    assert result["status"] == {"state": "finished", "task": "centre"}, result["lines"]
+    report = json.loads((out / "report.json").read_text())
+    privacy = report["privacy"]
+    assert report["devices"] == report["survivors"] == 4 and privacy["users"] == 4
+    assert privacy["mechanism"] == "distributed" and privacy["min_survivors"] == 3
+    z, delta = privacy["noise_multiplier"], privacy["delta"]
+    assert privacy["epsilon_server"] == pytest.approx(_analytic_gaussian_epsilon(z, delta), 1e-6)
+    verifier = Verifier(bundle)
+    exact = []
+    for device in devices:
+        units = [
+            verifier.embed(p).astype(np.float64) for p in sorted((device / "samples").iterdir())
+        ]
+        exact.append(np.mean([u / np.linalg.norm(u) for u in units], axis=0))
+    written = Bundle(out / "model.uvb")
+    assert written.manifest.score_norm.centre.people == 4
+    noise = written.centre.mean - np.mean(exact, axis=0)
+    expected = z * np.sqrt(4 / 3) / 4
+    assert 0.5 * expected < float(noise.std()) < 1.6 * expected, (float(noise.std()), expected)
+    for device in devices:
+        assert (device / "store" / "model.uvb").read_bytes() == (out / "model.uvb").read_bytes()
+        enrolled = Verifier(
+            device / "store" / "model.uvb", store=device / "store", passphrase=PASSPHRASE
+        )
+        assert enrolled.store.load("default").is_enrolled
+        assert np.isfinite(enrolled.score(device / "test" / "clip6.wav"))
+
+
 FAKE_FLWR = """#!/bin/sh
 # a stand-in for `flwr`: run 1 starts a child and then prints nothing; later runs finish;
 # `flwr ls` lists run 41 as running the first time, every run as finished after that
