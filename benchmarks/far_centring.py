@@ -23,7 +23,14 @@ rules ``global`` and ``chain``, and the ``oracle`` bound), in three arms on the 
   name. This is a deployment whose mean ``uvexport centre`` took from its own people. A real
   deployment's mean would come from many more people than a source holds here (4-23):
   ``--centre-people N`` takes the held-out side's mean from at most N of the other people (a
-  draw seeded by ``--draw-seed``), to see how the figures move with the people behind the mean;
+  draw seeded by ``--draw-seed``), to see how the figures move with the people behind the mean.
+  ``--centre-devices N`` scores instead with the mean a federation of N devices would release
+  (``uvtrain deploy local --centre-bundle``, :mod:`uvdeploy.centre`): each person weighs the
+  same (one device each), plus one draw (seeded by ``--draw-seed``) per fold and condition of
+  the noise its DP adds at ``--centre-epsilon`` (the run's own plan: one release, every device
+  once, C = 1; shares calibrated to SecAgg+'s default m_min = max(N/2, 3), so with every device
+  summed the noise is z·√(N/m_min)/N per entry). The other people of the held-out source stand
+  for the devices' exact mean; only the noise is the N devices';
 - ``calibration's mean``: the same calibration, the held-out source centred by the mean the
   calibrated bundle ships (every calibration vector's): the bundle before ``uvexport centre``.
 
@@ -37,7 +44,8 @@ worst ratio, per arm and rule) under ``--out``.
 
     python benchmarks/far_centring.py --speakers real-speech/speakers --out eval-centring/ \\
         [--bundle BUNDLE.uvb] [--cache emb.npz] [--conditions clean,telephone-gsm] \\
-        [--score-norm as-norm|s-norm|none] [--centre-people N] [--detail]
+        [--score-norm as-norm|s-norm|none] [--centre-people N | --centre-devices N \\
+        [--centre-epsilon E]] [--draw-seed S] [--detail]
 """
 
 from __future__ import annotations
@@ -125,6 +133,27 @@ def centred(vectors: np.ndarray, mean: np.ndarray) -> np.ndarray:
 def mean_of(by_person: Vectors, names: list[str]) -> np.ndarray:
     """The mean of the unit vectors of ``names`` (each clip weighs the same)."""
     return np.concatenate([unit(by_person[name]) for name in names if len(by_person[name])]).mean(0)
+
+
+def person_mean(by_person: Vectors, names: list[str]) -> np.ndarray:
+    """The mean over ``names`` of each person's mean unit vector (each person weighs the same:
+    a federation's devices, :meth:`uvdeploy.device.Device.chain_vector`)."""
+    return np.mean([unit(by_person[name]).mean(0) for name in names if len(by_person[name])], 0)
+
+
+def release_noise_std(devices: int, epsilon: float) -> float:
+    """The std of each entry of the noise on the mean ``devices`` devices release at
+    ``epsilon`` (:mod:`uvdeploy.centre`): its plan's ``z`` (one release, every device once,
+    ``C`` = 1, ``δ = min(N^-1.1, 10^-6)``), shares calibrated to SecAgg+'s default
+    ``m_min = max(round(N/2), 3)``, all ``N`` summed, divided by ``N``."""
+    from uvtrain.config import RunConfig
+    from uvtrain.privacy import plan_privacy
+
+    run = RunConfig.from_flat({"method": "fedhide", "dataset": "flower", "device": "cpu"})
+    privacy = dataclasses.replace(run.privacy, dp="distributed", dp_epsilon=epsilon, dp_period=1)
+    plan = plan_privacy(privacy, rounds=1, cohort=devices, users=devices)
+    survivors = max(round(devices / 2), 3)
+    return plan.noise_multiplier * math.sqrt(devices / survivors) / devices
 
 
 def others_mean(by_person: Vectors, pool: Vectors | None = None) -> Centre:
@@ -297,7 +326,16 @@ def centred_fold(
     for condition, by_person in split(vectors, held_out).items():
         everyone = others_mean(by_person)
 
-        def own(pair: tuple[str, str], everyone: Centre = everyone, by=by_person) -> np.ndarray:
+        noise = 0.0
+        if args.centre_devices:
+            std = release_noise_std(args.centre_devices, args.centre_epsilon)
+            noise = rng.normal(0.0, std, size=next(iter(by_person.values())).shape[-1])
+
+        def own(
+            pair: tuple[str, str], everyone: Centre = everyone, by=by_person, noise=noise
+        ) -> np.ndarray:
+            if args.centre_devices:
+                return person_mean(by, [name for name in by if name not in pair]) + noise
             if not args.centre_people:
                 return everyone(pair)
             others = sorted(name for name in by if name not in pair and len(by[name]))
@@ -368,6 +406,16 @@ def main() -> int:
         "--draw-seed", type=int, default=0, help="the seed of --centre-people's draws"
     )
     parser.add_argument(
+        "--centre-devices",
+        type=int,
+        default=0,
+        help="the held-out side's mean as a federation of this many devices releases it "
+        "(each person weighing the same, with its DP noise at --centre-epsilon)",
+    )
+    parser.add_argument(
+        "--centre-epsilon", type=float, default=8.0, help="the DP ε of --centre-devices"
+    )
+    parser.add_argument(
         "--score-norm",
         choices=SCORE_NORM_CHOICES,
         default=DEFAULT_SCORE_NORM,
@@ -377,6 +425,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.centre_people < 0:
         parser.error(f"--centre-people must be 0 or more, not {args.centre_people}")
+    if args.centre_devices and (args.centre_people or args.centre_devices < 3):
+        parser.error("--centre-devices takes 3 or more, without --centre-people")
+    if not args.centre_epsilon > 0:
+        parser.error(f"--centre-epsilon must be positive, not {args.centre_epsilon}")
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     vectors, seconds = embed(args, Bundle(args.bundle or default_bundle_path()))
@@ -384,6 +436,10 @@ def main() -> int:
     report: dict = {"far": args.far, "enroll": args.enroll, "folds": []}
     report["centre_people"] = args.centre_people or "all"
     report["draw_seed"] = args.draw_seed
+    if args.centre_devices:
+        report["centre_devices"] = args.centre_devices
+        report["centre_epsilon"] = args.centre_epsilon
+        report["centre_noise_std"] = release_noise_std(args.centre_devices, args.centre_epsilon)
     report["score_norm"] = args.score_norm
     rng = np.random.default_rng(args.draw_seed)
     for number, fold in enumerate(folds, 1):
