@@ -478,6 +478,23 @@ def test_centring_never_scores_a_pair_with_a_mean_that_holds_either_of_them() ->
     assert sum(t.genuine.size for t, _ in parts) == 4 * 2
 
 
+def test_a_federations_mean_weighs_each_person_once_and_carries_its_runs_noise() -> None:
+    """``--centre-devices``: each person's mean unit vector weighs the same (a device each), and
+    the noise is the federation's: z from the run's own plan (one Gaussian release at ε, by hand
+    here with Balle and Wang's closed form), shares for m_min = N/2 summed over all N, over N."""
+    from tests.trainer.test_privacy import _analytic_gaussian_epsilon
+
+    centring = _module("far_centring")
+    rng = np.random.default_rng(2)
+    by_person = {"p": rng.normal(size=(1, 8)), "q": rng.normal(size=(9, 8))}
+    expected = (centring.unit(by_person["p"])[0] + centring.unit(by_person["q"]).mean(0)) / 2
+    np.testing.assert_allclose(centring.person_mean(by_person, ["p", "q"]), expected)
+    for devices, epsilon in ((100, 8.0), (1000, 1.0)):
+        std = centring.release_noise_std(devices, epsilon)
+        z = std * devices / np.sqrt(2)  # m_min = N/2 of N
+        assert _analytic_gaussian_epsilon(z, 1e-6) == pytest.approx(epsilon, rel=2e-3)
+
+
 @pytest.mark.parametrize("score_norm", ["as-norm", "none"])
 def test_taking_a_chains_mean_out_makes_its_stated_far_hold_where_it_did_not(
     score_norm: str,
