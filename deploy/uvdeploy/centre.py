@@ -65,6 +65,18 @@ def single_release(settings: DeploySettings) -> DeploySettings:
     return dataclasses.replace(settings, run=dataclasses.replace(settings.run, schedule=schedule))
 
 
+def input_keys(bundle: Any) -> dict[str, Any]:
+    """The run-config input keys (:class:`~uvdeploy.inputs.InputSettings`) of ``bundle``'s
+    input, so that a device registers its files as the bundle decodes them."""
+    from uvsdk.inputs import AudioInput
+
+    spec = bundle.manifest.input
+    if isinstance(spec, AudioInput):
+        keys = ("sample_rate", "window_seconds", "hop_seconds", "min_seconds")
+        return {"modality": "audio", **{key: getattr(spec, key) for key in keys}}
+    return {"modality": "image", "image_size": f"{spec.height}x{spec.width}x{spec.channels}"}
+
+
 def noise_norm(std: float, devices: int, survivors: int, dim: int) -> float:
     """The expected norm of the noise on a mean of ``dim`` entries that ``devices`` devices
     release when all of them are summed: their shares, each calibrated to ``survivors``
@@ -109,6 +121,11 @@ class CentreServer(FederatedServer):
             centred_spec(bundle, path.name)
         except (UvsdkError, ExportError) as error:
             raise ConfigError(f"centre_bundle: {error}") from None
+        wanted = input_keys(bundle)
+        given = {key: getattr(self.settings, key) for key in wanted}
+        if given != wanted:
+            shown = " ".join(f"{key}={value}" for key, value in wanted.items())
+            raise ConfigError(f"centre_bundle: the run's input keys are not its bundle's ({shown})")
         return bundle, path.read_bytes()
 
     def _plan(self, devices: int, dim: int) -> FlowerPrivacy | None:

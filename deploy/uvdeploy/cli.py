@@ -135,7 +135,16 @@ def deploy_local(
     if centre_bundle is not None:
         if not centre_bundle.is_file():
             raise ConfigError(f"--centre-bundle {centre_bundle}: no such file")
-        values.update(method="fedhide", centre_bundle=str(centre_bundle.resolve()))
+        from uvsdk.bundle import Bundle
+        from uvsdk.errors import UvsdkError
+
+        from .centre import input_keys
+
+        try:  # the devices decode their files as the bundle does
+            keys = input_keys(Bundle(centre_bundle))
+        except UvsdkError as error:
+            raise ConfigError(f"--centre-bundle: {error}") from None
+        values.update(method="fedhide", centre_bundle=str(centre_bundle.resolve()), **keys)
     else:
         values.update(method=method, rounds=rounds, fraction=fraction)
     optional = {

@@ -225,12 +225,17 @@ def test_a_bundle_whose_scores_are_not_centred_is_refused_before_any_device_is_a
 ) -> None:
     from uvdeploy.centre import CentreServer
 
-    settings = _settings(centre_bundle=str(UNCENTRED), out=str(tmp_path / "run"))
-    server = CentreServer(settings, grid=None, context=None, echo=lambda line: None)
-    server.wait_for_devices = lambda: pytest.fail("a device was asked")
-    with pytest.raises(ConfigError, match="takes no recording chain's mean out") as caught:
-        server.run()
-    assert len(str(caught.value).splitlines()) == 1
+    for bundle, values, message in (
+        (UNCENTRED, {}, "takes no recording chain's mean out"),
+        (CENTRED, {"sample_rate": 8000}, "the run's input keys are not its bundle's"),
+        (CENTRED.with_name("image-embedding.uvb"), {}, "takes no recording chain's mean out"),
+    ):
+        settings = _settings(centre_bundle=str(bundle), out=str(tmp_path / "run"), **values)
+        server = CentreServer(settings, grid=None, context=None, echo=lambda line: None)
+        server.wait_for_devices = lambda: pytest.fail("a device was asked")
+        with pytest.raises(ConfigError, match=message) as caught:
+            server.run()
+        assert len(str(caught.value).splitlines()) == 1
 
 
 def test_the_command_takes_a_method_or_a_centre_bundle(tmp_path: Path, monkeypatch) -> None:
@@ -247,6 +252,8 @@ def test_the_command_takes_a_method_or_a_centre_bundle(tmp_path: Path, monkeypat
         ([], "give --method (a training run) or --centre-bundle"),
         (["--method", "fedhide", "--centre-bundle", str(CENTRED)], "give --method"),
         (["--centre-bundle", str(tmp_path / "none.uvb")], "no such file"),
+        (["--centre-bundle", str(tmp_path / "devices" / "a")], "no such file"),
+        (["--centre-bundle", __file__], "--centre-bundle: "),  # not a bundle
         (["--centre-bundle", str(CENTRED), "--secagg", "off"], "only inside SecAgg+"),
         (["--centre-bundle", str(CENTRED), "--adaptive-clipping"], "need rounds"),
     ):
@@ -254,3 +261,21 @@ def test_the_command_takes_a_method_or_a_centre_bundle(tmp_path: Path, monkeypat
         assert result.exit_code == 2 and message in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "federation").exists()
+    # what the command hands the federation: the bundle's own input keys, so that the devices
+    # register their files as it decodes them; and its last line
+    import uvdeploy.local
+
+    handed = []
+    report = {"task": "centre", "devices": 4, "bundle": "model.uvb", "privacy": None}
+    monkeypatch.setattr(
+        uvdeploy.local, "run_local", lambda d, o, values, **k: handed.append(values) or report
+    )
+    result = runner.invoke(app, [*common, "--centre-bundle", str(CENTRED), "--dp", "off"])
+    assert result.exit_code == 0, result.output
+    assert handed[0]["centre_bundle"] == str(CENTRED.resolve()) and handed[0]["dp"] == "off"
+    assert {k: handed[0][k] for k in ("modality", "sample_rate", "window_seconds")} == {
+        "modality": "audio",
+        "sample_rate": 16000,
+        "window_seconds": 2.0,
+    }
+    assert "mean voice of 4 devices (no DP)" in result.output
