@@ -42,8 +42,8 @@ from uvtrain.rounds import ClientUpdates, RoundPlan
 from .dp import LEDGER, FlowerPrivacy, min_survivors, released
 from .dp import plan as plan_privacy
 from .errors import DeploymentError
+from .registry import DeviceRoster
 from .rounds import FlowerSecAggPlus
-from .server import FederatedServer
 from .settings import DeploySettings
 
 #: The run-config ``task`` value of a centre round's instructions (the device's train handler).
@@ -86,9 +86,9 @@ def noise_norm(std: float, devices: int, survivors: int, dim: int) -> float:
     return std * (devices / survivors) ** 0.5 / devices * dim**0.5
 
 
-class CentreServer(FederatedServer):
+class CentreServer(DeviceRoster):
     """The server of a centre run (see the module's docstring): registration as a training
-    run's (:meth:`FederatedServer.register`, no code), one secure round, no training."""
+    run's (:meth:`DeviceRoster.register`, no code), one secure round, no training."""
 
     def __init__(self, settings: DeploySettings, grid: Any, context: Any, echo: Any = print):
         if not settings.centre_bundle:

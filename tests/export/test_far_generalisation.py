@@ -518,7 +518,12 @@ def test_taking_a_chains_mean_out_makes_its_stated_far_hold_where_it_did_not(
             vectors["clean"][name] = (voice + channel + noise).astype(np.float32)
             seconds["clean"][name] = np.full(clips, 3.0)
     args = argparse.Namespace(
-        far=0.05, enroll=5, impostors="chain", centre_people=0, score_norm=score_norm
+        far=0.05,
+        enroll=5,
+        impostors="chain",
+        centre_people=0,
+        centre_devices=0,
+        score_norm=score_norm,
     )
     held_out = {name for name in vectors["clean"] if name.startswith("c-")}
     rest = set(vectors["clean"]) - held_out
