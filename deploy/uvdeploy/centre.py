@@ -225,8 +225,25 @@ class CentreServer(DeviceRoster):
             from uvexport.bundle import load_signing_key
 
             sign_key = load_signing_key(self.settings.sign_key)
+        stated = None
+        if self.dp is not None:
+            plan = self.dp.plan
+            stated = {
+                "mechanism": plan.mechanism,
+                "epsilon": plan.epsilon_server,
+                "delta": plan.delta,
+                "noise_multiplier": plan.noise_multiplier,
+                "clip_norm": plan.clip_norm,
+                "min_survivors": self.dp.survivors,
+            }
+        release = {"source": "federation", "devices": devices, "summed": survivors}
         path = write_centred(
-            bundle, centre.astype("<f4").tobytes(), devices, self.folder / BUNDLE, sign_key=sign_key
+            bundle,
+            centre.astype("<f4").tobytes(),
+            devices,
+            self.folder / BUNDLE,
+            sign_key=sign_key,
+            release={**release, "privacy": stated},
         )
         self.echo(f"wrote {path.name}: the mean voice of {survivors} of {devices} devices")
         enrolled: dict[str, Any] = {}

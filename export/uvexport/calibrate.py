@@ -704,6 +704,7 @@ def calibrate_bundle(
         each_chain=each_chain,
     )
     manifest = calibrated.manifest(bundle.manifest)
+    manifest.extra.pop(CENTRE_RELEASE, None)  # how an earlier mean was measured goes with it
     mean = None
     if deployment is not None:
         assert centre is not None
@@ -722,6 +723,10 @@ def calibrate_bundle(
     )
     return written, calibrated.calibration
 
+
+#: The manifest key that says how a federation measured a bundle's chain mean
+#: (:func:`uvexport.centre.write_centred`, docs/formats.md): it goes wherever the mean does.
+CENTRE_RELEASE = "centre_release"
 
 MIN_DEPLOYMENT_PEOPLE = 5
 """The fewest people a deployment's mean is taken from: from 5 of a held-out chain's people the

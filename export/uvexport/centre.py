@@ -15,6 +15,7 @@ from uvsdk.errors import UvsdkError
 
 from .bundle import write_bundle
 from .calibrate import (
+    CENTRE_RELEASE,
     MAX_SAMPLES_PER_PERSON,
     deployment_mean,
     deployment_people,
@@ -59,12 +60,23 @@ def centred_spec(bundle: Bundle, name: str) -> None:
 
 
 def write_centred(
-    bundle: Bundle, mean: bytes, people: int, out: str | Path, *, sign_key: Any | None = None
+    bundle: Bundle,
+    mean: bytes,
+    people: int,
+    out: str | Path,
+    *,
+    sign_key: Any | None = None,
+    release: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``out``: ``bundle`` (its score rule centred, :func:`centred_spec`) with ``mean``
     (``centre.f32``) of ``people`` as its recording chain's mean; everything else kept
-    (calibration, cohort, ``model.ort``); re-signed with ``sign_key``."""
+    (calibration, cohort, ``model.ort``); re-signed with ``sign_key``. ``release``: how a
+    federation measured it (the manifest's ``centre_release``, docs/formats.md); a bundle's
+    earlier one is dropped with its mean."""
     manifest = with_centre(bundle.manifest, mean, people)
+    manifest.extra.pop(CENTRE_RELEASE, None)
+    if release is not None:
+        manifest.extra[CENTRE_RELEASE] = release
     if bundle.ort_bytes is None:
         manifest.extra.pop("ort", None)
     return write_bundle(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -391,6 +392,9 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
                 f"  recording chain: its mean voice, from {centre.people:,} people, taken out of "
                 "every vector before scoring (a population average, no one's voice)"
             )
+            release = _centre_release(manifest.extra.get("centre_release"))
+            if release:
+                typer.echo(f"    {release}")
         if loaded.signed_by:
             typer.echo(f"  signature: verified (key {loaded.signed_by})")
         elif loaded.signature is not None:
@@ -415,6 +419,28 @@ def info(bundle: BundlePath = None, store: StoreDir = None) -> None:
         typer.echo(f"  {name}  (updated {when})")
     for entry, why in verifier.store.ignored():
         typer.echo(f"  ignored: {printable(entry)} ({why})")
+
+
+def _centre_release(release: object) -> str | None:
+    """The line ``info`` prints for a federation's chain mean (the manifest's
+    ``centre_release``, docs/formats.md), or ``None`` for anything not of that form."""
+    if not isinstance(release, dict) or release.get("source") != "federation":
+        return None
+    devices, privacy = release.get("devices"), release.get("privacy")
+    if type(devices) is not int or devices < 1:
+        return None
+    if privacy is None:
+        return f"measured on {devices:,} devices under SecAgg+, without DP (their exact mean)"
+    if not isinstance(privacy, dict):
+        return None
+    epsilon, delta = privacy.get("epsilon"), privacy.get("delta")
+    if not all(type(x) in (int, float) and 0 <= x < math.inf for x in (epsilon, delta)):
+        return None
+    return (
+        f"measured on {devices:,} devices under SecAgg+ with DP: ε = {epsilon:.3g}, "
+        f"δ = {delta:.2g} (add-or-remove-one device) against the server and anyone holding "
+        "this bundle"
+    )
 
 
 def _show_training(manifest: Any) -> None:

@@ -171,6 +171,18 @@ def test_the_server_releases_the_devices_sum_over_the_roster_through_the_one_mec
     assert manifest.score_norm is not None and manifest.score_norm.centre is not None
     assert manifest.score_norm.centre.people == 4
     assert federation.enrolled == [bundle.read_bytes()] * 4
+    release = manifest.extra["centre_release"]
+    assert release["source"] == "federation" and (release["devices"], release["summed"]) == (4, 3)
+    assert release["privacy"]["epsilon"] == privacy["epsilon_server"]
+    assert release["privacy"]["delta"] == delta and release["privacy"]["min_survivors"] == 3
+    from typer.testing import CliRunner
+
+    from uvsdk.cli import app as sdk
+
+    shown = CliRunner().invoke(sdk, ["info", "--bundle", str(bundle)])
+    line = f"measured on 4 devices under SecAgg+ with DP: ε = {privacy['epsilon_server']:.3g}"
+    assert shown.exit_code == 0 and line in shown.output, shown.output
+    assert "against the server and anyone holding this bundle" in shown.output
     assert report["survivors"] == 3 and report["enrolled"] == {"devices_enrolled": 4}
     assert released(tmp_path / "run") == 1
     # the ledger counts the release: the same folder never releases a second mean
@@ -208,6 +220,17 @@ def test_without_dp_the_mean_is_exact_and_a_swamped_mean_is_refused(tmp_path: Pa
     federation.install(server)
     report = server.run()
     assert report["privacy"] is None and federation.enrolled == []
+    from uvsdk.bundle import Bundle
+
+    written = Bundle(tmp_path / "run" / "model.uvb").manifest.extra["centre_release"]
+    assert written == {"source": "federation", "devices": 4, "summed": 4, "privacy": None}
+    # a new mean (uvexport centre, uvexport calibrate) drops how the old one was measured
+    from uvexport.centre import write_centred
+
+    again = Bundle(tmp_path / "run" / "model.uvb")
+    mean = np.zeros(40, "<f4").tobytes()
+    write_centred(again, mean, 5, tmp_path / "new.uvb")
+    assert "centre_release" not in Bundle(tmp_path / "new.uvb").manifest.extra
     np.testing.assert_allclose(
         _centre(tmp_path / "run" / "model.uvb"), np.mean(vectors, axis=0), atol=1e-6
     )
