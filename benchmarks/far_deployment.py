@@ -19,7 +19,7 @@ FRR on clips of at least 2 s, over all their files and by the file's place after
 
     python benchmarks/far_deployment.py --speakers real-speech/speakers --source fotaq \\
         --out eval-deployment/ [--bundle MODEL.uvb] [--conditions clean,telephone-gsm] \\
-        [--score-norm none] [--each-chain] [--cache emb.npz] [--far 0.01]
+        [--score-norm none] [--each-chain] [--cache emb.npz] [--far 0.01] [--also B.uvb]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from uvexport.calibrate import SCORE_NORM_CHOICES, calibrate_bundle, print_progress
-from uvsdk import Verifier
+from uvsdk import Bundle, Verifier
 from uvsdk.errors import MediaError
 from uvsdk.measurement import HELD_OUT_MIN_SECONDS
 from uvsdk.verifier import default_bundle_path
@@ -204,6 +204,14 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=None, help="uvexport calibrate --cache")
     parser.add_argument("--far", type=float, default=0.01)
     parser.add_argument("--enroll", type=int, default=5)
+    parser.add_argument(
+        "--also",
+        type=Path,
+        action="append",
+        default=[],
+        help="another bundle of the same model to measure beside the two (e.g. one whose chain "
+        "mean a federation of the source's devices measured: uvtrain deploy --centre-bundle)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -223,6 +231,10 @@ def main() -> int:
             )  # fmt: skip
             print(file=sys.stderr)
             bundles.append(path)
+        for extra in args.also:  # the vectors are embedded once, by the first bundle's model
+            if Bundle(extra).manifest.model_sha256 != Bundle(bundles[0]).manifest.model_sha256:
+                parser.error(f"--also {extra}: not the model of {model}")
+            bundles.append(extra)
         clips = embedded(Verifier(bundles[0], store=Path(scratch) / "embed"), deployment)
         for path in bundles:
             row = measure(path, deployment, clips, args)

@@ -86,6 +86,23 @@ def noise_norm(std: float, devices: int, survivors: int, dim: int) -> float:
     return std * (devices / survivors) ** 0.5 / devices * dim**0.5
 
 
+def devices_needed(settings: DeploySettings, std: float, dim: int, devices: int) -> int:
+    """The fewest devices (more than ``devices``) whose release with noise ``std`` on the sum
+    (this plan's ``z·C``; a larger population's default δ would ask a little more) has a noise
+    norm within :data:`MAX_NOISE_NORM`; the norm falls as the devices grow."""
+
+    def noise(count: int) -> float:
+        return noise_norm(std, count, min_survivors(settings, count), dim)
+
+    low, high = devices, max(2 * devices, 4)
+    while noise(high) > MAX_NOISE_NORM:
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if noise(middle) > MAX_NOISE_NORM else (low, middle)
+    return high
+
+
 class CentreServer(DeviceRoster):
     """The server of a centre run (see the module's docstring): registration as a training
     run's (:meth:`DeviceRoster.register`, no code), one secure round, no training."""
@@ -138,13 +155,15 @@ class CentreServer(DeviceRoster):
         if plan is None:
             return None
         survivors = min_survivors(self.settings, devices)
-        noise = noise_norm(plan.noise_multiplier * plan.clip_norm, devices, survivors, dim)
+        std = plan.noise_multiplier * plan.clip_norm
+        noise = noise_norm(std, devices, survivors, dim)
         if noise > MAX_NOISE_NORM:
+            needed = devices_needed(self.settings, std, dim, devices)
             raise ConfigError(
                 f"at ε = {plan.epsilon_server:.3g} the noise on the mean of {devices} devices "
                 f"would have a norm of about {noise:.2f}, more than the {MAX_NOISE_NORM} under "
-                "which the stated FAR was measured to hold (docs/deploy.md): more devices, or "
-                "a larger dp_epsilon"
+                "which the stated FAR was measured to hold (docs/deploy.md): it takes about "
+                f"{needed} devices, or a larger dp_epsilon"
             )
         mechanism = mechanism_from_plan(plan, secret_noise, survivors)
         self.secagg.reconstruction_threshold = float(survivors)
