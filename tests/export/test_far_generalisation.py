@@ -495,6 +495,32 @@ def test_a_federations_mean_weighs_each_person_once_and_carries_its_runs_noise()
         assert _analytic_gaussian_epsilon(z, 1e-6) == pytest.approx(epsilon, rel=2e-3)
 
 
+def test_the_devices_summary_reads_the_federation_runs_back(tmp_path, capsys, monkeypatch) -> None:
+    """far_centring_devices.py: one line per (ε, N) with every draw, the plot written; a folder
+    without a report is refused in one line."""
+    summary = _module("far_centring_devices")
+    folders = []
+    for seed, worst in enumerate((1.3, 1.5)):
+        folder = tmp_path / f"run{seed}"
+        folder.mkdir()
+        row = {"within_2x": 10, "worst_ratio": worst, "frr_long": 0.3 + seed / 100}
+        report = {"centre_devices": 100, "centre_epsilon": 8.0, "centre_noise_std": 0.009,
+                  "draw_seed": seed, "summary": {"centred": {"each chain": row}}}  # fmt: skip
+        (folder / "report.json").write_text(json.dumps(report))
+        folders.append(str(folder))
+    monkeypatch.setattr(sys, "argv", ["x", *folders, "--out", str(tmp_path / "out")])
+    assert summary.main() == 0
+    out = capsys.readouterr().out
+    assert (
+        "8          100       0.125  10/10         1.30/1.50            0.305 (0.300-0.310)" in out
+    )
+    assert (tmp_path / "out" / "devices.png").stat().st_size > 10_000
+    monkeypatch.setattr(sys, "argv", ["x", str(tmp_path), "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as caught:
+        summary.main()
+    assert caught.value.code == 2 and "no report.json" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("score_norm", ["as-norm", "none"])
 def test_taking_a_chains_mean_out_makes_its_stated_far_hold_where_it_did_not(
     score_norm: str,
