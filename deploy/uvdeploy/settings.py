@@ -107,6 +107,11 @@ class DeploySettings(InputSettings):
                 "centre_bundle: a device's mean voice leaves it only inside SecAgg+ (secagg "
                 "auto or on)"
             )
+        if self.dp == "central":
+            raise ConfigError(
+                "centre_bundle: dp central would show the server the devices' exact sum; dp "
+                "distributed (the default) or off"
+            )
         if privacy.adaptive_clipping or privacy.dp_noise == "tree":
             raise ConfigError(
                 "centre_bundle: one release of the devices' mean; adaptive clipping and tree "
