@@ -303,3 +303,38 @@ def test_info_names_the_people_behind_the_centre_and_none_of_its_values(
     mean = np.frombuffer(Bundle(chain_bundle).centre_bytes, "<f4")
     for value in mean[:5]:
         assert f"{value:.4f}" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "release",
+    [
+        None,
+        "federation",
+        {"source": "people", "devices": 4, "privacy": None},
+        {"source": "federation", "devices": True, "privacy": None},
+        {"source": "federation", "devices": 0, "privacy": None},
+        {"source": "federation", "devices": 4, "privacy": "dp"},
+        {"source": "federation", "devices": 4, "privacy": {"epsilon": float("nan"), "delta": 0}},
+        {"source": "federation", "devices": 4, "privacy": {"epsilon": "8", "delta": 1e-6}},
+    ],
+)
+def test_info_says_nothing_of_a_centre_release_it_cannot_read(release) -> None:
+    """``centre_release`` (docs/formats.md) is printed only when it has the federation's form;
+    anything else in a (signed) manifest is passed over, never a crash or a made-up line."""
+    from uvsdk.cli import _centre_release
+
+    assert _centre_release(release) is None
+
+
+def test_info_states_a_federations_release() -> None:
+    from uvsdk.cli import _centre_release
+
+    plain = {"source": "federation", "devices": 1200, "summed": 1190, "privacy": None}
+    assert _centre_release(plain) == (
+        "measured on 1,200 devices under SecAgg+, without DP (their exact mean)"
+    )
+    private = {**plain, "privacy": {"epsilon": 8.0, "delta": 1e-6}}
+    assert _centre_release(private) == (
+        "measured on 1,200 devices under SecAgg+ with DP: ε = 8, δ = 1e-06 (add-or-remove-one "
+        "device) against the server and anyone holding this bundle"
+    )
