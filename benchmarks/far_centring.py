@@ -143,17 +143,19 @@ def person_mean(by_person: Vectors, names: list[str]) -> np.ndarray:
 
 def release_noise_std(devices: int, epsilon: float) -> float:
     """The std of each entry of the noise on the mean ``devices`` devices release at
-    ``epsilon`` (:mod:`uvdeploy.centre`): its plan's ``z`` (one release, every device once,
-    ``C`` = 1, ``δ = min(N^-1.1, 10^-6)``), shares calibrated to SecAgg+'s default
-    ``m_min = max(round(N/2), 3)``, all ``N`` summed, divided by ``N``."""
-    from uvtrain.config import RunConfig
-    from uvtrain.privacy import plan_privacy
+    ``epsilon``: the federation's own plan and noise (:mod:`uvdeploy.centre`: one release, every
+    device once, ``C`` = 1, the default ``δ`` and SecAgg+'s default ``m_min``), all ``N`` summed,
+    divided by ``N``."""
+    from uvdeploy.centre import noise_norm, single_release
+    from uvdeploy.dp import min_survivors, plan
+    from uvdeploy.settings import DeploySettings
 
-    run = RunConfig.from_flat({"method": "fedhide", "dataset": "flower", "device": "cpu"})
-    privacy = dataclasses.replace(run.privacy, dp="distributed", dp_epsilon=epsilon, dp_period=1)
-    plan = plan_privacy(privacy, rounds=1, cohort=devices, users=devices)
-    survivors = max(round(devices / 2), 3)
-    return plan.noise_multiplier * math.sqrt(devices / survivors) / devices
+    values = {"method": "fedhide", "centre_bundle": "-", "dp_epsilon": epsilon}
+    settings = single_release(DeploySettings.from_run_config(values))
+    planned = plan(settings, devices)
+    assert planned is not None
+    std = planned.noise_multiplier * planned.clip_norm
+    return noise_norm(std, devices, min_survivors(settings, devices), 1)
 
 
 def others_mean(by_person: Vectors, pool: Vectors | None = None) -> Centre:

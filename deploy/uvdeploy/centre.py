@@ -9,7 +9,7 @@ the mean of its clips' unit vectors, so its norm is at most 1) and sends it insi
 the one DP mechanism's user half (:func:`uvdeploy.dp.private_update`: clipped to ``C`` = 1 and,
 distributed, with its share of the noise); the server unmasks only the sum, releases
 ``(Σ_k u_k + N(0, z²C²)) / N`` through the mechanism's server half
-(:class:`~uvtrain.privacy.PrivateSum`, the expected cohort ``N``: every device once), writes it
+(:meth:`~uvtrain.privacy.Mechanism.server_half`, the expected cohort ``N``: every device once), writes it
 as ``centre.f32`` into ``OUT/model.uvb`` (:func:`uvexport.centre.write_centred`, re-signed) and
 sends that bundle to every device, which enrolls with it.
 
@@ -36,8 +36,7 @@ from flwr.common import FitIns, ndarrays_to_parameters
 
 from uvtrain.errors import ConfigError
 from uvtrain.io import BUNDLE, REPORT, STATUS, write_json
-from uvtrain.privacy import PrivateSum, mechanism_from_plan, secret_noise
-from uvtrain.rounds import ClientUpdates, RoundPlan
+from uvtrain.privacy import mechanism_from_plan, secret_noise
 
 from .dp import LEDGER, FlowerPrivacy, min_survivors, released
 from .dp import plan as plan_privacy
@@ -115,7 +114,6 @@ class CentreServer(DeviceRoster):
         self.config = self.settings.run
         self.folder = Path(self.settings.out).expanduser()
         self.code = None
-        self.secure = True
         self.secagg = FlowerSecAggPlus(
             grid,
             context,
@@ -222,12 +220,7 @@ class CentreServer(DeviceRoster):
         if self.dp is not None:
             self.dp.record(survivors, 1)
             base = {CENTRE: torch.zeros(dim, dtype=torch.float64)}
-            updates = ClientUpdates(
-                torch.arange(survivors), torch.ones(survivors), torch.zeros(survivors, 1)
-            )
-            updates.total = total
-            plan = RoundPlan(1, np.arange(survivors), 0.0)
-            released_, _ = PrivateSum(self.dp.mechanism)(updates, base, plan)
+            released_, _ = self.dp.mechanism.server_half(base, total, None, survivors, 1)
             centre = released_[CENTRE].numpy()
         else:
             centre = total[CENTRE].numpy() / survivors
