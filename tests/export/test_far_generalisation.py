@@ -614,3 +614,75 @@ def test_the_deployment_benchmark_scores_as_verify_decides(
     assert sum(o["false_accepts"] + o["false_rejects"] for o in decided)  # both outcomes seen
     assert sum(o["impostor_trials"] - o["false_accepts"] for o in decided)
     assert (out / "deployment.png").stat().st_size > 0
+
+
+def _nuisance_people(rng: np.random.Generator, source: str, count: int) -> dict[str, np.ndarray]:
+    """``count`` people of one source, 12 clips each: a voice in the first 8 dimensions and,
+    in every clip, a large random component along dimensions 8-11 that is not the voice."""
+    people = {}
+    for number in range(count):
+        voice = np.zeros(16)
+        voice[:8] = rng.normal(size=8)
+        nuisance = np.zeros((12, 16))
+        nuisance[:, 8:12] = rng.normal(scale=1.5, size=(12, 4))
+        people[f"{source}-{number}"] = voice + nuisance + rng.normal(scale=0.3, size=(12, 16))
+    return people
+
+
+def test_the_backends_benchmark_is_the_centred_oracle_and_sees_what_a_backend_takes_out(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """far_backends.py: with no back end and the SDK's enrollment it scores exactly the trials
+    far_centring.py's centred arm scores (its pair_trials and the SDK's enrollment, another
+    route); WCCN, fitted on the other sources only, lowers the oracle FRR where the clips vary
+    along a direction that is not the voice; the command prints the table and writes the
+    figure."""
+    backends = _module("far_backends")
+    centring = _module("far_centring")
+    rules = _module("far_rules")
+    rng = np.random.default_rng(4)
+    sources = {s: _nuisance_people(rng, s, 6) for s in "abc"}
+    held_out = sources["a"]
+    seconds = {name: np.full(12, 2.5) for name in held_out}
+    none = backends.held_out_trials(held_out, seconds, 5, lambda x: x.astype(np.float64))
+    parts = centring.pair_trials(held_out, seconds, 5, None, centring.others_mean(held_out))
+    joined = centring.joined(parts)
+    for field, mine in (("impostor", "impostor"), ("genuine", "genuine")):
+        np.testing.assert_allclose(
+            np.sort(getattr(joined, field)), np.sort(none["mean vector"][mine]), atol=1e-6
+        )
+    assert (
+        backends.oracle(none["mean vector"], 0.05)["long_false_rejects"]
+        == (rules.oracle_row(joined, 0.05)["long_false_rejects"])
+    )
+    training = [
+        v
+        for s in "bc"
+        for v in backends.chain_centred(sources[s]).values()  # the calibration sources only
+    ]
+    matrix = backends.fit_backend("wccn", training, 4, 0.01)
+    wccn = backends.held_out_trials(held_out, seconds, 5, lambda x: centring.unit(x @ matrix))
+    before = backends.oracle(none["mean vector"], 0.05)["long_false_rejects"]
+    after = backends.oracle(wccn["mean vector"], 0.05)["long_false_rejects"]
+    assert after < before, (before, after)
+    lda = backends.fit_backend("lda", training, 3, 0.1)
+    assert lda.shape == (16, 3)
+
+    vectors = {"clean": {n: v.astype(np.float32) for s in sources.values() for n, v in s.items()}}
+    lengths = {"clean": {n: np.full(12, 2.5) for n in vectors["clean"]}}
+    monkeypatch.setattr(backends, "embed", lambda args, bundle: (vectors, lengths))
+    monkeypatch.setattr(backends, "Bundle", lambda path: None)
+    out = tmp_path / "out"
+    argv = ["x", "--speakers", str(tmp_path), "--out", str(out), "--far", "0.05"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--lda-dim", "3"])
+    assert backends.main() == 0
+    printed = capsys.readouterr().out
+    assert "none      mean vector" in printed and "lda       best score" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["summary"]) == set(backends.BACKENDS)
+    assert len(report["rows"]["wccn"]["mean score"]) == 3  # three folds, one condition
+    assert (out / "backends.png").stat().st_size > 10_000
+    monkeypatch.setattr(sys, "argv", [*argv, "--lda-dim", "0"])
+    with pytest.raises(SystemExit) as caught:
+        backends.main()
+    assert caught.value.code == 2 and "--lda-dim" in capsys.readouterr().err
