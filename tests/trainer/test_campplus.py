@@ -46,14 +46,17 @@ def _speech_like(seconds: float, seed: int = 0) -> np.ndarray:
     return signal.astype(np.float32)
 
 
-def test_kaldi_fbank_matches_kaldi_native_fbank() -> None:
+@pytest.mark.parametrize("window", ["povey", "hamming"])
+def test_kaldi_fbank_matches_kaldi_native_fbank(window: str) -> None:
     """Ours (one conv1d, one matmul) against k2-fsa's C++ port of Kaldi's fbank, the options
-    torchaudio's ``kaldi.fbank`` and 3D-Speaker use (no dither, snip edges, 80 bins)."""
+    torchaudio's ``kaldi.fbank`` and 3D-Speaker use (no dither, snip edges, 80 bins), and with
+    the hamming window WeSpeaker's front end asks for (``uvexport import --fbank-window``)."""
     knf = pytest.importorskip("kaldi_native_fbank")
-    frontend = KaldiFbank(mean_normalise=False)
+    frontend = KaldiFbank(mean_normalise=False, window=window)
     for seconds, seed in ((1.0, 0), (2.37, 1)):
         x = _speech_like(seconds, seed)
         options = knf.FbankOptions()
+        options.frame_opts.window_type = window
         options.frame_opts.dither = 0.0
         options.frame_opts.snip_edges = True
         options.frame_opts.samp_freq = 16000

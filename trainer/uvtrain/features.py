@@ -148,13 +148,17 @@ KALDI_PREEMPHASIS = 0.97
 KALDI_POVEY_POWER = 0.85
 
 
-def kaldi_frame_kernels(frame_length: int, n_fft: int | None = None) -> np.ndarray:
+def kaldi_frame_kernels(
+    frame_length: int, n_fft: int | None = None, window: str = "povey"
+) -> np.ndarray:
     """Kaldi's per-frame processing and the DFT as one linear map: cosine then sine kernels.
 
     Kaldi (``feature-window.cc``, ``ProcessWindow``; ``torchaudio.compliance.kaldi._get_window``)
     takes a frame ``x`` of ``frame_length`` samples, removes its mean, pre-emphasises it
     (``y[i] = x[i] − 0.97 x[i−1]``, ``y[0] = x[0] − 0.97 x[0]``), multiplies by the povey window
-    and zero-pads it to ``n_fft`` (the next power of two) before the DFT. Each step is linear in
+    (``window="hamming"``: Kaldi's hamming, ``0.54 − 0.46 cos(2πn / (N − 1))``, as WeSpeaker's
+    front end asks) and zero-pads it to ``n_fft`` (the next power of two) before the DFT. Each
+    step is linear in
     ``x``, so the whole is one matrix: row ``k`` of the result is the real (then imaginary) part
     of DFT bin ``k`` of the processed frame, for bins ``0 … n_fft / 2``. A strided convolution
     with these kernels frames a waveform and takes Kaldi's spectrum in one operator.
@@ -171,8 +175,14 @@ def kaldi_frame_kernels(frame_length: int, n_fft: int | None = None) -> np.ndarr
     emphasis = np.eye(frame_length) - KALDI_PREEMPHASIS * np.eye(frame_length, k=-1)
     emphasis[0, 0] = 1.0 - KALDI_PREEMPHASIS
     steps = np.arange(frame_length)
-    window = (0.5 - 0.5 * np.cos(2.0 * np.pi * steps / (frame_length - 1))) ** KALDI_POVEY_POWER
-    processing = window[:, None] * (emphasis @ dc)
+    cosine = np.cos(2.0 * np.pi * steps / (frame_length - 1))
+    if window == "povey":
+        window_values = (0.5 - 0.5 * cosine) ** KALDI_POVEY_POWER
+    elif window == "hamming":
+        window_values = 0.54 - 0.46 * cosine
+    else:
+        raise ValueError(f"window must be povey or hamming, not {window!r}")
+    processing = window_values[:, None] * (emphasis @ dc)
     angle = 2.0 * np.pi * np.outer(np.arange(n_fft // 2 + 1), steps) / n_fft
     return np.concatenate([np.cos(angle), -np.sin(angle)]) @ processing
 

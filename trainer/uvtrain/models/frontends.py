@@ -182,7 +182,8 @@ class KaldiFbank(nn.Module):
     not, is heard as through a narrowband chain, so that a threshold set on one kind of channel
     holds on the other (issue 44's measurement: CAM++'s FAR at a wideband FAR-1 % threshold was
     37 % on telephone speech, 0.6 % with every clip band-limited). Bands wholly above it are the
-    log floor, so 0 after the mean normalisation.
+    log floor, so 0 after the mean normalisation. ``window="hamming"`` frames with Kaldi's hamming
+    window instead of its povey window (WeSpeaker's models; ``uvexport import``).
 
     Input ``float32 [batch, samples]`` (``samples >= min_samples``, one frame); output
     ``float32 [batch, frames, n_mels]``, ``frames = (samples − 400) // 160 + 1`` at 16 kHz.
@@ -196,6 +197,7 @@ class KaldiFbank(nn.Module):
         hop_seconds: float = 0.010,
         mean_normalise: bool = True,
         band: str = "wide",
+        window: str = "povey",
     ) -> None:
         super().__init__()
         if band not in BANDS:
@@ -206,7 +208,7 @@ class KaldiFbank(nn.Module):
         self.frame_length = int(round(frame_seconds * sample_rate))
         self.hop = int(round(hop_seconds * sample_rate))
         self.mean_normalise = bool(mean_normalise)
-        kernels = kaldi_frame_kernels(self.frame_length)
+        kernels = kaldi_frame_kernels(self.frame_length, window=window)
         n_fft = 2 * (kernels.shape[0] // 2 - 1)
         filterbank = kaldi_mel_filterbank(self.n_mels, n_fft, self.sample_rate)
         if band == "narrow":
