@@ -425,6 +425,65 @@ def fuse_command(
     )
 
 
+@app.command("import")
+def import_command(
+    model: Annotated[Path, typer.Argument(help="A speaker encoder you hold, as an ONNX file.")],
+    out: Annotated[Path, typer.Option("--out", help="The bundle to write (.uvb).")],
+    features: Annotated[
+        str,
+        typer.Option(
+            "--features",
+            help="What the model takes: kaldi-fbank (Kaldi filterbank features, [batch, frames, "
+            "bands] or [batch, bands, frames]: the front end is put in front of it) or waveform "
+            "(it has its own front end: [batch, samples]).",
+        ),
+    ],
+    sample_rate: Annotated[int, typer.Option("--sample-rate", help="Its audio rate (Hz).")] = 16000,
+    mel_bins: Annotated[int, typer.Option("--mel-bins", help="kaldi-fbank: bands.")] = 80,
+    fbank_window: Annotated[
+        str,
+        typer.Option(
+            "--fbank-window",
+            help="kaldi-fbank: povey (Kaldi's default, 3D-Speaker's models) or hamming "
+            "(WeSpeaker's).",
+        ),
+    ] = "povey",
+    window_seconds: Annotated[
+        float, typer.Option("--window-seconds", help="The SDK's window per embedding.")
+    ] = 2.0,
+    hop_seconds: Annotated[float, typer.Option("--hop-seconds", help="Between windows.")] = 1.0,
+    min_seconds: Annotated[float, typer.Option("--min-seconds", help="Shortest clip.")] = 0.5,
+    about: Annotated[
+        str | None, typer.Option("--about", help="One line on the model (kept in the manifest).")
+    ] = None,
+    licence: Annotated[
+        str | None,
+        typer.Option("--licence", help="The weights' licence, as its publisher states it."),
+    ] = None,
+    sign_key: Annotated[
+        Path | None, typer.Option("--sign-key", help="Ed25519 private key (PEM) to sign with.")
+    ] = None,
+) -> None:
+    """A speaker encoder you hold (an ONNX file) as a bundle both SDKs run: the front end put in
+    its graph, checked against the model run alone (docs/formats.md, "Importing an encoder you
+    hold").
+    Calibrate the result with uvexport calibrate."""
+    from .imported import import_model
+
+    key = _load_key(sign_key)
+    path, difference, dim = import_model(
+        model, out, features=features, sample_rate=sample_rate, mel_bins=mel_bins,
+        fbank_window=fbank_window, window_seconds=window_seconds, hop_seconds=hop_seconds,
+        min_seconds=min_seconds, about=about, licence=licence, sign_key=key,
+    )  # fmt: skip
+    size = path.stat().st_size / 1e6
+    typer.echo(
+        f"wrote {path} ({size:.2f} MB, {dim}-d embeddings){' (signed)' if key else ''}; its "
+        f"outputs match the model run alone within {difference:.1e} of the largest; not "
+        f"calibrated: run uvexport calibrate {path} PEOPLE --out CALIBRATED.uvb"
+    )
+
+
 @app.command("keygen")
 def keygen(
     out: Annotated[Path, typer.Option("--out", help="Private key file (PEM).")],
