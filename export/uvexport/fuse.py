@@ -108,13 +108,13 @@ def fuse_models(first: bytes, second: bytes, weight: float) -> bytes:
     return fused.SerializeToString()
 
 
-def _probes(bundle: Bundle) -> np.ndarray:
-    """Seeded inputs of one window: noise plus a tone, at the bundle's rate."""
-    spec = bundle.manifest.input
+def probe_windows(spec: Any, count: int = PROBES) -> np.ndarray:
+    """Seeded inputs of one window each: noise plus a tone, at the audio input ``spec``'s rate
+    (the probes a joined graph is checked on here and in :mod:`uvexport.imported`)."""
     samples = int(round(spec.window_seconds * spec.sample_rate))
     rng = np.random.default_rng(0)
     t = np.arange(samples) / spec.sample_rate
-    tones = [np.sin(2 * np.pi * f * t) for f in np.linspace(120, 900, PROBES)]
+    tones = [np.sin(2 * np.pi * f * t) for f in np.linspace(120, 900, count)]
     return np.stack([0.3 * tone + 0.05 * rng.standard_normal(samples) for tone in tones]).astype(
         np.float32
     )
@@ -189,7 +189,7 @@ def fuse(
         )
     method = _method(bundles)
     model = fuse_models(bundles[0].model_bytes, bundles[1].model_bytes, weight)
-    probes = _probes(bundles[0])
+    probes = probe_windows(bundles[0].manifest.input)
     expected = join(bundles[0].run(probes), bundles[1].run(probes), weight)
     import onnxruntime as ort
 

@@ -33,14 +33,13 @@ from uvsdk.inputs import AudioInput
 
 from .bundle import make_manifest, write_bundle
 from .errors import ExportError
+from .fuse import probe_windows
 
 FEATURES = ("kaldi-fbank", "waveform")
 FBANK_WINDOWS = ("povey", "hamming")
 #: The largest difference allowed between the joined graph and its two parts run apart, relative
 #: to the largest output (float32 arithmetic on the same operators: a few ulps of each).
 IMPORT_TOLERANCE = 1e-4
-#: Probe windows the check runs (noise plus a tone, seeded).
-PROBES = 4
 #: The front end's output, and the prefix of the imported model's names in the joined graph.
 FEATURES_NAME = "features"
 PREFIX = "encoder."
@@ -180,16 +179,6 @@ def _rename(graph: Any, old: str, new: str) -> None:
                 node.output[i] = new
 
 
-def probes(source: AudioInput) -> np.ndarray:
-    """Seeded probe windows at the bundle's rate: noise plus a tone."""
-    samples = int(round(source.window_seconds * source.sample_rate))
-    rng = np.random.default_rng(0)
-    t = np.arange(samples) / source.sample_rate
-    tones = [np.sin(2 * np.pi * f * t) for f in np.linspace(120, 900, PROBES)]
-    rows = [0.3 * tone + 0.05 * rng.standard_normal(samples) for tone in tones]
-    return np.stack(rows).astype(np.float32)
-
-
 def _run(model: bytes, feed: np.ndarray) -> np.ndarray:
     import onnxruntime as ort
 
@@ -245,7 +234,7 @@ def import_model(
     path = Path(model_path)
     encoder = _load(path)
     given, _ = _only(encoder, path.name)
-    windows = probes(source)
+    windows = probe_windows(source)
     front = layout = None
     if features == "kaldi-fbank":
         layout = _layout(_dims(given), mel_bins, path.name)
