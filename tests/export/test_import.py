@@ -3,6 +3,7 @@ SDK runs as the encoder, with the project's front end put in front of it."""
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -228,3 +229,53 @@ def test_what_cannot_be_imported_is_refused_in_one_line_and_nothing_is_written(
         assert expected in err, (expected, err)
         assert not out.exists()
     assert sorted(p.suffix for p in tmp_path.iterdir() if p.is_file()) == [".onnx"] * 5
+
+
+NODE_EMBED = """
+import { readFile } from "node:fs/promises";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+const [dist, bundlePath, clip] = process.argv.slice(1);
+const uvsdk = await import(pathToFileURL(dist + "/src/node.js").href);
+const ort = await import("onnxruntime-node");
+const bundle = await uvsdk.loadBundle(new Uint8Array(await readFile(bundlePath)), { name: "b.uvb" });
+const folder = await mkdtemp(join(tmpdir(), "uvsdk-import-"));
+const verifier = await uvsdk.Verifier.create({ ort, bundle, passphrase: "a passphrase for a test",
+  scryptLog2N: 10, store: new uvsdk.FileStore(join(folder, "t"), { stateDir: join(folder, "s") }) });
+const { samples } = await uvsdk.decodeWavFile(clip);
+console.log(JSON.stringify(Array.from(await verifier.embed(samples))));
+"""
+
+
+def test_the_typescript_sdk_embeds_an_imported_bundle_as_python_does(tmp_path) -> None:
+    """The second implementation runs the joined graph (front end, transpose, encoder) and
+    gives Python's vector (needs node and the built port: CI builds it beside pytest)."""
+    import shutil
+
+    import soundfile as sf
+
+    from tests.processes import run_until_stalled
+
+    js = Path(__file__).resolve().parents[2] / "js"
+    node = shutil.which("node")
+    if node is None or not (js / "dist" / "src" / "node.js").is_file():
+        pytest.skip("needs node and the built TypeScript port (cd js && npm run build)")
+    torch.manual_seed(3)
+    encoder = FilterbankEncoder(bands_first=True)
+    model = exported(encoder, torch.randn(2, 80, 200), tmp_path / "encoder.onnx", 2)
+    status, out = imported(tmp_path, model, "--features", "kaldi-fbank")
+    assert status == 0
+    wav = tmp_path / "clip.wav"
+    sf.write(wav, clip(2.5, 4), RATE, subtype="PCM_16")
+    result = run_until_stalled(
+        [node, "--input-type=module", "-e", NODE_EMBED, "--", str(js / "dist"), str(out), str(wav)],
+        stall_seconds=120,
+        cwd=js,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    typescript = np.array(json.loads(result.stdout.strip().splitlines()[-1]))
+    python = Verifier(Bundle(out), store=tmp_path / "store").embed(wav)
+    assert typescript.shape == python.shape == (24,)
+    np.testing.assert_allclose(typescript, python, rtol=1e-5, atol=1e-6)
