@@ -107,9 +107,7 @@ class Device:
         if not self.data.is_dir():
             raise DeviceError(f"the data folder {self.data} does not exist")
         source, pieces, skipped = self.source, [], 0
-        for path in sorted(p for p in self.data.iterdir() if p.is_file()):
-            if path.name.startswith("."):
-                continue
+        for path in self.files():
             try:
                 sample = source.load(path)
                 source.check(sample, name=path.name)
@@ -120,6 +118,11 @@ class Device:
             raise DeviceError(f"no usable samples in {self.data} ({skipped} file(s) skipped)")
         self._samples = np.concatenate(pieces)
         return self._samples
+
+    def files(self) -> list[Path]:
+        """The files of ``data`` in name order, hidden ones (``.name``) left out: what the
+        device's samples and its chain vector are read from."""
+        return sorted(p for p in self.data.iterdir() if p.is_file() and not p.name.startswith("."))
 
     def take_part(self, round_number: int, period: int) -> None:
         """The device's half of the participation rule (``dp_period``, :mod:`uvtrain.privacy`):
@@ -169,9 +172,9 @@ class Device:
             except UvsdkError as error:
                 raise DeviceError(f"the bundle sent for the chain's mean: {error}") from None
             units = []
-            for file in sorted(p for p in self.data.iterdir() if p.is_file()):
-                if file.name.startswith(".") or len(units) == CHAIN_FILES:
-                    continue
+            for file in self.files():
+                if len(units) == CHAIN_FILES:
+                    break
                 try:
                     vector = verifier.embed(file).astype(np.float64)
                 except MediaError:

@@ -97,18 +97,15 @@ def _layout(dims: list[int | None], bands: int, name: str) -> str:
     )
 
 
-def frontend_model(sample_rate: int, bands: int, window: str) -> bytes:
-    """The Kaldi filterbank front end as an ONNX graph: ``input [batch, samples]`` →
-    ``output [batch, frames, bands]``, mean-normalised over frames."""
+def frontend_model(frontend: Any) -> bytes:
+    """A :class:`~uvtrain.models.frontends.KaldiFbank` as an ONNX graph: ``input [batch,
+    samples]`` → ``output [batch, frames, bands]``, mean-normalised over frames."""
     import torch
     from torch.export import Dim
 
-    from uvtrain.models.frontends import KaldiFbank
-
     from .onnx_export import export_onnx
 
-    frontend = KaldiFbank(sample_rate, bands, window=window).eval()
-    example = torch.zeros(2, sample_rate)
+    example = torch.zeros(2, frontend.sample_rate)
     shapes = {0: Dim("batch", min=1), 1: Dim("samples", min=int(frontend.min_samples))}
     return export_onnx(frontend, example, shapes)
 
@@ -233,15 +230,16 @@ def import_model(
         raise ExportError(str(error).removeprefix("manifest: input.")) from None
     path = Path(model_path)
     encoder = _load(path)
+    encoder_bytes = encoder.SerializeToString()
     given, _ = _only(encoder, path.name)
     windows = probe_windows(source)
-    front = layout = None
+    front = layout = fbank = None
     if features == "kaldi-fbank":
-        layout = _layout(_dims(given), mel_bins, path.name)
-        front = frontend_model(sample_rate, mel_bins, fbank_window)
         from uvtrain.models.frontends import KaldiFbank
 
+        layout = _layout(_dims(given), mel_bins, path.name)
         fbank = KaldiFbank(sample_rate, mel_bins, window=fbank_window).eval()
+        front = frontend_model(fbank)
         with torch.no_grad():
             feed = fbank(torch.from_numpy(windows)).numpy()
         if layout == "bands-first":
@@ -254,7 +252,7 @@ def import_model(
     else:
         feed = windows
     try:
-        expected = _run(encoder.SerializeToString(), feed)
+        expected = _run(encoder_bytes, feed)
     except Exception as error:
         first = str(error).strip().splitlines()[0][:160]
         raise ExportError(
@@ -275,17 +273,17 @@ def import_model(
             f"largest output (tolerance {IMPORT_TOLERANCE:g}): not written"
         )
     dim = int(expected.shape[1])
-    frontend = (
-        {"kind": "kaldi-fbank", "mel_bins": mel_bins, "window": fbank_window,
-         "frame_ms": 25, "hop_ms": 10, "mean_normalised": True, "layout": layout}
-        if features == "kaldi-fbank"
-        else {"kind": "waveform"}
-    )  # fmt: skip
+    frontend: dict[str, Any] = {"kind": "waveform"}
+    if fbank is not None:
+        ms = 1000 / sample_rate
+        frontend = {"kind": "kaldi-fbank", "mel_bins": mel_bins, "window": fbank_window,
+                    "frame_ms": fbank.frame_length * ms, "hop_ms": fbank.hop * ms,
+                    "mean_normalised": fbank.mean_normalise, "layout": layout}  # fmt: skip
     extra: dict[str, Any] = {
         "description": about or f"{path.name}, imported (uvexport import)",
         "imported": {
             "file": path.name,
-            "sha256": hashlib.sha256(encoder.SerializeToString()).hexdigest(),
+            "sha256": hashlib.sha256(encoder_bytes).hexdigest(),
             "frontend": frontend,
             "max_rel_diff": difference,
             "tolerance": IMPORT_TOLERANCE,
